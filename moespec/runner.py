@@ -67,7 +67,16 @@ def declared_parameters(notebook: Path) -> dict[str, Any]:
     declared = pm.inspect_notebook(str(notebook))
     if not declared:
         raise NotebookError(f"{notebook.name} has no cell tagged 'parameters'")
-    return {name: info.get("default") for name, info in declared.items()}
+    import ast
+
+    out = {}
+    for name, info in declared.items():
+        default = info.get("default")
+        try:  # papermill reports defaults as source text; the cell holds literals only
+            out[name] = ast.literal_eval(default) if isinstance(default, str) else default
+        except (ValueError, SyntaxError):
+            out[name] = default
+    return out
 
 
 def check_parameters(notebook: Path, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -93,10 +102,28 @@ def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any]) -> N
         pm.execute_notebook(str(notebook), str(out), parameters=parameters, progress_bar=False,
                             cwd=str(notebook.parent), kernel_name="python3")
     except PapermillExecutionError as exc:
+        where = _describe_cell(out, exc.cell_index)
         raise NotebookError(
-            f"{notebook.name} failed in cell {exc.cell_index} (execution count {exc.exec_count}): "
-            f"{exc.ename}: {exc.evalue}. Executed notebook with the traceback: {out}") from None
+            f"{notebook.name} failed in {where}: {exc.ename}: {exc.evalue}. "
+            f"Executed notebook with the traceback: {out}") from None
     return NotebookRun(notebook.stem, dict(parameters), time.perf_counter() - start, out)
+
+
+def _describe_cell(executed: Path, index: int) -> str:
+    """Name the failing cell as the author sees it: its 1-based number among the notebook's own
+    cells (papermill's injected-parameters and error-banner cells not counted) and its first line."""
+    import json
+
+    added = {"injected-parameters", "papermill-error-cell-tag"}
+    try:
+        cells = json.loads(executed.read_text())["cells"]
+        own = [c for c in cells if not added & set(c.get("metadata", {}).get("tags", []))]
+        number, cell = next((i + 1, c) for i, c in enumerate(own)
+                            if c.get("metadata", {}).get("papermill", {}).get("exception"))
+        first = next((line.strip() for line in "".join(cell["source"]).splitlines() if line.strip()), "")
+        return f"cell {number} ({first[:60]!r})"
+    except (OSError, ValueError, KeyError, StopIteration):
+        return f"cell index {index}"
 
 
 def reproduce(profile: str = "full", only: Iterable[str] | None = None, out: Path | None = None,
