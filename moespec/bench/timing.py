@@ -1,0 +1,276 @@
+"""The one timing harness: warm-up, repetitions, median and interquartile range, a cache flush
+between passes, several callables interleaved in one run, and a record of the machine's state.
+
+Paper 1, Section 2 and Appendix E: each time is the median over repetitions of one expert
+operation, run after a 256 MiB cache flush. Two kernels are compared only inside one run with
+their repetitions interleaved (round-robin), so that a drift of the machine's bandwidth (on a
+shared CPU it drifts by tens of percent within minutes) falls on both alike.
+
+Clocks: ``time.perf_counter_ns`` on the CPU; CUDA events on a GPU (created on first use, so
+importing this module makes no CUDA call). Tests inject a fake clock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+#: Bytes written and read between timed passes (paper 1, Appendix E: "the same 256 MiB cache flush").
+FLUSH_BYTES = 256 * 2**20
+
+#: Share of the machine's CPU time used by other processes above which a run is flagged.
+BUSY_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The repetitions of one callable, in nanoseconds, and their summary (median, quartiles)."""
+
+    name: str
+    samples_ns: tuple[float, ...]
+
+    def __post_init__(self):
+        if not self.samples_ns:
+            raise ValueError(f"timing {self.name!r} has no repetitions")
+
+    @property
+    def reps(self) -> int:
+        return len(self.samples_ns)
+
+    def quantile(self, q: float) -> float:
+        """Quantile ``q`` of the repetitions in seconds (linear interpolation, numpy's default)."""
+        return float(np.quantile(np.asarray(self.samples_ns, dtype=float), q)) * 1e-9
+
+    @property
+    def median_s(self) -> float:
+        return self.quantile(0.5)
+
+    @property
+    def q25_s(self) -> float:
+        return self.quantile(0.25)
+
+    @property
+    def q75_s(self) -> float:
+        return self.quantile(0.75)
+
+    def row(self) -> dict:
+        """The columns every timing row carries: ``t_median_s, t_q25_s, t_q75_s, reps``."""
+        return {"t_median_s": self.median_s, "t_q25_s": self.q25_s, "t_q75_s": self.q75_s,
+                "reps": self.reps}
+
+
+class CpuTimer:
+    """Times one call with a nanosecond clock (``time.perf_counter_ns`` unless one is injected)."""
+
+    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns):
+        self.clock = clock
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        start = self.clock()
+        fn()
+        return float(self.clock() - start)
+
+
+class CudaTimer:
+    """Times one call with a pair of CUDA events (GPU time, not host time).
+
+    The events are created lazily, on the first call, so constructing the timer needs no GPU.
+    """
+
+    def __init__(self, device: str = "cuda"):
+        self.device = device
+        self._events = None
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        import torch
+
+        if self._events is None:
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        start, stop = self._events
+        torch.cuda.synchronize(self.device)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) * 1e6  # ms -> ns
+
+
+class CacheFlush:
+    """Evicts the caches between passes by writing and reading ``nbytes`` (CPU: last-level
+    caches; GPU: the L2). The buffer is allocated on the first flush."""
+
+    def __init__(self, nbytes: int = FLUSH_BYTES, device: str = "cpu"):
+        if nbytes < 0:
+            raise ValueError(f"flush size must be >= 0 bytes, got {nbytes}")
+        self.nbytes = int(nbytes)
+        self.device = device
+        self._buf = None
+
+    def __call__(self) -> None:
+        if self.nbytes == 0:
+            return
+        import torch
+
+        if self._buf is None:
+            self._buf = torch.zeros(self.nbytes // 4, dtype=torch.int32, device=self.device)
+        self._buf.add_(1)  # one read and one write of every byte
+        if self._buf.is_cuda:
+            torch.cuda.synchronize(self.device)
+
+
+def timer_for(device: str, clock: Callable[[], int] | None = None):
+    """The timer for ``device``: CUDA events on ``cuda*``, ``perf_counter_ns`` (or ``clock``) otherwise."""
+    if str(device).startswith("cuda"):
+        if clock is not None:
+            raise ValueError("an injected clock times host code; it cannot time a CUDA device")
+        return CudaTimer(str(device))
+    return CpuTimer(clock or time.perf_counter_ns)
+
+
+def time_interleaved(callables: Mapping[str, Callable[[], object]], reps: int, warmup: int = 1,
+                     timer: Callable[[Callable[[], object]], float] | None = None,
+                     flush: Callable[[], None] | None = None,
+                     on_call: Callable[[str, int], None] | None = None) -> dict[str, Timing]:
+    """Time every callable ``reps`` times, round-robin: repetition r runs each callable once,
+    in the mapping's order, each after a cache flush; ``warmup`` untimed rounds come first.
+
+    ``on_call(name, rep)`` is told of every timed call (rep 0-based; warm-up calls are rep -1);
+    tests use it to check the order. Returns name -> :class:`Timing`.
+    """
+    if reps < 1:
+        raise ValueError(f"need at least one repetition, got reps={reps}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if not callables:
+        raise ValueError("nothing to time: no callables given")
+    timer = timer or CpuTimer()
+    flush = flush or (lambda: None)
+    names = list(callables)
+    for _ in range(warmup):
+        for name in names:
+            flush()
+            callables[name]()
+            if on_call:
+                on_call(name, -1)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names:
+            flush()
+            samples[name].append(timer(callables[name]))
+            if on_call:
+                on_call(name, rep)
+    return {name: Timing(name, tuple(s)) for name, s in samples.items()}
+
+
+# --- the machine's state during a run (the discard rule) -----------------------------------------
+
+@dataclass
+class MachineState:
+    """What happened on the machine while a block of timings ran.
+
+    ``swapped``: swap-in/out counters changed. ``other_load``: share of all CPUs' time used by
+    other processes. ``gpu_throttle``: NVML clock-throttle reason bits seen (0: none; idle and
+    application-clock settings are not counted). ``flags``: the reasons this block is flagged.
+    """
+
+    wall_s: float = 0.0
+    swapped: bool = False
+    other_load: float = 0.0
+    gpu_throttle: int = 0
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.flags)
+
+    def row(self) -> dict:
+        return {"other_load": round(self.other_load, 3), "swapped": int(self.swapped),
+                "gpu_throttle": self.gpu_throttle, "flags": ";".join(self.flags)}
+
+
+# NVML throttle reasons that mean a slowed clock (not GpuIdle = 0x1, not ApplicationsClocksSetting
+# = 0x2, which are normal states): SwPowerCap, HwSlowdown, SyncBoost, SwThermal, HwThermal, HwPowerBrake.
+_NVML_SLOW = 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80
+
+
+def _gpu_throttle_reasons(index: int) -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            return int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)) & _NVML_SLOW
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML / no driver: nothing to report
+        return 0
+
+
+class MachineMonitor:
+    """Context manager that records :class:`MachineState` over the block it wraps.
+
+    Flags a block if the machine swapped (psutil swap counters changed), if a GPU reported a
+    slowing throttle reason (NVML, sampled at entry and exit), or if other processes used more
+    than ``busy_threshold`` of all CPUs' time (psutil: system busy time minus this process's).
+    """
+
+    def __init__(self, device: str = "cpu", busy_threshold: float = BUSY_THRESHOLD):
+        self.device = str(device)
+        self.busy_threshold = busy_threshold
+        self.state = MachineState()
+
+    def _gpu_index(self) -> int | None:
+        if not self.device.startswith("cuda"):
+            return None
+        return int(self.device.split(":")[1]) if ":" in self.device else 0
+
+    def __enter__(self) -> "MachineMonitor":
+        import psutil
+
+        self._proc = psutil.Process()
+        self._swap0 = psutil.swap_memory()
+        self._cpu0 = psutil.cpu_times()
+        self._own0 = self._proc.cpu_times()
+        self._t0 = time.perf_counter()
+        gpu = self._gpu_index()
+        self._throttle = _gpu_throttle_reasons(gpu) if gpu is not None else 0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import psutil
+
+        wall = time.perf_counter() - self._t0
+        swap1, cpu1, own1 = psutil.swap_memory(), psutil.cpu_times(), self._proc.cpu_times()
+        busy = lambda t: sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+        own = (own1.user + own1.system + getattr(own1, "children_user", 0) + getattr(own1, "children_system", 0)
+               - self._own0.user - self._own0.system - getattr(self._own0, "children_user", 0)
+               - getattr(self._own0, "children_system", 0))
+        ncpu = psutil.cpu_count() or 1
+        other = max(0.0, busy(cpu1) - busy(self._cpu0) - own) / max(wall * ncpu, 1e-9)
+        gpu = self._gpu_index()
+        throttle = self._throttle | (_gpu_throttle_reasons(gpu) if gpu is not None else 0)
+        s = self.state
+        s.wall_s, s.other_load, s.gpu_throttle = wall, min(other, 1.0), throttle
+        s.swapped = (swap1.sin, swap1.sout) != (self._swap0.sin, self._swap0.sout)
+        if s.swapped:
+            s.flags.append("swap")
+        if throttle:
+            s.flags.append(f"gpu_throttle=0x{throttle:x}")
+        if s.other_load > self.busy_threshold:
+            s.flags.append(f"busy={s.other_load:.2f}")
+
+
+def read_bandwidth_callable(nbytes: int = 2**30, device: str = "cpu") -> tuple[Callable[[], object], int]:
+    """A callable that reads ``nbytes`` of memory once (``torch.sum`` over an fp32 buffer), and
+    the bytes it reads: the machine's measured read bandwidth, the reference line of Figure 2.
+    Time it with :func:`time_interleaved` beside the kernels, so that it sees the same drift."""
+    import torch
+
+    numel = max(1, int(nbytes) // 4)
+    buf = torch.ones(numel, dtype=torch.float32, device=device)
+    return (lambda: torch.sum(buf)), numel * 4
+

@@ -1,0 +1,246 @@
+"""Fits of the expert-operation time, effective bandwidths and the bandwidth error epsilon.
+
+Paper 1, Section 2 and Appendix E. On passes with chosen ids at n = 2..9, per layer, by least
+squares:
+
+* eq. (4), per-slot kernel:        t_slot  = t_op + c_u·U·b + c_re·(n·m − U)·b
+* eq. (E.1), deduplicating kernel: t_dedup = t_op + c_g·U·b + c_t·n
+
+with b the bytes of one expert of the layer and U the distinct experts of the pass. The re-read
+cost is c_re/c_u. Each fit is then scored on windows of recorded routing, which it does not see:
+its relative error (predicted − measured)/measured per window; epsilon_p is the median over
+layers (and models) of each fit's median |relative error|, and an engine's epsilon is the larger
+of its two kernels' (Section 4). Effective bandwidths follow Table 1: beta_slot(n) = Σ n·m·b /
+Σ t_slot and beta_dedup(n) = Σ U·b / Σ t_dedup over layers and windows, r = beta_dedup/beta_slot,
+ubar = Σ U·b / Σ n·m·b. The transfer test (Figure 7, Appendix E) fits log beta_p(n) linear in
+log n and log b on the other models and predicts the held-out one.
+
+Input rows are those of :mod:`moespec.bench.expert_op` (one row per pass and kernel).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: Columns every timing row must carry for the fits and bandwidths.
+REQUIRED = ("model", "layer", "kind", "kernel", "n", "m", "U", "expert_bytes", "t_median_s")
+#: A fit is made per (group, kernel); these columns define the group where they are present.
+GROUP = ("model", "backend", "fmt", "layer")
+KERNELS = ("slot", "dedup")
+FIT_NS = range(2, 10)
+
+
+def check_rows(rows: pd.DataFrame, source: str = "timing rows", kinds=("chosen", "window")) -> pd.DataFrame:
+    """Return the rows of ``kinds`` with numeric columns, or raise ``ValueError`` naming the
+    problem: a missing column, a NaN, a time <= 0, or U outside [m, n·m]. Every timed pass
+    (kinds chosen and window) is checked, whichever ``kinds`` are returned."""
+    missing = [c for c in REQUIRED if c not in rows.columns]
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {missing}; expected at least {list(REQUIRED)}")
+    df = rows[rows["kind"].isin(("chosen", "window"))].copy()
+    for col in ("layer", "n", "m", "U", "expert_bytes", "t_median_s"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col].isna()
+        if bad.any():
+            i = df.index[bad][0]
+            raise ValueError(f"{source}: column {col!r} is empty or not a number in {int(bad.sum())} row(s), "
+                             f"first at row {i}: {rows.loc[i, col]!r}")
+    for col in ("t_median_s", "expert_bytes"):
+        bad = df[col] <= 0
+        if bad.any():
+            i = df.index[bad][0]
+            raise ValueError(f"{source}: {col} must be > 0; row {i} has {df.loc[i, col]!r} "
+                             f"({int(bad.sum())} such row(s))")
+    bad = (df["U"] < df["m"]) | (df["U"] > df["n"] * df["m"])
+    if bad.any():
+        i = df.index[bad][0]
+        raise ValueError(f"{source}: row {i} has U={df.loc[i, 'U']} outside [m, n·m] = "
+                         f"[{df.loc[i, 'm']}, {df.loc[i, 'n'] * df.loc[i, 'm']}]")
+    unknown = set(df["kernel"]) - set(KERNELS)
+    if unknown:
+        raise ValueError(f"{source}: unknown kernel(s) {sorted(unknown)}; expected {KERNELS}")
+    for col in ("layer", "n", "m", "U"):
+        df[col] = df[col].astype(int)
+    return df[df["kind"].isin(kinds)]
+
+
+def _group_cols(df: pd.DataFrame) -> list[str]:
+    return [c for c in GROUP if c in df.columns]
+
+
+def design(kernel: str, n, m, U, b) -> np.ndarray:
+    """The regressors of eq. (4) (``slot``: 1, U·b, (n·m−U)·b) or eq. (E.1) (``dedup``: 1, U·b, n)."""
+    n, m, U, b = (np.asarray(v, dtype=float) for v in (n, m, U, b))
+    one = np.ones_like(n)
+    if kernel == "slot":
+        return np.column_stack([one, U * b, (n * m - U) * b])
+    if kernel == "dedup":
+        return np.column_stack([one, U * b, n])
+    raise ValueError(f"unknown kernel {kernel!r}; expected one of {KERNELS}")
+
+
+COEFS = {"slot": ("t_op", "c_u", "c_re"), "dedup": ("t_op", "c_g", "c_t")}
+
+
+def fit_one(kernel: str, n, m, U, b, t) -> dict:
+    """Least-squares coefficients of eq. (4) or (E.1) for one layer; raises if the passes do not
+    determine them (fewer than 3 passes or collinear regressors)."""
+    X = design(kernel, n, m, U, b)
+    t = np.asarray(t, dtype=float)
+    scale = np.abs(X).max(axis=0)  # columns differ by ~1e9 in size; scale so that lstsq is well posed
+    scale[scale == 0] = 1.0
+    coef, _, rank, _ = np.linalg.lstsq(X / scale, t, rcond=None)
+    if rank < 3:
+        raise ValueError(f"{kernel} fit is undetermined: {len(t)} passes give rank {rank} < 3 "
+                         "(need passes at several n and U)")
+    coef = coef / scale
+    resid = t - X @ coef
+    out = dict(zip(COEFS[kernel], coef.tolist()))
+    out["n_passes"] = int(len(t))
+    out["fit_median_rel_err"] = float(np.median(np.abs(resid / t)))
+    return out
+
+
+def predict(kernel: str, coefs: dict, n, m, U, b) -> np.ndarray:
+    """Fitted operation time of eq. (4)/(E.1) at passes (n, m, U, b)."""
+    beta = np.array([coefs[c] for c in COEFS[kernel]], dtype=float)
+    return design(kernel, n, m, U, b) @ beta
+
+
+def fit_layers(rows: pd.DataFrame, ns=FIT_NS) -> pd.DataFrame:
+    """Fit eq. (4) and (E.1) per layer on the chosen-id passes with n in ``ns`` (2..9).
+
+    One row per (group, kernel): coefficients, passes used, the fit's own median relative error
+    and, for the per-slot kernel, the re-read cost c_re/c_u.
+    """
+    df = check_rows(rows, kinds=("chosen",))
+    df = df[df["n"].isin(list(ns))]
+    if df.empty:
+        raise ValueError(f"no chosen-id passes with n in {list(ns)} to fit")
+    keys = _group_cols(df)
+    out = []
+    for key, g in df.groupby(keys + ["kernel"], sort=True):
+        kernel = key[-1]
+        res = fit_one(kernel, g["n"], g["m"], g["U"], g["expert_bytes"], g["t_median_s"])
+        if kernel == "slot":
+            res["reread_cost"] = res["c_re"] / res["c_u"]
+        out.append({**dict(zip(keys + ["kernel"], key)), **res})
+    return pd.DataFrame(out)
+
+
+def window_errors(fits: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """Each fit evaluated on the windows of recorded routing of its layer (which it did not see):
+    one row per window pass with ``t_pred_s`` and ``rel_err`` = (predicted − measured)/measured."""
+    win = check_rows(rows, kinds=("window",))
+    keys = _group_cols(win) + ["kernel"]
+    merged = win.merge(fits, on=keys, how="inner", suffixes=("", "_fit"))
+    if merged.empty:
+        raise ValueError("no window rows share a (model, backend, fmt, layer, kernel) with any fit")
+    parts = []
+    for kernel, g in merged.groupby("kernel"):
+        g = g.copy()
+        g["t_pred_s"] = [float(predict(kernel, r, r["n"], r["m"], r["U"], r["expert_bytes"])[0])
+                         for _, r in g.iterrows()]
+        parts.append(g)
+    out = pd.concat(parts)
+    out["rel_err"] = (out["t_pred_s"] - out["t_median_s"]) / out["t_median_s"]
+    return out
+
+
+def epsilon(errors: pd.DataFrame, by=("backend",)) -> pd.DataFrame:
+    """Bandwidth error (paper 1, Section 4): per kernel, the median over layers (and models) of
+    each fit's median |relative error| on windows; the engine's epsilon is the larger of its two
+    kernels'. ``by`` names the engine columns (default: backend). Columns: ``eps_slot``,
+    ``eps_dedup``, ``eps_engine``, and the number of layer fits behind each."""
+    by = [c for c in by if c in errors.columns]
+    per_fit = (errors.assign(abs_err=errors["rel_err"].abs())
+               .groupby(by + [c for c in _group_cols(errors) if c not in by] + ["kernel"])["abs_err"]
+               .median().rename("median_abs_err").reset_index())
+    rows = []
+    for key, g in (per_fit.groupby(by) if by else [((), per_fit)]):
+        key = key if isinstance(key, tuple) else (key,)
+        row = dict(zip(by, key))
+        for kernel in KERNELS:
+            vals = g.loc[g["kernel"] == kernel, "median_abs_err"]
+            row[f"eps_{kernel}"] = float(vals.median()) if len(vals) else np.nan
+            row[f"fits_{kernel}"] = int(len(vals))
+        row["eps_engine"] = float(np.nanmax([row["eps_slot"], row["eps_dedup"]]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pass_bytes(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["slot_bytes"] = df["n"] * df["m"] * df["expert_bytes"]   # n·m·b, per-slot requested
+    df["union_bytes"] = df["U"] * df["expert_bytes"]             # U·b, deduplicating requested
+    df["req_bytes"] = np.where(df["kernel"] == "slot", df["slot_bytes"], df["union_bytes"])
+    df["beta_GBps"] = df["req_bytes"] / df["t_median_s"] / 1e9
+    return df
+
+
+def window_bandwidths(rows: pd.DataFrame, kind: str = "window") -> pd.DataFrame:
+    """Effective bandwidth of every pass (Figure 2): requested bytes over its median time, GB/s
+    (per-slot on n·m·b, deduplicating on U·b)."""
+    return _pass_bytes(check_rows(rows, kinds=(kind,)))
+
+
+def bandwidth_table(rows: pd.DataFrame, by=("model", "backend", "fmt"), kind: str = "window") -> pd.DataFrame:
+    """Table 1's definition, per ``by`` and n: beta_slot = Σ n·m·b / Σ t_slot, beta_dedup =
+    Σ U·b / Σ t_dedup (sums over layers and windows), r = beta_dedup/beta_slot and
+    ubar = Σ U·b / Σ n·m·b. Only passes timed with both kernels enter."""
+    df = _pass_bytes(check_rows(rows, kinds=(kind,)))
+    by = [c for c in by if c in df.columns]
+    pass_key = [c for c in df.columns if c in ("run_id", "pass_id")] + by + ["layer", "n"]
+    both = df.groupby(pass_key)["kernel"].transform("nunique") == 2
+    df = df[both]
+    out = []
+    for key, g in df.groupby(by + ["n"]):
+        s, d = g[g["kernel"] == "slot"], g[g["kernel"] == "dedup"]
+        beta_slot = s["slot_bytes"].sum() / s["t_median_s"].sum() / 1e9
+        beta_dedup = d["union_bytes"].sum() / d["t_median_s"].sum() / 1e9
+        out.append({**dict(zip(by + ["n"], key)), "beta_slot_GBps": beta_slot, "beta_dedup_GBps": beta_dedup,
+                    "r": beta_dedup / beta_slot, "ubar": d["union_bytes"].sum() / d["slot_bytes"].sum(),
+                    "passes": int(len(s)), "expert_bytes": float(g["expert_bytes"].mean())})
+    if not out:
+        raise ValueError(f"no {kind} passes timed with both kernels")
+    return pd.DataFrame(out)
+
+
+def transfer(bw: pd.DataFrame, ns=FIT_NS, model_col: str = "model") -> pd.DataFrame:
+    """Figure 7's transfer test. For each held-out model, fit log beta_p(n) = a + c_n·log n +
+    c_b·log b on the other models' bandwidths (``bw`` from :func:`bandwidth_table`, n in ``ns``),
+    and predict the held-out model's beta_p(n) and r(n) = beta_dedup/beta_slot.
+
+    Raises ``ValueError`` if the other models do not determine the fit (fewer than two distinct
+    expert sizes among them).
+    """
+    bw = bw[bw["n"].isin(list(ns))]
+    models = sorted(bw[model_col].unique())
+    if len(models) < 3:
+        raise ValueError(f"the transfer test needs bandwidths of at least 3 models; got {models}")
+    out = []
+    for held in models:
+        train, test = bw[bw[model_col] != held], bw[bw[model_col] == held]
+        if train["expert_bytes"].nunique() < 2:
+            raise ValueError(f"holding out {held}: the other models have one expert size "
+                             f"({train['expert_bytes'].unique()}), so log b has no slope")
+        pred = {}
+        for kernel in KERNELS:
+            col = f"beta_{kernel}_GBps"
+            X = np.column_stack([np.ones(len(train)), np.log(train["n"]), np.log(train["expert_bytes"])])
+            coef, *_ = np.linalg.lstsq(X, np.log(train[col].to_numpy(float)), rcond=None)
+            Xt = np.column_stack([np.ones(len(test)), np.log(test["n"]), np.log(test["expert_bytes"])])
+            pred[kernel] = np.exp(Xt @ coef)
+        for i, (_, r) in enumerate(test.iterrows()):
+            row = {model_col: held, "n": int(r["n"]), "expert_bytes": r["expert_bytes"]}
+            for kernel in KERNELS:
+                row[f"beta_{kernel}_meas"] = r[f"beta_{kernel}_GBps"]
+                row[f"beta_{kernel}_pred"] = float(pred[kernel][i])
+            row["r_meas"] = r["r"]
+            row["r_pred"] = row["beta_dedup_pred"] / row["beta_slot_pred"]
+            out.append(row)
+    df = pd.DataFrame(out)
+    for k in ("beta_slot", "beta_dedup", "r"):
+        df[f"{k}_rel_err"] = (df[f"{k}_pred"] - df[f"{k}_meas"]) / df[f"{k}_meas"]
+    return df

@@ -1,0 +1,145 @@
+"""The fits (4) and (E.1), epsilon, Table 1's bandwidths and the transfer test, on synthetic timings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from moespec import fit
+from moespec.bench.ids import chosen_ids, distinct, u_grid
+
+M, N, B = 8, 64, 6_000_000
+TRUE = {"slot": {"t_op": 2e-4, "c_u": 3e-11, "c_re": 0.8e-11},
+        "dedup": {"t_op": 5e-4, "c_g": 5e-11, "c_t": 1e-4}}
+
+
+def synthetic_rows(noise=0.02, seed=0, layers=(0, 1), model="toy", b=B, true=TRUE, windows=True):
+    rng = np.random.default_rng(seed)
+    rows = []
+    pid = 0
+    for layer in layers:
+        for n in range(1, 10):
+            for U in u_grid(n, M, N, 6):
+                pid += 1
+                for kernel in fit.KERNELS:
+                    t = fit.predict(kernel, true[kernel], n, M, U, b)[0] * (1 + noise * rng.standard_normal())
+                    rows.append(dict(model=model, backend="torch", fmt="bf16", layer=layer, kind="chosen",
+                                     kernel=kernel, n=n, m=M, U=U, expert_bytes=b, t_median_s=t, pass_id=pid))
+            if windows:
+                for _ in range(4):
+                    pid += 1
+                    U = int(rng.integers(M, min(N, n * M) + 1))
+                    for kernel in fit.KERNELS:
+                        t = fit.predict(kernel, true[kernel], n, M, U, b)[0] * (1 + noise * rng.standard_normal())
+                        rows.append(dict(model=model, backend="torch", fmt="bf16", layer=layer, kind="window",
+                                         kernel=kernel, n=n, m=M, U=U, expert_bytes=b, t_median_s=t, pass_id=pid))
+    return pd.DataFrame(rows)
+
+
+def test_fits_recover_known_coefficients_with_noise():
+    fits = fit.fit_layers(synthetic_rows(noise=0.01))
+    assert len(fits) == 4  # 2 layers x 2 kernels
+    for _, r in fits.iterrows():
+        for name, true in TRUE[r["kernel"]].items():
+            assert r[name] == pytest.approx(true, rel=0.15), (r["kernel"], name)
+    slot = fits[fits["kernel"] == "slot"]
+    assert np.allclose(slot["reread_cost"], 0.8 / 3, rtol=0.15)
+
+
+def test_fits_exact_without_noise():
+    fits = fit.fit_layers(synthetic_rows(noise=0.0))
+    for _, r in fits.iterrows():
+        for name, true in TRUE[r["kernel"]].items():
+            assert r[name] == pytest.approx(true, rel=1e-6)
+        assert r["fit_median_rel_err"] < 1e-9
+
+
+def test_epsilon_zero_on_exact_model_and_tracks_noise():
+    exact = synthetic_rows(noise=0.0)
+    err = fit.window_errors(fit.fit_layers(exact), exact)
+    assert np.abs(err["rel_err"]).max() < 1e-8
+    eps = fit.epsilon(err)
+    assert eps["eps_engine"].iloc[0] < 1e-8
+    noisy = synthetic_rows(noise=0.05, seed=3)
+    eps = fit.epsilon(fit.window_errors(fit.fit_layers(noisy), noisy)).iloc[0]
+    # median |N(0, 0.05)| = 0.05 * 0.674; a fit on ~60 passes adds little
+    assert 0.02 < eps["eps_slot"] < 0.06 and 0.02 < eps["eps_dedup"] < 0.06
+    assert eps["eps_engine"] == max(eps["eps_slot"], eps["eps_dedup"])
+    assert eps["fits_slot"] == 2
+
+
+def test_bandwidth_table_sums_hand_checked():
+    rows = pd.DataFrame([
+        dict(model="a", layer=0, kind="window", kernel="slot", n=2, m=2, U=3, expert_bytes=1e9, t_median_s=1.0, pass_id=1),
+        dict(model="a", layer=0, kind="window", kernel="dedup", n=2, m=2, U=3, expert_bytes=1e9, t_median_s=2.0, pass_id=1),
+        dict(model="a", layer=1, kind="window", kernel="slot", n=2, m=2, U=2, expert_bytes=1e9, t_median_s=3.0, pass_id=2),
+        dict(model="a", layer=1, kind="window", kernel="dedup", n=2, m=2, U=2, expert_bytes=1e9, t_median_s=2.0, pass_id=2),
+    ])
+    bw = fit.bandwidth_table(rows).iloc[0]
+    assert bw["beta_slot_GBps"] == pytest.approx(8 / 4)      # (4+4) GB over (1+3) s
+    assert bw["beta_dedup_GBps"] == pytest.approx(5 / 4)     # (3+2) GB over (2+2) s
+    assert bw["r"] == pytest.approx(5 / 8)
+    assert bw["ubar"] == pytest.approx(5 / 8)
+
+
+def test_transfer_recovers_exact_power_law():
+    rows = []
+    for model, b in (("a", 2e6), ("b", 6e6), ("c", 2e7), ("d", 5e7)):
+        for n in range(2, 10):
+            rows.append(dict(model=model, n=n, expert_bytes=b,
+                             beta_slot_GBps=30 * n ** 0.4 * (b / 1e7) ** 0.2,
+                             beta_dedup_GBps=10 * n ** 0.3 * (b / 1e7) ** 0.1))
+    bw = pd.DataFrame(rows)
+    bw["r"] = bw["beta_dedup_GBps"] / bw["beta_slot_GBps"]
+    out = fit.transfer(bw)
+    assert np.abs(out[["beta_slot_rel_err", "beta_dedup_rel_err", "r_rel_err"]].to_numpy()).max() < 1e-9
+    with pytest.raises(ValueError, match="at least 3 models"):
+        fit.transfer(bw[bw["model"].isin(["a", "b"])])
+
+
+@pytest.mark.parametrize("col,value,match", [
+    ("t_median_s", np.nan, "t_median_s.*not a number"),
+    ("t_median_s", -1.0, "t_median_s must be > 0"),
+    ("t_median_s", 0.0, "t_median_s must be > 0"),
+    ("U", 100, "outside"),
+])
+def test_bad_rows_rejected(col, value, match):
+    rows = synthetic_rows(noise=0.0, layers=(0,))
+    rows.loc[5, col] = value
+    with pytest.raises(ValueError, match=match):
+        fit.fit_layers(rows)
+
+
+def test_missing_column_rejected():
+    rows = synthetic_rows(noise=0.0, layers=(0,)).drop(columns=["expert_bytes"])
+    with pytest.raises(ValueError, match=r"missing column.*expert_bytes"):
+        fit.fit_layers(rows)
+
+
+def test_undetermined_fit_rejected():
+    rows = synthetic_rows(noise=0.0, layers=(0,))
+    with pytest.raises(ValueError, match="undetermined"):
+        fit.fit_layers(rows, ns=[2])  # n = 2 only: for dedup, n is constant -> rank 2
+
+
+@pytest.mark.parametrize("n,m,N", [(1, 8, 64), (2, 8, 64), (5, 4, 32), (9, 8, 64), (9, 6, 64), (3, 8, 128), (4, 3, 5)])
+def test_chosen_ids_hit_every_reachable_u(n, m, N):
+    rng = np.random.default_rng(n * 100 + m)
+    for U in range(m, min(N, n * m) + 1):
+        ids = chosen_ids(n, m, N, U, rng)
+        assert ids.shape == (n, m)
+        assert distinct(ids) == U
+        assert ids.min() >= 0 and ids.max() < N
+        assert all(len(set(row)) == m for row in ids), "an expert repeats within a token"
+
+
+@pytest.mark.parametrize("n,m,N,U", [(2, 8, 64, 7), (2, 8, 64, 17), (9, 8, 64, 65), (3, 4, 8, 9), (1, 8, 64, 9), (0, 8, 64, 8)])
+def test_chosen_ids_reject_impossible(n, m, N, U):
+    with pytest.raises(ValueError, match="U=|need n >= 1"):
+        chosen_ids(n, m, N, U, np.random.default_rng(0))
+
+
+def test_u_grid_spans_both_ends():
+    assert u_grid(9, 8, 64, 5) == [8, 22, 36, 50, 64]
+    assert u_grid(2, 8, 64) == list(range(8, 17))
