@@ -1,0 +1,126 @@
+"""Lazy builds of the C++ (CPU) and CUDA extensions that register ``torch.ops.moespec.*``.
+
+Nothing is compiled or touches CUDA at import: the first call of :func:`load_cpu` /
+:func:`load_cuda` builds with ``torch.utils.cpp_extension.load`` and ninja into
+``paths.build_dir()`` (cached there; later calls and processes reuse the build). When a build
+cannot run, :class:`ExtensionBuildError` names what is missing (compiler, ninja, headers, nvcc).
+
+Layout (as in pytorch/extension-cpp): ``csrc/cpu/expert_ops.cpp`` defines the op schemas
+(``TORCH_LIBRARY(moespec, m)``) and the CPU implementations; ``csrc/cuda/*.cu`` hold plain CUDA
+kernels and ``csrc/cuda/*.cpp`` a thin binding with ``TORCH_LIBRARY_IMPL(moespec, CUDA, m)``. The
+CUDA library is loaded after the CPU one, which owns the schemas.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+import threading
+from pathlib import Path
+
+from moespec import paths
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+CPU_SOURCES = [CSRC / "cpu" / "expert_ops.cpp"]
+CPU_CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-fno-math-errno"]  # ISA paths use target attributes
+_lock = threading.Lock()
+_loaded: dict[str, bool] = {}
+
+
+class ExtensionBuildError(RuntimeError):
+    """The extension could not be built or loaded; the message says what is missing."""
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX", "c++")
+
+
+def missing_requirements(cuda: bool = False) -> list[str]:
+    """What a build needs and cannot find: the C++ compiler, ninja, torch/Python headers, nvcc."""
+    missing = []
+    cxx = _compiler()
+    if shutil.which(cxx) is None:
+        missing.append(f"C++ compiler {cxx!r} (set CXX or install g++)")
+    try:
+        from torch.utils.cpp_extension import is_ninja_available
+        ninja_ok = is_ninja_available()
+    except Exception:  # pragma: no cover - torch without cpp_extension
+        ninja_ok = False
+    if not ninja_ok:
+        missing.append("ninja (pip install ninja)")
+    from torch.utils.cpp_extension import include_paths
+    if not any((Path(p) / "torch" / "extension.h").exists() for p in include_paths()):
+        missing.append("torch C++ headers (torch/extension.h; reinstall torch)")
+    py_inc = sysconfig.get_paths().get("include")
+    if not py_inc or not (Path(py_inc) / "Python.h").exists():
+        missing.append(f"Python headers (Python.h under {py_inc}; install python3-dev)")
+    if cuda:
+        from torch.utils.cpp_extension import CUDA_HOME
+        if CUDA_HOME is None or shutil.which(str(Path(CUDA_HOME) / "bin" / "nvcc")) is None:
+            missing.append("nvcc / CUDA toolkit (set CUDA_HOME)")
+    return missing
+
+
+def _build(name: str, sources: list[Path], cuda: bool, **kw) -> None:
+    missing = missing_requirements(cuda=cuda)
+    if missing:
+        raise ExtensionBuildError(f"cannot build moespec extension {name!r}: missing " + "; ".join(missing))
+    absent = [str(s) for s in sources if not s.exists()]
+    if absent:
+        raise ExtensionBuildError(f"cannot build {name!r}: source files missing: {absent}")
+    from torch.utils.cpp_extension import load
+
+    build = paths.ensure(paths.build_dir() / name)
+    os.environ.setdefault("MAX_JOBS", "2")
+    try:
+        load(name=name, sources=[str(s) for s in sources], build_directory=str(build),
+             is_python_module=False, verbose=bool(os.environ.get("MOESPEC_BUILD_VERBOSE")), **kw)
+    except Exception as exc:  # compiler errors arrive as RuntimeError / CalledProcessError
+        raise ExtensionBuildError(f"building moespec extension {name!r} in {build} failed: {exc}") from exc
+
+
+def load_cpu() -> None:
+    """Build (first time) and load the CPU extension; registers ``torch.ops.moespec.*``."""
+    with _lock:
+        if _loaded.get("cpu"):
+            return
+        _build("moespec_cpu", CPU_SOURCES, cuda=False, extra_cflags=CPU_CFLAGS, extra_ldflags=["-fopenmp"])
+        _loaded["cpu"] = True
+
+
+def cuda_sources() -> list[Path]:
+    return sorted((CSRC / "cuda").glob("*.cu")) + sorted((CSRC / "cuda").glob("*.cpp"))
+
+
+def load_cuda() -> None:
+    """Build (first time) and load the CUDA implementations of the same ops (needs a GPU build of
+    torch and nvcc). Loads the CPU extension first: it defines the op schemas."""
+    load_cpu()
+    with _lock:
+        if _loaded.get("cuda"):
+            return
+        sources = cuda_sources()
+        if not sources:
+            raise ExtensionBuildError(f"no CUDA sources under {CSRC / 'cuda'}")
+        _build("moespec_cuda", sources, cuda=True, extra_cflags=["-O3", "-std=c++17"],
+               extra_cuda_cflags=["-O3", "-std=c++17"])
+        _loaded["cuda"] = True
+
+
+def available(backend: str) -> bool:
+    """Whether ``backend`` ('cpp' or 'cuda') builds and loads here (builds it if needed)."""
+    import torch
+
+    try:
+        if backend == "cpp":
+            load_cpu()
+        elif backend == "cuda":
+            if not torch.cuda.is_available():
+                return False
+            load_cuda()
+        else:
+            return backend == "torch"
+    except ExtensionBuildError:
+        return False
+    return True

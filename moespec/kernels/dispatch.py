@@ -1,0 +1,116 @@
+"""``expert_forward``: input checks and the choice of backend for the expert operation."""
+
+from __future__ import annotations
+
+import torch
+
+from moespec.kernels import build, reference
+from moespec.kernels.weights import ExpertWeights
+
+KERNELS = ("slot", "dedup")
+BACKENDS = ("auto", "torch", "cpp", "cuda")
+_TORCH = {"slot": reference.torch_slot, "dedup": reference.torch_dedup}
+_auto_cache: dict[str, str] = {}
+
+
+def check_inputs(x, ids, weights, gates=None):
+    """Validate the arguments of :func:`expert_forward`; return ``(x, ids, gates)`` as contiguous
+    float32 / int64 / float32 (or None) tensors. Raises ``ValueError`` / ``TypeError`` naming the
+    argument, what was expected and what was found."""
+    if not isinstance(weights, ExpertWeights):
+        raise TypeError(f"weights must be an ExpertWeights, found {type(weights).__name__}")
+    n_exp, hidden, _ = weights.shape
+    dev = weights.device
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != hidden or x.shape[0] < 1:
+        found = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x: expected [n, H={hidden}] with n >= 1, found {found}")
+    if not x.is_floating_point():
+        raise TypeError(f"x: expected a floating dtype (float32, bfloat16, float16, float64), found {x.dtype}")
+    n = x.shape[0]
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != n:
+        found = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ids: expected [n={n}, m], found {found}")
+    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise TypeError(f"ids: expected an integer dtype (int64 or int32), found {ids.dtype}")
+    m = ids.shape[1]
+    if not 1 <= m <= n_exp:
+        raise ValueError(f"ids: m={m} experts per token, expected 1 <= m <= N={n_exp}")
+    for name, t in (("x", x), ("ids", ids), ("gates", gates)):
+        if t is not None and t.device != dev:
+            raise ValueError(f"{name} is on {t.device} but the weights are on {dev}")
+    ids = ids.to(torch.int64).contiguous()
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= n_exp:
+        raise ValueError(f"ids: expert ids must lie in [0, {n_exp}), found min {lo}, max {hi}")
+    if m > 1:
+        srt = ids.sort(dim=1).values
+        dup = (srt[:, 1:] == srt[:, :-1]).any(dim=1)
+        if bool(dup.any()):
+            t = int(dup.nonzero()[0, 0])
+            raise ValueError(f"ids: token {t} selects an expert twice ({ids[t].tolist()}); a token's m experts "
+                             "must be distinct (top-k routing)")
+    if gates is not None:
+        if not isinstance(gates, torch.Tensor) or tuple(gates.shape) != (n, m):
+            found = tuple(gates.shape) if isinstance(gates, torch.Tensor) else type(gates).__name__
+            raise ValueError(f"gates: expected [n={n}, m={m}], found {found}")
+        if not gates.is_floating_point():
+            raise TypeError(f"gates: expected a floating dtype, found {gates.dtype}")
+        gates = gates.to(torch.float32).contiguous()
+    return x.to(torch.float32).contiguous(), ids, gates
+
+
+def _op_weights(weights: ExpertWeights) -> tuple:
+    """The weight tensors the compiled CPU ops read: int8 is repacked once per weights object
+    into the CPU's interleaved layout (``pack_int8_cpu``; same bytes, see docs/kernels.md)."""
+    if weights.fmt != "int8_b32" or weights.device.type != "cpu":
+        return weights.tensors()
+    packed = weights.cached("cpu_int8_packed", lambda: tuple(
+        torch.ops.moespec.pack_int8_cpu(t) for t in (weights.gate, weights.up, weights.down)))
+    return packed + (weights.gate_scale, weights.up_scale, weights.down_scale)
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """The concrete backend for ``backend`` on ``device``; ``auto`` picks the fastest one that
+    builds here: ``cpp`` on CPU (else ``torch``), ``cuda`` on a GPU (else ``torch``)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
+    if backend == "auto":
+        want = "cuda" if device.type == "cuda" else "cpp"
+        if want not in _auto_cache:
+            _auto_cache[want] = want if build.available(want) else "torch"
+        return _auto_cache[want]
+    if backend == "cpp" and device.type != "cpu":
+        raise ValueError(f"backend 'cpp' runs on CPU tensors; the weights are on {device}")
+    if backend == "cuda" and device.type != "cuda":
+        raise ValueError(f"backend 'cuda' runs on CUDA tensors; the weights are on {device}")
+    return backend
+
+
+def expert_forward(x, ids, weights: ExpertWeights, gates=None, kernel: str = "slot",
+                   backend: str = "auto") -> torch.Tensor:
+    """The expert operation of one MoE layer (SwiGLU experts, see :mod:`moespec.kernels.reference`):
+    ``y_t = sum_s g_ts W_down[e] (silu(W_gate[e] x_t) * W_up[e] x_t)`` with ``e = ids[t, s]``.
+
+    Args:
+        x: ``[n, H]`` floating activations (computed in float32).
+        ids: ``[n, m]`` integer expert ids, each row ``m`` distinct values in ``[0, N)``.
+        weights: the layer's experts (:class:`ExpertWeights`, format f32 / bf16 / int8_b32).
+        gates: ``[n, m]`` routing weights; ``None`` means all ones.
+        kernel: ``"slot"`` (one expert read per (token, slot) pair) or ``"dedup"`` (each distinct
+            expert read once per pass).
+        backend: ``"torch"``, ``"cpp"``, ``"cuda"`` or ``"auto"`` (fastest present for the device).
+    Returns:
+        ``[n, H]`` float32.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, found {kernel!r}")
+    x, ids, gates = check_inputs(x, ids, weights, gates)
+    backend = resolve_backend(backend, weights.device)
+    if backend == "torch":
+        return _TORCH[kernel](x, ids, weights, gates)
+    if backend == "cpp":
+        build.load_cpu()
+    else:
+        build.load_cuda()
+    op = torch.ops.moespec.expert_slot if kernel == "slot" else torch.ops.moespec.expert_dedup
+    return op(x, ids, gates, *_op_weights(weights))
