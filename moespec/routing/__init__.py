@@ -1,5 +1,15 @@
-"""Routing traces and the reuse statistics of paper 1 (Sections 1-2, Appendix D.2)."""
+"""Routing traces and the reuse statistics of paper 1 (Sections 1-2, Appendix D.2).
 
+``RoutingTrace`` holds the expert sets; ``reuse``, ``mean_union``, ``byte_share``, ``e_slot``,
+``e_dedup`` and ``rho_bar`` estimate eqs. (1)-(3) and (11); ``bootstrap`` gives document-level
+intervals; ``synthetic`` builds seeded synthetic traces.
+"""
+
+from moespec.routing import synthetic
+from moespec.routing.stats import (STATISTICS, Bootstrap, WindowSums, bootstrap, byte_share, e_dedup,
+                                   e_slot, mean_union, resample_counts, reuse, rho_bar, window_sums)
 from moespec.routing.trace import RoutingTrace
 
-__all__ = ["RoutingTrace"]
+__all__ = ["RoutingTrace", "reuse", "mean_union", "byte_share", "e_slot", "e_dedup", "rho_bar",
+           "bootstrap", "Bootstrap", "resample_counts", "window_sums", "WindowSums", "STATISTICS",
+           "synthetic"]

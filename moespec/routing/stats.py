@@ -1,0 +1,255 @@
+"""Reuse, union and byte statistics of routing traces (paper 1, eqs. (1)-(3), (11), App. D.2).
+
+Estimator (Appendix D.2): every window of n consecutive tokens inside one document counts. For
+each window, rho counts the last token's experts that an earlier token of the window also
+selected; the sum over windows is divided by m times the number of windows. The union U counts
+the distinct experts of the window (X_{l,t}(n)) and is averaged over the same windows.
+
+Speed: each token-layer set becomes a bitmask (``ceil(N/64)`` uint64 words); the window union
+grows by one OR per n and popcounts give the counts. Per-document sums are kept, so the
+document-level bootstrap resamples sums (a multinomial count matrix times the per-document
+sums) instead of recomputing anything.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from moespec.routing.trace import RoutingTrace
+
+if hasattr(np, "bitwise_count"):
+    def _popcount(x: np.ndarray) -> np.ndarray:
+        """Set bits per element, summed over the last (word) axis."""
+        c = np.bitwise_count(x)
+        return c[..., 0] if x.shape[-1] == 1 else c.sum(axis=-1, dtype=np.uint16)
+else:  # numpy < 2.0: byte lookup table
+    _POP8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+
+    def _popcount(x: np.ndarray) -> np.ndarray:
+        b = x.view(np.uint8).reshape(*x.shape[:-1], -1)
+        return _POP8[b].sum(axis=-1)
+
+
+def bitmasks(ids: np.ndarray, num_experts: int) -> np.ndarray:
+    """Token-layer expert sets as bitmasks: ``[T, L, m]`` ids → ``[T, L, ceil(N/64)]`` uint64."""
+    words = (num_experts + 63) // 64
+    out = np.zeros(ids.shape[:2] + (words,), dtype=np.uint64)
+    one = np.uint64(1)
+    for s in range(ids.shape[2]):  # one slot at a time: m passes over [T, L], no [T, L, m] temporaries
+        slot = ids[:, :, s].astype(np.uint64)
+        if words == 1:
+            out[:, :, 0] |= one << slot
+        else:
+            word, bit = slot // np.uint64(64), one << (slot % np.uint64(64))
+            for w in range(words):
+                out[:, :, w] |= np.where(word == w, bit, np.uint64(0))
+    return out
+
+
+@dataclass(frozen=True)
+class WindowSums:
+    """Per-document window sums for n = 1..n_max (column n-1), the input of every statistic.
+
+    reuse[d, l, n-1]: sum over windows of n tokens of document d of |S_last ∩ (earlier sets)|.
+    union[d, l, n-1]: sum over the same windows of X_{l,t}(n), the window's distinct experts.
+    windows[d, n-1]: number of such windows, max(T_d - n + 1, 0).
+    """
+
+    reuse: np.ndarray
+    union: np.ndarray
+    windows: np.ndarray
+    top_k: int
+    expert_bytes: np.ndarray
+
+    @property
+    def n_max(self) -> int:
+        return self.windows.shape[1]
+
+    def head(self, n_max: int) -> "WindowSums":
+        """The sums for n = 1..n_max only (column n depends on nothing beyond n)."""
+        return WindowSums(self.reuse[..., :n_max], self.union[..., :n_max], self.windows[:, :n_max],
+                          self.top_k, self.expert_bytes)
+
+
+def window_sums(trace: RoutingTrace, n_max: int) -> WindowSums:
+    """Per-document window sums of ``trace`` for n = 1..n_max; cached on the trace."""
+    if not isinstance(n_max, (int, np.integer)) or n_max < 1:
+        raise ValueError(f"n_max must be an integer >= 1, found {n_max!r}")
+    cached = trace._cache.get("window_sums")
+    if cached is not None and cached.n_max >= n_max:
+        return cached.head(n_max)
+
+    D, L = trace.num_docs, trace.num_layers
+    lengths = trace.doc_lengths
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    masks = bitmasks(np.concatenate(trace.docs, axis=0), trace.num_experts)  # [Ttot, L, W]
+    Ttot = masks.shape[0]
+    # tokens left in the document from each global position: a window of n tokens starting at t
+    # stays inside its document exactly when left[t] >= n
+    left = np.repeat(starts + lengths, lengths) - np.arange(Ttot)
+    reuse = np.zeros((D, L, n_max), dtype=np.int64)
+    union = np.zeros((D, L, n_max), dtype=np.int64)
+    windows = np.maximum(lengths[:, None] - np.arange(n_max)[None, :], 0)
+
+    def per_doc(counts: np.ndarray, n: int) -> np.ndarray:
+        """Sum counts[t, l] (window starting at global token t) over each document's windows."""
+        counts = np.where((left[: counts.shape[0]] >= n)[:, None], counts, 0)
+        inside = starts < counts.shape[0]   # documents at the end may hold no window start
+        out = np.zeros((D, L), dtype=np.int64)
+        out[inside] = np.add.reduceat(counts, starts[inside], axis=0, dtype=np.int64)
+        return out
+
+    win = masks  # win[t] = union of tokens t..t+n-1 (all documents concatenated)
+    union[:, :, 0] = per_doc(_popcount(win), 1)
+    for n in range(2, min(n_max, int(lengths.max())) + 1):
+        last = masks[n - 1:]
+        win = win[: Ttot - n + 1]
+        reuse[:, :, n - 1] = per_doc(_popcount(last & win), n)
+        win = win | last
+        union[:, :, n - 1] = per_doc(_popcount(win), n)
+    sums = WindowSums(reuse, union, windows, trace.top_k, trace.expert_bytes.copy())
+    trace._cache["window_sums"] = sums
+    return sums
+
+
+# --- statistics from (possibly resampled) sums; leading axes broadcast -----------------------
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
+def _reuse(R, U, Wn, m, w):
+    return _ratio(R, m * Wn[..., None, :])
+
+
+def _union(R, U, Wn, m, w):
+    return _ratio(U, Wn[..., None, :])
+
+
+def _e_dedup(R, U, Wn, m, w):
+    return np.einsum("l,...ln->...n", w, _union(R, U, Wn, m, w))
+
+
+def _e_slot(R, U, Wn, m, w):
+    n = np.arange(1, Wn.shape[-1] + 1)
+    return np.broadcast_to(m * n * w.sum(), Wn.shape).astype(np.float64)
+
+
+def _byte_share(R, U, Wn, m, w):
+    return _e_dedup(R, U, Wn, m, w) / _e_slot(R, U, Wn, m, w)
+
+
+def _rho_bar(R, U, Wn, m, w):
+    rho = _reuse(R, U, Wn, m, w)                      # [..., L, n_max], column j-1 = rho(j)
+    weighted = np.einsum("l,...ln->...n", w, rho)[..., 1:]   # j = 2..n_max
+    k = np.arange(1, weighted.shape[-1] + 1)
+    return np.cumsum(weighted, axis=-1) / (k * w.sum())
+
+
+def _layer_mean_reuse(R, U, Wn, m, w):
+    return _reuse(R, U, Wn, m, w).mean(axis=-2)
+
+
+def _layer_mean_union(R, U, Wn, m, w):
+    return _union(R, U, Wn, m, w).mean(axis=-2)
+
+
+#: Statistics the bootstrap can resample; each maps window sums to an array over n (or k).
+STATISTICS = {
+    "reuse": _layer_mean_reuse,        # layer mean of rho_hat_l(n), n = 1..n_max
+    "union": _layer_mean_union,        # layer mean of U_hat_l(n)
+    "byte_share": _byte_share,         # ubar(n) = E_dedup(n) / E_slot(n)
+    "e_dedup": _e_dedup,
+    "rho_bar": _rho_bar,               # rho_bar_k, k = 1..n_max-1
+}
+
+
+def _apply(fn, sums: WindowSums):
+    """``fn`` on the whole trace: the per-document sums pooled over documents."""
+    return fn(sums.reuse.sum(axis=0), sums.union.sum(axis=0), sums.windows.sum(axis=0),
+              sums.top_k, sums.expert_bytes)
+
+
+def reuse(trace: RoutingTrace, n_max: int) -> np.ndarray:
+    """rho_hat_l(n), ``[L, n_max]``, column n-1 (paper 1, eq. (1); estimator of App. D.2).
+
+    Column 0 is rho(1) = 0. A column is NaN when no document has n tokens.
+    """
+    return _apply(_reuse, window_sums(trace, n_max))
+
+
+def mean_union(trace: RoutingTrace, n_max: int) -> np.ndarray:
+    """U_hat_l(n), ``[L, n_max]``: mean distinct experts of n consecutive tokens (paper 1, Sec. 2)."""
+    return _apply(_union, window_sums(trace, n_max))
+
+
+def e_dedup(trace: RoutingTrace, n_max: int) -> np.ndarray:
+    """E_dedup(n) = sum_l w_l U_hat_l(n), ``[n_max]``: union bytes of a pass (paper 1, Sec. 2)."""
+    return _apply(_e_dedup, window_sums(trace, n_max))
+
+
+def e_slot(trace: RoutingTrace, n_max: int) -> np.ndarray:
+    """E_slot(n) = m n W, ``[n_max]``: per-slot bytes of a pass of n tokens (paper 1, Sec. 2)."""
+    n = np.arange(1, n_max + 1)
+    return trace.top_k * n * trace.expert_bytes.sum()
+
+
+def byte_share(trace: RoutingTrace, n_max: int) -> np.ndarray:
+    """ubar(n) = E_dedup(n) / E_slot(n), ``[n_max]`` (paper 1, Sec. 2 and eq. (3))."""
+    return _apply(_byte_share, window_sums(trace, n_max))
+
+
+def rho_bar(trace: RoutingTrace, k_max: int) -> np.ndarray:
+    """rho_bar_k = (1/(kW)) sum_{j=2}^{k+1} sum_l w_l rho_l(j), ``[k_max]``, entry k-1 (eq. (11))."""
+    return _apply(_rho_bar, window_sums(trace, k_max + 1))
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """A statistic over n (or k), its document-level bootstrap samples and percentile interval."""
+
+    statistic: str
+    estimate: np.ndarray   # [n] on the whole trace
+    low: np.ndarray        # [n] lower percentile bound
+    high: np.ndarray       # [n] upper percentile bound
+    samples: np.ndarray    # [resamples, n]
+    level: float
+
+
+def resample_counts(num_docs: int, resamples: int, seed: int | np.random.Generator) -> np.ndarray:
+    """``[resamples, D]`` multinomial counts: how often each document is drawn in each resample."""
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(num_docs, np.full(num_docs, 1.0 / num_docs), size=resamples)
+
+
+def bootstrap(trace: RoutingTrace, n_max: int, statistic: str = "reuse", resamples: int = 2000,
+              seed: int | np.random.Generator = 0, level: float = 0.95) -> Bootstrap:
+    """Document-level bootstrap of a layer-mean statistic (paper 1, App. D.2: 2000 resamples).
+
+    ``statistic`` is one of :data:`STATISTICS` ("reuse", "union", "byte_share", "e_dedup",
+    "rho_bar"); for "rho_bar" entries are k = 1..n_max-1. Documents are drawn with
+    replacement; each resample's window sums are the count-weighted per-document sums, so the
+    statistic is a ratio of pooled sums exactly as on the full trace.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, found {resamples}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), found {level}")
+    fn = STATISTICS[statistic]
+    sums = window_sums(trace, n_max)
+    counts = resample_counts(trace.num_docs, resamples, seed).astype(np.float64)  # [B, D]
+    D, L, n = sums.reuse.shape
+    R = (counts @ sums.reuse.reshape(D, -1)).reshape(resamples, L, n)
+    U = (counts @ sums.union.reshape(D, -1)).reshape(resamples, L, n)
+    Wn = counts @ sums.windows
+    samples = fn(R, U, Wn, sums.top_k, sums.expert_bytes)
+    alpha = (1 - level) / 2
+    with warnings.catch_warnings():  # a column with no window in any resample stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = np.nanquantile(samples, [alpha, 1 - alpha], axis=0)
+    return Bootstrap(statistic, _apply(fn, sums), low, high, samples, level)
