@@ -1,0 +1,11 @@
+"""The whole-model engine (paper 1, Section 4, Appendices D-E): an MoE causal LM whose expert
+operation runs through :mod:`moespec.kernels` with one dedup switch, verify-time measurement,
+and speculative decoding with the oracle draft and with a real draft model."""
+
+from moespec.engine.speculative import (ModelDraft, OracleDraft, Step, speculative_generate,
+                                        summarize_steps)
+from moespec.engine.switch import SLOT_MAX, KernelExperts, Switch, install, moe_layers
+from moespec.engine.target import Engine, FakeTarget
+
+__all__ = ["Engine", "FakeTarget", "KernelExperts", "ModelDraft", "OracleDraft", "SLOT_MAX", "Step",
+           "Switch", "install", "moe_layers", "speculative_generate", "summarize_steps"]

@@ -1,0 +1,112 @@
+"""The whole-model runs of paper 1, Section 4 and Appendix D, as sweeps that return row tables:
+the dedup-switch output check, the oracle-draft grid (k = 0..8 x 11 acceptance values) and the
+real-draft runs on MT-Bench first turns (Appendix D.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from moespec.engine.speculative import ModelDraft, OracleDraft, speculative_generate, summarize_steps
+
+
+def greedy_agreement(engine, prompts: list, n_tokens: int) -> pd.DataFrame:
+    """Greedy decoding of ``n_tokens`` per prompt with deduplication off and on (Appendix E's
+    check): per prompt, the positions that agree and the first divergence (None if none).
+    Decoding is one token per pass (the per-slot kernel either way) except the verify-style
+    check, so this also runs the whole continuation as one teacher-forced pass per setting."""
+    rows = []
+    for pi, prompt in enumerate(prompts):
+        seqs, forced = {}, {}
+        for dd in (False, True):
+            engine.dedup = dd
+            first = engine.prefill(prompt)
+            seqs[dd] = [first] + engine.greedy(first, n_tokens - 1)
+            engine.crop(len(prompt))
+        for dd in (False, True):  # the same continuation verified in passes of up to 9 tokens
+            engine.dedup = dd
+            out = []
+            for s in range(0, n_tokens - 1, 9):
+                out += engine.forward(seqs[False][s:s + 9])
+            forced[dd] = out[: n_tokens - 1]
+            engine.crop(len(prompt))
+        a, b = seqs[False], seqs[True]
+        div = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        rows.append({"prompt": pi, "tokens": n_tokens, "greedy_equal": int(sum(x == y for x, y in zip(a, b))),
+                     "first_divergence": div,
+                     "verify_rows": len(forced[False]),
+                     "verify_argmax_equal": int(sum(x == y for x, y in zip(forced[False], forced[True]))),
+                     "verify_matches_greedy": int(sum(x == y for x, y in zip(forced[True], a[1:])))})
+    engine.dedup = False
+    return pd.DataFrame(rows)
+
+
+def oracle_sweep(engine, prompts: list, ks, a_values, n_tokens: int, reps: int = 1, seed: int = 0,
+                 depth: int | None = None, dedup: bool = True, vocab: int | None = None,
+                 progress: bool = True) -> pd.DataFrame:
+    """Speculative decoding with the oracle draft over every (k, a), on every prompt, ``reps``
+    times (paper 1, Section 4 and Appendix D.2), with deduplication ``dedup``.
+
+    Each prompt is prefilled once and its greedy continuation decoded once (untimed); every run
+    reuses that cache and crops back to the prompt. Runs of one repetition go in a seeded random
+    order. One row per run: the fields of :func:`summarize_steps` plus prompt, d, k, a, rep.
+    """
+    vocab = vocab or engine.model.config.vocab_size
+    ks, a_values = list(ks), list(a_values)
+    rng = np.random.default_rng(seed)
+    grid = [(k, a) for k in ks for a in a_values]
+    rows = []
+    bar = tqdm(total=len(prompts) * reps * len(grid), desc=f"oracle d={depth}", disable=not progress)
+    engine.dedup = dedup
+    for pi, prompt in enumerate(prompts):
+        first = engine.prefill(prompt)
+        reference = [first] + engine.greedy(first, n_tokens + max(ks) + 1)
+        engine.crop(len(prompt))
+        for rep in range(reps):
+            for gi in rng.permutation(len(grid)):
+                k, a = grid[gi]
+                run_seed = [seed, pi, rep, k, int(round(a * 1000))]
+                drafter = OracleDraft(engine, a, vocab, seed=run_seed)
+                _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first,
+                                                reference=reference)
+                rows.append({"prompt": pi, "d": depth if depth is not None else len(prompt), "k": k,
+                             "a": a, "rep": rep, **summarize_steps(steps)})
+                bar.update()
+    bar.close()
+    engine.dedup = False
+    return pd.DataFrame(rows)
+
+
+def real_draft_sweep(engine, draft_model, prompts: list, ks, n_tokens: int, dedup: bool = True,
+                     progress: bool = True) -> pd.DataFrame:
+    """Speculative decoding with a real draft model, greedy, against plain decoding (k = 0, the
+    same loop with a drafter that never drafts), on every prompt (paper 1, Appendix D.3).
+    One row per (prompt, k) with the fields of :func:`summarize_steps` and the speedup over k = 0."""
+    ks = sorted(set([0] + list(ks)))
+    drafter = ModelDraft(draft_model)
+    rows = []
+    engine.dedup = dedup
+    for pi, prompt in enumerate(tqdm(prompts, desc="real draft", disable=not progress)):
+        first = engine.prefill(prompt)
+        for k in ks:
+            _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first)
+            rows.append({"prompt": pi, "prompt_tokens": len(prompt), "k": k, **summarize_steps(steps)})
+    engine.dedup = False
+    df = pd.DataFrame(rows)
+    plain = df[df["k"] == 0].set_index("prompt")["throughput"]
+    df["speedup"] = df["throughput"] / df["prompt"].map(plain)
+    return df
+
+
+def throughput_grid(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a_values, ks, T[a, k]): the median throughput of the oracle runs per (a, k) (tokens/s)."""
+    med = runs.groupby(["a", "k"])["throughput"].median().unstack("k").sort_index()
+    if med.isna().any().any():
+        raise ValueError("oracle runs do not cover every (a, k) pair")
+    return med.index.to_numpy(float), med.columns.to_numpy(int), med.to_numpy()
+
+
+def step_overhead(runs: pd.DataFrame) -> np.ndarray:
+    """h(k): the median over runs of each run's median time per step outside the verify pass."""
+    return runs.groupby("k")["h_median_s"].median().sort_index().to_numpy()

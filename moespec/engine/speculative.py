@@ -1,0 +1,188 @@
+"""Speculative decoding at batch one: a drafter proposes k tokens, the target verifies them with
+the current token in one pass of k + 1 tokens, and the longest agreeing prefix is kept
+(Leviathan et al., 2023; paper 1, Sections 1 and 4, Appendix D).
+
+Two drafters: :class:`OracleDraft`, the target's own greedy token corrupted with probability
+1 - a by a seeded draw (so acceptance is geometric at rate a, paper 1, Section 4), and
+:class:`ModelDraft`, a small causal LM drafting greedily with its own KV cache (Appendix D.3).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Step:
+    """One speculative step: k drafted, ``accepted`` of them kept, ``accepted + 1`` emitted."""
+
+    k: int
+    accepted: int
+    rejected: bool  # a draft was rejected (False when all k were accepted, and at k = 0)
+    corrupted_reject: bool  # the first rejected draft was one the oracle corrupted
+    t_step_s: float  # draft + verify + host work of the step
+    t_verify_s: float  # the target's verify pass alone
+    t_draft_s: float
+
+
+class OracleDraft:
+    """Proposes the target's greedy continuation, each token replaced by a different one with
+    probability ``1 - a`` (seeded). The greedy continuation is computed once per prompt, outside
+    the timed steps; where the emitted text leaves it (the batched verify argmax differs from the
+    batch-one greedy token), it is recomputed from there, also untimed."""
+
+    def __init__(self, target, a: float, vocab: int, seed: int = 0, horizon: int = 64):
+        if not 0.0 <= a <= 1.0:
+            raise ValueError(f"oracle acceptance a must lie in [0, 1], got {a}")
+        if vocab < 2:
+            raise ValueError(f"vocab must be >= 2, got {vocab}")
+        self.target, self.a, self.vocab = target, float(a), int(vocab)
+        self.rng = np.random.default_rng(seed)
+        self.horizon = int(horizon)
+        self.reference: list[int] = []  # greedy continuation after the prompt; [0] is the first token
+        self.last_corrupted: list[bool] = []
+
+    def begin(self, prompt, first: int, reference: list[int] | None = None) -> None:
+        """Start a prompt whose greedy next token is ``first``; ``reference`` may pass a
+        precomputed greedy continuation (starting with ``first``)."""
+        self.reference = list(reference) if reference is not None else [int(first)]
+
+    def prepare(self, generated: list[int], current: int, k: int) -> None:
+        """Untimed: make sure the reference covers ``generated + [current]`` and k more tokens."""
+        pos = len(generated)
+        ok = (len(self.reference) > pos and self.reference[pos] == current
+              and self.reference[:pos] == generated)
+        if ok and len(self.reference) >= pos + 1 + k:
+            return
+        if not ok:  # the emitted text left the reference: restart it from here
+            self.reference = list(generated) + [int(current)]
+        need = pos + 1 + max(k, self.horizon) - len(self.reference)
+        start = self.target.length
+        self.reference += self.target.greedy(self.reference[-1], need)
+        self.target.crop(start)
+
+    def propose(self, generated: list[int], current: int, k: int) -> list[int]:
+        pos = len(generated)
+        out, flags = [], []
+        for tok in self.reference[pos + 1: pos + 1 + k]:
+            bad = bool(self.rng.random() >= self.a)
+            if bad:  # any other token: shift by 1..vocab-1
+                tok = (tok + 1 + int(self.rng.integers(self.vocab - 1))) % self.vocab
+            out.append(int(tok))
+            flags.append(bad)
+        self.last_corrupted = flags
+        return out
+
+
+class ModelDraft:
+    """A small causal LM drafting k greedy tokens, with its own KV cache kept in step with the
+    emitted text (cropped to the longest prefix it shares with it after every step)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model.eval()
+        self.cache = None
+        self.cached: list[int] = []  # the tokens the draft cache holds
+        self.last_corrupted: list[bool] = []
+
+    @torch.inference_mode()
+    def _feed(self, ids: list[int]) -> int:
+        out = self.model(input_ids=torch.tensor([ids], dtype=torch.long), cache=self.cache, use_cache=True)
+        self.cached += ids  # the DynamicCache grew in place
+        return int(out.logits[0, -1].argmax())
+
+    def begin(self, prompt, first: int, reference=None) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=self.model.config)
+        self.cached = []
+        self.prompt = [int(t) for t in prompt]
+        self._feed(self.prompt)
+
+    def prepare(self, generated, current, k) -> None:
+        return None
+
+    def propose(self, generated: list[int], current: int, k: int) -> list[int]:
+        if k == 0:
+            return []
+        text = self.prompt + list(generated) + [int(current)]
+        common = 0
+        for x, y in zip(self.cached, text):
+            if x != y:
+                break
+            common += 1
+        common = min(common, len(text) - 1)  # feed at least the current token
+        if common < len(self.cached):
+            self.cache.crop(common - len(self.cached))
+            del self.cached[common:]
+        out = [self._feed(text[common:])]
+        while len(out) < k:
+            out.append(self._feed([out[-1]]))
+        self.last_corrupted = [False] * k
+        return out
+
+
+def speculative_generate(target, drafter, prompt, k: int, n_tokens: int, first: int | None = None,
+                         reference: list[int] | None = None, clock=time.perf_counter) -> tuple[list[int], list[Step]]:
+    """Generate at least ``n_tokens`` tokens after ``prompt`` with draft length ``k``.
+
+    ``first``: the prompt's greedy next token when the target's cache already holds the prompt
+    (a run then reuses the prefill; the cache is cropped back to the prompt at the end). Returns the
+    emitted tokens and one :class:`Step` per step. The step time covers drafting, the verify pass and
+    the host work (acceptance, cache crop); :meth:`OracleDraft.prepare` is not timed.
+    """
+    if k < 0 or n_tokens < 1:
+        raise ValueError(f"need k >= 0 and n_tokens >= 1, got k={k}, n_tokens={n_tokens}")
+    prompt = [int(t) for t in np.asarray(prompt).reshape(-1)]
+    if first is None:
+        first = target.prefill(prompt)
+    elif target.length != len(prompt):
+        raise ValueError(f"target cache holds {target.length} positions, the prompt {len(prompt)}")
+    drafter.begin(prompt, first, reference)
+    generated: list[int] = []
+    current = int(first)
+    steps: list[Step] = []
+    while len(generated) < n_tokens:
+        drafter.prepare(generated, current, k)
+        t0 = clock()
+        drafts = drafter.propose(generated, current, k)
+        t1 = clock()
+        argmax = target.forward([current] + drafts)
+        t2 = clock()
+        j = 0
+        while j < k and drafts[j] == argmax[j]:
+            j += 1
+        base = target.length - (k + 1)
+        target.crop(base + 1 + j)  # keep the current token and the accepted drafts
+        t3 = clock()
+        generated += [current] + drafts[:j]
+        current = argmax[j]
+        corrupted = bool(j < k and drafter.last_corrupted[j])
+        steps.append(Step(k, j, j < k, corrupted, t3 - t0, t2 - t1, t1 - t0))
+    target.crop(len(prompt))
+    return generated, steps
+
+
+def summarize_steps(steps: list[Step]) -> dict:
+    """Tokens per step, realized acceptance and throughput of a run.
+
+    Realized acceptance is the geometric maximum-likelihood estimate: accepted drafts over
+    accepted drafts plus rejections (drafts after the first rejection are never examined).
+    """
+    if not steps:
+        raise ValueError("no steps to summarize")
+    acc = sum(s.accepted for s in steps)
+    rej = sum(s.rejected for s in steps)
+    emitted = acc + len(steps)
+    t_total = sum(s.t_step_s for s in steps)
+    return {"steps": len(steps), "emitted": emitted, "tokens_per_step": emitted / len(steps),
+            "accepted": acc, "rejections": rej,
+            "realized_a": acc / (acc + rej) if acc + rej else float("nan"),
+            "cut_short": sum(s.rejected and not s.corrupted_reject for s in steps),
+            "time_s": t_total, "throughput": emitted / t_total if t_total > 0 else float("nan"),
+            "t_step_median_s": float(np.median([s.t_step_s for s in steps])),
+            "t_verify_median_s": float(np.median([s.t_verify_s for s in steps])),
+            "h_median_s": float(np.median([s.t_step_s - s.t_verify_s for s in steps]))}

@@ -1,0 +1,149 @@
+"""The whole-model engine: a causal LM with a KV cache, run one pass at a time at batch one.
+
+:class:`Engine` wraps an ``OlmoeForCausalLM`` whose experts run through :mod:`moespec.kernels`
+(see :mod:`moespec.engine.switch`). The speculative loop talks to any object with the same four
+members (``prefill``, ``forward``, ``crop``, ``length``); tests use :class:`FakeTarget`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from moespec.engine.switch import install, moe_layers
+
+
+class Engine:
+    """A target model with a KV cache and the dedup switch.
+
+    ``prefill(ids)`` starts a new sequence and returns the greedy next token; ``forward(ids)``
+    appends ``ids`` (one pass of ``len(ids)`` tokens) and returns the argmax at each position;
+    ``crop(length)`` drops cached positions beyond ``length``.
+    """
+
+    def __init__(self, model: torch.nn.Module, backend: str = "auto", install_kernels: bool = True,
+                 prefill_chunk: int = 512):
+        self.model = model.eval()
+        self.switch = install(model, backend) if install_kernels else None
+        self.num_layers = len(moe_layers(model))
+        self.prefill_chunk = int(prefill_chunk)
+        self.cache = None
+        self.last_logits: torch.Tensor | None = None
+
+    # --- the switch -----------------------------------------------------------------------
+    @property
+    def dedup(self) -> bool:
+        return bool(self.switch and self.switch.dedup)
+
+    @dedup.setter
+    def dedup(self, on: bool) -> None:
+        if self.switch is None:
+            raise ValueError("this engine runs the model's own experts module; there is no dedup switch")
+        self.switch.dedup = bool(on)
+
+    # --- the KV cache ---------------------------------------------------------------------
+    @property
+    def length(self) -> int:
+        return 0 if self.cache is None else int(self.cache.get_seq_length())
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` cached positions (rejected drafts are dropped this way)."""
+        cur = self.length
+        if not 0 <= length <= cur:
+            raise ValueError(f"cannot crop a cache of {cur} positions to {length}")
+        if length < cur:
+            self.cache.crop(length - cur)  # transformers 5: a negative count removes positions
+
+    @torch.inference_mode()
+    def _run(self, ids: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=ids.view(1, -1), cache=self.cache, use_cache=True)
+        return out.logits[0]
+
+    @torch.inference_mode()
+    def prefill(self, ids) -> int:
+        """Start a sequence with the prompt ``ids`` (in chunks); return its greedy next token."""
+        from transformers import DynamicCache
+
+        ids = torch.as_tensor(np.asarray(ids), dtype=torch.long)
+        if ids.ndim != 1 or ids.numel() == 0:
+            raise ValueError(f"prefill needs a non-empty 1-D token list, got shape {tuple(ids.shape)}")
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit is not None and ids.numel() > limit:
+            raise ValueError(f"prompt of {ids.numel()} tokens exceeds the model's max_position_embeddings={limit}")
+        self.cache = DynamicCache(config=self.model.config)
+        for start in range(0, ids.numel(), self.prefill_chunk):
+            logits = self._run(ids[start:start + self.prefill_chunk])
+        self.last_logits = logits[-1]
+        return int(logits[-1].argmax())
+
+    @torch.inference_mode()
+    def forward(self, ids) -> list[int]:
+        """One pass over ``ids`` appended to the cache; the argmax token at each position."""
+        if self.cache is None:
+            raise ValueError("call prefill() before forward()")
+        ids = torch.as_tensor(np.asarray(ids), dtype=torch.long).view(-1)
+        logits = self._run(ids)
+        self.last_logits = logits
+        return logits.argmax(-1).tolist()
+
+    def greedy(self, first: int, count: int) -> list[int]:
+        """``count`` greedy tokens decoded one per pass from the current cache, starting by feeding
+        ``first`` (the token after the cache); the cache grows by ``count`` positions."""
+        out, tok = [], int(first)
+        for _ in range(count):
+            tok = self.forward([tok])[0]
+            out.append(tok)
+        return out
+
+    def record_routing(self, ids) -> np.ndarray:
+        """Teacher-force ``ids`` in one pass and return the experts each token chose,
+        ``[len(ids), L, m]`` (the routing of the verified text); the cache is restored."""
+        if self.switch is None:
+            raise ValueError("routing is recorded by the kernel switch; build the engine with install_kernels=True")
+        start = self.length
+        self.switch.record = []
+        try:
+            self.forward(ids)
+            calls = self.switch.record
+        finally:
+            self.switch.record = None
+        self.crop(start)
+        calls.sort(key=lambda c: c[0])
+        return np.stack([ids_ for _, ids_ in calls], axis=1)
+
+
+class FakeTarget:
+    """A cheap deterministic stand-in for a target model (tests of the speculative loop): the
+    greedy token after ``t`` is ``(a * t + b) % vocab``; a pass costs nothing."""
+
+    def __init__(self, vocab: int = 1000, a: int = 7, b: int = 3):
+        self.vocab, self.a, self.b = int(vocab), int(a), int(b)
+        self.tokens: list[int] = []
+
+    def next_of(self, t: int) -> int:
+        return (self.a * int(t) + self.b) % self.vocab
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    def prefill(self, ids) -> int:
+        self.tokens = [int(t) for t in ids]
+        return self.next_of(self.tokens[-1])
+
+    def forward(self, ids) -> list[int]:
+        ids = [int(t) for t in np.asarray(ids).reshape(-1)]
+        self.tokens.extend(ids)
+        return [self.next_of(t) for t in ids]
+
+    def crop(self, length: int) -> None:
+        if not 0 <= length <= len(self.tokens):
+            raise ValueError(f"cannot crop a cache of {len(self.tokens)} positions to {length}")
+        del self.tokens[length:]
+
+    def greedy(self, first: int, count: int) -> list[int]:
+        out, tok = [], int(first)
+        for _ in range(count):
+            tok = self.forward([tok])[0]
+            out.append(tok)
+        return out
