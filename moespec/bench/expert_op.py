@@ -1,0 +1,310 @@
+"""The expert-operation benchmark: one MoE layer's expert operation, run alone (paper 1, Section 2).
+
+For a model spec (published shapes with random weights, or real weights passed in) and each
+chosen layer, every pass size n runs as one interleaved group: (a) passes with chosen ids at a
+grid of U from heavy repetition (U = m) to none (U = min(N, n·m)); (b) windows of n consecutive
+tokens copied from routing (a recorded :class:`~moespec.routing.RoutingTrace`, or a synthetic one,
+labelled as such); both kernels on every pass, and a read of ``membw_bytes`` (``torch.sum``) for the
+machine's read bandwidth in the same run. Rows are written as each group finishes (RowLog); an
+interrupted run resumes at the first group not on disk. Provenance goes to a JSON sidecar.
+
+Run folder: ``<out_dir>/<run_id>/rows.csv`` and ``provenance.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from moespec import io, paths, provenance
+from moespec.bench import timing
+from moespec.bench.ids import chosen_ids, distinct, trace_windows, u_grid
+from moespec.models import MoESpec, get_spec
+
+FIELDS = ["run_id", "model", "layer", "kind", "kernel", "backend", "fmt", "device", "n", "m", "N", "U",
+          "expert_bytes", "requested_bytes", "pass_id", "window", "t_median_s", "t_q25_s", "t_q75_s",
+          "reps", "other_load", "swapped", "gpu_throttle", "flags"]
+KEY = ["layer", "n", "pass_id", "kernel"]
+KERNELS = ("slot", "dedup")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What one benchmark run measures.
+
+    ``u_count``: values of U per n, spread over the reachable range (None: every reachable U).
+    ``windows_per_n``: windows of routing per n and layer. ``membw_bytes``: bytes of the read-
+    bandwidth reference (>= 1 GiB for Figure 2; tests use less). ``hidden``/``intermediate``
+    shrink the spec's shapes (the quick profile); N and m stay the model's. ``threads``: torch
+    CPU threads during the run (None: leave torch's setting). One thread by default: on a shared,
+    oversubscribed CPU a multi-threaded op waits at every barrier for a descheduled thread, which
+    adds milliseconds of noise to each small op; the read-bandwidth reference runs with the same
+    threads, so Figure 2 compares like with like.
+    """
+
+    model: str = "olmoe"
+    fmt: str = "f32"
+    backend: str = "auto"
+    device: str = "cpu"
+    layers: tuple[int, ...] = (0,)
+    ns: tuple[int, ...] = tuple(range(1, 10))
+    u_count: int | None = 6
+    windows_per_n: int = 6
+    reps: int = 5
+    warmup: int = 1
+    flush_bytes: int = timing.FLUSH_BYTES
+    membw_bytes: int = 2**30
+    seed: int = 0
+    hidden: int | None = None
+    intermediate: int | None = None
+    threads: int | None = 1
+
+    def spec(self) -> MoESpec:
+        """The model spec, with its shapes replaced by ``hidden``/``intermediate`` if given."""
+        spec = get_spec(self.model)
+        if self.hidden or self.intermediate:
+            spec = dataclasses.replace(spec, name=f"{spec.name}-shrunk",
+                                       hidden_size=self.hidden or spec.hidden_size,
+                                       expert_intermediate=self.intermediate or spec.expert_intermediate)
+        return spec
+
+    def as_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+def synthetic_routing(spec: MoESpec, num_layers: int, seed: int = 0, num_docs: int = 8, doc_len: int = 256):
+    """Synthetic routing for ``spec`` when no recorded trace exists: the sticky process calibrated
+    to paper 1's published layer-mean rho(2) and rho(9) of the model (data/paper_reference), else
+    uniform routing. The trace's ``source`` says which; plots label windows with it."""
+    from moespec.routing import synthetic
+
+    ref = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv")
+    label = spec.paper_label or spec.name
+    rho = {q: ref.loc[(ref["quantity"] == q) & (ref["model_or_engine"] == label), "value"]
+           for q in ("rho_layer_mean_n2", "rho_layer_mean_n9")}
+    m, N = spec.top_k, spec.num_experts
+    if all(len(v) for v in rho.values()) and N >= 2 * m:
+        keep, h = synthetic.calibrate_sticky(float(rho["rho_layer_mean_n2"].iloc[0]), N, m,
+                                             rho_n=float(rho["rho_layer_mean_n9"].iloc[0]), n=9)
+        return synthetic.sticky(num_docs, doc_len, num_layers, N, m, keep, working_set=h, seed=seed,
+                                model=spec.name,
+                                source=f"synthetic sticky routing calibrated to paper 1's published "
+                                       f"rho(2), rho(9) of {label}")
+    return synthetic.uniform(num_docs, doc_len, num_layers, N, m, seed=seed, model=spec.name,
+                             source=f"synthetic uniform routing (no published reuse for {label})")
+
+
+def _resolve_backend(backend: str, device: str) -> str:
+    """The backend ``auto`` runs on ``device`` (asks moespec.kernels when it can tell)."""
+    import torch
+
+    from moespec.kernels import resolve_backend
+
+    return resolve_backend(backend, torch.device(device))
+
+
+def _weights_getter(weights, config: BenchConfig, spec: MoESpec) -> Callable[[int], object]:
+    from moespec.kernels.weights import ExpertWeights
+
+    if weights is None:
+        return lambda layer: ExpertWeights.random((spec.num_experts, spec.hidden_size, spec.expert_intermediate),
+                                                  fmt=config.fmt, seed=config.seed * 1000 + layer,
+                                                  device=config.device)
+    if isinstance(weights, ExpertWeights):
+        return lambda layer: weights.to(config.device)
+    if isinstance(weights, Mapping):
+        return lambda layer: weights[layer].to(config.device)
+    if callable(weights):
+        return weights
+    raise TypeError(f"weights must be None, an ExpertWeights, a mapping layer -> ExpertWeights or a "
+                    f"callable; got {type(weights).__name__}")
+
+
+def group_passes(config: BenchConfig, spec: MoESpec, trace, layer: int, n: int) -> list[dict]:
+    """The passes of group (layer, n): chosen ids at :func:`u_grid` values of U, then windows of
+    the trace. Deterministic in (seed, layer, n), so a resumed run times the same passes."""
+    m, N = spec.top_k, spec.num_experts
+    rng = np.random.default_rng([config.seed, layer, n])
+    passes = [{"kind": "chosen", "pass_id": f"c{U}", "window": "", "ids": chosen_ids(n, m, N, U, rng)}
+              for U in u_grid(n, m, N, config.u_count)]
+    if trace is not None and config.windows_per_n:
+        for d, s, ids in trace_windows(trace.docs, layer, n, config.windows_per_n, rng):
+            passes.append({"kind": "window", "pass_id": f"w{d}:{s}", "window": f"{trace.doc_ids[d]}:{s}",
+                           "ids": ids})
+    return passes
+
+
+def _check_inputs(spec: MoESpec, trace, config: BenchConfig) -> None:
+    if trace is None:
+        return
+    if trace.num_experts != spec.num_experts or trace.top_k != spec.top_k:
+        raise ValueError(f"trace routes {trace.top_k} of {trace.num_experts} experts; the model "
+                         f"{spec.name} has m={spec.top_k} of N={spec.num_experts}")
+    bad = [l for l in config.layers if not 0 <= l < trace.num_layers]
+    if bad:
+        raise ValueError(f"layers {bad} are outside the trace's {trace.num_layers} MoE layers")
+
+
+def _config_hash(config: BenchConfig, trace_source: str) -> str:
+    blob = json.dumps({"config": config.as_dict(), "trace": trace_source}, sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()[:8]
+
+
+def find_runs(out_dir: Path | None = None) -> list[dict]:
+    """Sidecars of every run under ``out_dir`` (default ``bench_dir()/expert_op``), oldest first,
+    each with ``run_dir`` added."""
+    out_dir = Path(out_dir or paths.bench_dir() / "expert_op")
+    runs = []
+    for side in sorted(out_dir.glob("*/provenance.json")):
+        rec = json.loads(side.read_text())
+        rec["run_dir"] = str(side.parent)
+        runs.append(rec)
+    return sorted(runs, key=lambda r: r.get("started", ""))
+
+
+def latest_run(out_dir: Path | None = None, complete: bool = True, **match) -> Path:
+    """The newest run folder whose config matches ``match`` (e.g. model="olmoe", backend="torch")."""
+    cands = [r for r in find_runs(out_dir)
+             if (not complete or r.get("status") == "complete")
+             and all(r["config"].get(k) == v for k, v in match.items())]
+    if not cands:
+        raise FileNotFoundError(f"no {'complete ' if complete else ''}expert-op run matching {match} "
+                                f"under {out_dir or paths.bench_dir() / 'expert_op'}")
+    return Path(cands[-1]["run_dir"])
+
+
+def load_rows(run_dir: Path) -> pd.DataFrame:
+    """The rows of one run (``rows.csv``) as a DataFrame."""
+    path = Path(run_dir) / "rows.csv"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no rows (has the run started?)")
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
+def read_bandwidth(rows: pd.DataFrame) -> dict:
+    """Median and quartiles (GB/s) of the read-bandwidth reference timed in this run (kind membw)."""
+    r = rows[rows["kind"] == "membw"]
+    if r.empty:
+        raise ValueError("no read-bandwidth rows (kind 'membw') in these rows")
+    bw = pd.to_numeric(r["requested_bytes"]) / pd.to_numeric(r["t_median_s"]) / 1e9
+    return {"median_GBps": float(bw.median()), "q25_GBps": float(bw.quantile(0.25)),
+            "q75_GBps": float(bw.quantile(0.75)), "groups": int(len(bw))}
+
+
+def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=None, resume: bool = True,
+        progress: bool = True, timer=None, flush=None) -> Path:
+    """Run (or resume) the benchmark of ``config``; return the run folder.
+
+    ``weights``: None (random weights of the spec's shapes), an ExpertWeights (real weights, used
+    for every layer), a mapping layer -> ExpertWeights, or a callable layer -> ExpertWeights.
+    ``trace``: RoutingTrace whose windows are timed (None: chosen ids only). ``resume``: continue
+    the newest incomplete run with the same config and trace, if any. ``timer``/``flush`` replace
+    the harness's clock and cache flush (tests).
+    """
+    spec = config.spec()
+    _check_inputs(spec, trace, config)
+    out_dir = Path(out_dir or paths.bench_dir() / "expert_op")
+    trace_source = "" if trace is None else (trace.label if hasattr(trace, "label") else str(trace.source))
+    chash = _config_hash(config, trace_source)
+    run_dir = None
+    if resume:
+        for rec in reversed(find_runs(out_dir)):
+            if rec.get("config_hash") == chash and rec.get("status") != "complete":
+                run_dir = Path(rec["run_dir"])
+                break
+    backend = _resolve_backend(config.backend, config.device)
+    if run_dir is None:
+        stamp = _dt.datetime.now(_dt.timezone.utc)
+        run_id = f"{stamp:%Y%m%dT%H%M%S}-{spec.name}-{backend}-{config.fmt}-{chash}"
+        suffix = 1
+        while (out_dir / run_id).exists():  # two runs in one second: never reuse a folder
+            suffix += 1
+            run_id = f"{stamp:%Y%m%dT%H%M%S}-{spec.name}-{backend}-{config.fmt}-{chash}-{suffix}"
+        run_dir = out_dir / run_id
+        sidecar = {"run_id": run_id, "config": config.as_dict(), "config_hash": chash, "status": "running",
+                   "started": stamp.isoformat(), "spec": dataclasses.asdict(spec), "backend_resolved": backend,
+                   "trace_source": trace_source,
+                   "weights": "random (published shapes)" if weights is None else "given",
+                   "provenance": provenance.full_record()}
+        io.write_json(run_dir / "provenance.json", sidecar)
+    sidecar = json.loads((run_dir / "provenance.json").read_text())
+    run_id = sidecar["run_id"]
+    get_weights = _weights_getter(weights, config, spec)
+    timer = timer or timing.timer_for(config.device)
+    flush = flush or timing.CacheFlush(config.flush_bytes, config.device)
+    import torch
+
+    from moespec.kernels import expert_forward as forward
+
+    threads_before = torch.get_num_threads()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    try:
+        _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush, progress)
+    finally:
+        torch.set_num_threads(threads_before)
+    sidecar.update(status="complete", finished=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+                   torch_threads=config.threads or threads_before)
+    io.write_json(run_dir / "provenance.json", sidecar)
+    return run_dir
+
+
+def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush, progress):
+    """Time every group (layer, n) not yet on disk, writing its rows as it finishes."""
+    import torch
+    from tqdm.auto import tqdm
+
+    log = io.RowLog(run_dir / "rows.csv", FIELDS, KEY)
+    done = log.done_keys()
+
+    read_fn, read_bytes = timing.read_bandwidth_callable(config.membw_bytes, config.device)
+    groups = [(layer, n) for layer in config.layers for n in config.ns]
+    bar = tqdm(groups, desc=f"expert op {spec.name} {backend} {config.fmt}", disable=not progress)
+    current_layer, w = None, None
+    for layer, n in bar:
+        passes = group_passes(config, spec, trace, layer, n)
+        todo = [p for p in passes if any((str(layer), str(n), p["pass_id"], k) not in done for k in KERNELS)]
+        if not todo:
+            continue
+        if layer != current_layer:
+            w = None  # free the previous layer before building the next
+            w = get_weights(layer)
+            current_layer = layer
+        b = int(w.bytes_per_expert)
+        gen = torch.Generator().manual_seed(config.seed * 100 + n)
+        x = torch.randn(n, w.hidden_size, generator=gen).to(config.device)
+        calls = {"read": read_fn}
+        for i, p in enumerate(todo):
+            ids = torch.as_tensor(p["ids"], device=config.device)
+            order = KERNELS if i % 2 == 0 else KERNELS[::-1]  # alternate which kernel runs first
+            for k in order:
+                calls[f"{p['pass_id']}/{k}"] = (lambda ids=ids, k=k:
+                                                forward(x, ids, w, kernel=k, backend=backend))
+        with timing.MachineMonitor(config.device) as mon:
+            result = timing.time_interleaved(calls, config.reps, config.warmup, timer=timer, flush=flush)
+        state = mon.state.row()
+        base = {"run_id": run_id, "model": spec.name, "layer": layer, "backend": backend, "fmt": w.fmt,
+                "device": config.device, "n": n, "m": spec.top_k, "N": spec.num_experts, **state}
+        rows = []
+        if (str(layer), str(n), "read", "read") not in done:
+            rows.append({**base, "kind": "membw", "kernel": "read", "U": "", "expert_bytes": "",
+                         "requested_bytes": read_bytes, "pass_id": "read", "window": "",
+                         **result["read"].row()})
+        for p in todo:
+            U = distinct(p["ids"])
+            for k in KERNELS:
+                if (str(layer), str(n), p["pass_id"], k) in done:
+                    continue
+                req = n * spec.top_k * b if k == "slot" else U * b
+                rows.append({**base, "kind": p["kind"], "kernel": k, "U": U, "expert_bytes": b,
+                             "requested_bytes": req, "pass_id": p["pass_id"], "window": p["window"],
+                             **result[f"{p['pass_id']}/{k}"].row()})
+        log.extend(rows)

@@ -1,0 +1,107 @@
+"""The expert-operation benchmark on tiny shapes: rows, provenance, resume after an interruption."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from moespec import fit
+from moespec.bench import expert_op, timing
+from moespec.bench.ids import distinct
+from moespec.routing import synthetic
+
+CFG = expert_op.BenchConfig(model="gpt-oss", fmt="f32", backend="torch", hidden=64, intermediate=32,
+                            layers=(0, 1), ns=(1, 2, 3), u_count=3, windows_per_n=2, reps=3, warmup=0,
+                            flush_bytes=0, membw_bytes=2**16)
+
+
+def trace():
+    return synthetic.uniform(2, 16, 2, 32, 4, seed=1, source="synthetic uniform (test)")
+
+
+class Interrupt(Exception):
+    pass
+
+
+class CountingTimer:
+    """Fake timer: runs the call, returns 1000 ns; raises after ``limit`` calls."""
+
+    def __init__(self, limit=None):
+        self.calls, self.limit = 0, limit
+
+    def __call__(self, fn):
+        self.calls += 1
+        if self.limit is not None and self.calls > self.limit:
+            raise Interrupt
+        fn()
+        return 1000.0
+
+
+def test_rows_and_sidecar(tmp_path):
+    run_dir = expert_op.run(CFG, out_dir=tmp_path, trace=trace(), progress=False, timer=CountingTimer())
+    rows = expert_op.load_rows(run_dir)
+    side = json.loads((run_dir / "provenance.json").read_text())
+    assert side["status"] == "complete" and side["trace_source"] == "synthetic uniform (test)"
+    assert "hardware" in side["provenance"] and side["config"]["model"] == "gpt-oss"
+    timed = rows[rows["kind"] != "membw"]
+    # per (layer, n): chosen U grid (n=1: {4}; n=2: 4,6,8; n=3: 4,8,12) + 2 windows, both kernels
+    assert len(timed) == 2 * 2 * ((1 + 2) + (3 + 2) + (3 + 2))
+    assert set(rows["kind"]) == {"chosen", "window", "membw"}
+    assert (rows["kind"] == "membw").sum() == 6
+    b = 3 * 64 * 32 * 4
+    slot = timed[timed["kernel"] == "slot"]
+    dedup = timed[timed["kernel"] == "dedup"]
+    assert (slot["requested_bytes"] == slot["n"] * 4 * b).all()
+    assert (dedup["requested_bytes"] == dedup["U"] * b).all()
+    chosen2 = sorted(timed[(timed["kind"] == "chosen") & (timed["n"] == 2)]["U"].unique())
+    assert chosen2 == [4, 6, 8]
+    assert np.allclose(timed["t_median_s"], 1e-6) and (timed["reps"] == 3).all()
+    assert set(rows["run_id"]) == {side["run_id"]}
+    fit.check_rows(rows)  # the rows pass the fits' checks
+
+
+def test_resume_after_interruption_times_only_the_rest(tmp_path):
+    full = CountingTimer()
+    ref_dir = expert_op.run(CFG, out_dir=tmp_path / "ref", trace=trace(), progress=False, timer=full)
+    first = CountingTimer(limit=40)
+    with pytest.raises(Interrupt):
+        expert_op.run(CFG, out_dir=tmp_path / "x", trace=trace(), progress=False, timer=first)
+    partial = expert_op.load_rows(next((tmp_path / "x").iterdir()))
+    assert 0 < len(partial) < len(expert_op.load_rows(ref_dir))
+    second = CountingTimer()
+    run_dir = expert_op.run(CFG, out_dir=tmp_path / "x", trace=trace(), progress=False, timer=second)
+    assert len(list((tmp_path / "x").iterdir())) == 1, "resume must continue the same run folder"
+    rows, ref = expert_op.load_rows(run_dir), expert_op.load_rows(ref_dir)
+    key = ["layer", "n", "pass_id", "kernel"]
+    assert sorted(map(tuple, rows[key].astype(str).values)) == sorted(map(tuple, ref[key].astype(str).values))
+    assert second.calls < full.calls
+    # a finished run is not resumed: a new call starts a new run
+    expert_op.run(CFG, out_dir=tmp_path / "x", trace=trace(), progress=False, timer=CountingTimer())
+    assert len(list((tmp_path / "x").iterdir())) == 2
+
+
+def test_group_passes_deterministic_and_exact_u():
+    spec = CFG.spec()
+    a = expert_op.group_passes(CFG, spec, trace(), 1, 3)
+    b = expert_op.group_passes(CFG, spec, trace(), 1, 3)
+    assert [p["pass_id"] for p in a] == [p["pass_id"] for p in b]
+    assert all((p["ids"] == q["ids"]).all() for p, q in zip(a, b))
+    for p in a:
+        if p["kind"] == "chosen":
+            assert f"c{distinct(p['ids'])}" == p["pass_id"]
+
+
+def test_trace_must_match_the_model(tmp_path):
+    bad = synthetic.uniform(1, 8, 2, 64, 8, seed=0)
+    with pytest.raises(ValueError, match="m=4 of N=32"):
+        expert_op.run(CFG, out_dir=tmp_path, trace=bad, progress=False, timer=CountingTimer())
+
+
+def test_synthetic_routing_is_labelled():
+    spec = expert_op.BenchConfig(model="olmoe").spec()
+    tr = expert_op.synthetic_routing(spec, 2, num_docs=1, doc_len=8)
+    assert "calibrated to paper 1" in tr.label
+    tr = expert_op.synthetic_routing(expert_op.BenchConfig(model="deepseek-v2-lite").spec(), 1, num_docs=1, doc_len=8)
+    assert "uniform" in tr.label
