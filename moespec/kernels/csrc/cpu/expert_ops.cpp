@@ -1,0 +1,686 @@
+// moespec expert operation on CPU: per-slot and deduplicating kernels (paper 1, Section 1).
+//
+// Defines the op schemas (TORCH_LIBRARY(moespec, m)) and the CPU implementations; CUDA
+// implementations are added elsewhere with TORCH_LIBRARY_IMPL(moespec, CUDA, m).
+//
+// One driver serves both kernels. The pass's (token, slot) pairs ("assignments", a = t*m + s) are
+// split into groups, each group one expert read:
+//   * per-slot: one group per assignment, in token order -> n*m expert reads (llama.cpp mul_mv_id);
+//   * dedup:    one group per distinct expert holding all of its assignments -> U expert reads.
+// For every weight row a group streams once, a multi-token micro-kernel accumulates the dot
+// products of up to TMAX = 9 tokens in registers (the row is loaded once, each token's activation
+// chunk is an L1 hit). Work items are (group, block of rows), taken dynamically by the threads
+// (OpenMP), so both cores stream the same expert at neighbouring rows and a descheduled thread does
+// not stall the other.
+//
+// ISA paths are chosen at run time from the CPU flags (AVX-512 [+BF16, +VNNI], AVX2+FMA, portable);
+// the environment variable MOESPEC_CPU_ISA=avx512|avx2|portable caps the level (tests use it to
+// cover every path on one machine).
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace moespec {
+
+constexpr int TMAX = 9;      // tokens per micro-kernel call (registers: 9 int + 9 float accumulators)
+constexpr int BLK = 32;      // int8 values per scale
+constexpr int GRP = 16;      // int8 blocks per interleaved group (one 512-bit vector of int32 lanes)
+
+enum Fmt { F32 = 0, BF16 = 1, I8 = 2 };
+enum Isa { PORTABLE = 0, AVX2 = 1, AVX512 = 2 };
+
+// Activations of one row (token or assignment) in the layout of the format.
+struct ActRef {
+  const void* q;          // f32: float*, bf16: uint16_t* (bf16 bits), int8: int8 interleaved
+  const float* f;         // bf16: the same values as float (AVX2/portable paths); f32: = q
+  const float* s;         // int8: block scales [nblk padded to 16], zero padded
+  const int32_t* c;       // int8: -128 * (sum of the block's int8 values) [nblk padded to 16]
+};
+
+using DotFn = void (*)(const void* w, const float* ws, int64_t K, const ActRef* acts, int T, float* out);
+
+// ------------------------------------------------------------------------------------------------
+// Scalar helpers
+static inline uint16_t f32_to_bf16(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                            // round to nearest even
+  return (uint16_t)(u >> 16);
+}
+static inline float bf16_to_f32(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+// Byte offset of value k of a row in the interleaved int8 layout (docs/kernels.md).
+static inline int64_t i8_offset(int64_t k, int64_t nblk) {
+  int64_t b = k / BLK, g = b / GRP, j = b % GRP, w = k % BLK;
+  int64_t G = std::min<int64_t>(GRP, nblk - g * GRP);
+  return g * GRP * BLK + (w / 4) * 4 * G + j * 4 + (w % 4);
+}
+static inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// ------------------------------------------------------------------------------------------------
+// Portable micro-kernels (also compiled for AVX2 by inlining into target("avx2") wrappers).
+template <int T>
+static inline __attribute__((always_inline)) void dot_f32_generic(const float* w, int64_t K, const ActRef* a, float* out) {
+  float acc[T][8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    for (int t = 0; t < T; ++t) {
+      const float* x = (const float*)a[t].f + k;
+      for (int l = 0; l < 8; ++l) acc[t][l] += w[k + l] * x[l];
+    }
+  for (int t = 0; t < T; ++t) {
+    float s = 0.f;
+    for (int l = 0; l < 8; ++l) s += acc[t][l];
+    for (int64_t kk = k; kk < K; ++kk) s += w[kk] * a[t].f[kk];
+    out[t] = s;
+  }
+}
+
+template <int T>
+static inline __attribute__((always_inline)) void dot_bf16_generic(const uint16_t* w, int64_t K, const ActRef* a, float* out) {
+  float acc[T][8] = {};
+  float wf[8];
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    for (int l = 0; l < 8; ++l) wf[l] = bf16_to_f32(w[k + l]);
+    for (int t = 0; t < T; ++t) {
+      const float* x = a[t].f + k;
+      for (int l = 0; l < 8; ++l) acc[t][l] += wf[l] * x[l];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    float s = 0.f;
+    for (int l = 0; l < 8; ++l) s += acc[t][l];
+    for (int64_t kk = k; kk < K; ++kk) s += bf16_to_f32(w[kk]) * a[t].f[kk];
+    out[t] = s;
+  }
+}
+
+template <int T>
+static inline __attribute__((always_inline)) void dot_i8_generic(const uint8_t* w, const float* ws, int64_t K, const ActRef* a, float* out) {
+  const int64_t nblk = K / BLK;
+  float acc[T] = {};
+  for (int64_t g = 0; g * GRP < nblk; ++g) {
+    const int64_t G = std::min<int64_t>(GRP, nblk - g * GRP);
+    const uint8_t* wg = w + g * GRP * BLK;
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xg = (const int8_t*)a[t].q + g * GRP * BLK;
+      int32_t isum[GRP];
+      for (int64_t j = 0; j < G; ++j) isum[j] = a[t].c[g * GRP + j];
+      for (int i = 0; i < 8; ++i)
+        for (int64_t j = 0; j < G; ++j)
+          for (int c = 0; c < 4; ++c) {
+            int64_t o = i * 4 * G + j * 4 + c;
+            isum[j] += (int32_t)wg[o] * (int32_t)xg[o];
+          }
+      for (int64_t j = 0; j < G; ++j) acc[t] += (float)isum[j] * (ws[g * GRP + j] * a[t].s[g * GRP + j]);
+    }
+  }
+  for (int t = 0; t < T; ++t) out[t] = acc[t];
+}
+
+// ------------------------------------------------------------------------------------------------
+// AVX2 + FMA micro-kernels.
+#define TGT_AVX2 __attribute__((target("avx2,fma")))
+
+static TGT_AVX2 inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <int T>
+static TGT_AVX2 void dot_f32_avx2(const float* w, int64_t K, const ActRef* a, float* out) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 wv = _mm256_loadu_ps(w + k);
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a[t].f + k), acc[t]);
+  }
+  for (int t = 0; t < T; ++t) {
+    float s = hsum256(acc[t]);
+    for (int64_t kk = k; kk < K; ++kk) s += w[kk] * a[t].f[kk];
+    out[t] = s;
+  }
+}
+
+template <int T>
+static TGT_AVX2 void dot_bf16_avx2(const uint16_t* w, int64_t K, const ActRef* a, float* out) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {  // bf16 -> f32 is a 16-bit shift; x is kept as f32 of its bf16 value
+    __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(w + k))), 16));
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a[t].f + k), acc[t]);
+  }
+  for (int t = 0; t < T; ++t) {
+    float s = hsum256(acc[t]);
+    for (int64_t kk = k; kk < K; ++kk) s += bf16_to_f32(w[kk]) * a[t].f[kk];
+    out[t] = s;
+  }
+}
+
+template <int T>
+static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, const ActRef* a, float* out) {
+  dot_i8_generic<T>(w, ws, K, a, out);  // the portable loop, auto-vectorized for AVX2
+}
+
+// ------------------------------------------------------------------------------------------------
+// AVX-512 micro-kernels.
+#define TGT_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#define TGT_512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
+#define TGT_512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
+
+template <int T>
+static TGT_512 void dot_f32_avx512(const float* w, int64_t K, const ActRef* a, float* out) {
+  // Few tokens: unroll over k so that enough independent FMA chains hide the FMA latency.
+  constexpr int U = T == 1 ? 4 : (T <= 3 ? 2 : 1);
+  __m512 acc[U][T];
+  for (int u = 0; u < U; ++u)
+    for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
+  const float* x[T];
+  for (int t = 0; t < T; ++t) x[t] = a[t].f;
+  int64_t k = 0;
+  for (; k + 16 * U <= K; k += 16 * U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      __m512 wv = _mm512_loadu_ps(w + k + 16 * u);
+#pragma GCC unroll 9
+      for (int t = 0; t < T; ++t) acc[u][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[t] + k + 16 * u), acc[u][t]);
+    }
+  }
+  for (; k < K; k += 16) {
+    __mmask16 mk = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
+    __m512 wv = _mm512_maskz_loadu_ps(mk, w + k);
+    for (int t = 0; t < T; ++t) acc[0][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x[t] + k), acc[0][t]);
+  }
+  for (int t = 0; t < T; ++t) {
+    __m512 s = acc[0][t];
+    for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][t]);
+    out[t] = _mm512_reduce_add_ps(s);
+  }
+}
+
+template <int T>
+static TGT_512BF16 void dot_bf16_avx512(const uint16_t* w, int64_t K, const ActRef* a, float* out) {
+  // vdpbf16ps: 32 bf16 products per instruction, accumulated pairwise in fp32.
+  constexpr int U = T == 1 ? 4 : (T <= 3 ? 2 : 1);
+  __m512 acc[U][T];
+  for (int u = 0; u < U; ++u)
+    for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
+  const uint16_t* x[T];
+  for (int t = 0; t < T; ++t) x[t] = (const uint16_t*)a[t].q;
+  int64_t k = 0;
+  for (; k + 32 * U <= K; k += 32 * U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      __m512bh wv = (__m512bh)_mm512_loadu_si512((const void*)(w + k + 32 * u));
+#pragma GCC unroll 9
+      for (int t = 0; t < T; ++t)
+        acc[u][t] = _mm512_dpbf16_ps(acc[u][t], wv, (__m512bh)_mm512_loadu_si512((const void*)(x[t] + k + 32 * u)));
+    }
+  }
+  for (; k < K; k += 32) {
+    __mmask32 mk = K - k >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
+    __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mk, w + k);
+    for (int t = 0; t < T; ++t)
+      acc[0][t] = _mm512_dpbf16_ps(acc[0][t], wv, (__m512bh)_mm512_maskz_loadu_epi16(mk, x[t] + k));
+  }
+  for (int t = 0; t < T; ++t) {
+    __m512 s = acc[0][t];
+    for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][t]);
+    out[t] = _mm512_reduce_add_ps(s);
+  }
+}
+
+template <int T>
+static TGT_512VNNI void dot_i8_avx512(const uint8_t* w, const float* ws, int64_t K, const ActRef* a, float* out) {
+  // Interleaved layout: step i of a group holds 4 values of each of its G <= 16 blocks, so int32
+  // lane j of vpdpbusd accumulates block j whole; after 8 steps each lane is one block's sum, which
+  // is scaled once (w scale * activation scale) into a float accumulator. Weights are stored +128
+  // (unsigned operand); the accumulator starts at -128 * sum(x block) to cancel that offset.
+  const int64_t nblk = K / BLK;
+  __m512 facc[T];
+  for (int t = 0; t < T; ++t) facc[t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g * GRP < nblk; ++g) {
+    const int64_t G = std::min<int64_t>(GRP, nblk - g * GRP);
+    const __mmask16 ml = G == GRP ? (__mmask16)0xffff : (__mmask16)((1u << G) - 1);
+    const __mmask64 mb = G == GRP ? ~0ull : ((1ull << (4 * G)) - 1);
+    const uint8_t* wg = w + g * GRP * BLK;
+    const int64_t xo = g * GRP * BLK;
+    __m512i iacc[T];
+    for (int t = 0; t < T; ++t) iacc[t] = _mm512_maskz_loadu_epi32(ml, a[t].c + g * GRP);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      __m512i wv = _mm512_maskz_loadu_epi8(mb, wg + i * 4 * G);
+#pragma GCC unroll 9
+      for (int t = 0; t < T; ++t)
+        iacc[t] = _mm512_dpbusd_epi32(iacc[t], wv, _mm512_loadu_si512((const void*)((const int8_t*)a[t].q + xo + i * 4 * G)));
+    }
+    __m512 sw = _mm512_maskz_loadu_ps(ml, ws + g * GRP);
+#pragma GCC unroll 9
+    for (int t = 0; t < T; ++t)
+      facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(sw, _mm512_loadu_ps(a[t].s + g * GRP)), facc[t]);
+  }
+  for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(facc[t]);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Dispatch tables: DotFn per (format, ISA), switching on the token count T at run time.
+#define MOESPEC_SWITCH_T(CALL)               \
+  switch (T) {                               \
+    case 1: CALL(1); break;                  \
+    case 2: CALL(2); break;                  \
+    case 3: CALL(3); break;                  \
+    case 4: CALL(4); break;                  \
+    case 5: CALL(5); break;                  \
+    case 6: CALL(6); break;                  \
+    case 7: CALL(7); break;                  \
+    case 8: CALL(8); break;                  \
+    default: CALL(9); break;                 \
+  }
+
+static void dot_f32_portable_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
+#define C(N) dot_f32_generic<N>((const float*)w, K, a, o)
+  MOESPEC_SWITCH_T(C)
+#undef C
+}
+static void dot_bf16_portable_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
+#define C(N) dot_bf16_generic<N>((const uint16_t*)w, K, a, o)
+  MOESPEC_SWITCH_T(C)
+#undef C
+}
+static void dot_i8_portable_fn(const void* w, const float* ws, int64_t K, const ActRef* a, int T, float* o) {
+#define C(N) dot_i8_generic<N>((const uint8_t*)w, ws, K, a, o)
+  MOESPEC_SWITCH_T(C)
+#undef C
+}
+static void dot_f32_avx2_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
+#define C(N) dot_f32_avx2<N>((const float*)w, K, a, o)
+  MOESPEC_SWITCH_T(C)
+#undef C
+}
+static void dot_bf16_avx2_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
+#define C(N) dot_bf16_avx2<N>((const uint16_t*)w, K, a, o)
+  MOESPEC_SWITCH_T(C)
+#undef C
+}
+static void dot_i8_avx2_fn(const void* w, const float* ws, int64_t K, const ActRef* a, int T, float* o) {
+#define C(N) dot_i8_avx2<N>((const uint8_t*)w, ws, K, a, o)
+  MOESPEC_SWITCH_T(C)
+#undef C
+}
+static void dot_f32_avx512_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
+#define C(N) dot_f32_avx512<N>((const float*)w, K, a, o)
+  MOESPEC_SWITCH_T(C)
+#undef C
+}
+static void dot_bf16_avx512_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
+#define C(N) dot_bf16_avx512<N>((const uint16_t*)w, K, a, o)
+  MOESPEC_SWITCH_T(C)
+#undef C
+}
+static void dot_i8_avx512_fn(const void* w, const float* ws, int64_t K, const ActRef* a, int T, float* o) {
+#define C(N) dot_i8_avx512<N>((const uint8_t*)w, ws, K, a, o)
+  MOESPEC_SWITCH_T(C)
+#undef C
+}
+
+static int isa_cap() {
+  const char* env = std::getenv("MOESPEC_CPU_ISA");
+  if (!env || !*env) return AVX512;
+  std::string v(env);
+  if (v == "portable") return PORTABLE;
+  if (v == "avx2") return AVX2;
+  if (v == "avx512") return AVX512;
+  TORCH_CHECK(false, "MOESPEC_CPU_ISA must be avx512, avx2 or portable; found '", v, "'");
+  return AVX512;
+}
+
+// The ISA path used for a format on this CPU (highest the CPU has and the cap allows).
+static int isa_for(int fmt) {
+  __builtin_cpu_init();
+  int cap = isa_cap();
+  bool a512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (fmt == BF16) a512 = a512 && __builtin_cpu_supports("avx512bf16");
+  if (fmt == I8) a512 = a512 && __builtin_cpu_supports("avx512vnni");
+  bool a2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (cap >= AVX512 && a512) return AVX512;
+  if (cap >= AVX2 && a2) return AVX2;
+  return PORTABLE;
+}
+
+static DotFn dot_for(int fmt, int isa) {
+  static const DotFn table[3][3] = {
+      {dot_f32_portable_fn, dot_f32_avx2_fn, dot_f32_avx512_fn},
+      {dot_bf16_portable_fn, dot_bf16_avx2_fn, dot_bf16_avx512_fn},
+      {dot_i8_portable_fn, dot_i8_avx2_fn, dot_i8_avx512_fn}};
+  return table[fmt][isa];
+}
+
+// ------------------------------------------------------------------------------------------------
+// Activations of R rows of length K in the format's layout.
+struct Acts {
+  int fmt = F32;
+  int64_t K = 0, qstride = 0, sstride = 0;
+  std::vector<float> f;        // f32 values (f32: the values; bf16: the bf16-rounded values)
+  std::vector<uint16_t> b;     // bf16 bits
+  std::vector<int8_t> q;       // int8 interleaved (+64 bytes slack for full-vector loads)
+  std::vector<float> s;        // int8 block scales, zero padded to a multiple of 16
+  std::vector<int32_t> c;      // int8 offset corrections, zero padded
+  std::vector<ActRef> refs;
+
+  void init(int fmt_, int64_t R, int64_t K_) {
+    fmt = fmt_;
+    K = K_;
+    if (fmt == I8) {
+      qstride = round_up(K, 64) + 64;
+      sstride = round_up(K / BLK, GRP);
+      q.assign(R * qstride, 0);
+      s.assign(R * sstride, 0.f);
+      c.assign(R * sstride, 0);
+    } else {
+      f.assign(R * K, 0.f);
+      if (fmt == BF16) b.assign(R * K, 0);
+    }
+    refs.resize(R);
+    for (int64_t r = 0; r < R; ++r) {
+      if (fmt == I8)
+        refs[r] = ActRef{q.data() + r * qstride, nullptr, s.data() + r * sstride, c.data() + r * sstride};
+      else if (fmt == BF16)
+        refs[r] = ActRef{b.data() + r * K, f.data() + r * K, nullptr, nullptr};
+      else
+        refs[r] = ActRef{f.data() + r * K, f.data() + r * K, nullptr, nullptr};
+    }
+  }
+
+  // Convert one row of float values (the precision rules of docs/kernels.md).
+  void set_row(int64_t r, const float* v) {
+    if (fmt == F32) {
+      std::memcpy(f.data() + r * K, v, K * sizeof(float));
+    } else if (fmt == BF16) {
+      for (int64_t k = 0; k < K; ++k) {
+        uint16_t h = f32_to_bf16(v[k]);
+        b[r * K + k] = h;
+        f[r * K + k] = bf16_to_f32(h);
+      }
+    } else {
+      const int64_t nblk = K / BLK;
+      int8_t* qr = q.data() + r * qstride;
+      for (int64_t blk = 0; blk < nblk; ++blk) {
+        float amax = 0.f;
+        for (int i = 0; i < BLK; ++i) amax = std::max(amax, std::fabs(v[blk * BLK + i]));
+        const float scale = amax / 127.0f;
+        const float inv = scale > 0.f ? 1.0f / scale : 0.f;
+        int32_t sum = 0;
+        for (int i = 0; i < BLK; ++i) {
+          float qv = std::nearbyint(v[blk * BLK + i] * inv);
+          qv = std::min(127.f, std::max(-127.f, qv));
+          int8_t qi = (int8_t)qv;
+          sum += qi;
+          qr[i8_offset(blk * BLK + i, nblk)] = qi;
+        }
+        s[r * sstride + blk] = scale;
+        c[r * sstride + blk] = -128 * sum;
+      }
+    }
+  }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Input checks (the Python layer checks first; these keep a direct op call from crashing).
+static void check_inputs(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
+                         const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd,
+                         const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
+                         const c10::optional<at::Tensor>& sd, int fmt) {
+  TORCH_CHECK(x.device().is_cpu() && ids.device().is_cpu() && wg.device().is_cpu() && wu.device().is_cpu() &&
+                  wd.device().is_cpu(), "moespec CPU op: every tensor must be on the CPU");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
+              "x: expected a contiguous float32 [n, H] tensor, found ", x.scalar_type(), " ", x.sizes());
+  TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == at::kLong && ids.is_contiguous() && ids.size(0) == x.size(0),
+              "ids: expected a contiguous int64 [n, m] tensor with n = ", x.size(0), ", found ", ids.scalar_type(),
+              " ", ids.sizes());
+  TORCH_CHECK(wg.dim() == 3 && wu.sizes() == wg.sizes() && wd.dim() == 3, "w_gate, w_up: [N, I, H]; w_down: [N, H, I]");
+  const int64_t N = wg.size(0), I = wg.size(1), H = wg.size(2);
+  TORCH_CHECK(x.size(1) == H, "x: hidden size ", x.size(1), " does not match the weights' H = ", H);
+  TORCH_CHECK(wd.size(0) == N && wd.size(1) == H && wd.size(2) == I, "w_down: expected [", N, ", ", H, ", ", I,
+              "], found ", wd.sizes());
+  TORCH_CHECK(wg.scalar_type() == wu.scalar_type() && wg.scalar_type() == wd.scalar_type(),
+              "w_gate, w_up, w_down must share a dtype");
+  TORCH_CHECK(wg.is_contiguous() && wu.is_contiguous() && wd.is_contiguous(), "expert weights must be contiguous");
+  TORCH_CHECK(ids.size(1) >= 1 && ids.size(1) <= N, "ids: m = ", ids.size(1), " must be in [1, N = ", N, "]");
+  if (gates.has_value()) {
+    const auto& g = *gates;
+    TORCH_CHECK(g.device().is_cpu() && g.scalar_type() == at::kFloat && g.is_contiguous() && g.sizes() == ids.sizes(),
+                "gates: expected a contiguous float32 CPU tensor shaped like ids ", ids.sizes(), ", found ",
+                g.scalar_type(), " ", g.sizes());
+  }
+  if (fmt == I8) {
+    TORCH_CHECK(H % BLK == 0 && I % BLK == 0, "int8 weights need H and I multiples of 32; found H = ", H, ", I = ", I);
+    TORCH_CHECK(sg.has_value() && su.has_value() && sd.has_value(), "int8 weights need s_gate, s_up and s_down");
+    const std::vector<std::pair<const at::Tensor*, std::vector<int64_t>>> want = {
+        {&*sg, {N, I, H / BLK}}, {&*su, {N, I, H / BLK}}, {&*sd, {N, H, I / BLK}}};
+    for (const auto& p : want)
+      TORCH_CHECK(p.first->device().is_cpu() && p.first->scalar_type() == at::kFloat && p.first->is_contiguous() &&
+                      p.first->sizes() == at::IntArrayRef(p.second),
+                  "int8 scales: expected contiguous float32 ", at::IntArrayRef(p.second), ", found ",
+                  p.first->scalar_type(), " ", p.first->sizes());
+  } else {
+    TORCH_CHECK(!sg.has_value() && !su.has_value() && !sd.has_value(), "scales are only taken with int8 weights");
+  }
+  const int64_t* id = ids.data_ptr<int64_t>();
+  const int64_t n = ids.size(0), m = ids.size(1);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t s = 0; s < m; ++s) {
+      TORCH_CHECK(id[t * m + s] >= 0 && id[t * m + s] < N, "ids[", t, ", ", s, "] = ", id[t * m + s],
+                  " is outside [0, ", N, ")");
+      for (int64_t s2 = 0; s2 < s; ++s2)
+        TORCH_CHECK(id[t * m + s2] != id[t * m + s], "ids: token ", t, " selects expert ", id[t * m + s], " twice");
+    }
+}
+
+// pack_int8_cpu: plain int8 [N, R, K] -> interleaved uint8 (+128) of the same shape.
+at::Tensor pack_int8_cpu(const at::Tensor& qin) {
+  TORCH_CHECK(qin.device().is_cpu() && qin.scalar_type() == at::kChar, "pack_int8_cpu: expected an int8 CPU tensor, found ",
+              qin.scalar_type(), " on ", qin.device());
+  TORCH_CHECK(qin.dim() >= 1 && qin.size(-1) % BLK == 0, "pack_int8_cpu: last dimension must be a multiple of 32");
+  at::Tensor q = qin.contiguous();
+  at::Tensor out = at::empty(q.sizes(), q.options().dtype(at::kByte));
+  const int64_t K = q.size(-1), rows = q.numel() / std::max<int64_t>(K, 1), nblk = K / BLK;
+  const int8_t* src = q.data_ptr<int8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  at::parallel_for(0, rows, 256, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      for (int64_t k = 0; k < K; ++k) dst[r * K + i8_offset(k, nblk)] = (uint8_t)((int32_t)src[r * K + k] + 128);
+  });
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------
+// The driver shared by both kernels.
+struct Group {
+  int64_t expert;
+  int64_t first;  // into the assignment list
+  int64_t count;
+};
+
+static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
+                            const at::Tensor& wg_in, const at::Tensor& wu_in, const at::Tensor& wd_in,
+                            const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
+                            const c10::optional<at::Tensor>& sd, bool dedup) {
+  const auto dt = wg_in.scalar_type();
+  TORCH_CHECK(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kChar || dt == at::kByte,
+              "expert weights: expected float32, bfloat16, int8 (plain) or uint8 (pack_int8_cpu layout), found ", dt);
+  const int fmt = dt == at::kFloat ? F32 : (dt == at::kBFloat16 ? BF16 : I8);
+  check_inputs(x, ids, gates, wg_in, wu_in, wd_in, sg, su, sd, fmt);
+  // Plain int8 is accepted but repacked here, every call; callers keep the packed copy instead.
+  at::Tensor wg = dt == at::kChar ? pack_int8_cpu(wg_in) : wg_in;
+  at::Tensor wu = dt == at::kChar ? pack_int8_cpu(wu_in) : wu_in;
+  at::Tensor wd = dt == at::kChar ? pack_int8_cpu(wd_in) : wd_in;
+
+  const int64_t n = x.size(0), H = x.size(1), m = ids.size(1), I = wg.size(1), A = n * m;
+  const int64_t esize = fmt == F32 ? 4 : (fmt == BF16 ? 2 : 1);
+  const DotFn dot = dot_for(fmt, isa_for(fmt));
+  const int64_t* id = ids.data_ptr<int64_t>();
+
+  // Groups: per-slot -> one per assignment in token order; dedup -> one per distinct expert.
+  std::vector<int64_t> assign(A);
+  std::vector<Group> groups;
+  if (!dedup) {
+    for (int64_t a = 0; a < A; ++a) {
+      assign[a] = a;
+      groups.push_back({id[a], a, 1});
+    }
+  } else {
+    for (int64_t a = 0; a < A; ++a) assign[a] = a;
+    std::stable_sort(assign.begin(), assign.end(), [&](int64_t p, int64_t q) { return id[p] < id[q]; });
+    for (int64_t i = 0; i < A; ++i) {
+      if (i == 0 || id[assign[i]] != id[assign[i - 1]]) groups.push_back({id[assign[i]], i, 0});
+      groups.back().count++;
+    }
+  }
+
+  Acts ax, ah;
+  ax.init(fmt, n, H);
+  ah.init(fmt, A, I);
+  const float* xp = x.data_ptr<float>();
+  std::vector<float> gbuf(A * I), ubuf(A * I), obuf(A * H);
+  at::Tensor y = at::zeros({n, H}, x.options());
+  float* yp = y.data_ptr<float>();
+  const float* gp = gates.has_value() ? gates->data_ptr<float>() : nullptr;
+
+  const uint8_t* Wg = (const uint8_t*)wg.data_ptr();
+  const uint8_t* Wu = (const uint8_t*)wu.data_ptr();
+  const uint8_t* Wd = (const uint8_t*)wd.data_ptr();
+  const float* Sg = fmt == I8 ? sg->data_ptr<float>() : nullptr;
+  const float* Su = fmt == I8 ? su->data_ptr<float>() : nullptr;
+  const float* Sd = fmt == I8 ? sd->data_ptr<float>() : nullptr;
+
+  // Work items: (group, block of rows). ~16 KiB..64 KiB of weights per row block and matrix.
+  const int64_t rows1 = 16, rows2 = 16;
+  const int64_t nb1 = (I + rows1 - 1) / rows1, nb2 = (H + rows2 - 1) / rows2;
+  const int64_t items1 = (int64_t)groups.size() * nb1, items2 = (int64_t)groups.size() * nb2;
+  std::atomic<int64_t> next1{0}, next2{0};
+  const int nt = std::max(1, std::min<int>(at::get_num_threads(), (int)std::max<int64_t>(1, items1)));
+
+#pragma omp parallel num_threads(nt)
+  {
+    // 0. activations of the pass's tokens
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < n; ++t) ax.set_row(t, xp + t * H);
+
+    ActRef refs[TMAX];
+    float out[2][TMAX];
+    // 1. gate and up rows for every assignment of each group: g = W_gate x, u = W_up x
+    for (int64_t it; (it = next1.fetch_add(1, std::memory_order_relaxed)) < items1;) {
+      const Group& G = groups[it / nb1];
+      const int64_t r0 = (it % nb1) * rows1, r1 = std::min(I, r0 + rows1);
+      for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
+        const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
+        for (int j = 0; j < T; ++j) refs[j] = ax.refs[assign[G.first + t0 + j] / m];
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t row = G.expert * I + r;
+          dot(Wg + row * H * esize, Sg ? Sg + row * (H / BLK) : nullptr, H, refs, T, out[0]);
+          dot(Wu + row * H * esize, Su ? Su + row * (H / BLK) : nullptr, H, refs, T, out[1]);
+          for (int j = 0; j < T; ++j) {
+            const int64_t a = assign[G.first + t0 + j];
+            gbuf[a * I + r] = out[0][j];
+            ubuf[a * I + r] = out[1][j];
+          }
+        }
+      }
+    }
+#pragma omp barrier
+    // 2. h = silu(g) * u, in the format's activation layout
+#pragma omp for schedule(static)
+    for (int64_t a = 0; a < A; ++a) {
+      float* g = gbuf.data() + a * I;
+      const float* u = ubuf.data() + a * I;
+      for (int64_t r = 0; r < I; ++r) g[r] = g[r] / (1.0f + std::exp(-g[r])) * u[r];
+      ah.set_row(a, g);
+    }
+    // 3. down rows: o_a = W_down h_a
+    for (int64_t it; (it = next2.fetch_add(1, std::memory_order_relaxed)) < items2;) {
+      const Group& G = groups[it / nb2];
+      const int64_t r0 = (it % nb2) * rows2, r1 = std::min(H, r0 + rows2);
+      for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
+        const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
+        for (int j = 0; j < T; ++j) refs[j] = ah.refs[assign[G.first + t0 + j]];
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t row = G.expert * H + r;
+          dot(Wd + row * I * esize, Sd ? Sd + row * (I / BLK) : nullptr, I, refs, T, out[0]);
+          for (int j = 0; j < T; ++j) obuf[assign[G.first + t0 + j] * H + r] = out[0][j];
+        }
+      }
+    }
+#pragma omp barrier
+    // 4. y_t = sum_s g_ts o_{t*m+s}
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t s = 0; s < m; ++s) {
+        const float gt = gp ? gp[t * m + s] : 1.0f;
+        const float* o = obuf.data() + (t * m + s) * H;
+        for (int64_t r = 0; r < H; ++r) yp[t * H + r] += gt * o[r];
+      }
+  }
+  return y;
+}
+
+at::Tensor expert_slot_cpu(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
+                           const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd,
+                           const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
+                           const c10::optional<at::Tensor>& sd) {
+  return expert_op(x, ids, gates, wg, wu, wd, sg, su, sd, false);
+}
+
+at::Tensor expert_dedup_cpu(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
+                            const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd,
+                            const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
+                            const c10::optional<at::Tensor>& sd) {
+  return expert_op(x, ids, gates, wg, wu, wd, sg, su, sd, true);
+}
+
+// Which ISA path the CPU kernels take for a format ("f32", "bf16", "int8_b32") here and now.
+std::string cpu_isa(const std::string& fmt) {
+  int f = fmt == "f32" ? F32 : (fmt == "bf16" ? BF16 : (fmt == "int8_b32" ? I8 : -1));
+  TORCH_CHECK(f >= 0, "cpu_isa: format must be f32, bf16 or int8_b32; found '", fmt, "'");
+  static const char* names[] = {"portable", "avx2", "avx512"};
+  return names[isa_for(f)];
+}
+
+}  // namespace moespec
+
+TORCH_LIBRARY(moespec, m) {
+  m.def("expert_slot(Tensor x, Tensor ids, Tensor? gates, Tensor w_gate, Tensor w_up, Tensor w_down, "
+        "Tensor? s_gate, Tensor? s_up, Tensor? s_down) -> Tensor");
+  m.def("expert_dedup(Tensor x, Tensor ids, Tensor? gates, Tensor w_gate, Tensor w_up, Tensor w_down, "
+        "Tensor? s_gate, Tensor? s_up, Tensor? s_down) -> Tensor");
+  m.def("pack_int8_cpu(Tensor q) -> Tensor");
+  m.def("cpu_isa(str fmt) -> str", &moespec::cpu_isa);
+}
+
+TORCH_LIBRARY_IMPL(moespec, CPU, m) {
+  m.impl("expert_slot", &moespec::expert_slot_cpu);
+  m.impl("expert_dedup", &moespec::expert_dedup_cpu);
+  m.impl("pack_int8_cpu", &moespec::pack_int8_cpu);
+}
