@@ -97,14 +97,17 @@ def summarize_verify(rows: pd.DataFrame, n_boot: int = 2000, seed: int = 0, leve
     q = ((1 - level) / 2, 1 - (1 - level) / 2)
     out = []
     for (d, n), g in rows.groupby(["d", "n"]):
-        wide = g.pivot_table(index=["prompt", "rep"], columns="dedup", values="t_s", aggfunc="first")
-        if set(wide.columns) != {False, True} or wide.isna().any().any():
+        kernel = np.where(g["dedup"].astype(bool), "dedup", "slot")
+        wide = g.assign(kernel=kernel).pivot_table(index=["prompt", "rep"], columns="kernel", values="t_s",
+                                                   aggfunc="first")
+        if set(wide.columns) != {"slot", "dedup"} or wide.isna().any().any():
             raise ValueError(f"verify rows at d={d}, n={n} lack a paired time with dedup off and on")
-        groups = [x[[False, True]].to_numpy() for _, x in wide.groupby(level="prompt")]
+        wide = wide[["slot", "dedup"]]
+        groups = [x.to_numpy() for _, x in wide.groupby(level="prompt")]
         boot = bootstrap_medians(groups, n_boot, seed + int(n))
         res = {"d": int(d), "n": int(n), "prompts": len(groups), "reps": int(len(wide))}
         for j, name in enumerate(("slot", "dedup")):
-            res[f"tau_{name}_s"] = float(np.median(wide[j == 1]))
+            res[f"tau_{name}_s"] = float(np.median(wide[name]))
             res[f"tau_{name}_lo_s"], res[f"tau_{name}_hi_s"] = np.quantile(boot[:, j], q)
         res["S_s"] = res["tau_slot_s"] - res["tau_dedup_s"]
         res["S_lo_s"], res["S_hi_s"] = np.quantile(boot[:, 0] - boot[:, 1], q)
