@@ -178,3 +178,15 @@ def test_bootstrap_interval():
     assert np.allclose(one.low, one.estimate) and np.allclose(one.high, one.estimate)
     with pytest.raises(ValueError, match="unknown statistic"):
         bootstrap(tr, 3, statistic="nope")
+
+
+def test_bitmasks_and_popcount_fallback():
+    from moespec.routing import stats
+
+    ids = np.array([[[0, 63, 64, 255]], [[1, 2, 3, 200]]])
+    masks = stats.bitmasks(ids, 256)
+    assert masks.shape == (4, 2, 1)
+    assert masks[:, 0, 0].tolist() == [1 | (1 << 63), 1, 0, 1 << 63]
+    assert stats._popcount(masks).tolist() == [[4], [4]]
+    x = np.random.default_rng(0).integers(0, 2**63, size=1000, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    assert np.array_equal(stats._bitcount_table(x), [bin(int(v)).count("1") for v in x])

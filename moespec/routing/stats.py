@@ -20,32 +20,42 @@ import numpy as np
 
 from moespec.routing.trace import RoutingTrace
 
-if hasattr(np, "bitwise_count"):
-    def _popcount(x: np.ndarray) -> np.ndarray:
-        """Set bits per element, summed over the last (word) axis."""
-        c = np.bitwise_count(x)
-        return c[..., 0] if x.shape[-1] == 1 else c.sum(axis=-1, dtype=np.uint16)
-else:  # numpy < 2.0: byte lookup table
-    _POP8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+_POP8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
-    def _popcount(x: np.ndarray) -> np.ndarray:
-        b = x.view(np.uint8).reshape(*x.shape[:-1], -1)
-        return _POP8[b].sum(axis=-1)
+
+def _bitcount_table(x: np.ndarray) -> np.ndarray:
+    """Set bits per uint64 element by a byte lookup table (numpy < 2.0 has no bitwise_count)."""
+    return _POP8[x.view(np.uint8).reshape(*x.shape, 8)].sum(axis=-1, dtype=np.uint8)
+
+
+_bitcount = getattr(np, "bitwise_count", _bitcount_table)
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    """Set bits of word-major masks ``[W, ...]``, summed over the words (plane by plane: a
+    reduction over a short last axis is slow in numpy)."""
+    if x.shape[0] == 1:
+        return _bitcount(x[0])            # <= 64, fits the uint8 that bitwise_count returns
+    acc = _bitcount(x[0]).astype(np.uint16)
+    for w in range(1, x.shape[0]):
+        acc += _bitcount(x[w])
+    return acc
 
 
 def bitmasks(ids: np.ndarray, num_experts: int) -> np.ndarray:
-    """Token-layer expert sets as bitmasks: ``[T, L, m]`` ids → ``[T, L, ceil(N/64)]`` uint64."""
+    """Token-layer expert sets as word-major bitmasks: ``[T, L, m]`` ids → ``[W, T, L]`` uint64,
+    W = ceil(N/64); bit (e mod 64) of word (e div 64) is set when expert e is in the set."""
     words = (num_experts + 63) // 64
-    out = np.zeros(ids.shape[:2] + (words,), dtype=np.uint64)
-    one = np.uint64(1)
+    out = np.zeros((words,) + ids.shape[:2], dtype=np.uint64)
+    one, zero = np.uint64(1), np.uint64(0)
     for s in range(ids.shape[2]):  # one slot at a time: m passes over [T, L], no [T, L, m] temporaries
         slot = ids[:, :, s].astype(np.uint64)
         if words == 1:
-            out[:, :, 0] |= one << slot
+            out[0] |= one << slot
         else:
-            word, bit = slot // np.uint64(64), one << (slot % np.uint64(64))
+            word, bit = slot >> np.uint64(6), one << (slot & np.uint64(63))
             for w in range(words):
-                out[:, :, w] |= np.where(word == w, bit, np.uint64(0))
+                out[w] |= np.where(word == w, bit, zero)
     return out
 
 
@@ -85,8 +95,8 @@ def window_sums(trace: RoutingTrace, n_max: int) -> WindowSums:
     D, L = trace.num_docs, trace.num_layers
     lengths = trace.doc_lengths
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    masks = bitmasks(np.concatenate(trace.docs, axis=0), trace.num_experts)  # [Ttot, L, W]
-    Ttot = masks.shape[0]
+    masks = bitmasks(np.concatenate(trace.docs, axis=0), trace.num_experts)  # [W, Ttot, L]
+    Ttot = masks.shape[1]
     # tokens left in the document from each global position: a window of n tokens starting at t
     # stays inside its document exactly when left[t] >= n
     left = np.repeat(starts + lengths, lengths) - np.arange(Ttot)
@@ -102,11 +112,11 @@ def window_sums(trace: RoutingTrace, n_max: int) -> WindowSums:
         out[inside] = np.add.reduceat(counts, starts[inside], axis=0, dtype=np.int64)
         return out
 
-    win = masks  # win[t] = union of tokens t..t+n-1 (all documents concatenated)
+    win = masks  # win[:, t] = union of tokens t..t+n-1 (all documents concatenated)
     union[:, :, 0] = per_doc(_popcount(win), 1)
     for n in range(2, min(n_max, int(lengths.max())) + 1):
-        last = masks[n - 1:]
-        win = win[: Ttot - n + 1]
+        last = masks[:, n - 1:]
+        win = win[:, : Ttot - n + 1]
         reuse[:, :, n - 1] = per_doc(_popcount(last & win), n)
         win = win | last
         union[:, :, n - 1] = per_doc(_popcount(win), n)

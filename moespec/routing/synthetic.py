@@ -161,3 +161,24 @@ def sticky(num_docs: int, doc_len: int | Sequence[int], num_layers: int, num_exp
     trace_kw.setdefault("source", f"synthetic sticky (rho(2) = {keep:.3f}, h = {h})")
     trace_kw.setdefault("meta", {"process": "sticky", "keep": keep, "working_set": h, "seed": seed})
     return RoutingTrace(docs, num_experts, **trace_kw)
+
+
+def calibrated(spec, targets: dict[int, float], num_docs: int, doc_len: int | Sequence[int],
+               seed: int = 0, fmt: str | None = None) -> RoutingTrace:
+    """A sticky trace with the shape of ``spec`` (a :class:`moespec.models.MoESpec`: N, m, L and
+    bytes w_l in ``fmt``) calibrated to ``targets`` = {2: rho(2)[, n: rho(n)]} (the largest n
+    other than 2 sets the working set). The trace's source says it is synthetic and calibrated."""
+    if 2 not in targets:
+        raise ValueError(f"targets must include rho(2), found n = {sorted(targets)}")
+    others = [n for n in targets if n > 2]
+    n = max(others) if others else None
+    keep, h = calibrate_sticky(targets[2], spec.num_experts, spec.top_k,
+                               rho_n=targets[n] if n else None, n=n or 9)
+    cal = "rho(2)" + (f" and rho({n})" if n else "")
+    return sticky(num_docs, doc_len, spec.num_moe_layers, spec.num_experts, spec.top_k, keep, h,
+                  seed=seed, expert_bytes=spec.layer_expert_bytes(fmt), model=spec.name,
+                  source=f"synthetic {spec.paper_label or spec.name}, calibrated to paper 1 {cal}",
+                  meta={"process": "sticky", "keep": keep, "working_set": h, "seed": seed,
+                        "calibration_targets": {str(k): v for k, v in targets.items()},
+                        "targets_from": "paper 1 published layer means (data/paper_reference)",
+                        "format": fmt or spec.default_format})

@@ -1,0 +1,49 @@
+"""Figure 1 of paper 1: layer-mean reuse rho_hat(n) against n."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from moespec.routing.published import PUBLISHED_LABEL
+
+
+def figure1_reuse(curves: pd.DataFrame, published: pd.DataFrame | None = None,
+                  title: str = "Layer-mean reuse of n consecutive tokens") -> plt.Figure:
+    """rho_hat(n) per trace with its bootstrap band (``curves`` from
+    :func:`moespec.tables.routing.reuse_curves`), the uniform-routing curve 1 - q^(n-1),
+    q = 1 - m/N, dotted for each m/N present (paper 1, Sec. 2), and the paper's published layer
+    means as labelled reference points (never our result)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = {}
+    n_max = int(curves["n"].max())
+    for i, (label, grp) in enumerate(curves.groupby("label", sort=False)):
+        color = f"C{i % 10}"
+        model = grp["model"].iloc[0]
+        colors.setdefault(model, color)
+        ax.plot(grp["n"], grp["rho"], "o-", color=color, ms=3, label=label)
+        ax.fill_between(grp["n"], grp["rho_low"], grp["rho_high"], color=color, alpha=0.25, lw=0)
+    n = np.arange(1, n_max + 1)
+    shares = {}
+    for (m, N), grp in curves.groupby(["m", "N"], sort=False):
+        shares.setdefault(Fraction(int(m), int(N)), set()).update(str(x) for x in grp["model"].unique())
+    for j, (share, models) in enumerate(sorted(shares.items(), reverse=True)):
+        q = 1 - float(share)
+        ax.plot(n, 1 - q ** (n - 1), ":", color="0.3" if j == 0 else "0.6",
+                label=f"uniform, m/N = {share} ({', '.join(sorted(models))})")
+    if published is not None and not published.empty:
+        for model, grp in published.groupby("model", sort=False):
+            ax.plot(grp["n"], grp["rho"], "x", ms=9, mew=2, color=colors.get(model, "k"),
+                    label=f"{PUBLISHED_LABEL}: {grp['paper_label'].iloc[0]}")
+    ax.set_xlabel("n (consecutive tokens)")
+    ax.set_ylabel(r"layer-mean $\hat\rho(n)$")
+    ax.set_xlim(0.8, n_max + 0.2)
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

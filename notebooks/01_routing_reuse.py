@@ -1,0 +1,108 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Expert reuse of consecutive tokens (paper 1, Section 2, Figure 1)
+#
+# For each routing trace: the layer mean of $\hat\rho_l(n)$, the share of a token's $m$ experts
+# that one of the $n-1$ tokens before it also selected (eq. (1), estimator of Appendix D.2), with
+# document-level bootstrap bands, beside the uniform-routing curve $1-q^{n-1}$, $q = 1-m/N$.
+# The table gives $\hat\rho(2)$, $\hat\rho(9)$ and the byte share $\bar u(n) = E_\text{dedup}(n)/E_\text{slot}(n)$
+# at $n = 2, 8$, with the per-layer expert bytes $w_l$ of each model's format.
+#
+# **Until recorded traces exist, the traces here are synthetic**: a sticky routing process with the
+# shape (N, m, L, $w_l$) of OLMoE, Qwen3 and gpt-oss, *calibrated to paper 1's published layer-mean
+# $\rho(2)$ and $\rho(9)$*. Their $\hat\rho(2)$ and $\hat\rho(9)$ therefore reproduce the calibration
+# targets by construction and are not a measurement; the shape of the curve between them and
+# $\bar u(n)$ follow from the process. The published values are drawn as labelled reference points.
+# Any trace saved as `*.npz` in `data/traces/` (e.g. by `moespec.routing.record`) is loaded and shown
+# beside them, labelled by its `source`.
+
+# %% tags=["parameters"]
+profile = "full"
+device = "cpu"          # statistics run on the CPU; kept for the common notebook interface
+seed = 0
+model = "synthetic"     # "synthetic": OLMoE, Qwen3 and gpt-oss; a preset name: that one; "none": recorded only
+resamples = 2000        # document-level bootstrap resamples (paper 1, App. D.2)
+n_max = 9
+calibrate_n9 = True     # calibrate the synthetic traces to rho(9) as well as rho(2)
+load_recorded = True    # also show every data/traces/*.npz
+
+# %%
+import numpy as np
+from tqdm.auto import tqdm
+
+from moespec import io, paths
+from moespec.models import get_spec
+from moespec.plots.routing import figure1_reuse
+from moespec.routing import RoutingTrace, synthetic
+from moespec.routing.published import published_reuse, reuse_targets
+from moespec.tables.routing import reuse_curves, reuse_table
+
+if profile not in ("quick", "full"):
+    raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
+num_docs, doc_len = {"quick": (6, 300), "full": (60, 4096)}[profile]
+resamples = resamples if profile == "full" else min(resamples, 200)
+synthetic_models = {"synthetic": ["olmoe", "qwen3", "gpt-oss"], "none": []}.get(model, [model])
+published = published_reuse()
+print(f"profile={profile}: {num_docs} documents x {doc_len} tokens per synthetic trace, "
+      f"{resamples} bootstrap resamples, seed={seed}")
+
+# %% [markdown]
+# ## Traces: synthetic (calibrated to the published values) and any recorded ones
+
+# %%
+traces = []
+for i, name in enumerate(tqdm(synthetic_models, desc="synthetic traces")):
+    spec = get_spec(name)
+    targets = reuse_targets(name, published)
+    targets = targets if calibrate_n9 else {2: targets[2]}
+    print(f"{spec.paper_label}: calibration targets (paper 1, published) {targets}")
+    traces.append(synthetic.calibrated(spec, targets, num_docs, doc_len, seed=seed + i))
+recorded = sorted(paths.traces_dir().glob("*.npz")) if load_recorded else []
+for path in tqdm(recorded, desc="recorded traces"):
+    traces.append(RoutingTrace.load(path))
+if not traces:
+    raise ValueError("no traces: set model to 'synthetic' or a preset, or record traces into "
+                     f"{paths.traces_dir()}")
+for tr in traces:
+    print(tr)
+
+# %% [markdown]
+# ## Figure 1: layer-mean $\hat\rho(n)$ with bootstrap bands
+
+# %%
+curves = reuse_curves(traces, n_max=n_max, resamples=resamples, seed=seed)
+title = "Layer-mean reuse rho_hat(n)"
+if synthetic_models:
+    title += ("\nsynthetic traces calibrated to paper 1's published rho(2)"
+              + (" and rho(9)" if calibrate_n9 else "") + "; not a measurement")
+fig = figure1_reuse(curves, published=published, title=title)
+fig_path = io.save_figure(fig, paths.figures_dir() / "01_fig1_reuse.png")
+io.write_dataframe(paths.figures_dir() / "01_fig1_reuse_data.csv", curves)
+print(f"figure: {fig_path}")
+
+# %% [markdown]
+# ## Table: $\hat\rho(2)$, $\hat\rho(9)$, $\bar u(2)$, $\bar u(8)$ per trace (95% bootstrap intervals)
+
+# %%
+table = reuse_table(traces, resamples=resamples, seed=seed, published=published)
+table_path = io.write_dataframe(paths.figures_dir() / "01_table_reuse.csv", table)
+print(f"table: {table_path}")
+for _, r in table[table["tokens"].notna()].iterrows():
+    print(f"{r['source']}: rho_hat(2) = {r['rho_hat_2']:.4f} [{r['rho_hat_2_low']:.4f}, {r['rho_hat_2_high']:.4f}], "
+          f"rho_hat(9) = {r['rho_hat_9']:.4f} [{r['rho_hat_9_low']:.4f}, {r['rho_hat_9_high']:.4f}], "
+          f"ubar(2) = {r['ubar_2']:.4f}, ubar(8) = {r['ubar_8']:.4f}, uniform m/N = {r['uniform_m_over_N']:.4f}")
+table
