@@ -100,8 +100,7 @@ def test_trace_must_match_the_model(tmp_path):
 
 
 def test_synthetic_routing_is_labelled():
-    spec = expert_op.BenchConfig(model="olmoe").spec()
-    tr = expert_op.synthetic_routing(spec, 2, num_docs=1, doc_len=8)
-    assert "calibrated to paper 1" in tr.label
-    tr = expert_op.synthetic_routing(expert_op.BenchConfig(model="deepseek-v2-lite").spec(), 1, num_docs=1, doc_len=8)
+    tr = expert_op.synthetic_routing("olmoe", num_docs=1, doc_len=8)
+    assert "calibrated to paper 1" in tr.label and tr.num_layers == 16
+    tr = expert_op.synthetic_routing("deepseek-v2-lite", num_docs=1, doc_len=8)
     assert "uniform" in tr.label

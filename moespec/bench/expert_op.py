@@ -40,7 +40,8 @@ KERNELS = ("slot", "dedup")
 class BenchConfig:
     """What one benchmark run measures.
 
-    ``u_count``: values of U per n, spread over the reachable range (None: every reachable U).
+    ``u_count``: values of U per n, spread over the reachable range (None: every reachable U;
+    0: no chosen-id passes, windows only).
     ``windows_per_n``: windows of routing per n and layer. ``membw_bytes``: bytes of the read-
     bandwidth reference (>= 1 GiB for Figure 2; tests use less). ``hidden``/``intermediate``
     shrink the spec's shapes (the quick profile); N and m stay the model's. ``threads``: torch
@@ -80,26 +81,40 @@ class BenchConfig:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
 
 
-def synthetic_routing(spec: MoESpec, num_layers: int, seed: int = 0, num_docs: int = 8, doc_len: int = 256):
-    """Synthetic routing for ``spec`` when no recorded trace exists: the sticky process calibrated
-    to paper 1's published layer-mean rho(2) and rho(9) of the model (data/paper_reference), else
-    uniform routing. The trace's ``source`` says which; plots label windows with it."""
+def synthetic_routing(model: str, seed: int = 0, num_docs: int = 8, doc_len: int = 256):
+    """Synthetic routing for a preset when no recorded trace exists: the sticky process calibrated
+    to paper 1's published layer-mean reuse of the model (:func:`moespec.routing.synthetic.calibrated`),
+    else independent uniform routing. The trace's ``source`` says which; plots label windows with it."""
     from moespec.routing import synthetic
+    from moespec.routing.published import reuse_targets
 
-    ref = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv")
-    label = spec.paper_label or spec.name
-    rho = {q: ref.loc[(ref["quantity"] == q) & (ref["model_or_engine"] == label), "value"]
-           for q in ("rho_layer_mean_n2", "rho_layer_mean_n9")}
-    m, N = spec.top_k, spec.num_experts
-    if all(len(v) for v in rho.values()) and N >= 2 * m:
-        keep, h = synthetic.calibrate_sticky(float(rho["rho_layer_mean_n2"].iloc[0]), N, m,
-                                             rho_n=float(rho["rho_layer_mean_n9"].iloc[0]), n=9)
-        return synthetic.sticky(num_docs, doc_len, num_layers, N, m, keep, working_set=h, seed=seed,
-                                model=spec.name,
-                                source=f"synthetic sticky routing calibrated to paper 1's published "
-                                       f"rho(2), rho(9) of {label}")
-    return synthetic.uniform(num_docs, doc_len, num_layers, N, m, seed=seed, model=spec.name,
-                             source=f"synthetic uniform routing (no published reuse for {label})")
+    spec = get_spec(model)
+    try:
+        targets = reuse_targets(spec.name)
+    except KeyError:
+        return synthetic.uniform(num_docs, doc_len, spec.num_moe_layers, spec.num_experts, spec.top_k,
+                                 seed=seed, model=spec.name,
+                                 source=f"synthetic uniform routing (no published reuse for {spec.paper_label})")
+    return synthetic.calibrated(spec, targets, num_docs, doc_len, seed=seed)
+
+
+def routing_for(model: str, trace_file: str = "", seed: int = 0, num_docs: int = 8, doc_len: int = 256):
+    """The routing whose windows are timed: ``trace_file`` (a path, or a name in ``data/traces/``)
+    if given; else the first recorded trace in ``data/traces/`` whose ``model`` is ``model``; else
+    :func:`synthetic_routing`. Each trace's ``label`` says which it is."""
+    from moespec.routing import RoutingTrace
+
+    if trace_file:
+        path = Path(trace_file)
+        path = path if path.is_absolute() or path.exists() else paths.traces_dir() / path
+        if not path.exists():
+            raise FileNotFoundError(f"trace file {trace_file!r} not found (also looked in {paths.traces_dir()})")
+        return RoutingTrace.load(path)
+    for path in sorted(paths.traces_dir().glob("*.npz")):
+        tr = RoutingTrace.load(path)
+        if tr.model == model:
+            return tr
+    return synthetic_routing(model, seed=seed, num_docs=num_docs, doc_len=doc_len)
 
 
 def _resolve_backend(backend: str, device: str) -> str:
@@ -133,8 +148,9 @@ def group_passes(config: BenchConfig, spec: MoESpec, trace, layer: int, n: int) 
     the trace. Deterministic in (seed, layer, n), so a resumed run times the same passes."""
     m, N = spec.top_k, spec.num_experts
     rng = np.random.default_rng([config.seed, layer, n])
+    grid = u_grid(n, m, N, config.u_count) if config.u_count != 0 else []
     passes = [{"kind": "chosen", "pass_id": f"c{U}", "window": "", "ids": chosen_ids(n, m, N, U, rng)}
-              for U in u_grid(n, m, N, config.u_count)]
+              for U in grid]
     if trace is not None and config.windows_per_n:
         for d, s, ids in trace_windows(trace.docs, layer, n, config.windows_per_n, rng):
             passes.append({"kind": "window", "pass_id": f"w{d}:{s}", "window": f"{trace.doc_ids[d]}:{s}",
@@ -199,15 +215,46 @@ def read_bandwidth(rows: pd.DataFrame) -> dict:
             "q75_GBps": float(bw.quantile(0.75)), "groups": int(len(bw))}
 
 
+def profile_config(profile: str, model: str = "olmoe", fmt: str = "f32", backend: str = "auto",
+                   device: str = "cpu", seed: int = 0, role: str = "main") -> BenchConfig:
+    """The benchmark configuration of a notebook profile, shared by notebooks 02 and 03.
+
+    ``role="main"``: the model of Figure 2 and the fits: two layers (the first and the middle MoE
+    layer, as the paper fits two layers), n = 1..9, 5 values of U per n, 5 windows per n, 5
+    repetitions (full: about 5-8 minutes for OLMoE's shapes in f32 on one core here).
+    ``role="transfer"``: a model of Figure 7's transfer test: one layer, windows only at
+    n = 2, 4, 6, 8. ``quick``: shapes shrunk to H=64, I=32 (N and m kept), small flush and read
+    buffers: seconds, for tests.
+    """
+    if profile not in ("quick", "full"):
+        raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
+    spec = get_spec(model)
+    common = dict(model=model, fmt=fmt, backend=backend, device=device, seed=seed)
+    if profile == "quick":
+        common.update(hidden=64, intermediate=32, flush_bytes=2**20, membw_bytes=2**22, warmup=1)
+    if role == "main":
+        layers = (0,) if profile == "quick" else (0, spec.num_moe_layers // 2)
+        cfg = dict(layers=layers, ns=tuple(range(1, 10)), u_count=3 if profile == "quick" else 5,
+                   windows_per_n=2 if profile == "quick" else 5, reps=3 if profile == "quick" else 5)
+    elif role == "transfer":
+        cfg = dict(layers=(0,), ns=(2, 4, 6, 8), u_count=0, windows_per_n=2 if profile == "quick" else 4,
+                   reps=3)
+    else:
+        raise ValueError(f"role must be 'main' or 'transfer', found {role!r}")
+    return BenchConfig(**common, **cfg)
+
+
 def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=None, resume: bool = True,
-        progress: bool = True, timer=None, flush=None) -> Path:
+        reuse_complete: bool = False, progress: bool = True, timer=None, flush=None) -> Path:
     """Run (or resume) the benchmark of ``config``; return the run folder.
 
     ``weights``: None (random weights of the spec's shapes), an ExpertWeights (real weights, used
     for every layer), a mapping layer -> ExpertWeights, or a callable layer -> ExpertWeights.
     ``trace``: RoutingTrace whose windows are timed (None: chosen ids only). ``resume``: continue
-    the newest incomplete run with the same config and trace, if any. ``timer``/``flush`` replace
-    the harness's clock and cache flush (tests).
+    the newest incomplete run with the same config and trace, if any. ``reuse_complete``: return
+    the newest complete run with the same config and trace instead of measuring again (notebook
+    03 reads notebook 02's run this way). ``timer``/``flush`` replace the harness's clock and
+    cache flush (tests).
     """
     spec = config.spec()
     _check_inputs(spec, trace, config)
@@ -215,11 +262,14 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
     trace_source = "" if trace is None else (trace.label if hasattr(trace, "label") else str(trace.source))
     chash = _config_hash(config, trace_source)
     run_dir = None
-    if resume:
-        for rec in reversed(find_runs(out_dir)):
-            if rec.get("config_hash") == chash and rec.get("status") != "complete":
-                run_dir = Path(rec["run_dir"])
-                break
+    for rec in reversed(find_runs(out_dir)):
+        if rec.get("config_hash") != chash:
+            continue
+        if reuse_complete and rec.get("status") == "complete":
+            return Path(rec["run_dir"])
+        if resume and rec.get("status") != "complete":
+            run_dir = Path(rec["run_dir"])
+            break
     backend = _resolve_backend(config.backend, config.device)
     if run_dir is None:
         stamp = _dt.datetime.now(_dt.timezone.utc)

@@ -1,0 +1,98 @@
+"""Paper 1, Figures 2, 3 (right panel) and 7: effective bandwidth, distinct share, transfer."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+KERNEL_STYLE = {"slot": dict(ls="-", marker="o", mfc=None, label="per-slot, on n·m·b"),
+                "dedup": dict(ls="--", marker="o", mfc="white", label="deduplicating, on U·b")}
+
+
+def figure2_bandwidth(passes: pd.DataFrame, read_bw: dict | None = None, title: str = "") -> plt.Figure:
+    """Effective bandwidth of each kernel against n, one panel per model: median and
+    interquartile range over layers and windows of each pass's requested bytes over its time
+    (``passes`` from :func:`moespec.fit.window_bandwidths`). ``read_bw``: {model: {"median_GBps",
+    "q25_GBps", "q75_GBps"}} of the machine's read bandwidth measured in the same run (dotted)."""
+    models = list(dict.fromkeys(passes["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        g = passes[passes["model"] == model]
+        for kernel, style in KERNEL_STYLE.items():
+            q = g[g["kernel"] == kernel].groupby("n")["beta_GBps"].quantile([0.25, 0.5, 0.75]).unstack()
+            if q.empty:
+                continue
+            ax.errorbar(q.index, q[0.5], yerr=[q[0.5] - q[0.25], q[0.75] - q[0.5]], color="C0" if kernel == "slot"
+                        else "C3", capsize=2, ms=5, **{k: v for k, v in style.items() if v is not None})
+        ref = (read_bw or {}).get(model)
+        if ref:
+            ax.axhline(ref["median_GBps"], ls=":", color="0.3",
+                       label=f"measured read bandwidth ({ref['median_GBps']:.1f} GB/s)")
+            ax.axhspan(ref["q25_GBps"], ref["q75_GBps"], color="0.85", alpha=0.5, lw=0)
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("tokens per pass n")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("effective bandwidth (GB/s)")
+    axes[0][0].legend(fontsize=7, loc="best")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def figure3_distinct_share(shares: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Figure 3, right panel as far as it goes here: U/(n·m) of windows against n for each trace
+    (``shares`` from :func:`moespec.tables.bandwidth.distinct_share`), between 1/n (every token
+    repeats the first token's experts) and 1 (no expert repeats)."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for i, (label, g) in enumerate(shares.groupby("label", sort=False)):
+        ax.plot(g["n"], g["share"], "o-", color=f"C{i % 10}", label=label)
+    n = np.arange(int(shares["n"].min()), int(shares["n"].max()) + 1)
+    ax.plot(n, 1 / n, ":", color="0.4", label="1/n (full repetition)")
+    ax.axhline(1.0, ls=":", color="0.6", label="1 (no repetition)")
+    ax.set_xlabel("tokens per pass n")
+    ax.set_ylabel("distinct share U/(n·m)")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6.5, loc="lower left")
+    ax.set_title(title or "Distinct share of windows of n consecutive tokens", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def figure7_transfer(tr: pd.DataFrame, ns=(2, 4, 6, 8), title: str = "") -> plt.Figure:
+    """Figure 7: bandwidth of a held-out model predicted from the other models (fit of log beta
+    linear in log n and log b, :func:`moespec.fit.transfer`) against the one measured on it, at
+    ``ns``. Left: each kernel's bandwidth (filled: per-slot; open: deduplicating), log scale.
+    Right: the ratio r(n). Dotted: equal."""
+    tr = tr[tr["n"].isin(list(ns))]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
+    for i, (model, g) in enumerate(tr.groupby("model", sort=False)):
+        c = f"C{i % 10}"
+        left.plot(g["beta_slot_meas"], g["beta_slot_pred"], "o", color=c, label=f"{model} per-slot")
+        left.plot(g["beta_dedup_meas"], g["beta_dedup_pred"], "o", mfc="white", color=c, label=f"{model} dedup")
+        right.plot(g["r_meas"], g["r_pred"], "o", color=c, label=model)
+    vals = tr[["beta_slot_meas", "beta_slot_pred", "beta_dedup_meas", "beta_dedup_pred"]].to_numpy(float)
+    lo, hi = np.nanmin(vals) / 1.3, np.nanmax(vals) * 1.3
+    left.plot([lo, hi], [lo, hi], ":", color="0.4")
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel("measured on the model (GB/s)")
+    left.set_ylabel("predicted from other models (GB/s)")
+    left.set_title(f"bandwidth beta_p(n), n = {', '.join(map(str, ns))}", fontsize=9)
+    left.legend(fontsize=6.5)
+    rv = tr[["r_meas", "r_pred"]].to_numpy(float)
+    rlo, rhi = min(0.0, np.nanmin(rv)), max(1.0, np.nanmax(rv)) * 1.05
+    right.plot([rlo, rhi], [rlo, rhi], ":", color="0.4")
+    right.set_xlabel("measured r(n)")
+    right.set_ylabel("predicted r(n)")
+    right.set_title("ratio r(n)", fontsize=9)
+    right.legend(fontsize=7)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig

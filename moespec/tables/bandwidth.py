@@ -1,0 +1,85 @@
+"""Paper 1, Table 1 (effective bandwidths, r, ubar, re-read cost), the per-layer fit table with
+its window errors, and the distinct share of Figure 3 (right), from the rows of the current run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from moespec import paths
+
+#: Label of the paper's rows wherever they are shown beside ours.
+PAPER_LABEL = "paper 1, published (their hardware)"
+TABLE1_COLUMNS = ["source", "engine", "model", "reread_cost",
+                  "n2_beta_slot_GBps", "n2_beta_dedup_GBps", "n2_r", "n2_ubar",
+                  "n8_beta_slot_GBps", "n8_beta_dedup_GBps", "n8_r", "n8_ubar"]
+
+
+def _range(values) -> str:
+    """'a-b' over the values (two decimals), 'a' if they agree, '' if none (the paper's style)."""
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
+    if not v.size:
+        return ""
+    lo, hi = f"{v.min():.2f}", f"{v.max():.2f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def table1(bw: pd.DataFrame, fits: pd.DataFrame | None, engine: str, source: str,
+           paper: bool | str | Path = True) -> pd.DataFrame:
+    """Table 1: per model, beta_slot, beta_dedup (GB/s), r and ubar at n = 2 and 8 (sums over
+    layers and windows, :func:`moespec.fit.bandwidth_table`) and the re-read cost c_re/c_u of
+    eq. (4) as its range over the fitted layers. ``source`` labels our rows (machine, date);
+    ``paper`` adds the published rows (``data/paper_reference/paper1_table1_bandwidth.csv``) with
+    source :data:`PAPER_LABEL`."""
+    rows = []
+    for model, g in bw.groupby("model", sort=False):
+        row = {"source": source, "engine": engine, "model": model, "reread_cost": ""}
+        if fits is not None and not fits.empty:
+            slot = fits[(fits["model"] == model) & (fits["kernel"] == "slot")]
+            row["reread_cost"] = _range(slot["reread_cost"])
+        for n in (2, 8):
+            at = g[g["n"] == n]
+            for col, name in (("beta_slot_GBps", "beta_slot_GBps"), ("beta_dedup_GBps", "beta_dedup_GBps"),
+                              ("r", "r"), ("ubar", "ubar")):
+                row[f"n{n}_{name}"] = float(at[col].iloc[0]) if len(at) else np.nan
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=TABLE1_COLUMNS)
+    if paper:
+        path = Path(paper) if isinstance(paper, (str, Path)) else paths.reference_dir() / "paper1_table1_bandwidth.csv"
+        pub = pd.read_csv(path, dtype={"reread_cost": str}, keep_default_na=False, na_values=[""])
+        missing = set(TABLE1_COLUMNS[1:]) - set(pub.columns)
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
+        pub["reread_cost"] = pub["reread_cost"].fillna("")
+        pub.insert(0, "source", PAPER_LABEL)
+        out = pd.concat([out, pub[TABLE1_COLUMNS]], ignore_index=True)
+    return out
+
+
+def fit_table(fits: pd.DataFrame, errors: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The coefficients of eq. (4) and (E.1) per layer (seconds and seconds per byte), the fit's
+    median |relative error| on its own passes and, from ``errors`` (:func:`moespec.fit.window_errors`),
+    on the windows of routing it did not see."""
+    out = fits.copy()
+    if errors is not None and not errors.empty:
+        keys = [c for c in ("model", "backend", "fmt", "layer", "kernel") if c in out.columns]
+        win = (errors.assign(abs_err=errors["rel_err"].abs()).groupby(keys)
+               .agg(window_median_abs_err=("abs_err", "median"), windows=("abs_err", "size")).reset_index())
+        out = out.merge(win, on=keys, how="left")
+    return out
+
+
+def distinct_share(traces, ns=(2, 4, 6, 8)) -> pd.DataFrame:
+    """Figure 3 (right): the share of a pass's n·m slots that name distinct experts, U/(n·m),
+    layer mean of the mean union of n consecutive tokens, per trace (``label``: its source)."""
+    from moespec.routing import stats
+
+    rows = []
+    for tr in traces:
+        union = stats.mean_union(tr, max(ns)).mean(axis=0)  # layer mean of U_hat_l(n)
+        for n in ns:
+            rows.append({"label": tr.label, "model": tr.model, "n": n, "m": tr.top_k,
+                         "share": float(union[n - 1] / (n * tr.top_k)), "lower_bound": 1 / n})
+    return pd.DataFrame(rows)
