@@ -37,20 +37,39 @@ def geometric_sum(x: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 
 def bisect_increasing(f, target: np.ndarray, lo: float = 0.0, hi: float = 1.0,
-                      tol: float = 1e-15, max_iter: int = 200) -> np.ndarray:
-    """Vectorized bisection: for each element, the point where increasing ``f`` crosses ``target``.
+                      tol: float = 1e-15, max_iter: int = 400) -> np.ndarray:
+    """Vectorized bracketing root finder: for each element, where increasing ``f`` crosses ``target``.
 
-    Assumes f(lo) <= target < f(hi) element-wise (callers handle the ends). Stops when every
-    bracket is narrower than ``tol``; returns the bracket midpoints (error at most tol/2).
+    Assumes f(lo) <= target < f(hi) element-wise (callers handle the ends). Keeps a bracket
+    [lo, hi] with f(lo) <= target < f(hi) and shrinks it by Illinois false position, with a
+    bisection step every fourth iteration so that it always halves; stops when every bracket is
+    narrower than ``tol`` and returns the midpoints (error at most tol/2).
     """
     target = np.asarray(target, dtype=float)
     lo = np.full(target.shape, lo, dtype=float)
     hi = np.full(target.shape, hi, dtype=float)
-    for _ in range(max_iter):
-        if not target.size or np.max(hi - lo) <= tol:
+    if not target.size:
+        return lo
+    flo, fhi = f(lo) - target, f(hi) - target
+    last = np.zeros(target.shape, dtype=np.int8)          # +1: hi moved last time, -1: lo moved
+    for it in range(max_iter):
+        width = hi - lo
+        if np.max(width) <= tol:
             break
         mid = 0.5 * (lo + hi)
-        above = f(mid) > target
-        hi = np.where(above, mid, hi)
-        lo = np.where(above, lo, mid)
+        if it % 4 == 3:
+            x = mid
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                x = lo - flo * width / (fhi - flo)
+            x = np.where((x > lo) & (x < hi), x, mid)
+        fx = f(x) - target
+        above = fx > 0
+        # Illinois: an endpoint kept twice in a row has its f halved, so both ends converge.
+        flo = np.where(above & (last == 1), 0.5 * flo, flo)
+        fhi = np.where(~above & (last == -1), 0.5 * fhi, fhi)
+        hi, fhi = np.where(above, x, hi), np.where(above, fx, fhi)
+        lo, flo = np.where(above, lo, x), np.where(above, flo, fx)
+        hi = np.where(fx == 0, x, hi)        # f(x) = target exactly: x is the crossing (f strictly rises)
+        last = np.where(above, 1, -1).astype(np.int8)
     return 0.5 * (lo + hi)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import check_step_times, scalar_out
-from .polynomials import bisect_increasing, geometric_sum
+from .polynomials import bisect_increasing, geometric_prefix
 from .speculation import best_draft_length
 
 #: Bisection stops when the bracket of every alpha is narrower than this (error <= TOL/2).
@@ -23,7 +23,9 @@ TOL = 1e-13
 
 def _excess(a, i, k):
     """a^(i+1) P_(k-i-1)(a) / P_i(a) = G_a(k)/G_a(i) - 1 (eqs. B.23, B.26), increasing in a."""
-    return a ** (i + 1) * geometric_sum(a, k - i - 1) / geometric_sum(a, i)
+    P = geometric_prefix(a, int(k.max()))          # one pass gives every P_n(a) needed
+    rows = np.arange(a.shape[0])
+    return a ** (i + 1) * P[rows, k - i - 1] / P[rows, i]
 
 
 def _ratio_thresholds(d: np.ndarray, i: np.ndarray, k: np.ndarray) -> np.ndarray:
