@@ -1,0 +1,66 @@
+"""Quality of a causal LM on documents: perplexity and greedy agreement between two models.
+
+Every token of a document after the first is predicted exactly once: the document is cut into
+windows of ``context`` tokens that overlap by one token, so each window's first token is the
+previous window's last and serves only as context.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+
+def _windows(ids: np.ndarray, context: int) -> Iterator[np.ndarray]:
+    """Windows of at most ``context`` tokens, overlapping by one, covering ``ids``."""
+    if context < 2:
+        raise ValueError(f"context must be >= 2 tokens, found {context}")
+    start = 0
+    while start < len(ids) - 1:
+        yield ids[start:start + context]
+        start += context - 1
+
+
+@torch.no_grad()
+def nll(model, docs: Sequence[np.ndarray], context: int, device: str = "cpu") -> tuple[float, int]:
+    """(summed negative log-likelihood in nats, number of predicted tokens) over ``docs``."""
+    model.eval()
+    total, count = 0.0, 0
+    for ids in docs:
+        for win in _windows(np.asarray(ids), context):
+            x = torch.as_tensor(win, device=device)[None]
+            logits = model(input_ids=x).logits[0, :-1].float()
+            total += float(torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="sum"))
+            count += len(win) - 1
+    return total, count
+
+
+def perplexity(model, docs: Sequence[np.ndarray], context: int, device: str = "cpu",
+               words: int | None = None) -> dict:
+    """Token-level perplexity exp(NLL / tokens) and, given the documents' word count, the
+    word-level perplexity exp(NLL / words), which compares models with different tokenizers."""
+    total, count = nll(model, docs, context, device)
+    out = {"nll": total, "tokens": count, "ppl_token": math.exp(total / count)}
+    if words:
+        out["words"] = words
+        out["ppl_word"] = math.exp(total / words)
+    return out
+
+
+@torch.no_grad()
+def greedy_agreement(target, draft, docs: Sequence[np.ndarray], context: int,
+                     device: str = "cpu") -> dict:
+    """Share of positions of ``docs`` (teacher-forced) where the draft's greedy next token equals
+    the target's: the acceptance rate of greedy speculative decoding on that text."""
+    agree, count = 0, 0
+    for ids in docs:
+        for win in _windows(np.asarray(ids), context):
+            x = torch.as_tensor(win, device=device)[None]
+            a = target(input_ids=x).logits[0, :-1].argmax(-1)
+            b = draft(input_ids=x).logits[0, :-1].argmax(-1)
+            agree += int((a == b).sum())
+            count += len(win) - 1
+    return {"agree": agree, "positions": count, "agreement": agree / count}

@@ -1,0 +1,77 @@
+"""Checkpoints of the embedded models: safetensors + config.json (+ moespec.json provenance).
+
+Loading is strict: a missing folder, an unreadable config, a truncated or corrupt safetensors
+file, or weights that do not match the config (missing or unexpected tensors, which
+transformers would otherwise fill with random values after a warning) raise an error naming
+the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+
+WEIGHTS = "model.safetensors"
+META = "moespec.json"
+
+
+def save(model: PreTrainedModel, folder: Path, meta: dict | None = None) -> Path:
+    """Write ``model`` (safetensors + config) and ``meta`` into ``folder`` atomically.
+
+    The files are written into a sibling temporary folder that is renamed over ``folder`` at
+    the end, so an interrupted build never leaves a half-written checkpoint.
+    """
+    folder = Path(folder)
+    tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp, safe_serialization=True)
+    (tmp / META).write_text(json.dumps(meta or {}, indent=1, default=str))
+    if folder.exists():
+        shutil.rmtree(folder)
+    tmp.rename(folder)
+    return folder
+
+
+def read_meta(folder: Path) -> dict:
+    path = Path(folder) / META
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def load(folder: Path, device: str = "cpu") -> PreTrainedModel:
+    """Load a checkpoint written by :func:`save` (or any transformers causal-LM folder) strictly."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no checkpoint folder; build the default models first "
+                                f"(moespec build-models, or moespec.zoo.build_default_models())")
+    cfg_path = folder / "config.json"
+    weights = folder / WEIGHTS
+    for p in (cfg_path, weights):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: missing from checkpoint {folder}")
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+    except Exception as exc:  # json errors, unknown model_type, ...
+        raise ValueError(f"{cfg_path}: unreadable model config ({type(exc).__name__}: {exc})") from None
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(weights), framework="pt") as fh:
+            keys = set(fh.keys())
+            for k in keys:  # read every tensor: truncation shows up here, not at first use
+                fh.get_tensor(k)
+    except Exception as exc:
+        raise ValueError(f"{weights}: corrupt or truncated safetensors file "
+                         f"({type(exc).__name__}: {exc})") from None
+    model, info = AutoModelForCausalLM.from_pretrained(str(folder), config=config,
+                                                       output_loading_info=True, dtype=torch.float32)
+    bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if bad:
+        raise ValueError(f"{weights}: weights do not match {cfg_path}: "
+                         + "; ".join(f"{k}: {sorted(map(str, v))[:5]}" for k, v in bad.items()))
+    return model.to(device).eval()
