@@ -96,7 +96,7 @@ def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any]) -> N
     from papermill.exceptions import PapermillExecutionError
 
     check_parameters(notebook, parameters)
-    out = out_dir / notebook.name
+    out = paths.ensure(Path(out_dir)) / notebook.name
     start = time.perf_counter()
     try:
         pm.execute_notebook(str(notebook), str(out), parameters=parameters, progress_bar=False,
