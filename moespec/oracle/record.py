@@ -1,0 +1,142 @@
+"""Measured speculative rounds on this machine (paper 2, Section 3.5 / Appendix A.2, our analogue).
+
+Runs the engine's speculative loop (``moespec.engine.speculative_generate`` with the real draft
+model, ``ModelDraft``, greedy verification) for every question and every K, and records one
+``RoundRecord`` per round: the engine's own timings of the draft and of the verification pass,
+and Ubar_r of eq. (5) read from the target's routers during that pass (``hf.RouterTap``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from .. import paths
+from .hf import RouterTap, torch_threads
+from .rounds import RoundRecord, rounds_frame, union_sizes
+
+
+def questions_path() -> Path:
+    return paths.data_dir() / "spec_bench" / "question.jsonl"
+
+
+def load_questions(categories=None, per_category: int | None = None, path=None) -> list[dict]:
+    """Spec-Bench questions (first turn), optionally the first ``per_category`` of each category."""
+    path = Path(path) if path else questions_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: Spec-Bench questions missing (copied from ../shared/data/spec_bench)")
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        q = json.loads(line)
+        for key in ("question_id", "category", "turns"):
+            if key not in q:
+                raise ValueError(f"{path}:{n}: field {key!r} missing")
+        rows.append({"question_id": int(q["question_id"]), "category": q["category"], "text": q["turns"][0]})
+    if categories is not None:
+        known = {r["category"] for r in rows}
+        unknown = set(categories) - known
+        if unknown:
+            raise ValueError(f"{path}: no category {sorted(unknown)}; categories are {sorted(known)}")
+        rows = [r for r in rows if r["category"] in set(categories)]
+    if per_category is not None:
+        seen: dict[str, int] = {}
+        kept = []
+        for r in rows:
+            if seen.get(r["category"], 0) < per_category:
+                kept.append(r)
+                seen[r["category"]] = seen.get(r["category"], 0) + 1
+        rows = kept
+    return rows
+
+
+def _median_time(fn, repeats: int, clock=time.perf_counter):
+    """Run ``fn`` ``repeats`` times; return (median seconds, last result)."""
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = clock()
+        out = fn()
+        times.append(clock() - t0)
+    return float(np.median(times)), out
+
+
+def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens: int = 64,
+                  repeats: int = 3, threads: int | None = 1, backend: str = "auto", progress: bool = True):
+    """Speculative runs of every prompt at every K; returns ``(rounds, outputs)``.
+
+    The round loop is the engine's (``moespec.engine.speculative_generate``): the engine's target
+    (``Engine``: KV cache, kernels) verifies ``[current] + drafts`` in one pass, the engine's
+    ``ModelDraft`` drafts greedily, the longest agreeing prefix is kept. It is restated here only to
+    time each stage ``repeats`` times (the verify pass is re-run after cropping the cache back, the
+    draft is re-proposed from the same text; both are deterministic) and keep the median: up to
+    seven people share this machine's two cores, and single timings carry their load. ``threads``
+    sets torch's intra-op threads for the run (1 is the most stable under contention).
+
+    prompts: list of dicts with ``question_id``, ``category`` and ``ids`` (prompt token ids).
+    rounds: the validated rounds table (``rounds.ROUND_COLUMNS``). outputs: ``{question_id: tokens}``,
+    the emitted tokens of the first K's run (greedy verification reproduces the target's greedy
+    text, so these serve as the oracle's reference sequences).
+    """
+    from moespec.engine import Engine, ModelDraft
+
+    engine = Engine(target_model, backend=backend)
+    drafter = ModelDraft(draft_model)
+    max_pos = int(getattr(target_model.config, "max_position_embeddings", 0) or 0)
+    records, outputs = [], {}
+    with torch_threads(threads):
+        with RouterTap(target_model) as tap:
+            jobs = [(p, K) for p in prompts for K in ks]
+            for p, K in tqdm(jobs, desc="speculative runs", disable=not progress):
+                prompt = [int(t) for t in p["ids"]]
+                if max_pos and len(prompt) + n_tokens + K + 1 > max_pos:
+                    raise ValueError(f"question {p['question_id']}: prompt {len(prompt)} + {n_tokens} tokens "
+                                     f"exceeds max_position_embeddings={max_pos}")
+                current = engine.prefill(prompt)
+                drafter.begin(prompt, current)
+                generated: list[int] = []
+                r = 0
+                while len(generated) < n_tokens:
+                    L = engine.length                                  # prompt + generated
+                    t_d, drafts = _median_time(lambda: drafter.propose(generated, current, K), repeats)
+
+                    def verify():
+                        tap.clear()
+                        out = engine.forward([current] + drafts)
+                        ids = tap.take()
+                        engine.crop(L)
+                        return out, ids
+                    t_t, (argmax, ids) = _median_time(verify, repeats)
+                    j = 0
+                    while j < K and drafts[j] == argmax[j]:
+                        j += 1
+                    engine.forward([current] + drafts[:j])             # keep the accepted text cached
+                    tap.clear()
+                    u = union_sizes(ids[0], tap.num_experts)[-1]       # [layers]: union over the m positions
+                    records.append(RoundRecord(f"q{p['question_id']}-K{K}", int(p["question_id"]), p["category"],
+                                               int(K), int(K) + 1, r, L, 1e3 * t_t, 1e3 * t_d,
+                                               float(u.mean()), float(u.max()), j,
+                                               (L + K + 1) / max_pos if max_pos else float("nan"), "measured"))
+                    generated += [current] + drafts[:j]
+                    current = argmax[j]
+                    r += 1
+                outputs.setdefault(int(p["question_id"]), list(generated[:n_tokens]))
+    return rounds_frame(records), outputs
+
+
+def save_rounds(df: pd.DataFrame, path) -> Path:
+    from ..io import write_dataframe
+
+    return write_dataframe(path, df)
+
+
+def load_rounds(path) -> pd.DataFrame:
+    from .rounds import validate_rounds
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no rounds table")
+    return validate_rounds(pd.read_csv(path), where=str(path))

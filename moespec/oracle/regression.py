@@ -1,0 +1,172 @@
+"""The verification-cost and draft-time regressions of paper 2 (Section 3.3, Appendix A.5–A.8).
+
+- ``fit_categorical``: eq. (4), T_T = beta0(m) + alpha(m) Ubar + c L, categorical in m, shared c.
+- ``fit_per_k``: Table A4, T_T = beta0 + alpha Ubar + c L separately for each K.
+- ``fit_pooled``: eq. (A3), T_T = beta0 + alpha Ubar + c L + gamma K.
+- ``fit_draft``: eq. (A4), T_D = a K + b.
+OLS (statsmodels) with standard errors clustered by generation; out-of-sample R², RMSE, MAPE and
+MedAPE from GroupKFold(5) by generation (scikit-learn), so no generation is split across folds.
+``factor_importance`` follows Table A2's protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import statsmodels.formula.api as smf
+from scipy import stats
+from sklearn.model_selection import GroupKFold
+
+from .rounds import validate_rounds
+
+CATEGORICAL = "T_T_ms ~ 0 + C(m) + C(m):ubar + L"     # eq. (4)
+PER_K = "T_T_ms ~ ubar + L"                            # Table A4 (within one K)
+POOLED = "T_T_ms ~ ubar + L + K"                       # eq. (A3)
+DRAFT = "T_D_ms ~ K"                                   # eq. (A4)
+
+
+def group_folds(groups, n_splits: int = 5):
+    """GroupKFold splits ``[(train_idx, test_idx), ...]``; every group lies in exactly one test fold."""
+    groups = np.asarray(groups)
+    n_groups = len(np.unique(groups))
+    if n_groups < n_splits:
+        raise ValueError(f"GroupKFold({n_splits}) needs at least {n_splits} generations; got {n_groups}")
+    return list(GroupKFold(n_splits=n_splits).split(np.zeros(len(groups)), groups=groups))
+
+
+def ols(formula: str, df: pd.DataFrame, cluster: str = "gen_id"):
+    """OLS fit with standard errors clustered by ``cluster`` (statsmodels results object)."""
+    groups = pd.factorize(df[cluster])[0]
+    return smf.ols(formula, data=df).fit(cov_type="cluster", cov_kwds={"groups": groups})
+
+
+def _errors(y: np.ndarray, yhat: np.ndarray) -> dict:
+    resid = y - yhat
+    ape = np.abs(resid) / np.abs(y)
+    ss_tot = np.sum((y - y.mean()) ** 2)
+    return {"r2": float(1 - np.sum(resid ** 2) / ss_tot) if ss_tot > 0 else float("nan"),
+            "rmse_ms": float(np.sqrt(np.mean(resid ** 2))),
+            "mape_pct": float(100 * ape.mean()), "medape_pct": float(100 * np.median(ape))}
+
+
+def cross_validate(formula: str, df: pd.DataFrame, n_splits: int = 5, group: str = "gen_id") -> pd.DataFrame:
+    """Out-of-sample errors per GroupKFold fold (one row per fold: r2, rmse_ms, mape_pct, medape_pct)."""
+    target = formula.split("~")[0].strip()
+    rows = []
+    for f, (tr, te) in enumerate(group_folds(df[group], n_splits)):
+        fit = smf.ols(formula, data=df.iloc[tr]).fit()
+        test = df.iloc[te]
+        rows.append({"fold": f, "n_test": len(te),
+                     **_errors(test[target].to_numpy(), np.asarray(fit.predict(test)))})
+    return pd.DataFrame(rows)
+
+
+def _ci(values, level: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of a t-interval across folds (n - 1 degrees of freedom, as Table A2)."""
+    v = np.asarray(values, dtype=float)
+    half = stats.t.ppf(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean()), float(half)
+
+
+@dataclass
+class Fit:
+    """A fitted model: coefficient table (estimate, clustered se), in-sample and out-of-sample errors."""
+    name: str
+    formula: str
+    coef: pd.DataFrame      # columns: term, estimate, se, p
+    n: int
+    clusters: int
+    r2: float
+    cv: pd.DataFrame        # per-fold out-of-sample errors
+
+    def summary(self) -> dict:
+        out = {"model": self.name, "n": self.n, "clusters": self.clusters, "r2_in": self.r2}
+        for col in ("r2", "rmse_ms", "mape_pct", "medape_pct"):
+            out[f"cv_{col}"] = float(self.cv[col].mean())
+        return out
+
+
+def _fit(name: str, formula: str, df: pd.DataFrame, n_splits: int) -> Fit:
+    res = ols(formula, df)
+    coef = pd.DataFrame({"term": res.params.index, "estimate": res.params.values,
+                         "se": res.bse.values, "p": res.pvalues.values})
+    return Fit(name, formula, coef, int(res.nobs), int(df["gen_id"].nunique()), float(res.rsquared),
+               cross_validate(formula, df, n_splits))
+
+
+def fit_categorical(df: pd.DataFrame, n_splits: int = 5) -> Fit:
+    """Eq. (4) with free beta0(m), alpha(m) and a shared c; clustered se; GroupKFold CV."""
+    return _fit("categorical (4)", CATEGORICAL, validate_rounds(df), n_splits)
+
+
+def categorical_table(fit: Fit) -> pd.DataFrame:
+    """Eq. (4) coefficients as one row per m: beta0, alpha with clustered se, and the shared c."""
+    c = fit.coef.set_index("term")
+    ms = sorted(int(t[5:-1]) for t in c.index if t.startswith("C(m)[") and ":" not in t)
+    rows = [{"m": m, "K": m - 1,
+             "beta0_ms": c.loc[f"C(m)[{m}]", "estimate"], "beta0_se": c.loc[f"C(m)[{m}]", "se"],
+             "alpha_ms_per_expert": c.loc[f"C(m)[{m}]:ubar", "estimate"],
+             "alpha_se": c.loc[f"C(m)[{m}]:ubar", "se"],
+             "c_ms_per_token": c.loc["L", "estimate"], "c_se": c.loc["L", "se"]} for m in ms]
+    return pd.DataFrame(rows)
+
+
+def fit_per_k(df: pd.DataFrame, n_splits: int = 5) -> pd.DataFrame:
+    """Table A4: T_T = beta0 + alpha Ubar + c L fitted separately for each K (clustered se, CV)."""
+    df = validate_rounds(df)
+    rows = []
+    for K, sub in df.groupby("K"):
+        f = _fit(f"K={K}", PER_K, sub, n_splits)
+        c = f.coef.set_index("term")
+        rows.append({"K": int(K), "m": int(K) + 1, "n": f.n, "generations": f.clusters,
+                     "beta0_ms": c.loc["Intercept", "estimate"], "beta0_se": c.loc["Intercept", "se"],
+                     "alpha_ms_per_expert": c.loc["ubar", "estimate"], "alpha_se": c.loc["ubar", "se"],
+                     "c_ms_per_token": c.loc["L", "estimate"], "c_se": c.loc["L", "se"],
+                     "r2_in": f.r2,
+                     "cv_r2": float(f.cv.r2.mean()), "cv_mape_pct": float(f.cv.mape_pct.mean()),
+                     "cv_medape_pct": float(f.cv.medape_pct.mean())})
+    return pd.DataFrame(rows)
+
+
+def fit_pooled(df: pd.DataFrame, n_splits: int = 5) -> Fit:
+    """Eq. (A3): one model for all K with a linear budget coefficient gamma."""
+    return _fit("pooled (A3)", POOLED, validate_rounds(df), n_splits)
+
+
+def fit_draft(df: pd.DataFrame, n_splits: int = 5) -> Fit:
+    """Eq. (A4): T_D = a K + b."""
+    return _fit("draft (A4)", DRAFT, validate_rounds(df), n_splits)
+
+
+def coefficient(fit: Fit, term: str) -> tuple[float, float]:
+    """(estimate, clustered se) of one term."""
+    row = fit.coef.set_index("term").loc[term]
+    return float(row["estimate"]), float(row["se"])
+
+
+FACTORS = {"ubar": "ubar", "L": "L", "m": "m", "kv_use": "kv_use", "umax": "umax",
+           "round_idx": "round_idx"}
+
+
+def factor_importance(df: pd.DataFrame, factors=tuple(FACTORS), base: str = "ubar",
+                      n_splits: int = 5) -> pd.DataFrame:
+    """Table A2's protocol: standalone OOS R² / RMSE of T_T ~ factor (mean, 95% t-interval over the
+    GroupKFold folds), and the paired RMSE reduction of T_T ~ base + factor over T_T ~ base."""
+    df = validate_rounds(df)
+    base_cv = cross_validate(f"T_T_ms ~ {base}", df, n_splits)
+    rows = []
+    for f in factors:
+        alone = cross_validate(f"T_T_ms ~ {f}", df, n_splits)
+        r2, r2_h = _ci(alone.r2)
+        rmse, rmse_h = _ci(alone.rmse_ms)
+        row = {"factor": f, "oos_r2": r2, "oos_r2_ci": r2_h, "oos_rmse_ms": rmse, "oos_rmse_ci": rmse_h}
+        if f != base:
+            both = cross_validate(f"T_T_ms ~ {base} + {f}", df, n_splits)
+            d, d_h = _ci(base_cv.rmse_ms.to_numpy() - both.rmse_ms.to_numpy())
+            row.update({"rmse_reduction_over_base_ms": d, "rmse_reduction_ci": d_h})
+        else:
+            row.update({"rmse_reduction_over_base_ms": 0.0, "rmse_reduction_ci": 0.0})
+        rows.append(row)
+    return pd.DataFrame(rows)
