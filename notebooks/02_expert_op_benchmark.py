@@ -116,8 +116,8 @@ io.write_dataframe(figures / "02_bandwidth_by_n.csv", bw)
 print(t1.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
 for n in (2, 8):
     at = bw[bw["n"] == n].iloc[0]
-    print(f"n={n}: beta_slot={at['beta_slot_GBps']:.3f} GB/s beta_dedup={at['beta_dedup_GBps']:.3f} GB/s "
-          f"r={at['r']:.3f} ubar={at['ubar']:.3f} -> dedup {'faster' if at['ubar'] < at['r'] else 'slower'} (eq. 7)")
+    print(f"n={n}: beta_slot={at['beta_slot_GBps']:.5g} GB/s beta_dedup={at['beta_dedup_GBps']:.5g} GB/s "
+          f"r={at['r']:.4f} ubar={at['ubar']:.4f} -> dedup {'faster' if at['ubar'] < at['r'] else 'slower'} (eq. 7)")
 slot_fits = fits[fits["kernel"] == "slot"]
 print("re-read cost c_re/c_u per layer: " + ", ".join(f"layer {int(r.layer)}: {r.reread_cost:.3f}"
                                                       for r in slot_fits.itertuples()))

@@ -47,6 +47,7 @@ def run_notebook(tmp_path, monkeypatch):
         figures = tmp_path / "figures"
         monkeypatch.setenv("MOESPEC_FIGURES", str(figures))
         nb = paths.notebooks_dir() / f"{name}.ipynb"
+        (tmp_path / "run").mkdir(exist_ok=True)  # papermill does not create the output folder
         result = runner.run_notebook(nb, tmp_path / "run", {"profile": "quick", **params})
         return result.output, figures, notebook_text(result.output)
 

@@ -223,15 +223,17 @@ def profile_config(profile: str, model: str = "olmoe", fmt: str = "f32", backend
     layer, as the paper fits two layers), n = 1..9, 5 values of U per n, 5 windows per n, 5
     repetitions (full: about 5-8 minutes for OLMoE's shapes in f32 on one core here).
     ``role="transfer"``: a model of Figure 7's transfer test: one layer, windows only at
-    n = 2, 4, 6, 8. ``quick``: shapes shrunk to H=64, I=32 (N and m kept), small flush and read
-    buffers: seconds, for tests.
+    n = 2, 4, 6, 8. ``quick``: shapes shrunk to H=64, I=32·round(I/512) (N and m kept, expert
+    sizes keep their order across models), small flush and read buffers: seconds, for tests.
     """
     if profile not in ("quick", "full"):
         raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
     spec = get_spec(model)
     common = dict(model=model, fmt=fmt, backend=backend, device=device, seed=seed)
     if profile == "quick":
-        common.update(hidden=64, intermediate=32, flush_bytes=2**20, membw_bytes=2**22, warmup=1)
+        # tiny shapes that keep the models' order of expert sizes (multiples of 32 for int8 blocks)
+        inter = 32 * max(1, round(spec.expert_intermediate / 512))
+        common.update(hidden=64, intermediate=inter, flush_bytes=2**20, membw_bytes=2**22, warmup=1)
     if role == "main":
         layers = (0,) if profile == "quick" else (0, spec.num_moe_layers // 2)
         cfg = dict(layers=layers, ns=tuple(range(1, 10)), u_count=3 if profile == "quick" else 5,

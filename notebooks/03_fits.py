@@ -1,0 +1,129 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Fits of the operation time, the bandwidth error ε, and the transfer test (paper 1, eq. (4), (E.1), Section 4, Figure 7)
+#
+# On the passes with chosen ids at n = 2..9, per layer, by least squares:
+#
+# * per-slot, eq. (4): t_slot = t_op + c_u·U·b + c_re·(n·m − U)·b, re-read cost c_re/c_u;
+# * deduplicating, eq. (E.1): t_dedup = t_op + c_g·U·b + c_t·n.
+#
+# Each fit is scored on the windows of routing, which it did not see: ε_p is the median over layers
+# of each fit's median |relative error|, and the engine's ε the larger of the two kernels'
+# (Section 4). The transfer test (Figure 7, Appendix E) fits log β_p(n) linear in log n and log b
+# (expert bytes) on the other models and predicts the held-out one.
+#
+# The main model's rows are those of notebook 02 (same configuration; measured here if notebook 02
+# has not run). The other models of the transfer test are measured in this notebook, on one layer,
+# windows only, at n = 2, 4, 6, 8, with random weights at their published shapes and the same
+# format and backend. Each model's run records its own read bandwidth: the machine drifts between
+# runs, so the printed read bandwidths say how comparable the absolute numbers are.
+
+# %% tags=["parameters"]
+profile = "full"
+device = "cpu"
+seed = 0
+model = "olmoe"
+fmt = "f32"
+backend = "auto"
+trace_file = ""
+out_dir = ""
+transfer_models = ["qwen3", "gpt-oss", "deepseek-v2-lite"]
+reuse_transfer_runs = False   # True: reuse complete runs of the transfer models instead of measuring
+
+# %%
+from pathlib import Path
+
+import pandas as pd
+
+from moespec import fit, io, paths
+from moespec.bench import expert_op
+from moespec.plots.bandwidth import figure7_transfer
+from moespec.tables.bandwidth import fit_table
+
+bench_out = Path(out_dir) if out_dir else paths.bench_dir() / "expert_op"
+figures = paths.ensure(paths.figures_dir())
+main_config = expert_op.profile_config(profile, model, fmt, backend, device, seed, role="main")
+doc_len = 64 if profile == "quick" else 512
+num_docs = 4 if profile == "quick" else 16
+print(f"profile={profile}: main model {model} ({fmt}, backend {backend}, {device}); transfer models {transfer_models}")
+
+# %% [markdown]
+# ## The main model's rows (notebook 02's run)
+
+# %%
+trace = expert_op.routing_for(model, trace_file, seed=seed, num_docs=num_docs, doc_len=doc_len)
+main_dir = expert_op.run(main_config, out_dir=bench_out, trace=trace, reuse_complete=True)
+rows = expert_op.load_rows(main_dir)
+print(f"run {main_dir.name}: {len(rows)} rows; windows from: {trace.label}")
+
+# %% [markdown]
+# ## Fit coefficients per layer: eq. (4) and (E.1)
+
+# %%
+fits = fit.fit_layers(rows)
+errors = fit.window_errors(fits, rows)
+table = fit_table(fits, errors)
+io.write_dataframe(figures / "03_fit_coefficients.csv", table)
+for r in table.itertuples():
+    if r.kernel == "slot":
+        print(f"layer {r.layer} slot  (4):  t_op={r.t_op * 1e3:.3f} ms  c_u={r.c_u * 1e9:.4f} s/GB  "
+              f"c_re={r.c_re * 1e9:.4f} s/GB  re-read cost={r.reread_cost:.3f}  window error {r.window_median_abs_err:.3f}")
+    else:
+        print(f"layer {r.layer} dedup (E.1): t_op={r.t_op * 1e3:.3f} ms  c_g={r.c_g * 1e9:.4f} s/GB  "
+              f"c_t={r.c_t * 1e3:.3f} ms/token  window error {r.window_median_abs_err:.3f}")
+
+# %% [markdown]
+# ## The bandwidth error ε (Section 4)
+
+# %%
+eps = fit.epsilon(errors)
+io.write_dataframe(figures / "03_epsilon.csv", eps)
+io.write_dataframe(figures / "03_window_errors.csv",
+                   errors[["model", "layer", "kernel", "n", "U", "pass_id", "t_median_s", "t_pred_s", "rel_err"]])
+for r in eps.itertuples():
+    print(f"epsilon ({r.backend}): slot {r.eps_slot:.4f}, dedup {r.eps_dedup:.4f}, engine {r.eps_engine:.4f} "
+          f"(over {r.fits_slot} layer fit(s) per kernel)")
+
+# %% [markdown]
+# ## Figure 7: transfer of the bandwidth to a held-out model
+# Bandwidths per model from windows at n = 2, 4, 6, 8 (Table 1's sums). Each transfer model runs
+# with synthetic routing calibrated to its published reuse where the paper gives it (uniform
+# otherwise), labelled in the printed lines.
+
+# %%
+bw_parts = [fit.bandwidth_table(rows)]
+read_bws = {model: expert_op.read_bandwidth(rows)}
+for name in transfer_models:
+    cfg = expert_op.profile_config(profile, name, fmt, backend, device, seed, role="transfer")
+    tr = expert_op.routing_for(name, seed=seed, num_docs=num_docs, doc_len=doc_len)
+    run_dir = expert_op.run(cfg, out_dir=bench_out, trace=tr, reuse_complete=reuse_transfer_runs)
+    part = expert_op.load_rows(run_dir)
+    bw_parts.append(fit.bandwidth_table(part))
+    read_bws[name] = expert_op.read_bandwidth(part)
+    print(f"{name}: run {run_dir.name}; windows from: {tr.label}")
+bw_all = pd.concat(bw_parts, ignore_index=True)
+io.write_dataframe(figures / "03_bandwidth_all_models.csv", bw_all)
+for name, rb in read_bws.items():
+    print(f"read bandwidth during {name}'s run: {rb['median_GBps']:.2f} GB/s")
+transfer = fit.transfer(bw_all, ns=(2, 4, 6, 8))
+io.write_dataframe(figures / "03_fig7_transfer.csv", transfer)
+fig = figure7_transfer(transfer, title=f"moespec {backend} kernels ({fmt}), one machine; held out: each model in turn")
+io.save_figure(fig, figures / "03_fig7_transfer.png")
+for name, g in transfer.groupby("model", sort=False):
+    print(f"transfer, held out {name}: |error| of beta median {g[['beta_slot_rel_err', 'beta_dedup_rel_err']].abs().stack().median():.3f}, "
+          f"max {g[['beta_slot_rel_err', 'beta_dedup_rel_err']].abs().to_numpy().max():.3f}; "
+          f"of r median {g['r_rel_err'].abs().median():.3f}")

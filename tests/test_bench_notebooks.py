@@ -1,0 +1,67 @@
+"""Notebooks 02 and 03 with the quick profile: the files they write and the numbers they print."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from moespec.bench import expert_op
+
+pytestmark = pytest.mark.notebook
+
+
+def plain_distinct_share(trace, n):
+    """Layer mean of the mean of |union of n consecutive token sets| / (n·m), by plain loops."""
+    per_layer = []
+    for layer in range(trace.num_layers):
+        vals = [len(set(doc[s:s + n, layer].ravel().tolist())) / (n * trace.top_k)
+                for doc in trace.docs for s in range(len(doc) - n + 1)]
+        per_layer.append(np.mean(vals))
+    return float(np.mean(per_layer))
+
+
+def test_notebooks_02_and_03_quick(run_notebook, tmp_path):
+    bench = tmp_path / "bench"
+    _, figures, text = run_notebook("02_expert_op_benchmark", backend="torch", out_dir=str(bench))
+    for name in ("02_fig2_bandwidth.png", "02_table1_bandwidth.csv", "02_bandwidth_by_n.csv",
+                 "02_fig3_distinct_share.png", "02_fig3_distinct_share.csv"):
+        assert (figures / name).stat().st_size > 0, name
+    t1 = pd.read_csv(figures / "02_table1_bandwidth.csv")
+    ours = t1[t1["source"].str.startswith("moespec")].iloc[0]
+    assert (t1["source"] == "paper 1, published (their hardware)").sum() == 8
+    for n in (2, 8):
+        m = re.search(rf"n={n}: beta_slot=([\d.]+) GB/s beta_dedup=([\d.]+) GB/s r=([\d.]+) ubar=([\d.]+)", text)
+        assert m, text
+        slot, dedup, r, ubar = map(float, m.groups())
+        assert r == pytest.approx(ours[f"n{n}_r"], abs=1e-3)
+        assert r == pytest.approx(dedup / slot, rel=1e-3)
+        assert 1 / n <= ubar <= 1
+    assert re.search(r"re-read cost c_re/c_u per layer: layer 0: -?[\d.]+", text)
+    assert re.search(r"read bandwidth \(torch.sum over [\d.]+ GiB, same run\): median [\d.]+ GB/s", text)
+    # the distinct share of the synthetic windows, checked against a plain loop over the same trace
+    trace = expert_op.routing_for("olmoe", num_docs=4, doc_len=64)
+    share2 = float(re.search(r"distinct share n=2: ([\d.]+)", text).group(1))
+    assert share2 == pytest.approx(plain_distinct_share(trace, 2), abs=1e-3)
+    assert "calibrated to paper 1" in text
+
+    _, figures, text3 = run_notebook("03_fits", backend="torch", out_dir=str(bench))
+    run02 = re.search(r"run (\S+): \d+ rows, backend", text).group(1)
+    assert f"run {run02}:" in text3, "notebook 03 must reuse notebook 02's run"
+    coefs = pd.read_csv(figures / "03_fit_coefficients.csv")
+    assert sorted(coefs["kernel"]) == ["dedup", "slot"]
+    eps = pd.read_csv(figures / "03_epsilon.csv").iloc[0]
+    m = re.search(r"epsilon \(torch\): slot ([\d.]+), dedup ([\d.]+), engine ([\d.]+)", text3)
+    assert m, text3
+    e_slot, e_dedup, e_eng = map(float, m.groups())
+    assert e_slot == pytest.approx(eps["eps_slot"], abs=1e-4) and e_eng == pytest.approx(max(e_slot, e_dedup), abs=1e-4)
+    err = pd.read_csv(figures / "03_window_errors.csv")
+    slot_err = err[err["kernel"] == "slot"]
+    assert e_slot == pytest.approx(np.median(np.abs(slot_err["rel_err"])), abs=1e-4)
+    tr = pd.read_csv(figures / "03_fig7_transfer.csv")
+    assert len(tr) == 4 * 4 and set(tr["n"]) == {2, 4, 6, 8}
+    assert np.allclose(tr["r_pred"], tr["beta_dedup_pred"] / tr["beta_slot_pred"])
+    assert (figures / "03_fig7_transfer.png").stat().st_size > 0
+    assert len(re.findall(r"transfer, held out", text3)) == 4
