@@ -113,7 +113,7 @@ date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
 t1 = table1(bw, fits, engine=f"moespec {side['backend_resolved']} ({fmt})", source=f"moespec, measured here ({date}, {machine})")
 io.write_dataframe(figures / "02_table1_bandwidth.csv", t1)
 io.write_dataframe(figures / "02_bandwidth_by_n.csv", bw)
-print(t1.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+print(t1.round(3).to_string(index=False))
 for n in (2, 8):
     at = bw[bw["n"] == n].iloc[0]
     print(f"n={n}: beta_slot={at['beta_slot_GBps']:.5g} GB/s beta_dedup={at['beta_dedup_GBps']:.5g} GB/s "
