@@ -56,9 +56,16 @@ def missing_requirements(cuda: bool = False) -> list[str]:
     if not py_inc or not (Path(py_inc) / "Python.h").exists():
         missing.append(f"Python headers (Python.h under {py_inc}; install python3-dev)")
     if cuda:
+        import torch
         from torch.utils.cpp_extension import CUDA_HOME
-        if CUDA_HOME is None or shutil.which(str(Path(CUDA_HOME) / "bin" / "nvcc")) is None:
-            missing.append("nvcc / CUDA toolkit (set CUDA_HOME)")
+        if torch.version.cuda is None:  # (a CPU-only torch also leaves CUDA_HOME unset)
+            missing.append(f"a CUDA build of torch (torch {torch.__version__} is CPU-only; "
+                           "install the CUDA wheel as docs/cuda.md says)")
+        else:
+            if CUDA_HOME is None or shutil.which(str(Path(CUDA_HOME) / "bin" / "nvcc")) is None:
+                missing.append("nvcc / CUDA toolkit (set CUDA_HOME)")
+            if not torch.cuda.is_available():  # touches CUDA only when a CUDA build is asked for
+                missing.append("an NVIDIA GPU visible to torch (torch.cuda.is_available() is False)")
     return missing
 
 
