@@ -3,7 +3,7 @@
 ``CostModel`` holds the fitted coefficients: t_draft(k) = a k + b (eq. A4, eq. 6) and
 t_target(U, L) = beta0 + alpha U + c L (eq. 3 with the context term; the "Ubar + L" model of A.9,
 fitted on all rounds). ``KernelCostModel`` replaces the single alpha by paper 1's per-kernel cost:
-the per-slot kernel reads m * topk expert slots per layer whatever the routing, the deduplicating
+the per-slot kernel reads m * top_k expert slots per layer whatever the routing, the deduplicating
 kernel reads the union U, each at its own bandwidth.
 """
 
@@ -49,7 +49,7 @@ class KernelCostModel:
     c: float
     layers: int
     expert_bytes: float
-    topk: int
+    top_k: int
     bandwidth: float
     kernel: str
     label: str = "per-kernel"
@@ -65,7 +65,7 @@ class KernelCostModel:
 
     def t_target(self, U, L, m):
         n_read = np.asarray(U, dtype=float) if self.kernel == "dedup" else \
-            np.asarray(m, dtype=float) * self.topk
+            np.asarray(m, dtype=float) * self.top_k
         return (self.beta0 + self.c * np.asarray(L, dtype=float)
                 + self.layers * self.expert_bytes * n_read / self.bandwidth)
 
@@ -82,7 +82,8 @@ def cost_matrix(U, L_prefix, model) -> np.ndarray:
     if L_prefix.shape != (U.shape[0],):
         raise ValueError(f"L_prefix: expected shape [{U.shape[0]}]; got {L_prefix.shape}")
     k = np.arange(1, U.shape[1] + 1, dtype=float)[None, :, None]
-    return model.t_draft(k) + model.t_target(U, L_prefix[:, None, None], k + 1)
+    out = model.t_draft(k) + model.t_target(U, L_prefix[:, None, None], k + 1)
+    return np.where(np.isnan(U), np.nan, np.broadcast_to(out, U.shape))   # keep a > k marked unused
 
 
 def cost_ar(L_prefix, topk: int, model) -> float:

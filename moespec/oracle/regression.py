@@ -25,6 +25,7 @@ CATEGORICAL = "T_T_ms ~ 0 + C(m) + C(m):ubar + L"     # eq. (4)
 PER_K = "T_T_ms ~ ubar + L"                            # Table A4 (within one K)
 POOLED = "T_T_ms ~ ubar + L + K"                       # eq. (A3)
 DRAFT = "T_D_ms ~ K"                                   # eq. (A4)
+UBAR_L = "T_T_ms ~ ubar + L"                           # eq. (3) with the context term (A.9): the oracle's t_target
 
 
 def group_folds(groups, n_splits: int = 5):
@@ -138,6 +139,11 @@ def fit_pooled(df: pd.DataFrame, n_splits: int = 5) -> Fit:
 def fit_draft(df: pd.DataFrame, n_splits: int = 5) -> Fit:
     """Eq. (A4): T_D = a K + b."""
     return _fit("draft (A4)", DRAFT, validate_rounds(df), n_splits)
+
+
+def fit_target_cost(df: pd.DataFrame, n_splits: int = 5) -> Fit:
+    """The oracle's t_target(U, L) = beta0 + alpha U + c L on all rounds (one alpha, Section 4.2)."""
+    return _fit("Ubar + L (oracle t_target)", UBAR_L, validate_rounds(df), n_splits)
 
 
 def coefficient(fit: Fit, term: str) -> tuple[float, float]:

@@ -1,0 +1,180 @@
+"""Paper 2's analyses over a set of reference sequences: the oracle's speedup bound, the Lmax sweep
+(Figure 2), delta space (Figure 3), the alpha = 0 ablation (Appendix B.4), and beyond the paper the
+online early-exit policy on held-out sequences and the per-kernel cost of paper 1.
+
+Totals over a set are sums over its sequences: S = sum Cost_AR / sum dp[0]; mean draft (accepted)
+length = expected drafted (accepted) tokens / expected rounds, all under the sequence-conditioned
+model (``bellman.evaluate_policy``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .bellman import PolicyValue, bellman, evaluate_policy, fixed_policy
+from .cost import CostModel, cost_ar, cost_matrix
+from .delta import boundary_slope, delta_points, quadrant_counts
+from .junk import OracleInputs
+from .policy import EarlyExitPolicy, mean_union_by_k
+from .regression import Fit, coefficient
+
+
+def cost_model_from_fits(target_fit: Fit, draft_fit: Fit, label: str = "fitted") -> CostModel:
+    """CostModel from ``regression.fit_target_cost`` (beta0, alpha, c) and ``fit_draft`` (a, b)."""
+    return CostModel(draft_a=coefficient(draft_fit, "K")[0], draft_b=coefficient(draft_fit, "Intercept")[0],
+                     beta0=coefficient(target_fit, "Intercept")[0], alpha=coefficient(target_fit, "ubar")[0],
+                     c=coefficient(target_fit, "L")[0], label=label)
+
+
+@dataclass
+class Solved:
+    """The oracle on one sequence under one cost model."""
+    inputs: OracleInputs
+    cost: np.ndarray
+    dp: np.ndarray
+    policy: np.ndarray
+    value: PolicyValue
+    cost_ar: float
+
+
+def solve(inputs: OracleInputs, model) -> Solved:
+    cost = cost_matrix(inputs.U, inputs.L_prefix, model)
+    dp, policy = bellman(inputs.p, cost)
+    return Solved(inputs, cost, dp, policy, evaluate_policy(inputs.p, cost, policy),
+                  cost_ar(inputs.L_prefix, inputs.top_k, model))
+
+
+def totals(values, costs_ar) -> dict:
+    """Speedup and mean lengths of a set from per-sequence ``PolicyValue``s and AR costs."""
+    c = sum(v.cost for v in values)
+    r = sum(v.rounds for v in values)
+    return {"speedup": float(sum(costs_ar) / c), "mean_draft_length": sum(v.drafted for v in values) / r,
+            "mean_accepted_length": sum(v.accepted for v in values) / r, "expected_cost_ms": c,
+            "cost_ar_ms": float(sum(costs_ar))}
+
+
+def oracle_summary(solved: list[Solved]) -> pd.DataFrame:
+    """One row per sequence: N, Cost_AR, dp[0], speedup, mean draft / accepted length."""
+    return pd.DataFrame([{"seq_id": s.inputs.seq_id, "category": s.inputs.category, "N": s.inputs.n,
+                          "cost_ar_ms": s.cost_ar, "dp0_ms": s.dp[0], "speedup": s.cost_ar / s.dp[0],
+                          "mean_draft_length": s.value.mean_draft_length,
+                          "mean_accepted_length": s.value.mean_accepted_length} for s in solved])
+
+
+def lmax_sweep(items: list[OracleInputs], model, lmaxes=range(1, 13)) -> pd.DataFrame:
+    """Figure 2: the oracle's speedup, mean draft length and mean accepted length for each Lmax."""
+    rows = []
+    for lm in lmaxes:
+        solved = [solve(it.truncated(lm), model) for it in items]
+        rows.append({"lmax": int(lm), **totals([s.value for s in solved], [s.cost_ar for s in solved])})
+    return pd.DataFrame(rows)
+
+
+def delta_space(solved: list[Solved]) -> tuple[pd.DataFrame, dict, dict]:
+    """Figure 3: rejected candidates of every sequence, quadrant counts and the boundary slope."""
+    pts = pd.concat([delta_points(s.inputs.p, s.cost, s.policy).assign(seq_id=s.inputs.seq_id) for s in solved],
+                    ignore_index=True)
+    return pts, quadrant_counts(pts), boundary_slope(pts)
+
+
+def alpha0_ablation(items: list[OracleInputs], model: CostModel) -> tuple[pd.DataFrame, dict]:
+    """Appendix B.4: re-solve with the expert term removed (alpha = 0) and compare decisions.
+
+    Returns one row per position whose k changed (k_full, k_alpha0, the surrogate match probability
+    of the first added token p_{k_full} when alpha = 0 drafts longer) and a summary: share of
+    positions changed, share with k_alpha0 = k_full + 1, and the full-cost speedup of the alpha = 0
+    policy (what ignoring the expert term costs).
+    """
+    rows, full_vals, abl_vals, ar = [], [], [], []
+    for it in items:
+        full = solve(it, model)
+        cost0 = cost_matrix(it.U, it.L_prefix, model.without_experts())
+        _, pol0 = bellman(it.p, cost0)
+        abl_vals.append(evaluate_policy(it.p, full.cost, pol0))
+        full_vals.append(full.value)
+        ar.append(full.cost_ar)
+        for i in np.nonzero(pol0 != full.policy)[0]:
+            k, k0 = int(full.policy[i]), int(pol0[i])
+            j = i + k
+            rows.append({"seq_id": it.seq_id, "i": int(i), "k_full": k, "k_alpha0": k0,
+                         "p_added": float(it.p[j]) if k0 > k and j < it.n else float("nan")})
+    changed = pd.DataFrame(rows, columns=["seq_id", "i", "k_full", "k_alpha0", "p_added"])
+    n = sum(it.n for it in items)
+    summary = {"positions": n, "changed": len(changed), "share_changed": len(changed) / n,
+               "share_plus_one": float(np.sum(changed.k_alpha0 == changed.k_full + 1)) / n,
+               "mean_shift": float((changed.k_alpha0 - changed.k_full).mean()) if len(changed) else 0.0,
+               "speedup_full": totals(full_vals, ar)["speedup"],
+               "speedup_alpha0_policy_full_cost": totals(abl_vals, ar)["speedup"]}
+    return changed, summary
+
+
+def split_sequences(items: list[OracleInputs], test_share: float = 0.5, seed: int = 0):
+    """Held-out split by sequence (never by position): (train, test)."""
+    if len(items) < 2:
+        raise ValueError(f"need at least 2 sequences to hold some out; got {len(items)}")
+    order = np.random.default_rng(seed).permutation(len(items))
+    n_test = min(len(items) - 1, max(1, int(round(test_share * len(items)))))
+    test = set(order[:n_test].tolist())
+    return [it for s, it in enumerate(items) if s not in test], [it for s, it in enumerate(items) if s in test]
+
+
+def online_evaluation(train: list[OracleInputs], test: list[OracleInputs], model,
+                      percentile: float = 1.0) -> tuple[pd.DataFrame, dict]:
+    """Learn the early-exit policy on ``train`` (delta-space slope, mean union per k) and evaluate on
+    ``test`` against the oracle bound, every fixed k, the best fixed k chosen on train, and the
+    best fixed k in hindsight on test. Speedups are sum Cost_AR / sum expected cost."""
+    tr = [solve(it, model) for it in train]
+    _, _, bound = delta_space(tr)
+    ubar_k = np.mean([mean_union_by_k(it.U, it.p) for it in train], axis=0)
+    policy = EarlyExitPolicy.fit(bound["slope_ms_per_token"], ubar_k, model)
+    lmax = train[0].lmax
+    te = [solve(it, model) for it in test]
+    ar = [s.cost_ar for s in te]
+    rows = [{"policy": "oracle (bound)", **totals([s.value for s in te], ar)}]
+    online_vals = [evaluate_policy(s.inputs.p, s.cost, policy.decide(s.inputs.q)) for s in te]
+    rows.append({"policy": "online early exit", **totals(online_vals, ar)})
+    fixed_train = {k: totals([evaluate_policy(s.inputs.p, s.cost, fixed_policy(s.inputs.n, k)) for s in tr],
+                             [s.cost_ar for s in tr])["speedup"] for k in range(1, lmax + 1)}
+    k_train = max(fixed_train, key=fixed_train.get)
+    for k in range(1, lmax + 1):
+        rows.append({"policy": f"fixed k={k}",
+                     **totals([evaluate_policy(s.inputs.p, s.cost, fixed_policy(s.inputs.n, k)) for s in te], ar)})
+    df = pd.DataFrame(rows)
+    fixed = df[df.policy.str.startswith("fixed")]
+    best = fixed.loc[fixed.speedup.idxmax()]
+    oracle_s = float(df.speedup[0])
+    df["share_of_oracle"] = df.speedup / oracle_s
+    df["share_of_oracle_gain"] = (df.speedup - 1) / (oracle_s - 1)
+    info = {"slope_ms_per_token": bound["slope_ms_per_token"], "k_best_train": int(k_train),
+            "k_best_hindsight": int(best.policy.split("=")[1]),
+            "oracle": oracle_s, "online": float(df.speedup[1]),
+            "fixed_best_train": float(df.loc[df.policy == f"fixed k={k_train}", "speedup"].iloc[0]),
+            "fixed_best_hindsight": float(best.speedup), "train_sequences": len(train),
+            "test_sequences": len(test), "ubar_by_k": ubar_k.tolist()}
+    return df, info
+
+
+def compare_cost_models(items: list[OracleInputs], models: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Solve the oracle under several cost models (e.g. single alpha, per-slot, dedup kernels).
+
+    Returns a table per model (speedup vs its own AR baseline, mean draft / accepted length, the
+    delta-space slope) and the pairwise share of positions where the chosen k differs.
+    """
+    solved = {name: [solve(it, m) for it in items] for name, m in models.items()}
+    rows = []
+    for name, ss in solved.items():
+        _, quad, bound = delta_space(ss)
+        rows.append({"cost_model": name, **totals([s.value for s in ss], [s.cost_ar for s in ss]),
+                     "slope_ms_per_token": bound["slope_ms_per_token"], "quadrant_II": quad["II"],
+                     "quadrant_IV": quad["IV"]})
+    names = list(solved)
+    n = sum(it.n for it in items)
+    diff = [{"a": a, "b": b, "share_k_differs": sum(int(np.sum(x.policy != y.policy))
+                                                     for x, y in zip(solved[a], solved[b])) / n,
+             "mean_k_difference": sum(float(np.sum(y.policy - x.policy))
+                                      for x, y in zip(solved[a], solved[b])) / n}
+            for i, a in enumerate(names) for b in names[i + 1:]]
+    return pd.DataFrame(rows), pd.DataFrame(diff)
