@@ -170,7 +170,7 @@ def synthetic_inputs(n: int = 200, lmax: int = 12, num_experts: int = 64, top_k:
         for a in range(lmax + 1):
             inc = np.where(pos >= a, base * 1.3, base) * rng.uniform(0.8, 1.2, lmax + 1)
             inc[0] = top_k
-            cum = np.minimum(np.cumsum(inc), num_experts)
+            cum = np.minimum(np.cumsum(inc), np.minimum(num_experts, (pos + 1) * top_k))   # physical bounds
             for k in range(max(a, 1), lmax + 1):
                 U[i, k - 1, a] = cum[k]
     return OracleInputs(seq_id, category, p, q, U, np.arange(n) + prompt_len, top_k, num_experts,
