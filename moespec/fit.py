@@ -129,10 +129,12 @@ def fit_layers(rows: pd.DataFrame, ns=FIT_NS) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def window_errors(fits: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
-    """Each fit evaluated on the windows of recorded routing of its layer (which it did not see):
-    one row per window pass with ``t_pred_s`` and ``rel_err`` = (predicted − measured)/measured."""
+def window_errors(fits: pd.DataFrame, rows: pd.DataFrame, ns=FIT_NS) -> pd.DataFrame:
+    """Each fit evaluated on the windows of recorded routing of its layer (which it did not see),
+    at the pass sizes ``ns`` it was fitted over (2..9; n = 1 would be an extrapolation): one row
+    per window pass with ``t_pred_s`` and ``rel_err`` = (predicted − measured)/measured."""
     win = check_rows(rows, kinds=("window",))
+    win = win[win["n"].isin(list(ns))]
     keys = _group_cols(win) + ["kernel"]
     merged = win.merge(fits, on=keys, how="inner", suffixes=("", "_fit"))
     if merged.empty:

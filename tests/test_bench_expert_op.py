@@ -14,7 +14,7 @@ from moespec.routing import synthetic
 
 CFG = expert_op.BenchConfig(model="gpt-oss", fmt="f32", backend="torch", hidden=64, intermediate=32,
                             layers=(0, 1), ns=(1, 2, 3), u_count=3, windows_per_n=2, reps=3, warmup=0,
-                            flush_bytes=0, membw_bytes=2**16)
+                            flush_bytes=0, membw_bytes=2**16, interleave="n")
 
 
 def trace():
@@ -104,3 +104,24 @@ def test_synthetic_routing_is_labelled():
     assert "calibrated to paper 1" in tr.label and tr.num_layers == 16
     tr = expert_op.synthetic_routing("deepseek-v2-lite", num_docs=1, doc_len=8)
     assert "uniform" in tr.label
+
+
+def test_layer_interleave_times_the_same_passes_in_one_group(tmp_path):
+    import dataclasses
+
+    cfg = dataclasses.replace(CFG, interleave="layer")
+    timer = CountingTimer()
+    rows = expert_op.load_rows(expert_op.run(cfg, out_dir=tmp_path / "l", trace=trace(), progress=False,
+                                             timer=timer))
+    ref = expert_op.load_rows(expert_op.run(CFG, out_dir=tmp_path / "n", trace=trace(), progress=False,
+                                            timer=CountingTimer()))
+    key = ["layer", "n", "pass_id", "kernel", "U"]
+    timed = lambda df: sorted(map(tuple, df[df["kind"] != "membw"][key].astype(str).values))  # noqa: E731
+    assert timed(rows) == timed(ref)
+    reads = rows[rows["kind"] == "membw"]
+    assert len(reads) == 2 and set(reads["n"]) == {0}   # one read per layer group, n = 0: all n
+    by_n = expert_op.read_bandwidth(rows, by_n=True)
+    assert by_n["n"].tolist() == [1, 2, 3] and by_n["read_GBps"].nunique() == 1
+    with pytest.raises(ValueError, match="interleave"):
+        expert_op.run(dataclasses.replace(CFG, interleave="bogus"), out_dir=tmp_path / "b", trace=trace(),
+                      progress=False, timer=CountingTimer())

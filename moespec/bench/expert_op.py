@@ -1,12 +1,13 @@
 """The expert-operation benchmark: one MoE layer's expert operation, run alone (paper 1, Section 2).
 
 For a model spec (published shapes with random weights, or real weights passed in) and each
-chosen layer, every pass size n runs as one interleaved group: (a) passes with chosen ids at a
-grid of U from heavy repetition (U = m) to none (U = min(N, n·m)); (b) windows of n consecutive
-tokens copied from routing (a recorded :class:`~moespec.routing.RoutingTrace`, or a synthetic one,
-labelled as such); both kernels on every pass, and a read of ``membw_bytes`` (``torch.sum``) for the
-machine's read bandwidth in the same run. Rows are written as each group finishes (RowLog); an
-interrupted run resumes at the first group not on disk. Provenance goes to a JSON sidecar.
+chosen layer: (a) passes with chosen ids at a grid of U from heavy repetition (U = m) to none
+(U = min(N, n·m)); (b) windows of n consecutive tokens copied from routing (a recorded
+:class:`~moespec.routing.RoutingTrace`, or a synthetic one, labelled as such); both kernels on
+every pass, and a read of ``membw_bytes`` (``torch.sum``) for the machine's read bandwidth, all
+timed round-robin in one interleaved group per layer (or per (layer, n)). Rows are written as each
+group finishes (RowLog); an interrupted run resumes at the first group not on disk. Provenance goes
+to a JSON sidecar.
 
 Run folder: ``<out_dir>/<run_id>/rows.csv`` and ``provenance.json``.
 """
@@ -48,7 +49,9 @@ class BenchConfig:
     CPU threads during the run (None: leave torch's setting). One thread by default: on a shared,
     oversubscribed CPU a multi-threaded op waits at every barrier for a descheduled thread, which
     adds milliseconds of noise to each small op; the read-bandwidth reference runs with the same
-    threads, so Figure 2 compares like with like.
+    threads, so Figure 2 compares like with like. ``interleave``: ``"layer"`` runs all passes of a
+    layer (every n) round-robin in one group, so that the machine's drift falls on every n alike
+    (rows are written when the layer finishes); ``"n"``: one group per (layer, n), finer resume.
     """
 
     model: str = "olmoe"
@@ -67,6 +70,7 @@ class BenchConfig:
     hidden: int | None = None
     intermediate: int | None = None
     threads: int | None = 1
+    interleave: str = "layer"
 
     def spec(self) -> MoESpec:
         """The model spec, with its shapes replaced by ``hidden``/``intermediate`` if given."""
@@ -205,12 +209,18 @@ def load_rows(run_dir: Path) -> pd.DataFrame:
     return pd.read_csv(path, keep_default_na=False, na_values=[""])
 
 
-def read_bandwidth(rows: pd.DataFrame) -> dict:
-    """Median and quartiles (GB/s) of the read-bandwidth reference timed in this run (kind membw)."""
+def read_bandwidth(rows: pd.DataFrame, by_n: bool = False):
+    """The read-bandwidth reference timed in this run (kind membw), GB/s: median and quartiles
+    over its groups (a dict), or with ``by_n`` a DataFrame with, per timed n, the median over the
+    groups that timed that n (with one group per (layer, n) it shows the drift between groups)."""
     r = rows[rows["kind"] == "membw"]
     if r.empty:
         raise ValueError("no read-bandwidth rows (kind 'membw') in these rows")
     bw = pd.to_numeric(r["requested_bytes"]) / pd.to_numeric(r["t_median_s"]) / 1e9
+    if by_n:  # a read row with n = 0 was timed in a group holding every n of its layer
+        rn = pd.to_numeric(r["n"])
+        ns = sorted(set(pd.to_numeric(rows.loc[rows["kind"] != "membw", "n"]).astype(int)))
+        return pd.DataFrame([{"n": n, "read_GBps": float(bw[(rn == n) | (rn == 0)].median())} for n in ns])
     return {"median_GBps": float(bw.median()), "q25_GBps": float(bw.quantile(0.25)),
             "q75_GBps": float(bw.quantile(0.75)), "groups": int(len(bw))}
 
@@ -310,20 +320,25 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
 
 
 def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush, progress):
-    """Time every group (layer, n) not yet on disk, writing its rows as it finishes."""
+    """Time every group not yet on disk, writing its rows as it finishes. A group is one
+    (layer, n) (``interleave="n"``) or one layer with all its n (``interleave="layer"``)."""
     import torch
     from tqdm.auto import tqdm
 
     log = io.RowLog(run_dir / "rows.csv", FIELDS, KEY)
     done = log.done_keys()
-
     read_fn, read_bytes = timing.read_bandwidth_callable(config.membw_bytes, config.device)
-    groups = [(layer, n) for layer in config.layers for n in config.ns]
+    if config.interleave == "n":
+        groups = [(layer, (n,), n) for layer in config.layers for n in config.ns]
+    elif config.interleave == "layer":
+        groups = [(layer, tuple(config.ns), 0) for layer in config.layers]  # read row: n = 0, "all n"
+    else:
+        raise ValueError(f"interleave must be 'n' or 'layer', found {config.interleave!r}")
     bar = tqdm(groups, desc=f"expert op {spec.name} {backend} {config.fmt}", disable=not progress)
     current_layer, w = None, None
-    for layer, n in bar:
-        passes = group_passes(config, spec, trace, layer, n)
-        todo = [p for p in passes if any((str(layer), str(n), p["pass_id"], k) not in done for k in KERNELS)]
+    for layer, ns, read_n in bar:
+        todo = [(n, p) for n in ns for p in group_passes(config, spec, trace, layer, n)
+                if any((str(layer), str(n), p["pass_id"], k) not in done for k in KERNELS)]
         if not todo:
             continue
         if layer != current_layer:
@@ -331,32 +346,31 @@ def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, 
             w = get_weights(layer)
             current_layer = layer
         b = int(w.bytes_per_expert)
-        gen = torch.Generator().manual_seed(config.seed * 100 + n)
-        x = torch.randn(n, w.hidden_size, generator=gen).to(config.device)
+        xs = {n: torch.randn(n, w.hidden_size, generator=torch.Generator().manual_seed(config.seed * 100 + n))
+              .to(config.device) for n in ns}
         calls = {"read": read_fn}
-        for i, p in enumerate(todo):
+        for i, (n, p) in enumerate(todo):
             ids = torch.as_tensor(p["ids"], device=config.device)
             order = KERNELS if i % 2 == 0 else KERNELS[::-1]  # alternate which kernel runs first
             for k in order:
-                calls[f"{p['pass_id']}/{k}"] = (lambda ids=ids, k=k:
-                                                forward(x, ids, w, kernel=k, backend=backend))
+                calls[f"{n}/{p['pass_id']}/{k}"] = (lambda x=xs[n], ids=ids, k=k:
+                                                    forward(x, ids, w, kernel=k, backend=backend))
         with timing.MachineMonitor(config.device) as mon:
             result = timing.time_interleaved(calls, config.reps, config.warmup, timer=timer, flush=flush)
-        state = mon.state.row()
         base = {"run_id": run_id, "model": spec.name, "layer": layer, "backend": backend, "fmt": w.fmt,
-                "device": config.device, "n": n, "m": spec.top_k, "N": spec.num_experts, **state}
+                "device": config.device, "m": spec.top_k, "N": spec.num_experts, **mon.state.row()}
         rows = []
-        if (str(layer), str(n), "read", "read") not in done:
-            rows.append({**base, "kind": "membw", "kernel": "read", "U": "", "expert_bytes": "",
+        if (str(layer), str(read_n), "read", "read") not in done:
+            rows.append({**base, "n": read_n, "kind": "membw", "kernel": "read", "U": "", "expert_bytes": "",
                          "requested_bytes": read_bytes, "pass_id": "read", "window": "",
                          **result["read"].row()})
-        for p in todo:
+        for n, p in todo:
             U = distinct(p["ids"])
             for k in KERNELS:
                 if (str(layer), str(n), p["pass_id"], k) in done:
                     continue
                 req = n * spec.top_k * b if k == "slot" else U * b
-                rows.append({**base, "kind": p["kind"], "kernel": k, "U": U, "expert_bytes": b,
+                rows.append({**base, "n": n, "kind": p["kind"], "kernel": k, "U": U, "expert_bytes": b,
                              "requested_bytes": req, "pass_id": p["pass_id"], "window": p["window"],
-                             **result[f"{p['pass_id']}/{k}"].row()})
+                             **result[f"{n}/{p['pass_id']}/{k}"].row()})
         log.extend(rows)

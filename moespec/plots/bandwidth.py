@@ -13,8 +13,9 @@ KERNEL_STYLE = {"slot": dict(ls="-", marker="o", mfc=None, label="per-slot, on n
 def figure2_bandwidth(passes: pd.DataFrame, read_bw: dict | None = None, title: str = "") -> plt.Figure:
     """Effective bandwidth of each kernel against n, one panel per model: median and
     interquartile range over layers and windows of each pass's requested bytes over its time
-    (``passes`` from :func:`moespec.fit.window_bandwidths`). ``read_bw``: {model: {"median_GBps",
-    "q25_GBps", "q75_GBps"}} of the machine's read bandwidth measured in the same run (dotted)."""
+    (``passes`` from :func:`moespec.fit.window_bandwidths`). ``read_bw``: {model: DataFrame (n,
+    read_GBps)} of the machine's read bandwidth measured inside the interleaved groups of the same
+    run (dotted; :func:`moespec.bench.expert_op.read_bandwidth` with ``by_n``)."""
     models = list(dict.fromkeys(passes["model"]))
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
     for ax, model in zip(axes[0], models):
@@ -26,10 +27,9 @@ def figure2_bandwidth(passes: pd.DataFrame, read_bw: dict | None = None, title: 
             ax.errorbar(q.index, q[0.5], yerr=[q[0.5] - q[0.25], q[0.75] - q[0.5]], color="C0" if kernel == "slot"
                         else "C3", capsize=2, ms=5, **{k: v for k, v in style.items() if v is not None})
         ref = (read_bw or {}).get(model)
-        if ref:
-            ax.axhline(ref["median_GBps"], ls=":", color="0.3",
-                       label=f"measured read bandwidth ({ref['median_GBps']:.1f} GB/s)")
-            ax.axhspan(ref["q25_GBps"], ref["q75_GBps"], color="0.85", alpha=0.5, lw=0)
+        if ref is not None and len(ref):
+            ax.plot(ref["n"], ref["read_GBps"], ":", marker="x", color="0.3",
+                    label=f"read bandwidth, same groups (median {ref['read_GBps'].median():.1f} GB/s)")
         ax.set_title(model, fontsize=10)
         ax.set_xlabel("tokens per pass n")
         ax.set_ylim(bottom=0)
