@@ -42,7 +42,7 @@ def bisect_increasing(f, target: np.ndarray, lo: float = 0.0, hi: float = 1.0,
 
     Assumes f(lo) <= target < f(hi) element-wise (callers handle the ends). Keeps a bracket
     [lo, hi] with f(lo) <= target < f(hi) and shrinks it by Illinois false position, with a
-    bisection step every fourth iteration so that it always halves; stops when every bracket is
+    bisection step wherever four steps failed to halve the bracket; stops when every bracket is
     narrower than ``tol`` and returns the midpoints (error at most tol/2).
     """
     target = np.asarray(target, dtype=float)
@@ -52,17 +52,17 @@ def bisect_increasing(f, target: np.ndarray, lo: float = 0.0, hi: float = 1.0,
         return lo
     flo, fhi = f(lo) - target, f(hi) - target
     last = np.zeros(target.shape, dtype=np.int8)          # +1: hi moved last time, -1: lo moved
-    for it in range(max_iter):
+    history = [np.full(target.shape, np.inf)] * 4          # bracket widths of the last 4 steps
+    for _ in range(max_iter):
         width = hi - lo
         if np.max(width) <= tol:
             break
         mid = 0.5 * (lo + hi)
-        if it % 4 == 3:
-            x = mid
-        else:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                x = lo - flo * width / (fhi - flo)
-            x = np.where((x > lo) & (x < hi), x, mid)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = lo - flo * width / (fhi - flo)
+        # safeguard: bisect where false position left the bracket or failed to halve it in 4 steps
+        x = np.where((x > lo) & (x < hi) & (width <= 0.5 * history[0]), x, mid)
+        history = history[1:] + [width]
         fx = f(x) - target
         above = fx > 0
         # Illinois: an endpoint kept twice in a row has its f halved, so both ends converge.

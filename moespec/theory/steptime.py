@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._checks import as_array, check_step_times, harmonize
+from ._checks import as_array, check_step_times, harmonize, is_exact, num
 
 
 def _vector(x, n_max: int, name: str, default=0) -> np.ndarray:
@@ -67,7 +67,18 @@ class VerifyTime:
             raise ValueError("dense_bandwidth: a positive beta_D is needed when dense_bytes or kv "
                              f"is non-zero; found {self.dense_bandwidth!r}")
         object.__setattr__(self, "n_max", n)
-        for name, value in (("expert_bytes", E), ("bandwidth", beta), ("kv", kv), ("fixed", phi)):
+        scalars = [x for x in (self.dense_bytes, self.dense_bandwidth, self.t0) if x is not None]
+        arrays = [E, beta, kv, phi]
+        if not (all(arr.dtype == object for arr in arrays) and is_exact(scalars)):
+            # one float input makes everything float: no slow object arrays of floats
+            arrays = [arr.astype(float) for arr in arrays]
+            for name in ("dense_bytes", "dense_bandwidth", "t0"):
+                value = getattr(self, name)
+                object.__setattr__(self, name, None if value is None else float(value))
+        else:
+            for name in ("dense_bytes", "dense_bandwidth", "t0"):
+                object.__setattr__(self, name, num(getattr(self, name)))
+        for name, value in zip(("expert_bytes", "bandwidth", "kv", "fixed"), arrays):
             object.__setattr__(self, name, value)
 
     def dense_time(self) -> np.ndarray:

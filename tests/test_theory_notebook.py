@@ -1,0 +1,74 @@
+"""Notebook 04 (theory) runs through papermill with its quick profile, writes its figures and
+prints the worked examples' numbers; a Table-1 CSV of our own replaces the published one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from moespec import theory as th
+from moespec.tables import theory as tables
+
+FIGURES = ["04_staircases.png", "04_thresholds_bytes.png", "04_thresholds_time.png",
+           "04_error_bounds.png", "04_step_points.csv"]
+
+
+def check_step_points(csv, table1):
+    steps = pd.read_csv(csv)
+    records = tables.table1_step_times(table1, kmax=8, dense_ratio=0.5)
+    assert len(steps) == 2 * len(records)
+    for rec in records:
+        for kind, name in (("slot", "per-slot"), ("dedup", "deduplicating")):
+            row = steps[(steps["engine"] == rec["engine"]) & (steps["model"] == rec["model"])
+                        & (steps["engine_kind"] == name)].iloc[0]
+            a = row[[f"a_{j}" for j in range(1, 9)]].to_numpy(float)
+            V = rec[f"V_{kind}"]
+            assert np.all(np.diff(a) >= 0)
+            assert a[0] <= max(th.first_threshold(V), 0)      # a_1 = min_k alpha_{k,0} <= a0
+            for j in range(1, 9):                              # k* >= j just above a_j, not below
+                if 0 < a[j - 1] < 1:
+                    assert th.best_draft_length(V, a[j - 1] + 1e-9) >= j
+                    assert th.best_draft_length(V, a[j - 1] - 1e-9) < j
+            assert row["k_at_0"] == th.best_draft_length(V, 0)
+
+
+@pytest.mark.notebook
+def test_theory_notebook_published(run_notebook):
+    _, figures, text = run_notebook("04_theory")
+    for name in FIGURES:
+        assert (figures / name).stat().st_size > 0, name
+    assert "k*(1/2) = 0, k*(9/10) = 2" in text
+    assert "rho*_1 = 7/20, rho*_2 = 371/800" in text
+    assert "pattern 01: rho_bar_1 = 0, rho_bar_2 = 1/2, speedup: yes (k = 2)" in text
+    assert "pattern 00012: rho_bar_1 = 2/5, rho_bar_2 = 2/5, speedup: yes (k = 1)" in text
+    assert "pattern 00102: rho_bar_1 = 1/5, rho_bar_2 = 2/5, speedup: no" in text
+    assert "eps = 1/10: delta = 1/9, speedup factor = 5/4" in text
+    assert "built from paper 1's published Table 1 (their hardware)" in text
+    check_step_points(figures / "04_step_points.csv", tables.read_table1())
+
+
+@pytest.mark.notebook
+def test_theory_notebook_own_csv(run_notebook, tmp_path):
+    pub = pd.read_csv(tables.published_table1_path())
+    ours = pub[pub["model"] == "OLMoE"].head(1).assign(source="ours (test machine)")
+    ours["n8_beta_dedup_GBps"] *= 1.5
+    path = tmp_path / "table1_ours.csv"
+    ours.to_csv(path, index=False)
+    _, figures, text = run_notebook("04_theory", bandwidth_csv=str(path))
+    assert "built from ours (test machine)" in text and "published Table 1 (their" not in text
+    check_step_points(figures / "04_step_points.csv", tables.read_table1(path))
+
+
+def test_table1_csv_errors(tmp_path):
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"engine": ["x"], "model": ["OLMoE"]}).to_csv(bad, index=False)
+    with pytest.raises(ValueError, match="missing column"):
+        tables.read_table1(bad)
+    pub = pd.read_csv(tables.published_table1_path())
+    pub.loc[0, "n2_ubar"] = -1
+    pub.to_csv(bad, index=False)
+    with pytest.raises(ValueError, match="n2_ubar needs positive"):
+        tables.read_table1(bad)
+    with pytest.raises(FileNotFoundError):
+        tables.read_table1(tmp_path / "none.csv")
