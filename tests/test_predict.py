@@ -167,3 +167,12 @@ def test_bad_rules_file_is_named(tmp_path):
     bad.write_text(json.dumps({"rules": []}))
     with pytest.raises(ValueError, match="r.json: missing field 'versions_scored'"):
         predict.load_rules(bad)
+
+
+def test_bounds_vacuous_from_delta_one():
+    t = times([1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2.3, 3.1, 3.8, 4.4, 5.0, 5.5, 6.0, 6.4])
+    c = predict.chain("m", 10 * MS, t)
+    meas = measured_from(c.tau["slot"] / 2.5, c.tau["dedup"] / 2.5, np.zeros(9), A)  # delta = 1.5
+    m = predict.evaluate(c, meas)
+    assert m["delta"] == pytest.approx(1.5) and m["bounds_vacuous"]
+    assert m["speedup_inside_bound21"] and m["loss_inside_bound20"]

@@ -44,13 +44,15 @@ def greedy_agreement(engine, prompts: list, n_tokens: int) -> pd.DataFrame:
 
 def oracle_sweep(engine, prompts: list, ks, a_values, n_tokens: int, reps: int = 1, seed: int = 0,
                  depth: int | None = None, dedup: bool = True, vocab: int | None = None,
-                 progress: bool = True) -> pd.DataFrame:
+                 progress: bool = True, routing_out: list | None = None) -> pd.DataFrame:
     """Speculative decoding with the oracle draft over every (k, a), on every prompt, ``reps``
     times (paper 1, Section 4 and Appendix D.2), with deduplication ``dedup``.
 
     Each prompt is prefilled once and its greedy continuation decoded once (untimed); every run
     reuses that cache and crops back to the prompt. Runs of one repetition go in a seeded random
     order. One row per run: the fields of :func:`summarize_steps` plus prompt, d, k, a, rep.
+    ``routing_out``: a list that receives, per prompt, the routing ``[n_tokens, L, m]`` of the greedy
+    continuation the runs verify (teacher-forced, untimed): the "text" routing of Table 3.
     """
     vocab = vocab or engine.model.config.vocab_size
     ks, a_values = list(ks), list(a_values)
@@ -63,6 +65,8 @@ def oracle_sweep(engine, prompts: list, ks, a_values, n_tokens: int, reps: int =
         first = engine.prefill(prompt)
         reference = [first] + engine.greedy(first, n_tokens + max(ks) + 1)
         engine.crop(len(prompt))
+        if routing_out is not None:
+            routing_out.append(engine.record_routing(reference[:n_tokens]))
         for rep in range(reps):
             for gi in rng.permutation(len(grid)):
                 k, a = grid[gi]

@@ -59,18 +59,22 @@ class Engine:
         out = self.model(input_ids=ids.view(1, -1), cache=self.cache, use_cache=True)
         return out.logits[0]
 
+    def reset(self) -> None:
+        """Start an empty sequence (an empty KV cache)."""
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=self.model.config)
+
     @torch.inference_mode()
     def prefill(self, ids) -> int:
         """Start a sequence with the prompt ``ids`` (in chunks); return its greedy next token."""
-        from transformers import DynamicCache
-
         ids = torch.as_tensor(np.asarray(ids), dtype=torch.long)
         if ids.ndim != 1 or ids.numel() == 0:
             raise ValueError(f"prefill needs a non-empty 1-D token list, got shape {tuple(ids.shape)}")
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None and ids.numel() > limit:
             raise ValueError(f"prompt of {ids.numel()} tokens exceeds the model's max_position_embeddings={limit}")
-        self.cache = DynamicCache(config=self.model.config)
+        self.reset()
         for start in range(0, ids.numel(), self.prefill_chunk):
             logits = self._run(ids[start:start + self.prefill_chunk])
         self.last_logits = logits[-1]
