@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_step_times, scalar_out
+from ._checks import check_acceptance, check_step_times, scalar_out
 from .polynomials import bisect_increasing, geometric_prefix
 from .speculation import best_draft_length
 
@@ -85,7 +85,7 @@ class Staircase:
 
     def __call__(self, a):
         """k*(a) read off the staircase (exact away from float ties at the breakpoints)."""
-        arr = np.asarray(a, dtype=float)
+        arr = np.asarray(check_acceptance(a), dtype=float)
         idx = np.searchsorted(np.asarray(self.breakpoints, dtype=float), arr, side="left")
         out = np.where(arr == 0, self.at_zero, np.asarray(self.values)[idx])
         return scalar_out(out.astype(np.int64), np.ndim(a) == 0)
