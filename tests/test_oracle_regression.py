@@ -93,3 +93,10 @@ def test_validate_rounds_rejects_bad_tables(rounds):
     bad.loc[0, "ubar"] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         validate_rounds(bad)
+
+
+def test_stratified_group_folds_keep_generations_whole(rounds):
+    folds = R.group_folds(rounds.gen_id, 5, strata=rounds.K)
+    for tr, te in folds:
+        assert not set(rounds.gen_id.iloc[tr]) & set(rounds.gen_id.iloc[te])
+        assert set(rounds.K.iloc[tr]) == set(rounds.K)          # every K seen in training

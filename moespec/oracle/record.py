@@ -64,8 +64,28 @@ def _median_time(fn, repeats: int, clock=time.perf_counter):
     return float(np.median(times)), out
 
 
+def _engine(target, backend: str):
+    """``target`` itself when it is already an engine, else a new ``moespec.engine.Engine`` on it."""
+    from moespec.engine import Engine
+
+    return target if isinstance(target, Engine) else Engine(target, backend=backend)
+
+
+def reference_sequences(target, prompts, n_tokens: int, backend: str = "auto", threads: int | None = 1,
+                        progress: bool = True) -> dict:
+    """The target's greedy continuation of each prompt (the oracle's reference X), ``{question_id: tokens}``."""
+    engine = _engine(target, backend)
+    out = {}
+    with torch_threads(threads):
+        for p in tqdm(prompts, desc="reference sequences", disable=not progress):
+            first = engine.prefill([int(t) for t in p["ids"]])
+            out[int(p["question_id"])] = [first] + engine.greedy(first, n_tokens - 1)
+    return out
+
+
 def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens: int = 64,
-                  repeats: int = 3, threads: int | None = 1, backend: str = "auto", progress: bool = True):
+                  repeats: int = 3, threads: int | None = 1, backend: str = "auto", dedup: bool = True,
+                  progress: bool = True):
     """Speculative runs of every prompt at every K; returns ``(rounds, outputs)``.
 
     The round loop is the engine's (``moespec.engine.speculative_generate``): the engine's target
@@ -74,16 +94,21 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     time each stage ``repeats`` times (the verify pass is re-run after cropping the cache back, the
     draft is re-proposed from the same text; both are deterministic) and keep the median: up to
     seven people share this machine's two cores, and single timings carry their load. ``threads``
-    sets torch's intra-op threads for the run (1 is the most stable under contention).
+    sets torch's intra-op threads for the run (1 is the most stable under contention). ``dedup``
+    sets the engine's switch: on (default), passes of 2..9 tokens run the deduplicating kernel, which
+    reads each selected expert once (as fused MoE kernels do), so verification time can follow the union.
+    ``target_model`` may be a model or an existing ``moespec.engine.Engine``.
 
     prompts: list of dicts with ``question_id``, ``category`` and ``ids`` (prompt token ids).
     rounds: the validated rounds table (``rounds.ROUND_COLUMNS``). outputs: ``{question_id: tokens}``,
     the emitted tokens of the first K's run (greedy verification reproduces the target's greedy
     text, so these serve as the oracle's reference sequences).
     """
-    from moespec.engine import Engine, ModelDraft
+    from moespec.engine import ModelDraft
 
-    engine = Engine(target_model, backend=backend)
+    engine = _engine(target_model, backend)
+    engine.dedup = dedup
+    target_model = engine.model
     drafter = ModelDraft(draft_model)
     max_pos = int(getattr(target_model.config, "max_position_embeddings", 0) or 0)
     records, outputs = [], {}

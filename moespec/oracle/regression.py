@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
 from scipy import stats
-from sklearn.model_selection import GroupKFold
+from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
 
 from .rounds import validate_rounds
 
@@ -28,13 +28,21 @@ DRAFT = "T_D_ms ~ K"                                   # eq. (A4)
 UBAR_L = "T_T_ms ~ ubar + L"                           # eq. (3) with the context term (A.9): the oracle's t_target
 
 
-def group_folds(groups, n_splits: int = 5):
-    """GroupKFold splits ``[(train_idx, test_idx), ...]``; every group lies in exactly one test fold."""
+def group_folds(groups, n_splits: int = 5, strata=None):
+    """GroupKFold splits ``[(train_idx, test_idx), ...]``; every group lies in exactly one test fold.
+
+    With ``strata`` (e.g. K per round) the folds are StratifiedGroupKFold's: still whole generations
+    per fold, but each K spread over the folds, so that a categorical model (eq. 4) sees every level
+    of m in training even when there are few generations per K.
+    """
     groups = np.asarray(groups)
     n_groups = len(np.unique(groups))
     if n_groups < n_splits:
         raise ValueError(f"GroupKFold({n_splits}) needs at least {n_splits} generations; got {n_groups}")
-    return list(GroupKFold(n_splits=n_splits).split(np.zeros(len(groups)), groups=groups))
+    if strata is None:
+        return list(GroupKFold(n_splits=n_splits).split(np.zeros(len(groups)), groups=groups))
+    return list(StratifiedGroupKFold(n_splits=n_splits).split(np.zeros(len(groups)), np.asarray(strata),
+                                                               groups=groups))
 
 
 def ols(formula: str, df: pd.DataFrame, cluster: str = "gen_id"):
@@ -56,9 +64,15 @@ def cross_validate(formula: str, df: pd.DataFrame, n_splits: int = 5, group: str
     """Out-of-sample errors per GroupKFold fold (one row per fold: r2, rmse_ms, mape_pct, medape_pct)."""
     target = formula.split("~")[0].strip()
     rows = []
-    for f, (tr, te) in enumerate(group_folds(df[group], n_splits)):
+    strata = df["K"] if "C(m)" in formula else None
+    for f, (tr, te) in enumerate(group_folds(df[group], n_splits, strata)):
         fit = smf.ols(formula, data=df.iloc[tr]).fit()
         test = df.iloc[te]
+        if strata is not None:
+            unseen = set(test["m"]) - set(df.iloc[tr]["m"])
+            if unseen:
+                raise ValueError(f"GroupKFold fold {f}: m = {sorted(unseen)} only in the held-out generations; "
+                                 "record more generations per K")
         rows.append({"fold": f, "n_test": len(te),
                      **_errors(test[target].to_numpy(), np.asarray(fit.predict(test)))})
     return pd.DataFrame(rows)

@@ -1,0 +1,37 @@
+"""Notebook 07 (paper 2) with its quick profile: the files it writes and the numbers it prints."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.csv", "07_tableA6_models.csv",
+         "07_tableA2_factors.csv", "07_coefficients.csv", "07_fig1_rounds_by_k.png", "07_figA6_draft_time.png",
+         "07_oracle_sequences.csv", "07_fig2_lmax_sweep.csv", "07_fig2_lmax_sweep.png", "07_fig3_delta_quadrants.csv",
+         "07_fig3_delta_space.png", "07_alpha0_changed_positions.csv", "07_alpha0_summary.json",
+         "07_online_policy.csv", "07_online_policy.json", "07_online_policy.png", "07_kernel_cost_models.csv",
+         "07_kernel_policy_differences.csv", "07_paper2_comparison.csv"]
+
+
+@pytest.mark.notebook
+def test_notebook_07_quick(run_notebook, tmp_path):
+    _, figures, text = run_notebook("07_ssp_oracle", out_dir=str(tmp_path / "oracle"))
+    for name in FILES:
+        assert (figures / name).is_file(), f"{name} not written"
+    sweep = pd.read_csv(figures / "07_fig2_lmax_sweep.csv")
+    assert list(sweep.lmax) == [1, 2, 3, 4]
+    assert (sweep.speedup.diff().dropna() >= -1e-12).all()
+    # the printed oracle speedup is the sweep's last row
+    m = re.search(r"oracle speedup \(Lmax=4\): ([0-9.]+)", text)
+    assert m and float(m.group(1)) == pytest.approx(sweep.speedup.iloc[-1], abs=1e-3)
+    q = re.search(r"quadrant I (\d+), II (\d+), III (\d+), IV (\d+)", text)
+    assert q, "quadrant counts not printed"
+    online = json.loads((figures / "07_online_policy.json").read_text())
+    assert online["oracle"] >= online["online"] - 1e-12 and online["oracle"] >= online["fixed_best_hindsight"] - 1e-12
+    per_k = pd.read_csv(figures / "07_tableA4_per_k.csv")
+    assert list(per_k.K) == [1, 2, 3, 4, 5]
+    assert "paper 2, published (their hardware)" in pd.read_csv(figures / "07_paper2_comparison.csv").columns
+    assert re.search(r"draft \(A4\): T_D = [-0-9.]+ K", text)
