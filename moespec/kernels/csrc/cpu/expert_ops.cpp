@@ -22,6 +22,7 @@
 
 #include <immintrin.h>
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -48,6 +49,16 @@ struct ActRef {
   const float* s;         // int8: block scales [nblk padded to 16], zero padded
   const int32_t* c;       // int8: -128 * (sum of the block's int8 values) [nblk padded to 16]
 };
+
+// Tuning knobs, read from the environment at each call (benchmarks use them to compare
+// settings; defaults are the measured best): bytes of one matrix's rows per work item, and the
+// software-prefetch distance in bytes (0: none).
+static int64_t g_item_bytes = 256 * 1024;
+static int64_t g_pf = 0;
+static int64_t env_int(const char* name, int64_t dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoll(v) : dflt;
+}
 
 using DotFn = void (*)(const void* w, const float* ws, int64_t K, const ActRef* acts, int T, float* out);
 
@@ -203,6 +214,7 @@ static TGT_512 void dot_f32_avx512(const float* w, int64_t K, const ActRef* a, f
   for (; k + 16 * U <= K; k += 16 * U) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
+      if (g_pf) _mm_prefetch((const char*)(w + k + 16 * u) + g_pf, _MM_HINT_T0);
       __m512 wv = _mm512_loadu_ps(w + k + 16 * u);
 #pragma GCC unroll 9
       for (int t = 0; t < T; ++t) acc[u][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[t] + k + 16 * u), acc[u][t]);
@@ -233,6 +245,7 @@ static TGT_512BF16 void dot_bf16_avx512(const uint16_t* w, int64_t K, const ActR
   for (; k + 32 * U <= K; k += 32 * U) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
+      if (g_pf) _mm_prefetch((const char*)(w + k + 32 * u) + g_pf, _MM_HINT_T0);
       __m512bh wv = (__m512bh)_mm512_loadu_si512((const void*)(w + k + 32 * u));
 #pragma GCC unroll 9
       for (int t = 0; t < T; ++t)
@@ -271,6 +284,7 @@ static TGT_512VNNI void dot_i8_avx512(const uint8_t* w, const float* ws, int64_t
     for (int t = 0; t < T; ++t) iacc[t] = _mm512_maskz_loadu_epi32(ml, a[t].c + g * GRP);
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
+      if (g_pf) _mm_prefetch((const char*)(wg + i * 4 * G) + g_pf, _MM_HINT_T0);
       __m512i wv = _mm512_maskz_loadu_epi8(mb, wg + i * 4 * G);
 #pragma GCC unroll 9
       for (int t = 0; t < T; ++t)
@@ -576,73 +590,90 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
   const float* Su = fmt == I8 ? su->data_ptr<float>() : nullptr;
   const float* Sd = fmt == I8 ? sd->data_ptr<float>() : nullptr;
 
-  // Work items: (group, block of rows). ~16 KiB..64 KiB of weights per row block and matrix.
-  const int64_t rows1 = 16, rows2 = 16;
+  // Work items: (group, block of rows of ~g_item_bytes per matrix), phase 1 (gate/up) then phase 3 (down), taken in that
+  // order from one atomic counter. There is no barrier: on a shared, oversubscribed CPU a barrier
+  // waits for a descheduled thread for a whole time slice, so each thread only waits where data
+  // is missing. The thread finishing a group's last phase-1 item prepares the group's h (phase 2)
+  // and marks it ready; a phase-3 item of a group waits until then.
+  g_item_bytes = env_int("MOESPEC_CPU_ITEM_BYTES", 256 * 1024);
+  g_pf = env_int("MOESPEC_CPU_PREFETCH", 0);
+  const int64_t rows1 = std::max<int64_t>(1, g_item_bytes / (H * esize));
+  const int64_t rows2 = std::max<int64_t>(1, g_item_bytes / (I * esize));
+  const int64_t ng = (int64_t)groups.size();
   const int64_t nb1 = (I + rows1 - 1) / rows1, nb2 = (H + rows2 - 1) / rows2;
-  const int64_t items1 = (int64_t)groups.size() * nb1, items2 = (int64_t)groups.size() * nb2;
-  std::atomic<int64_t> next1{0}, next2{0};
-  const int nt = std::max(1, std::min<int>(at::get_num_threads(), (int)std::max<int64_t>(1, items1)));
+  const int64_t items1 = ng * nb1, items = items1 + ng * nb2;
+  std::atomic<int64_t> next{0};
+  std::vector<std::atomic<int64_t>> done1(ng);
+  std::vector<std::atomic<int>> ready(ng);
+  for (int64_t g = 0; g < ng; ++g) {
+    done1[g].store(0, std::memory_order_relaxed);
+    ready[g].store(0, std::memory_order_relaxed);
+  }
+  for (int64_t t = 0; t < n; ++t) ax.set_row(t, xp + t * H);  // n <= a few rows: serial
+  const int nt = std::max(1, std::min<int>(at::get_num_threads(), (int)std::max<int64_t>(1, items / 4)));
 
 #pragma omp parallel num_threads(nt)
   {
-    // 0. activations of the pass's tokens
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < n; ++t) ax.set_row(t, xp + t * H);
-
     ActRef refs[TMAX];
     float out[2][TMAX];
-    // 1. gate and up rows for every assignment of each group: g = W_gate x, u = W_up x
-    for (int64_t it; (it = next1.fetch_add(1, std::memory_order_relaxed)) < items1;) {
-      const Group& G = groups[it / nb1];
-      const int64_t r0 = (it % nb1) * rows1, r1 = std::min(I, r0 + rows1);
-      for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
-        const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
-        for (int j = 0; j < T; ++j) refs[j] = ax.refs[assign[G.first + t0 + j] / m];
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t row = G.expert * I + r;
-          dot(Wg + row * H * esize, Sg ? Sg + row * (H / BLK) : nullptr, H, refs, T, out[0]);
-          dot(Wu + row * H * esize, Su ? Su + row * (H / BLK) : nullptr, H, refs, T, out[1]);
-          for (int j = 0; j < T; ++j) {
-            const int64_t a = assign[G.first + t0 + j];
-            gbuf[a * I + r] = out[0][j];
-            ubuf[a * I + r] = out[1][j];
+    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+      if (it < items1) {
+        // 1. gate and up rows for every assignment of the group: g = W_gate x, u = W_up x
+        const int64_t gi = it / nb1;
+        const Group& G = groups[gi];
+        const int64_t r0 = (it % nb1) * rows1, r1 = std::min(I, r0 + rows1);
+        for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
+          const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
+          for (int j = 0; j < T; ++j) refs[j] = ax.refs[assign[G.first + t0 + j] / m];
+          for (int64_t r = r0; r < r1; ++r) {
+            const int64_t row = G.expert * I + r;
+            dot(Wg + row * H * esize, Sg ? Sg + row * (H / BLK) : nullptr, H, refs, T, out[0]);
+            dot(Wu + row * H * esize, Su ? Su + row * (H / BLK) : nullptr, H, refs, T, out[1]);
+            for (int j = 0; j < T; ++j) {
+              const int64_t a = assign[G.first + t0 + j];
+              gbuf[a * I + r] = out[0][j];
+              ubuf[a * I + r] = out[1][j];
+            }
+          }
+        }
+        if (done1[gi].fetch_add(1, std::memory_order_acq_rel) == nb1 - 1) {
+          // 2. h = silu(g) * u in the format's activation layout, for the group's assignments
+          for (int64_t j = 0; j < G.count; ++j) {
+            const int64_t a = assign[G.first + j];
+            float* g = gbuf.data() + a * I;
+            const float* u = ubuf.data() + a * I;
+            for (int64_t r = 0; r < I; ++r) g[r] = g[r] / (1.0f + std::exp(-g[r])) * u[r];
+            ah.set_row(a, g);
+          }
+          ready[gi].store(1, std::memory_order_release);
+        }
+      } else {
+        // 3. down rows: o_a = W_down h_a
+        const int64_t gi = (it - items1) / nb2;
+        const Group& G = groups[gi];
+        for (int spins = 0; !ready[gi].load(std::memory_order_acquire); ++spins) {
+          if (spins < 64) _mm_pause(); else sched_yield();
+        }
+        const int64_t r0 = ((it - items1) % nb2) * rows2, r1 = std::min(H, r0 + rows2);
+        for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
+          const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
+          for (int j = 0; j < T; ++j) refs[j] = ah.refs[assign[G.first + t0 + j]];
+          for (int64_t r = r0; r < r1; ++r) {
+            const int64_t row = G.expert * H + r;
+            dot(Wd + row * I * esize, Sd ? Sd + row * (I / BLK) : nullptr, I, refs, T, out[0]);
+            for (int j = 0; j < T; ++j) obuf[assign[G.first + t0 + j] * H + r] = out[0][j];
           }
         }
       }
     }
-#pragma omp barrier
-    // 2. h = silu(g) * u, in the format's activation layout
-#pragma omp for schedule(static)
-    for (int64_t a = 0; a < A; ++a) {
-      float* g = gbuf.data() + a * I;
-      const float* u = ubuf.data() + a * I;
-      for (int64_t r = 0; r < I; ++r) g[r] = g[r] / (1.0f + std::exp(-g[r])) * u[r];
-      ah.set_row(a, g);
-    }
-    // 3. down rows: o_a = W_down h_a
-    for (int64_t it; (it = next2.fetch_add(1, std::memory_order_relaxed)) < items2;) {
-      const Group& G = groups[it / nb2];
-      const int64_t r0 = (it % nb2) * rows2, r1 = std::min(H, r0 + rows2);
-      for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
-        const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
-        for (int j = 0; j < T; ++j) refs[j] = ah.refs[assign[G.first + t0 + j]];
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t row = G.expert * H + r;
-          dot(Wd + row * I * esize, Sd ? Sd + row * (I / BLK) : nullptr, I, refs, T, out[0]);
-          for (int j = 0; j < T; ++j) obuf[assign[G.first + t0 + j] * H + r] = out[0][j];
-        }
-      }
-    }
-#pragma omp barrier
-    // 4. y_t = sum_s g_ts o_{t*m+s}
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t s = 0; s < m; ++s) {
-        const float gt = gp ? gp[t * m + s] : 1.0f;
-        const float* o = obuf.data() + (t * m + s) * H;
-        for (int64_t r = 0; r < H; ++r) yp[t * H + r] += gt * o[r];
-      }
   }
+  // 4. y_t = sum_s g_ts o_{t*m+s} (n*m*H flops: serial)
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t s = 0; s < m; ++s) {
+      const float gt = gp ? gp[t * m + s] : 1.0f;
+      const float* o = obuf.data() + (t * m + s) * H;
+      for (int64_t r = 0; r < H; ++r) yp[t * H + r] += gt * o[r];
+    }
   return y;
 }
 

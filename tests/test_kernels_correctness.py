@@ -1,0 +1,144 @@
+"""Every backend present x kernel x format against the fp64 reference (paper 1's expert operation):
+random shapes, published model shapes at n = 1..9, edge cases, and every CPU ISA path."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from kernel_cases import BACKENDS, FORMATS, KERNELS, check, cpp_present, rel_err, skip_if_absent
+from moespec.kernels import ExpertWeights, expert_forward, reference_forward, torch_dedup
+from moespec.kernels.shapes import ODD_SHAPES, SMALL_SHAPES, published_shapes, random_ids
+
+
+def _case(shape, fmt, n, seed, gates=True):
+    N, H, I, m = shape
+    w = ExpertWeights.random((N, H, I), fmt, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, H, generator=g)
+    ids = random_ids(n, m, N, np.random.default_rng(seed))
+    gt = torch.rand(n, m, generator=g) if gates else None
+    return x, ids, w, gt
+
+
+@pytest.mark.parametrize("backend,device", BACKENDS)
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shape", SMALL_SHAPES)
+def test_random_shapes(backend, device, kernel, fmt, shape):
+    skip_if_absent(backend)
+    for n, gates in ((1, False), (13, True)):  # 13 > 9: token tiles in the micro-kernel
+        check(*_case(shape, fmt, n, seed=n, gates=gates), backend, device, kernel)
+
+
+@pytest.mark.parametrize("backend,device", BACKENDS)
+@pytest.mark.parametrize("fmt", ("f32", "bf16"))
+@pytest.mark.parametrize("shape", ODD_SHAPES)
+def test_odd_sizes_float_formats(backend, device, fmt, shape):
+    skip_if_absent(backend)
+    for kernel in KERNELS:
+        check(*_case(shape, fmt, 4, seed=3), backend, device, kernel)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cpu_isa_paths(isa, fmt, monkeypatch):
+    """Each ISA path of the C++ kernels (capped by MOESPEC_CPU_ISA) against the reference; on a CPU
+    without the ISA the cap falls back to the next path, which is then what is tested."""
+    if not cpp_present():
+        pytest.skip("C++ extension not built")
+    monkeypatch.setenv("MOESPEC_CPU_ISA", isa)
+    assert torch.ops.moespec.cpu_isa(fmt) in (isa, "avx2", "portable")
+    for shape in (SMALL_SHAPES[1], SMALL_SHAPES[3]):
+        for kernel in KERNELS:
+            check(*_case(shape, fmt, 10, seed=11), "cpp", "cpu", kernel)
+
+
+@functools.lru_cache(maxsize=1)
+def _published_weights(model, fmt):
+    N, H, I, m = published_shapes()[model]
+    # N reduced to m + 1 (the smallest legal layer) keeps memory and time small; H, I as published.
+    return ExpertWeights.random((m + 1, H, I), fmt, seed=5), m
+
+
+@pytest.mark.parametrize("backend,device", BACKENDS[1:])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("model", sorted(published_shapes()))
+def test_published_shapes(model, fmt, backend, device):
+    """Published H, I (and m) at n = 1..9; the fp64 reference of all nine passes is computed in one
+    call over their concatenated tokens (tokens are independent)."""
+    skip_if_absent(backend)
+    w, m = _published_weights(model, fmt)
+    rng = np.random.default_rng(1)
+    ns = list(range(1, 10))
+    xs = [torch.randn(n, w.hidden_size, generator=torch.Generator().manual_seed(n)) for n in ns]
+    ids = [random_ids(n, m, w.num_experts, rng) for n in ns]
+    gates = [torch.rand(n, m, generator=torch.Generator().manual_seed(100 + n)) for n in ns]
+    x_all, ids_all, g_all = torch.cat(xs), torch.cat(ids), torch.cat(gates)
+    ref_all = reference_forward(x_all, ids_all, w, g_all)
+    tol = 2.0 * rel_err(torch_dedup(x_all, ids_all, w, g_all), ref_all) + 2e-6
+    dev = torch.device(device)
+    wd = w.to(dev)
+    start = 0
+    for n, x, i, g in zip(ns, xs, ids, gates):
+        ref = ref_all[start:start + n]
+        start += n
+        for kernel in KERNELS:
+            y = expert_forward(x.to(dev), i.to(dev), wd, g.to(dev), kernel=kernel, backend=backend)
+            err = rel_err(y, ref)
+            assert err <= tol, f"{model} {fmt} n={n} {kernel}: error {err:.3g} > {tol:.3g}"
+
+
+EDGE = {
+    "n=1": lambda N, m, n, rng: random_ids(1, m, N, rng),
+    "same experts for every token": lambda N, m, n, rng: random_ids(1, m, N, rng).repeat(n, 1),
+    "all experts distinct": lambda N, m, n, rng: torch.randperm(N, generator=torch.Generator().manual_seed(0))[
+        : (N // m) * m].reshape(N // m, m),
+    "reversed duplicate rows": lambda N, m, n, rng: torch.cat([random_ids(1, m, N, rng)] * 2).flip(1),
+}
+
+
+@pytest.mark.parametrize("backend,device", BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("edge", sorted(EDGE))
+@pytest.mark.parametrize("shape", [(9, 64, 96, 4), (3, 96, 64, 2), (6, 64, 64, 1)])  # N = m+1 in the 2nd
+def test_edge_cases(backend, device, fmt, edge, shape):
+    skip_if_absent(backend)
+    N, H, I, m = shape
+    rng = np.random.default_rng(2)
+    ids = EDGE[edge](N, m, 6, rng)
+    n = ids.shape[0]
+    w = ExpertWeights.random((N, H, I), fmt, seed=4)
+    x = torch.randn(n, H, generator=torch.Generator().manual_seed(9))
+    for gates in (None, torch.rand(n, m, generator=torch.Generator().manual_seed(8))):
+        for kernel in KERNELS:
+            check(x, ids, w, gates, backend, device, kernel)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cpp_slot_and_dedup_agree_with_torch_at_same_precision(fmt):
+    """int8: the C++ kernels quantize activations exactly like the torch kernel, so they agree to
+    fp32 rounding (a layout or scale bug would show here far above that); slot == dedup in C++."""
+    if not cpp_present():
+        pytest.skip("C++ extension not built")
+    x, ids, w, g = _case(SMALL_SHAPES[3], fmt, 9, seed=21)
+    ys = expert_forward(x, ids, w, g, kernel="slot", backend="cpp")
+    yd = expert_forward(x, ids, w, g, kernel="dedup", backend="cpp")
+    assert rel_err(ys, yd.double()) < 1e-5
+    if fmt == "int8_b32":
+        assert rel_err(ys, torch_dedup(x, ids, w, g).double()) < 2e-3
+
+
+def test_gates_scale_linearly():
+    """y is linear in the gates: doubling all gates doubles y, zero gates give zero."""
+    if not cpp_present():
+        pytest.skip("C++ extension not built")
+    x, ids, w, g = _case(SMALL_SHAPES[0], "f32", 5, seed=1)
+    for kernel in KERNELS:
+        y1 = expert_forward(x, ids, w, g, kernel=kernel, backend="cpp")
+        y2 = expert_forward(x, ids, w, 2 * g, kernel=kernel, backend="cpp")
+        torch.testing.assert_close(y2, 2 * y1, rtol=1e-6, atol=1e-7)
+        assert expert_forward(x, ids, w, torch.zeros_like(g), kernel=kernel, backend="cpp").abs().max() == 0
