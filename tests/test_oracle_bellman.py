@@ -138,3 +138,15 @@ def test_bad_policy_rejected():
         evaluate_policy(np.full(3, 0.5), np.ones((3, 2, 3)), np.array([1, 3, 1]))
     with pytest.raises(ValueError, match="shape"):
         evaluate_policy(np.full(3, 0.5), np.ones((3, 2, 3)), np.array([1, 1]))
+
+
+def test_compiled_and_numpy_backward_agree():
+    from moespec.oracle.bellman import _backward, _backward_py
+    from moespec.oracle import confidence_windows
+
+    rng = np.random.default_rng(7)
+    q = rng.uniform(0, 1, 500)
+    cost = rng.uniform(0.0, 2.0, (500, 6, 7))
+    a, b = _backward(confidence_windows(q, 6), cost), _backward_py(confidence_windows(q, 6), cost)
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-12)
+    assert np.mean(a[1] == b[1]) > 0.99          # only exact ties may resolve differently
