@@ -181,7 +181,7 @@ def test_bounds_vacuous_from_delta_one():
 def test_non_positive_predicted_step_time_predicts_nothing():
     t = times([1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2.3, 3.1, 3.8, 4.4, 5.0, 5.5, 6.0, 6.4])
     c = predict.chain("m", 10 * MS, t)
-    meas = measured_from(c.tau["slot"], c.tau["dedup"], np.zeros(9), A)
+    meas = measured_from(c.tau["slot"].copy(), c.tau["dedup"].copy(), np.zeros(9), A)
     c.tau["dedup"][3] = -1 * MS
     m = predict.evaluate(c, meas)
     assert not m["valid_step_times"] and m["kstar_within1"] == 0
