@@ -6,10 +6,11 @@ intervals; ``synthetic`` builds seeded synthetic traces.
 """
 
 from moespec.routing import synthetic
+from moespec.routing.record import record
 from moespec.routing.stats import (STATISTICS, Bootstrap, WindowSums, bootstrap, byte_share, e_dedup,
                                    e_slot, mean_union, resample_counts, reuse, rho_bar, window_sums)
 from moespec.routing.trace import RoutingTrace
 
 __all__ = ["RoutingTrace", "reuse", "mean_union", "byte_share", "e_slot", "e_dedup", "rho_bar",
            "bootstrap", "Bootstrap", "resample_counts", "window_sums", "WindowSums", "STATISTICS",
-           "synthetic"]
+           "synthetic", "record"]
