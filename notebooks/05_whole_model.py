@@ -88,8 +88,8 @@ else:
     prompts_by_depth = {d: P.validation_prompts(tok, d, count=6)[0] for d in depths}
     mt_prompts = P.tokenize_prompts(P.mt_bench_first_turns(), tok, max_tokens=ctx - 64)
     verify_reps, n_boot = 25, 2000
-    ks, a_values, oracle_reps = list(range(9)), predict.load_rules()["acceptance_values"], 2
-    real_ks, real_tokens = list(range(1, 9)), 48
+    ks, a_values, oracle_reps = list(range(9)), predict.load_rules()["acceptance_values"], 1
+    real_ks, real_tokens = list(range(1, 9)), 32
     agree_tokens = 64
 engine = Engine(model, backend=backend)
 print(f"model: {model_label}; L={engine.num_layers} MoE layers, N={model.config.num_experts}, "
