@@ -35,3 +35,4 @@ def test_notebook_07_quick(run_notebook, tmp_path):
     assert list(per_k.K) == [1, 2, 3, 4, 5]
     assert "paper 2, published (their hardware)" in pd.read_csv(figures / "07_paper2_comparison.csv").columns
     assert re.search(r"draft \(A4\): T_D = [-0-9.]+ K", text)
+    assert re.search(r"autoregressive passes \(K = 0\): measured median T_T [0-9.]+ ms", text)
