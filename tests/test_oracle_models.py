@@ -94,3 +94,17 @@ def test_record_rounds_reproduces_greedy_text(models):
         assert toks == expect[qid]
     with pytest.raises(ValueError, match="max_position_embeddings"):
         record_rounds(target, draft, prompts[:1], ks=[1], n_tokens=500, repeats=1, backend="torch", progress=False)
+
+
+def test_load_questions(tmp_path):
+    from moespec.oracle.record import load_questions
+
+    qs = load_questions(["math_reasoning"], per_category=3)
+    assert len(qs) == 3 and all(q["category"] == "math_reasoning" for q in qs)
+    assert len(load_questions(per_category=1)) == 13
+    with pytest.raises(ValueError, match="no category"):
+        load_questions(["poetry"])
+    bad = tmp_path / "q.jsonl"
+    bad.write_text('{"question_id": 1, "turns": ["x"]}\n')
+    with pytest.raises(ValueError, match="category"):
+        load_questions(path=bad)

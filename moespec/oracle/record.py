@@ -8,6 +8,7 @@ and Ubar_r of eq. (5) read from the target's routers during that pass (``hf.Rout
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -21,6 +22,10 @@ from .hf import RouterTap, torch_threads
 from .rounds import RoundRecord, rounds_frame, union_sizes
 
 
+#: sha256 of the Spec-Bench question file copied into data/spec_bench (see its SOURCE.md).
+SPEC_BENCH_SHA256 = "4b6d33e79484f9841c487ee87d1cf6aa8c6066f61d5d482ff09e5a007fafdf04"
+
+
 def questions_path() -> Path:
     return paths.data_dir() / "spec_bench" / "question.jsonl"
 
@@ -30,8 +35,12 @@ def load_questions(categories=None, per_category: int | None = None, path=None) 
     path = Path(path) if path else questions_path()
     if not path.is_file():
         raise FileNotFoundError(f"{path}: Spec-Bench questions missing (copied from ../shared/data/spec_bench)")
+    data = path.read_bytes()
+    if path == questions_path() and hashlib.sha256(data).hexdigest() != SPEC_BENCH_SHA256:
+        raise ValueError(f"{path}: sha256 {hashlib.sha256(data).hexdigest()} differs from the recorded "
+                         f"{SPEC_BENCH_SHA256} (see data/spec_bench/SOURCE.md)")
     rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
         q = json.loads(line)
         for key in ("question_id", "category", "turns"):
             if key not in q:
