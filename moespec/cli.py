@@ -28,6 +28,17 @@ def _list(args) -> int:
     return 0
 
 
+def _build_models(args) -> int:
+    from moespec import zoo
+
+    summary = zoo.build_default_models(force=args.force, profile=args.profile, seed=args.seed,
+                                       progress=not args.no_progress)
+    for name, info in summary.items():
+        state = f"built in {info['seconds']:.0f} s" if info.get("built") else "cached"
+        print(f"{name}: {info['folder']} ({state})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="moespec", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -41,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="extra notebook parameter (repeatable); unknown names are an error")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
     rep.set_defaults(func=_reproduce)
+    bld = sub.add_parser("build-models", help="train the embedded default MoE, draft and tokenizer "
+                                              "into data/models (skips what is cached)")
+    bld.add_argument("--force", action="store_true", help="rebuild even if cached")
+    bld.add_argument("--profile", choices=["full", "smoke"], default="full")
+    bld.add_argument("--seed", type=int, default=0)
+    bld.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bld.set_defaults(func=_build_models)
     lst = sub.add_parser("notebooks", help="list the notebooks and their parameters")
     lst.set_defaults(func=_list)
     return parser

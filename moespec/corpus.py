@@ -139,6 +139,21 @@ def fit_holdout(arts: Sequence[Article], count: int = NUM_FIT_DOCUMENTS) -> tupl
     return fit, [i for i in range(len(arts)) if i not in chosen]
 
 
+def prefix(article: Article, max_words: int) -> Article:
+    """The article cut after the line that reaches ``max_words`` words (whole lines, at least
+    one). The tokenized and raw files have the same lines with the same word counts, so a prefix
+    selects the same text in both variants, and word-level perplexities stay comparable."""
+    if max_words < 1:
+        raise ValueError(f"max_words must be >= 1, found {max_words}")
+    lines, words = [], 0
+    for line in article.text.split("\n"):
+        lines.append(line)
+        words += len(line.split()) + 1
+        if words >= max_words:
+            break
+    return Article(article.split, article.index, article.title, "\n".join(lines))
+
+
 def tokenize(arts: Sequence[Article], tokenizer, max_tokens: int | None = None) -> list[np.ndarray]:
     """Token ids (int64) of each article with ``tokenizer`` (a transformers tokenizer).
 

