@@ -101,15 +101,6 @@ def device_random_weights(shape, fmt: str, device: str, seed: int):
     return ExpertWeights(fmt, g, u, d, gs, us, ds)
 
 
-def uniform_ids(n: int, m: int, num_experts: int, seed: list[int]):
-    """``[n, m]`` int64 ids: each token's m experts uniform without replacement (``seed``: a
-    numpy seed sequence, so every run draws the same passes)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    return np.stack([rng.choice(num_experts, size=m, replace=False) for _ in range(n)]).astype(np.int64)
-
-
 def row_for(model, fmt, n, spec_shape, m, U, b, timings, read_bytes, state) -> dict:
     """One result row from the interleaved timings of slot, dedup and the read reference."""
     N, H, I = spec_shape
@@ -168,11 +159,13 @@ def report_markdown(rows: list[dict], header: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import numpy as np
     import torch
 
     from moespec import io, paths, provenance
     from moespec.bench import timing
     from moespec.kernels import build
+    from moespec.kernels.shapes import random_ids
     from moespec.models import get_spec
 
     if not str(args.device).startswith("cuda"):
@@ -202,11 +195,11 @@ def main(argv=None) -> int:
             w = device_random_weights((N, H, I), fmt, device, args.seed)
             b = w.bytes_per_expert
             for n in todo:
-                ids_np = uniform_ids(n, m, N, seed=[args.seed, zlib.crc32(model.encode()), n])
-                U = len(set(ids_np.ravel().tolist()))
+                ids_cpu = random_ids(n, m, N, np.random.default_rng([args.seed, zlib.crc32(model.encode()), n]))
+                U = int(ids_cpu.unique().numel())
                 gen = torch.Generator(device=device).manual_seed(args.seed + n)
                 x = torch.randn((n, H), generator=gen, device=device)
-                ids = torch.as_tensor(ids_np, device=device)
+                ids = ids_cpu.to(device)
                 gates = torch.softmax(torch.randn((n, m), generator=gen, device=device), dim=1)
                 calls = {k: (lambda op=op: op(x, ids, gates, *w.tensors())) for k, op in ops.items()}
                 calls["read"] = read_fn
