@@ -64,3 +64,28 @@ def greedy_agreement(target, draft, docs: Sequence[np.ndarray], context: int,
             agree += int((a == b).sum())
             count += len(win) - 1
     return {"agree": agree, "positions": count, "agreement": agree / count}
+
+
+def expert_load(trace) -> np.ndarray:
+    """[L, N] share of each layer's routed slots that go to each expert (rows sum to 1)."""
+    ids = np.concatenate(trace.docs, axis=0)  # [T, L, m]
+    load = np.stack([np.bincount(ids[:, l].ravel(), minlength=trace.num_experts)
+                     for l in range(trace.num_layers)]).astype(np.float64)
+    return load / load.sum(axis=1, keepdims=True)
+
+
+def evaluation_documents(tokenizer, split: str = "valid", variant: str = "tokens",
+                         words_per_article: int | None = None, articles: int | None = None):
+    """(token arrays with the tokenizer's ``<|endoftext|>``/BOS id in front, number of words) of
+    the ``split`` articles, each cut to its first lines holding ``words_per_article`` words
+    (:func:`moespec.corpus.prefix`), so that every model scores the same text."""
+    from moespec import corpus
+
+    arts = corpus.articles(split, variant)[:articles]
+    if words_per_article is not None:
+        arts = [corpus.prefix(a, words_per_article) for a in arts]
+    start = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    if start is None or start == tokenizer.unk_token_id:
+        start = tokenizer.bos_token_id
+    docs = [np.concatenate([[start], ids]) for ids in corpus.tokenize(arts, tokenizer)]
+    return docs, sum(a.num_words for a in arts)

