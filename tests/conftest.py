@@ -52,3 +52,15 @@ def run_notebook(tmp_path, monkeypatch):
         return result.output, figures, notebook_text(result.output)
 
     return _run
+
+
+@pytest.fixture
+def one_thread():
+    """One torch intra-op thread for the test: on busy shared cores two OpenMP threads spin-wait
+    on each other (measured 5x slower). Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

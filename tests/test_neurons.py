@@ -12,13 +12,7 @@ from moespec.routing.neurons import NeuronClusters, balanced_kmeans, fit_neuron_
 from moespec.zoo import smollm2
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on shared cores two OpenMP threads spin-wait on each other (5x slower)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _llama():

@@ -22,13 +22,7 @@ COMMON = dict(vocab_size=V, hidden_size=H, num_attention_heads=4, num_key_value_
               max_position_embeddings=CTX, pad_token_id=0, bos_token_id=0, eos_token_id=0)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on shared cores two OpenMP threads spin-wait on each other (5x slower)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _olmoe():

@@ -14,13 +14,7 @@ from moespec.zoo.experts import IMPLEMENTATION
 from moespec.zoo.train import TrainConfig, lr_at
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on shared cores two OpenMP threads spin-wait on each other (5x slower)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_sorted_experts_equal_reference_loop():
