@@ -59,6 +59,7 @@ from moespec.engine.runs import greedy_agreement, oracle_sweep, real_draft_sweep
 from moespec.engine.verify import measure_verify_times, summarize_verify
 from moespec.plots.predictions import oracle_figure, real_draft_figure, verify_time_figure
 from moespec.routing import RoutingTrace
+from moespec.tables.predictions import oracle_cells
 from moespec import zoo
 
 out = setup(profile, device, threads, out_dir)
@@ -153,13 +154,13 @@ for d in depths:
 oracle = pd.concat(oracle_parts, ignore_index=True)
 io.write_dataframe(out / "oracle_runs.csv", oracle)
 io.save_figure(oracle_figure(oracle, title=f"oracle draft, {model_label}"), fig_dir / "05_oracle_acceptance.png")
-cells = oracle[oracle["k"] > 0].groupby(["d", "k", "a"])[["accepted", "rejections", "emitted", "steps"]].sum()
-real_a = cells["accepted"] / (cells["accepted"] + cells["rejections"])
-a_index = cells.index.get_level_values("a").to_numpy(float)
-k_index = cells.index.get_level_values("k").to_numpy(int)
-tps_ratio = (cells["emitted"] / cells["steps"]) / ((1 - a_index ** (k_index + 1)) / (1 - a_index))
-print(f"oracle runs: {len(oracle)}; largest |realized a - a| over (d, k, a) cells: {np.max(np.abs(real_a - a_index)):.3f}")
-print(f"tokens per step / G_a(k): median {np.median(tps_ratio):.3f}, range {tps_ratio.min():.3f} to {tps_ratio.max():.3f}")
+cells = oracle_cells(oracle)
+io.write_dataframe(fig_dir / "05_oracle_cells.csv", cells)
+drafted = cells[cells["k"] > 0]
+print(f"oracle runs: {len(oracle)}; largest |realized a - a| over (d, k, a) cells: "
+      f"{np.max(np.abs(drafted['realized_a'] - drafted['a'])):.3f}")
+print(f"tokens per step / G_a(k): median {drafted['tps_over_G'].median():.3f}, "
+      f"range {drafted['tps_over_G'].min():.3f} to {drafted['tps_over_G'].max():.3f}")
 print(f"steps cut short (batched argmax differs from batch-one greedy): {int(oracle['cut_short'].sum())} "
       f"of {int(oracle['steps'].sum())}")
 

@@ -18,7 +18,7 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     out = tmp_path / "engine"
     _, figs, text = run_notebook("05_whole_model", out_dir=str(out), backend="torch")
     for f in ("05_verify_time.png", "05_oracle_acceptance.png", "05_real_draft.png", "05_agreement.csv",
-              "05_verify_summary.csv", "05_real_draft.csv"):
+              "05_verify_summary.csv", "05_real_draft.csv", "05_oracle_cells.csv"):
         assert (figs / f).stat().st_size > 0, f
     # the dedup switch changes no output on the tiny model
     g = re.search(r"greedy tokens equal with dedup off and on: (\d+) of (\d+)", text)

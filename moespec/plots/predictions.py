@@ -7,8 +7,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from moespec.theory import expected_tokens
-
 VERSION_STYLE = {"prediction": dict(color="C3", ls="-", marker="o", label="prediction (fits at window union bytes)"),
                  "text": dict(color="C1", ls="-.", marker="^", label="prediction, routing of the verified text"),
                  "measured-time": dict(color="0.45", ls="--", marker="s", label="measured-time version"),
@@ -40,12 +38,11 @@ def verify_time_figure(summary: pd.DataFrame, title: str = "") -> plt.Figure:
 def oracle_figure(runs: pd.DataFrame, title: str = "") -> plt.Figure:
     """Oracle draft: tokens per step against G_a(k), and realized acceptance against a
     (each point one (d, k, a) cell, pooled over prompts and repetitions)."""
-    cells = runs.groupby(["d", "k", "a"]).agg(emitted=("emitted", "sum"), steps=("steps", "sum"),
-                                              accepted=("accepted", "sum"), rejections=("rejections", "sum")).reset_index()
-    cells["tps"] = cells["emitted"] / cells["steps"]
-    cells["G"] = expected_tokens(cells["a"].to_numpy(float), cells["k"].to_numpy(int))
+    from moespec.tables.predictions import oracle_cells
+
+    cells = oracle_cells(runs).rename(columns={"tokens_per_step": "tps"})
     drafted = cells[cells["k"] > 0]
-    real_a = drafted["accepted"] / (drafted["accepted"] + drafted["rejections"])
+    real_a = drafted["realized_a"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.8))
     sc = ax1.scatter(cells["G"], cells["tps"], c=cells["k"], cmap="viridis", s=14)
     top = cells["G"].max() * 1.05

@@ -90,3 +90,21 @@ def table8(scores: pd.DataFrame, rules_commit: str | None, with_paper: bool = Tr
     :func:`moespec.predict.score`), the commit of the rules file, and the paper's published rows."""
     out = scores.assign(source=OURS, rules_commit=rules_commit or "not in git")
     return pd.concat([out, paper_table("table8_rules")], ignore_index=True) if with_paper else out
+
+
+def oracle_cells(runs: pd.DataFrame) -> pd.DataFrame:
+    """The oracle grid per (d, k, a), pooled over prompts and repetitions: tokens per step against
+    G_a(k), realized acceptance (accepted / (accepted + rejections)), median throughput, steps cut
+    short (the batched verify argmax differs from the batch-one greedy token)."""
+    from moespec.theory import expected_tokens
+
+    cells = runs.groupby(["d", "k", "a"]).agg(
+        emitted=("emitted", "sum"), steps=("steps", "sum"), accepted=("accepted", "sum"),
+        rejections=("rejections", "sum"), cut_short=("cut_short", "sum"),
+        throughput_median=("throughput", "median")).reset_index()
+    cells["tokens_per_step"] = cells["emitted"] / cells["steps"]
+    cells["G"] = expected_tokens(cells["a"].to_numpy(float), cells["k"].to_numpy(int))
+    cells["tps_over_G"] = cells["tokens_per_step"] / cells["G"]
+    judged = cells["accepted"] + cells["rejections"]
+    cells["realized_a"] = np.where(judged > 0, cells["accepted"] / judged.where(judged > 0, 1), np.nan)
+    return cells
