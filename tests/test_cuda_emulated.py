@@ -36,20 +36,30 @@ def emulated_source(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def emulated_harness(tmp_path_factory):
+def emulated_build(tmp_path_factory):
+    """The kernels compiled once for the CPU (position-independent), linked into the standalone
+    harness and into a shared library for ctypes. Returns (harness executable, library path)."""
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("g++ not found")
     out = tmp_path_factory.mktemp("cuda_emu")
     src = out / "expert_kernels_emu.cpp"
     src.write_text(emulated_source((CUDA_DIR / "expert_kernels.cu").read_text()))
-    exe = out / "standalone_check_emu"
     # _FORTIFY_SOURCE's longjmp check rejects the emulator's jumps between fiber stacks
-    proc = subprocess.run([cxx, "-std=c++20", "-O2", "-U_FORTIFY_SOURCE", "-w", f"-I{EMU_INCLUDE}", f"-I{CUDA_DIR}",
-                           "-x", "c++", str(CUDA_DIR / "tools" / "standalone_check.cu"), "-x", "c++", str(src),
-                           "-o", str(exe)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return exe
+    flags = ["-std=c++20", "-O2", "-U_FORTIFY_SOURCE", "-w", "-fPIC", f"-I{EMU_INCLUDE}", f"-I{CUDA_DIR}"]
+    obj, exe, lib = out / "kernels.o", out / "standalone_check_emu", out / "libmoespec_cuda_emu.so"
+    for cmd in ([cxx, *flags, "-c", str(src), "-o", str(obj)],
+                [cxx, *flags, "-x", "c++", str(CUDA_DIR / "tools" / "standalone_check.cu"), "-x", "none", str(obj),
+                 "-o", str(exe)],
+                [cxx, "-shared", str(obj), "-o", str(lib)]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    return exe, lib
+
+
+@pytest.fixture(scope="module")
+def emulated_harness(emulated_build):
+    return emulated_build[0]
 
 
 def test_kernels_pass_the_harness_under_emulation(emulated_harness):
@@ -83,19 +93,8 @@ class _Args(ctypes.Structure):
 
 
 @pytest.fixture(scope="module")
-def emulated_lib(tmp_path_factory):
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("g++ not found")
-    out = tmp_path_factory.mktemp("cuda_emu_lib")
-    src = out / "expert_kernels_emu.cpp"
-    src.write_text(emulated_source((CUDA_DIR / "expert_kernels.cu").read_text()))
-    lib = out / "libmoespec_cuda_emu.so"
-    proc = subprocess.run([cxx, "-std=c++20", "-O2", "-U_FORTIFY_SOURCE", "-w", "-shared", "-fPIC",
-                           f"-I{EMU_INCLUDE}", f"-I{CUDA_DIR}", str(src), "-o", str(lib)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    dll = ctypes.CDLL(str(lib))
+def emulated_lib(emulated_build):
+    dll = ctypes.CDLL(str(emulated_build[1]))
     dll.moespec_cuda_status_string.restype = ctypes.c_char_p
     return dll
 
