@@ -17,7 +17,7 @@
 #      torch's extension builder needs the same CUDA major version as nvcc). Both need network.
 #   3. build the CUDA extension (moespec.kernels.build.load_cuda, into build/);
 #   4. the torch-free standalone harness (nvcc) against its host reference;
-#   5. the CUDA tests (pytest -m cuda; files: $GPU_CHECK_TESTS, default the kernel tests);
+#   5. the CUDA tests (pytest -m cuda; files: $GPU_CHECK_TESTS, default the CUDA kernel tests);
 #   6. the bandwidth benchmark (benchmarks/bench_kernels_cuda.py; extra args: $GPU_CHECK_BENCH_ARGS,
 #      skipped with GPU_CHECK_SKIP_BENCH=1);
 #   7. OUT_DIR/REPORT.md (+ bench_kernels_cuda.csv, pytest_cuda.txt/.xml, standalone_check.txt).
@@ -132,7 +132,7 @@ fi
 
 # --- 5. CUDA tests ------------------------------------------------------------------------
 step "5/7 CUDA tests"
-TESTS=${GPU_CHECK_TESTS:-tests/test_kernels_cuda.py tests/test_cuda_compile.py}
+TESTS=${GPU_CHECK_TESTS:-tests/test_kernels_cuda.py tests/test_kernels_correctness.py tests/test_cuda_compile.py}
 # shellcheck disable=SC2086
 if "$PY" -m pytest -q -m cuda -rA --junitxml="$OUT_DIR/pytest_cuda.xml" $TESTS 2>&1 | tee "$OUT_DIR/pytest_cuda.txt"; \
    [ "${PIPESTATUS[0]}" -eq 0 ]; then :; else FAILED+=("CUDA tests"); fi
