@@ -110,3 +110,20 @@ def test_missing_and_corrupt_checkpoints_are_clear(smoke_models, tmp_path):
 def test_unknown_profile():
     with pytest.raises(ValueError, match="unknown build profile"):
         build.build(profile="huge")
+
+
+def test_store_saves_models_flagged_quantized(tmp_path):
+    """A GGUF-loaded model (dequantized, but flagged quantized, with tied embeddings) is saved as
+    plain safetensors + config and loads back strictly with equal weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2,
+                                         tie_word_embeddings=True))
+    model.hf_quantizer = object()  # what a gguf_file= load leaves behind
+    store.save(model, tmp_path / "m", {"label": "x"})
+    back = store.load(tmp_path / "m")
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, back.state_dict()[k]), k
+    assert back.lm_head.weight.data_ptr() == back.model.embed_tokens.weight.data_ptr()

@@ -30,7 +30,18 @@ def save(model: PreTrainedModel, folder: Path, meta: dict | None = None) -> Path
     tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
+    if getattr(model, "hf_quantizer", None) is not None:
+        # a GGUF-loaded model is dequantized in memory but flagged quantized, which
+        # save_pretrained refuses; write its float weights and its config without the flag
+        import safetensors.torch
+
+        tmp.mkdir(parents=True)
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=1, default=str))
+        safetensors.torch.save_model(model, str(tmp / WEIGHTS))
+    else:
+        model.save_pretrained(tmp, safe_serialization=True)
     (tmp / META).write_text(json.dumps(meta or {}, indent=1, default=str))
     if folder.exists():
         shutil.rmtree(folder)
