@@ -53,13 +53,14 @@ struct float4 { float x, y, z, w; };
 typedef int cudaError_t;
 typedef void* cudaStream_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNoDevice = 100, cudaErrorLaunchFailure = 719 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
 struct cudaDeviceProp { char name[256]; int major, minor; };
 
 namespace emu {
 constexpr int kOptinSmem = 232448;  // sm_90: 227 KiB per block with opt-in
+constexpr int kSms = 2;             // few SMs, so that small test grids exercise every launch choice
 constexpr size_t kStack = 256 * 1024;
 
 struct Fiber {
@@ -274,8 +275,9 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
-  *v = emu::kOptinSmem;
+  if (a == cudaDevAttrMaxSharedMemoryPerBlockOptin) *v = emu::kOptinSmem;
+  else if (a == cudaDevAttrMultiProcessorCount) *v = emu::kSms;
+  else return cudaErrorInvalidValue;
   return cudaSuccess;
 }
 template <class Kern>

@@ -24,11 +24,12 @@ namespace moespec_cuda {
 
 constexpr int kWarps = 8;                 // warps per block
 constexpr int kThreads = kWarps * 32;
-constexpr int kRowIters = 2;              // row groups each warp handles per block
 constexpr int kGuRows = 2;                // gate/up rows per warp group (x2 matrices = 4 dots)
 constexpr int kDownRows = 4;              // down rows per warp group
-constexpr int kGuRowsPerBlock = kWarps * kGuRows * kRowIters;      // 32
-constexpr int kDownRowsPerBlock = kWarps * kDownRows * kRowIters;  // 64
+constexpr int kGuRowsPerIter = kWarps * kGuRows;      // 16 gate/up rows per block and row iteration
+constexpr int kDownRowsPerIter = kWarps * kDownRows;  // 32 down rows per block and row iteration
+constexpr int kMaxRowIters = 8;           // row iterations per block: chosen at launch, 1..8
+constexpr int kMinBlocksPerSm = 4;        // ... as many as leave at least this many blocks per SM
 constexpr int kQBlock = 32;               // int8-block format: one scale per 32 values
 
 // ---- scalar conversions (host and device: the standalone harness reuses them) --------------

@@ -2,12 +2,14 @@
 // their C launch API (moespec_cuda.h). Plain CUDA C++: no torch headers.
 //
 // Data flow of one call (both kernels, three launches):
-//   1. gate_up_kernel: blocks over (tile, block of 32 intermediate rows). A tile is one
+//   1. gate_up_kernel: blocks over (tile, block of 16 x iters intermediate rows). A tile is one
 //      (token, slot) pair for the per-slot kernel, or up to `tile` pairs routed to the same
 //      expert for the dedup kernel. The block stages its tokens' activations in shared memory;
 //      each warp streams gate and up rows once into registers and dots them with every token of
 //      the tile, writing h[pair, i] = silu(gate_i . x) * (up_i . x) (fp32 scratch).
-//   2. down_kernel: blocks over (tile, block of 64 hidden rows); o[pair, j] = down_j . h[pair].
+//   2. down_kernel: blocks over (tile, block of 32 x iters hidden rows); o[pair, j] = down_j . h[pair].
+//      iters (1..8, per phase) is chosen at launch: the most row iterations that still leave four
+//      blocks per SM, so that large grids stage each tile's activations fewer times.
 //   3. combine_kernel: y[t, j] = sum_s g_ts * o[t*m + s, j], slots summed in order 0..m-1.
 // The dedup kernel's routing prep (grouping pairs by expert) runs inside each gate/up block:
 // a shared-memory histogram of ids, a warp scan over experts to find the block's (expert, tile)
@@ -22,6 +24,7 @@ namespace moespec_cuda {
 
 struct Params {
   int n, m, N, H, I, P, tile;
+  int iters_gu, iters_dn;  // row iterations per block (rows per block = rows per iteration x iters)
   const float* x;
   const int64_t* ids;
   const float* gates;
@@ -150,8 +153,8 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(Params p) {
   const float* sg = F::kInt8 ? p.sg + (size_t)e * p.I * nsb : nullptr;
   const float* su = F::kInt8 ? p.su + (size_t)e * p.I * nsb : nullptr;
 
-  for (int it = 0; it < kRowIters; ++it) {
-    const int i0 = rb * kGuRowsPerBlock + (it * kWarps + warp) * kGuRows;
+  for (int it = 0; it < p.iters_gu; ++it) {
+    const int i0 = (rb * p.iters_gu + it) * kGuRowsPerIter + warp * kGuRows;
     if (i0 >= p.I) break;  // warp-uniform
     RowRef<F> rows[2 * kGuRows];
 #pragma unroll
@@ -204,8 +207,8 @@ __global__ void __launch_bounds__(kThreads) down_kernel(Params p) {
   const int nsb = K / kQBlock;
   const float* sd = F::kInt8 ? p.sd + (size_t)e * p.H * nsb : nullptr;
 
-  for (int it = 0; it < kRowIters; ++it) {
-    const int j0 = rb * kDownRowsPerBlock + (it * kWarps + warp) * kDownRows;
+  for (int it = 0; it < p.iters_dn; ++it) {
+    const int j0 = (rb * p.iters_dn + it) * kDownRowsPerIter + warp * kDownRows;
     if (j0 >= p.H) break;
     RowRef<F> rows[kDownRows];
 #pragma unroll
@@ -254,8 +257,8 @@ int check_args(const moespec_expert_args* a, int kernel) {
   if (a->n < 0 || a->m < 1 || a->N < 1 || a->H < 1 || a->I < 1) return MOESPEC_ERR_SHAPE;
   if ((long long)a->n * a->m > INT_MAX / 2) return MOESPEC_ERR_SHAPE;
   if (a->w_fmt == MOESPEC_W_I8B32 && (a->H % kQBlock || a->I % kQBlock)) return MOESPEC_ERR_INT8_SHAPE;
-  if ((a->I + kGuRowsPerBlock - 1) / kGuRowsPerBlock > 65535 ||
-      (a->H + kDownRowsPerBlock - 1) / kDownRowsPerBlock > 65535)
+  if ((a->I + kGuRowsPerIter - 1) / kGuRowsPerIter > 65535 ||
+      (a->H + kDownRowsPerIter - 1) / kDownRowsPerIter > 65535)
     return MOESPEC_ERR_GRID;
   return MOESPEC_OK;
 }
@@ -300,6 +303,19 @@ size_t max_tiles(const moespec_expert_args* a, int kernel, int tile) {
   return bound < P ? bound : P;
 }
 
+// Row iterations per block: every block stages (rounds / quantizes) its tile's activations once,
+// so longer blocks amortize that; but the grid must keep every SM busy. Doubles the iterations
+// while the grid still has at least kMinBlocksPerSm blocks per SM.
+int row_iters(size_t tiles, int rows, int rows_per_iter, int sms) {
+  int r = 1;
+  while (r < kMaxRowIters) {
+    const size_t blocks = tiles * (size_t)((rows + rows_per_iter * 2 * r - 1) / (rows_per_iter * 2 * r));
+    if (blocks < (size_t)kMinBlocksPerSm * sms) break;
+    r *= 2;
+  }
+  return r;
+}
+
 struct Workspace {
   size_t h, o, tiles, total;
 };
@@ -330,8 +346,8 @@ template <class F, int TMAX, bool DEDUP, bool VEC_GU, bool VEC_DN>
 int run(const Params& p, size_t ntiles, cudaStream_t stream) {
   const size_t smem_gu = act_smem_bytes<F>(p.tile, p.H) + (DEDUP ? 4 * (size_t)p.N : 0);
   const size_t smem_dn = act_smem_bytes<F>(p.tile, p.I);
-  const dim3 grid_gu((unsigned)ntiles, (p.I + kGuRowsPerBlock - 1) / kGuRowsPerBlock);
-  const dim3 grid_dn((unsigned)ntiles, (p.H + kDownRowsPerBlock - 1) / kDownRowsPerBlock);
+  const dim3 grid_gu((unsigned)ntiles, (p.I + kGuRowsPerIter * p.iters_gu - 1) / (kGuRowsPerIter * p.iters_gu));
+  const dim3 grid_dn((unsigned)ntiles, (p.H + kDownRowsPerIter * p.iters_dn - 1) / (kDownRowsPerIter * p.iters_dn));
   cudaError_t err = launch(gate_up_kernel<F, TMAX, VEC_GU, DEDUP>, grid_gu, smem_gu, stream, p);
   if (err == cudaSuccess) err = launch(down_kernel<F, TMAX, VEC_DN, DEDUP>, grid_dn, smem_dn, stream, p);
   if (err == cudaSuccess) {
@@ -397,14 +413,20 @@ extern "C" int moespec_cuda_expert_forward(const moespec_expert_args* a, int ker
   if (!a->x || !a->ids || !a->w_gate || !a->w_up || !a->w_down || !a->y || !a->workspace)
     return MOESPEC_ERR_NULL;
   if (a->w_fmt == MOESPEC_W_I8B32 && (!a->s_gate || !a->s_up || !a->s_down)) return MOESPEC_ERR_NULL;
-  int tile = 0;
+  int tile = 0, dev = 0, sms = 1;
   st = tile_size(a, kernel, &tile);
   if (st) return st;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err != cudaSuccess) return (int)err;
   const Workspace ws = layout(a, kernel, tile);
   if (a->workspace_bytes < ws.total) return MOESPEC_ERR_WORKSPACE;
 
   Params p;
   p.n = a->n; p.m = a->m; p.N = a->N; p.H = a->H; p.I = a->I; p.P = a->n * a->m; p.tile = tile;
+  const size_t ntiles = max_tiles(a, kernel, tile);
+  p.iters_gu = row_iters(ntiles, a->I, kGuRowsPerIter, sms);
+  p.iters_dn = row_iters(ntiles, a->H, kDownRowsPerIter, sms);
   p.x = a->x;
   p.ids = a->ids;
   p.gates = a->gates;
