@@ -161,7 +161,12 @@ REPORT="$OUT_DIR/REPORT.md"
   echo "- host: $(hostname)"
   echo "- GPU 0: $GPU_QUERY"
   echo "- nvcc: CUDA $CUDA_VER; torch: $("$PY" -c 'import torch; print(torch.__version__)') (CUDA $TORCH_CUDA)"
-  echo "- commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
+  if COMMIT=$(git rev-parse HEAD 2>/dev/null); then
+    git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
+  else
+    COMMIT="unknown (no git checkout)"
+  fi
+  echo "- commit: $COMMIT"
   echo "- result: $([ ${#FAILED[@]} -eq 0 ] && echo 'all checks passed' || echo "FAILED: ${FAILED[*]}")"
   echo
   echo "## Standalone harness"
