@@ -1,0 +1,32 @@
+"""Trace files of the embedded routing sources: fit-article subset and commit-size naming."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moespec.routing import RoutingTrace
+from moespec.zoo import sources
+
+
+def _trace(meta):
+    docs = [np.zeros((3, 1, 1), dtype=int)] * 3
+    return RoutingTrace(docs, 4, doc_ids=["test/000#0", "test/000#1", "test/001#0"], meta=meta)
+
+
+def test_fit_subset_keeps_pieces_of_fit_articles():
+    sub = sources.fit_subset(_trace({"fit_doc_ids": ["test/000"]}))
+    assert sub.doc_ids == ["test/000#0", "test/000#1"]
+    with pytest.raises(ValueError, match="no fit_doc_ids"):
+        sources.fit_subset(_trace({}))
+
+
+def test_save_trace_names_large_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOESPEC_DATA", str(tmp_path))
+    tr = _trace({})
+    small = sources.save_trace(tr, "src", "test")
+    assert small.name == "src-wikitext-test.npz" and sources.find_trace("src", "test") == small
+    monkeypatch.setattr(sources, "COMMIT_LIMIT", 10)
+    large = sources.save_trace(tr, "src", "test")
+    assert large.name == "src-wikitext-test.large.npz" and not small.exists()  # one file per trace
+    assert RoutingTrace.load(large).doc_ids == tr.doc_ids
