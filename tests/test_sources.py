@@ -30,3 +30,19 @@ def test_save_trace_names_large_files(tmp_path, monkeypatch):
     large = sources.save_trace(tr, "src", "test")
     assert large.name == "src-wikitext-test.large.npz" and not small.exists()  # one file per trace
     assert RoutingTrace.load(large).doc_ids == tr.doc_ids
+
+
+def test_record_checkpoint_from_a_local_folder(tmp_path):
+    """A saved MoE checkpoint with its tokenizer records on raw WikiText articles, cut to its context."""
+    from moespec import corpus, zoo
+    from moespec.zoo import tokenizer as T
+
+    tok = T.wrap(T.train_bpe((a.text for a in corpus.articles("train")[:2]), 300))
+    model = zoo.tiny_moe(seed=0, vocab_size=len(tok), context=32)
+    model.save_pretrained(tmp_path / "ckpt")
+    tok.save_pretrained(str(tmp_path / "ckpt"))
+    trace = sources.record_checkpoint(str(tmp_path / "ckpt"), articles=2, max_tokens=40, progress=False)
+    assert trace.doc_ids == ["test/000#0", "test/000#1", "test/001#0", "test/001#1"]
+    assert list(trace.doc_lengths) == [32, 8, 32, 8] and trace.source == "recorded: ckpt on WikiText test"
+    with pytest.raises(FileNotFoundError, match="no local checkpoint"):
+        sources.record_checkpoint(str(tmp_path / "absent"))

