@@ -20,6 +20,10 @@
 
 #include <limits.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 namespace moespec_cuda {
 
 struct Params {
@@ -332,12 +336,28 @@ Workspace layout(const moespec_expert_args* a, int kernel, int tile) {
 
 inline bool aligned16(const void* ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 
+// Above 48 KiB of dynamic shared memory a kernel must opt in, once per device: remembered per
+// (kernel, device), so that repeated calls (and CUDA graph capture) make no attribute calls.
+template <class Kern>
+cudaError_t allow_smem(Kern kern, size_t smem) {
+  if (smem <= 48 * 1024) return cudaSuccess;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> raised;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& have = raised[{reinterpret_cast<const void*>(kern), dev}];
+  if (have >= smem) return cudaSuccess;
+  err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (err == cudaSuccess) have = smem;
+  return err;
+}
+
 template <class Kern>
 cudaError_t launch(Kern kern, dim3 grid, size_t smem, cudaStream_t stream, const Params& p) {
-  if (smem > 48 * 1024) {  // above the default limit a kernel must opt in
-    cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) return err;
-  }
+  cudaError_t err = allow_smem(kern, smem);
+  if (err != cudaSuccess) return err;
   kern<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
