@@ -128,6 +128,8 @@ io.write_dataframe(out / "verify_summary.csv", summary)
 io.write_dataframe(fig_dir / "05_verify_summary.csv", summary)
 io.save_figure(verify_time_figure(summary, title=f"moespec engine, {model_label}, CPU"), fig_dir / "05_verify_time.png")
 print(f"verify argmax (n = 9 passes) equal with dedup off and on: {argmax['settings']} of {argmax['rows']} rows")
+print(f"other processes' share of the CPUs during the verify timings: median {verify_rows['other_load'].median():.2f}, "
+      f"max {verify_rows['other_load'].max():.2f}")
 for d in depths:
     s = summary[summary["d"] == d].sort_values("n")
     print(f"d={d}: tau(1) = {s['tau_slot_s'].iloc[0] * 1e3:.3f} ms; "

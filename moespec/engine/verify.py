@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from moespec.bench.timing import MachineMonitor
+
 
 def prepare_prompt(engine, prompt, n_max: int = 9) -> list[int]:
     """Prefill ``prompt`` and return its greedy continuation (n_max + 1 tokens, g_1 first); the
@@ -31,7 +33,8 @@ def measure_verify_times(engine, prompts: list, n_max: int = 9, reps: int = 5, w
                          progress: bool = True) -> tuple[pd.DataFrame, dict]:
     """Time the verify pass at n = 1..n_max with deduplication off and on on every prompt.
 
-    Returns (rows, info): rows has prompt, d, n, dedup, rep, t_s; info holds per prompt the
+    Returns (rows, info): rows has prompt, d, n, dedup, rep, t_s and other_load (the share of the
+    CPUs other processes used while the prompt's passes ran); info holds per prompt the
     greedy continuation, the routing of the verified text (``[n_max, L, m]``) and the agreement
     of the verify argmax between the two settings and with the batch-one greedy tokens.
     """
@@ -55,20 +58,22 @@ def measure_verify_times(engine, prompts: list, n_max: int = 9, reps: int = 5, w
         info["argmax_rows"] += n_max
         info["argmax_agree_settings"] += int(sum(a == b for a, b in zip(arg[False], arg[True])))
         info["argmax_agree_greedy"] += int(sum(a == b for a, b in zip(arg[True], cont[1:n_max + 1])))
-        for rep in range(-warmup, reps):
-            order = rng.permutation(len(grid))
-            for gi in order:
-                n, dd = grid[gi]
-                engine.dedup = dd
-                ids = cont[:n]
-                t0 = clock()
-                engine.forward(ids)
-                t1 = clock()
-                engine.crop(d)
-                if rep >= 0:
-                    rows.append({"prompt": pi, "d": depth if depth is not None else d, "n": n,
-                                 "dedup": dd, "rep": rep, "t_s": t1 - t0})
-                bar.update()
+        first_row = len(rows)
+        with MachineMonitor() as monitor:
+            for rep in range(-warmup, reps):
+                for gi in rng.permutation(len(grid)):
+                    n, dd = grid[gi]
+                    engine.dedup = dd
+                    t0 = clock()
+                    engine.forward(cont[:n])
+                    t1 = clock()
+                    engine.crop(d)
+                    if rep >= 0:
+                        rows.append({"prompt": pi, "d": depth if depth is not None else d, "n": n,
+                                     "dedup": dd, "rep": rep, "t_s": t1 - t0})
+                    bar.update()
+        for row in rows[first_row:]:  # other processes' share of the CPUs while this prompt ran
+            row["other_load"] = round(monitor.state.other_load, 3)
     bar.close()
     engine.dedup = False
     return pd.DataFrame(rows), info
