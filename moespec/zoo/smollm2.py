@@ -10,6 +10,7 @@ committed); later loads read the cache.
 from __future__ import annotations
 
 import importlib.util
+import struct
 from pathlib import Path
 
 from moespec import paths
@@ -35,21 +36,44 @@ def find_gguf() -> Path:
     return files[0]
 
 
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def _read_value(fh, vtype: int):
+    """One GGUF metadata value (GGUF spec: scalars little-endian, strings as u64 length + bytes,
+    arrays as element type u32 + count u64 + elements)."""
+    if vtype in _SCALAR:
+        fmt = _SCALAR[vtype]
+        return struct.unpack(fmt, fh.read(struct.calcsize(fmt)))[0]
+    if vtype == 8:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        return fh.read(n).decode("utf-8")
+    if vtype == 9:
+        etype, count = struct.unpack("<IQ", fh.read(12))
+        return [_read_value(fh, etype) for _ in range(count)]
+    raise ValueError(f"unknown GGUF value type {vtype}")
+
+
 def gguf_architecture(path: Path) -> str:
-    """``general.architecture`` of a GGUF file; clear errors for a missing or unreadable file."""
+    """``general.architecture`` of a GGUF file, read from its header only (fast); clear errors
+    for a missing file, a file that is not GGUF, or a header without the field."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such GGUF file")
-    import gguf
-
     try:
-        reader = gguf.GGUFReader(str(path))
-        field = reader.fields["general.architecture"]
-        return bytes(field.parts[field.data[0]]).decode("utf-8")
-    except KeyError:
-        raise ValueError(f"{path}: GGUF file has no general.architecture field") from None
-    except Exception as exc:
-        raise ValueError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from None
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise ValueError("bad magic (expected b'GGUF')")
+            _version, _tensors, kv_count = struct.unpack("<IQQ", fh.read(20))
+            for _ in range(kv_count):
+                key = _read_value(fh, 8)
+                (vtype,) = struct.unpack("<I", fh.read(4))
+                value = _read_value(fh, vtype)
+                if key == "general.architecture":
+                    return str(value)
+    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable GGUF file ({exc})") from None
+    raise ValueError(f"{path}: GGUF file has no general.architecture field")
 
 
 def load_smollm2(path: Path | None = None, device: str = "cpu", cache: bool = True):
