@@ -248,6 +248,10 @@ print(f"alpha = 0: k changes at {abl['changed']} of {abl['positions']} positions
 if len(changed):
     print(f"surrogate match probability of the first added token where alpha=0 drafts longer: median "
           f"{changed.p_added.median():.3f}, range {changed.p_added.min():.3f}-{changed.p_added.max():.3f}")
+selected = changed[changed.k_alpha0 == changed.k_full + 1].nlargest(4, "p_added")
+io.write_dataframe(fig_dir / "07_alpha0_selected.csv", selected)
+print("selected positions (alpha = 0 drafts one more token; the four with the most likely added token):")
+print(selected.round(4).to_string(index=False))
 
 # %% [markdown]
 # ## 7. Beyond the paper (a): an online early-exit policy on held-out sequences

@@ -57,6 +57,9 @@ def test_alpha0_ablation(items):
     changed, s = A.alpha0_ablation(items, MODEL)
     assert s["share_changed"] > 0 and s["mean_shift"] > 0    # without the expert term it drafts longer
     assert s["speedup_alpha0_policy_full_cost"] <= s["speedup_full"] + 1e-12
+    # each change is optimal for its own objective: the full cost prefers k_full, alpha = 0 prefers k_alpha0
+    assert (changed.dQ_full_ms >= -1e-9).all() and (changed.dQ_alpha0_ms <= 1e-9).all()
+    assert (changed.dU_experts[changed.k_alpha0 > changed.k_full] > 0).all()
     none, s0 = A.alpha0_ablation(items, MODEL.without_experts())
     assert s0["changed"] == 0 and len(none) == 0
 

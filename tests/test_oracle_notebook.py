@@ -11,7 +11,7 @@ import pytest
 FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.csv", "07_tableA6_models.csv",
          "07_tableA2_factors.csv", "07_coefficients.csv", "07_fig1_rounds_by_k.png", "07_figA6_draft_time.png",
          "07_oracle_sequences.csv", "07_fig2_lmax_sweep.csv", "07_fig2_lmax_sweep.png", "07_fig3_delta_quadrants.csv",
-         "07_fig3_delta_space.png", "07_alpha0_changed_positions.csv", "07_alpha0_summary.json",
+         "07_fig3_delta_space.png", "07_alpha0_changed_positions.csv", "07_alpha0_summary.json", "07_alpha0_selected.csv",
          "07_online_policy.csv", "07_online_policy.json", "07_online_policy.png", "07_kernel_cost_models.csv",
          "07_kernel_policy_differences.csv", "07_paper2_comparison.csv"]
 

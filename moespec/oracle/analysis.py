@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .bellman import PolicyValue, bellman, evaluate_policy, fixed_policy
+from .bellman import PolicyValue, bellman, evaluate_policy, expected_cost, fixed_policy, q_values
+from .transitions import acceptance_probs
 from .cost import CostModel, cost_ar, cost_matrix
 from .delta import boundary_slope, delta_points, quadrant_counts
 from .junk import OracleInputs
@@ -84,7 +85,9 @@ def alpha0_ablation(items: list[OracleInputs], model: CostModel) -> tuple[pd.Dat
     """Appendix B.4: re-solve with the expert term removed (alpha = 0) and compare decisions.
 
     Returns one row per position whose k changed (k_full, k_alpha0, the surrogate match probability
-    of the first added token p_{k_full} when alpha = 0 drafts longer) and a summary: share of
+    of the first added token p_{k_full} when alpha = 0 drafts longer, Q(k_alpha0) - Q(k_full) under
+    the full cost (>= 0) and under alpha = 0 (<= 0), the expected extra experts of the alpha = 0
+    choice) and a summary: share of
     positions changed, share with k_alpha0 = k_full + 1, and the full-cost speedup of the alpha = 0
     policy (what ignoring the expert term costs).
     """
@@ -92,16 +95,23 @@ def alpha0_ablation(items: list[OracleInputs], model: CostModel) -> tuple[pd.Dat
     for it in items:
         full = solve(it, model)
         cost0 = cost_matrix(it.U, it.L_prefix, model.without_experts())
-        _, pol0 = bellman(it.p, cost0)
+        dp0, pol0 = bellman(it.p, cost0)
         abl_vals.append(evaluate_policy(it.p, full.cost, pol0))
         full_vals.append(full.value)
         ar.append(full.cost_ar)
+        Q, Q0 = q_values(it.p, full.cost, full.dp), q_values(it.p, cost0, dp0)
+        EU = expected_cost(acceptance_probs(it.p, it.lmax), np.nan_to_num(it.U))     # E_a[U(i, k, a)]
         for i in np.nonzero(pol0 != full.policy)[0]:
             k, k0 = int(full.policy[i]), int(pol0[i])
             j = i + k
             rows.append({"seq_id": it.seq_id, "i": int(i), "k_full": k, "k_alpha0": k0,
-                         "p_added": float(it.p[j]) if k0 > k and j < it.n else float("nan")})
-    changed = pd.DataFrame(rows, columns=["seq_id", "i", "k_full", "k_alpha0", "p_added"])
+                         "p_added": float(it.p[j]) if k0 > k and j < it.n else float("nan"),
+                         "dQ_full_ms": float(Q[i, k0 - 1] - Q[i, k - 1]),
+                         "dQ_alpha0_ms": float(Q0[i, k0 - 1] - Q0[i, k - 1]),
+                         "dU_experts": float(EU[i, k0 - 1] - EU[i, k - 1])})
+    changed = pd.DataFrame(rows, columns=["seq_id", "i", "k_full", "k_alpha0", "p_added", "dQ_full_ms",
+                                          "dQ_alpha0_ms", "dU_experts"]).astype(
+        {"p_added": float, "dQ_full_ms": float, "dQ_alpha0_ms": float, "dU_experts": float})
     n = sum(it.n for it in items)
     summary = {"positions": n, "changed": len(changed), "share_changed": len(changed) / n,
                "share_plus_one": float(np.sum(changed.k_alpha0 == changed.k_full + 1)) / n,
