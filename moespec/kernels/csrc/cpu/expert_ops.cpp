@@ -60,7 +60,9 @@ static int64_t env_int(const char* name, int64_t dflt) {
   return v && *v ? std::atoll(v) : dflt;
 }
 
-using DotFn = void (*)(const void* w, const float* ws, int64_t K, const ActRef* acts, int T, float* out);
+// out[r * TMAX + t] = row r . activation t, for nrows rows (w[r], int8 scales ws[r]) and T <= TMAX tokens.
+using DotFn = void (*)(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* acts, int T,
+                       float* out);
 
 // ------------------------------------------------------------------------------------------------
 // Scalar helpers
@@ -201,101 +203,161 @@ static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, c
 #define TGT_512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
 #define TGT_512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
 
-template <int T>
-static TGT_512 void dot_f32_avx512(const float* w, int64_t K, const ActRef* a, float* out) {
-  // Few tokens: unroll over k so that enough independent FMA chains hide the FMA latency.
-  constexpr int U = T == 1 ? 4 : (T <= 3 ? 2 : 1);
-  __m512 acc[U][T];
+// Multi-row micro-kernels: R weight rows (gate and up rows of the same index, or consecutive down
+// rows) advance together, so R memory streams are in flight at once (more memory-level parallelism
+// than one row at a time: the hardware prefetchers stop at 4 KiB page boundaries) and each token's
+// activation chunk is loaded once for R rows. R*T accumulators stay in registers.
+template <int T> struct Rows { static constexpr int R = T <= 3 ? 4 : 2; };
+
+template <int R, int T>
+static TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRef* a, float* out) {
+  constexpr int U = R * T == 1 ? 4 : (R * T <= 3 ? 2 : 1);  // enough independent FMA chains
+  __m512 acc[U][R][T];
   for (int u = 0; u < U; ++u)
-    for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_setzero_ps();
   const float* x[T];
   for (int t = 0; t < T; ++t) x[t] = a[t].f;
   int64_t k = 0;
   for (; k + 16 * U <= K; k += 16 * U) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
-      if (g_pf) _mm_prefetch((const char*)(w + k + 16 * u) + g_pf, _MM_HINT_T0);
-      __m512 wv = _mm512_loadu_ps(w + k + 16 * u);
+      __m512 wv[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_ps(w[r] + k + 16 * u);
 #pragma GCC unroll 9
-      for (int t = 0; t < T; ++t) acc[u][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[t] + k + 16 * u), acc[u][t]);
+      for (int t = 0; t < T; ++t) {
+        __m512 xv = _mm512_loadu_ps(x[t] + k + 16 * u);
+        asm("" : "+v"(xv));  // keep x in a register for the R rows (GCC would re-load it per FMA)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[u][r][t] = _mm512_fmadd_ps(wv[r], xv, acc[u][r][t]);
+      }
     }
   }
   for (; k < K; k += 16) {
     __mmask16 mk = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
-    __m512 wv = _mm512_maskz_loadu_ps(mk, w + k);
-    for (int t = 0; t < T; ++t) acc[0][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x[t] + k), acc[0][t]);
+    for (int t = 0; t < T; ++t) {
+      __m512 xv = _mm512_maskz_loadu_ps(mk, x[t] + k);
+      for (int r = 0; r < R; ++r) acc[0][r][t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w[r] + k), xv, acc[0][r][t]);
+    }
   }
-  for (int t = 0; t < T; ++t) {
-    __m512 s = acc[0][t];
-    for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][t]);
-    out[t] = _mm512_reduce_add_ps(s);
-  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      __m512 s = acc[0][r][t];
+      for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][r][t]);
+      out[r * TMAX + t] = _mm512_reduce_add_ps(s);
+    }
 }
 
-template <int T>
-static TGT_512BF16 void dot_bf16_avx512(const uint16_t* w, int64_t K, const ActRef* a, float* out) {
+template <int R, int T>
+static TGT_512BF16 void dot_bf16_avx512(const uint16_t* const* w, int64_t K, const ActRef* a, float* out) {
   // vdpbf16ps: 32 bf16 products per instruction, accumulated pairwise in fp32.
-  constexpr int U = T == 1 ? 4 : (T <= 3 ? 2 : 1);
-  __m512 acc[U][T];
+  constexpr int U = R * T == 1 ? 4 : (R * T <= 3 ? 2 : 1);
+  __m512 acc[U][R][T];
   for (int u = 0; u < U; ++u)
-    for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_setzero_ps();
   const uint16_t* x[T];
   for (int t = 0; t < T; ++t) x[t] = (const uint16_t*)a[t].q;
   int64_t k = 0;
   for (; k + 32 * U <= K; k += 32 * U) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
-      if (g_pf) _mm_prefetch((const char*)(w + k + 32 * u) + g_pf, _MM_HINT_T0);
-      __m512bh wv = (__m512bh)_mm512_loadu_si512((const void*)(w + k + 32 * u));
+      __m512bh wv[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_loadu_si512((const void*)(w[r] + k + 32 * u));
 #pragma GCC unroll 9
-      for (int t = 0; t < T; ++t)
-        acc[u][t] = _mm512_dpbf16_ps(acc[u][t], wv, (__m512bh)_mm512_loadu_si512((const void*)(x[t] + k + 32 * u)));
+      for (int t = 0; t < T; ++t) {
+        __m512i xi = _mm512_loadu_si512((const void*)(x[t] + k + 32 * u));
+        asm("" : "+v"(xi));
+        __m512bh xv = (__m512bh)xi;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[u][r][t] = _mm512_dpbf16_ps(acc[u][r][t], wv[r], xv);
+      }
     }
   }
   for (; k < K; k += 32) {
     __mmask32 mk = K - k >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
-    __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mk, w + k);
-    for (int t = 0; t < T; ++t)
-      acc[0][t] = _mm512_dpbf16_ps(acc[0][t], wv, (__m512bh)_mm512_maskz_loadu_epi16(mk, x[t] + k));
+    for (int t = 0; t < T; ++t) {
+      __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mk, x[t] + k);
+      for (int r = 0; r < R; ++r)
+        acc[0][r][t] = _mm512_dpbf16_ps(acc[0][r][t], (__m512bh)_mm512_maskz_loadu_epi16(mk, w[r] + k), xv);
+    }
   }
-  for (int t = 0; t < T; ++t) {
-    __m512 s = acc[0][t];
-    for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][t]);
-    out[t] = _mm512_reduce_add_ps(s);
-  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      __m512 s = acc[0][r][t];
+      for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][r][t]);
+      out[r * TMAX + t] = _mm512_reduce_add_ps(s);
+    }
 }
 
-template <int T>
-static TGT_512VNNI void dot_i8_avx512(const uint8_t* w, const float* ws, int64_t K, const ActRef* a, float* out) {
+template <int R, int T>
+static TGT_512VNNI void dot_i8_avx512(const uint8_t* const* w, const float* const* ws, int64_t K, const ActRef* a,
+                                      float* out) {
   // Interleaved layout: step i of a group holds 4 values of each of its G <= 16 blocks, so int32
   // lane j of vpdpbusd accumulates block j whole; after 8 steps each lane is one block's sum, which
   // is scaled once (w scale * activation scale) into a float accumulator. Weights are stored +128
   // (unsigned operand); the accumulator starts at -128 * sum(x block) to cancel that offset.
   const int64_t nblk = K / BLK;
-  __m512 facc[T];
-  for (int t = 0; t < T; ++t) facc[t] = _mm512_setzero_ps();
+  __m512 facc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) facc[r][t] = _mm512_setzero_ps();
   for (int64_t g = 0; g * GRP < nblk; ++g) {
     const int64_t G = std::min<int64_t>(GRP, nblk - g * GRP);
     const __mmask16 ml = G == GRP ? (__mmask16)0xffff : (__mmask16)((1u << G) - 1);
     const __mmask64 mb = G == GRP ? ~0ull : ((1ull << (4 * G)) - 1);
-    const uint8_t* wg = w + g * GRP * BLK;
-    const int64_t xo = g * GRP * BLK;
-    __m512i iacc[T];
-    for (int t = 0; t < T; ++t) iacc[t] = _mm512_maskz_loadu_epi32(ml, a[t].c + g * GRP);
+    const int64_t o = g * GRP * BLK;
+    __m512i iacc[R][T];
+    for (int t = 0; t < T; ++t) {
+      __m512i c = _mm512_maskz_loadu_epi32(ml, a[t].c + g * GRP);
+      for (int r = 0; r < R; ++r) iacc[r][t] = c;
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
-      if (g_pf) _mm_prefetch((const char*)(wg + i * 4 * G) + g_pf, _MM_HINT_T0);
-      __m512i wv = _mm512_maskz_loadu_epi8(mb, wg + i * 4 * G);
+      __m512i wv[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_epi8(mb, w[r] + o + i * 4 * G);
 #pragma GCC unroll 9
-      for (int t = 0; t < T; ++t)
-        iacc[t] = _mm512_dpbusd_epi32(iacc[t], wv, _mm512_loadu_si512((const void*)((const int8_t*)a[t].q + xo + i * 4 * G)));
+      for (int t = 0; t < T; ++t) {
+        __m512i xv = _mm512_loadu_si512((const void*)((const int8_t*)a[t].q + o + i * 4 * G));
+        asm("" : "+v"(xv));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) iacc[r][t] = _mm512_dpbusd_epi32(iacc[r][t], wv[r], xv);
+      }
     }
-    __m512 sw = _mm512_maskz_loadu_ps(ml, ws + g * GRP);
-#pragma GCC unroll 9
-    for (int t = 0; t < T; ++t)
-      facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(sw, _mm512_loadu_ps(a[t].s + g * GRP)), facc[t]);
+    for (int r = 0; r < R; ++r) {
+      __m512 sw = _mm512_maskz_loadu_ps(ml, ws[r] + g * GRP);
+      for (int t = 0; t < T; ++t)
+        facc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][t]), _mm512_mul_ps(sw, _mm512_loadu_ps(a[t].s + g * GRP)),
+                                     facc[r][t]);
+    }
   }
-  for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(facc[t]);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) out[r * TMAX + t] = _mm512_reduce_add_ps(facc[r][t]);
+}
+
+// nrows rows in chunks of Rows<T>::R, the remainder one row at a time.
+template <int T>
+static void rows_f32_avx512(const void* const* w, const float* const*, int nrows, int64_t K, const ActRef* a, float* o) {
+  constexpr int R = Rows<T>::R;
+  int r = 0;
+  for (; r + R <= nrows; r += R) dot_f32_avx512<R, T>((const float* const*)(w + r), K, a, o + r * TMAX);
+  for (; r < nrows; ++r) dot_f32_avx512<1, T>((const float* const*)(w + r), K, a, o + r * TMAX);
+}
+template <int T>
+static void rows_bf16_avx512(const void* const* w, const float* const*, int nrows, int64_t K, const ActRef* a, float* o) {
+  constexpr int R = Rows<T>::R;
+  int r = 0;
+  for (; r + R <= nrows; r += R) dot_bf16_avx512<R, T>((const uint16_t* const*)(w + r), K, a, o + r * TMAX);
+  for (; r < nrows; ++r) dot_bf16_avx512<1, T>((const uint16_t* const*)(w + r), K, a, o + r * TMAX);
+}
+template <int T>
+static void rows_i8_avx512(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, float* o) {
+  constexpr int R = Rows<T>::R;
+  int r = 0;
+  for (; r + R <= nrows; r += R) dot_i8_avx512<R, T>((const uint8_t* const*)(w + r), ws + r, K, a, o + r * TMAX);
+  for (; r < nrows; ++r) dot_i8_avx512<1, T>((const uint8_t* const*)(w + r), ws + r, K, a, o + r * TMAX);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -313,48 +375,45 @@ static TGT_512VNNI void dot_i8_avx512(const uint8_t* w, const float* ws, int64_t
     default: CALL(9); break;                 \
   }
 
-static void dot_f32_portable_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
-#define C(N) dot_f32_generic<N>((const float*)w, K, a, o)
+// Single-row paths (portable, AVX2): loop over the rows.
+#define MOESPEC_ROWS_FN(NAME, WT, SCALED)                                                              \
+  static void NAME(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, int T,  \
+                   float* o) {                                                                                 \
+    for (int r = 0; r < nrows; ++r) {                                                                          \
+      const WT* wr = (const WT*)w[r];                                                                          \
+      float* orow = o + r * TMAX;                                                                              \
+      (void)ws;                                                                                                \
+      MOESPEC_SWITCH_T(SCALED)                                                                                 \
+    }                                                                                                          \
+  }
+#define C_F32P(N) dot_f32_generic<N>(wr, K, a, orow)
+#define C_BF16P(N) dot_bf16_generic<N>(wr, K, a, orow)
+#define C_I8P(N) dot_i8_generic<N>(wr, ws[r], K, a, orow)
+#define C_F32A(N) dot_f32_avx2<N>(wr, K, a, orow)
+#define C_BF16A(N) dot_bf16_avx2<N>(wr, K, a, orow)
+#define C_I8A(N) dot_i8_avx2<N>(wr, ws[r], K, a, orow)
+MOESPEC_ROWS_FN(dot_f32_portable_fn, float, C_F32P)
+MOESPEC_ROWS_FN(dot_bf16_portable_fn, uint16_t, C_BF16P)
+MOESPEC_ROWS_FN(dot_i8_portable_fn, uint8_t, C_I8P)
+MOESPEC_ROWS_FN(dot_f32_avx2_fn, float, C_F32A)
+MOESPEC_ROWS_FN(dot_bf16_avx2_fn, uint16_t, C_BF16A)
+MOESPEC_ROWS_FN(dot_i8_avx2_fn, uint8_t, C_I8A)
+
+static void dot_f32_avx512_fn(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, int T,
+                              float* o) {
+#define C(N) rows_f32_avx512<N>(w, ws, nrows, K, a, o)
   MOESPEC_SWITCH_T(C)
 #undef C
 }
-static void dot_bf16_portable_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
-#define C(N) dot_bf16_generic<N>((const uint16_t*)w, K, a, o)
+static void dot_bf16_avx512_fn(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, int T,
+                               float* o) {
+#define C(N) rows_bf16_avx512<N>(w, ws, nrows, K, a, o)
   MOESPEC_SWITCH_T(C)
 #undef C
 }
-static void dot_i8_portable_fn(const void* w, const float* ws, int64_t K, const ActRef* a, int T, float* o) {
-#define C(N) dot_i8_generic<N>((const uint8_t*)w, ws, K, a, o)
-  MOESPEC_SWITCH_T(C)
-#undef C
-}
-static void dot_f32_avx2_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
-#define C(N) dot_f32_avx2<N>((const float*)w, K, a, o)
-  MOESPEC_SWITCH_T(C)
-#undef C
-}
-static void dot_bf16_avx2_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
-#define C(N) dot_bf16_avx2<N>((const uint16_t*)w, K, a, o)
-  MOESPEC_SWITCH_T(C)
-#undef C
-}
-static void dot_i8_avx2_fn(const void* w, const float* ws, int64_t K, const ActRef* a, int T, float* o) {
-#define C(N) dot_i8_avx2<N>((const uint8_t*)w, ws, K, a, o)
-  MOESPEC_SWITCH_T(C)
-#undef C
-}
-static void dot_f32_avx512_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
-#define C(N) dot_f32_avx512<N>((const float*)w, K, a, o)
-  MOESPEC_SWITCH_T(C)
-#undef C
-}
-static void dot_bf16_avx512_fn(const void* w, const float*, int64_t K, const ActRef* a, int T, float* o) {
-#define C(N) dot_bf16_avx512<N>((const uint16_t*)w, K, a, o)
-  MOESPEC_SWITCH_T(C)
-#undef C
-}
-static void dot_i8_avx512_fn(const void* w, const float* ws, int64_t K, const ActRef* a, int T, float* o) {
-#define C(N) dot_i8_avx512<N>((const uint8_t*)w, ws, K, a, o)
+static void dot_i8_avx512_fn(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, int T,
+                             float* o) {
+#define C(N) rows_i8_avx512<N>(w, ws, nrows, K, a, o)
   MOESPEC_SWITCH_T(C)
 #undef C
 }
@@ -615,7 +674,9 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
 #pragma omp parallel num_threads(nt)
   {
     ActRef refs[TMAX];
-    float out[2][TMAX];
+    float out[4 * TMAX];
+    const void* wrows[4];
+    const float* srows[4];
     for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
       if (it < items1) {
         // 1. gate and up rows for every assignment of the group: g = W_gate x, u = W_up x
@@ -625,14 +686,22 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
         for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
           const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
           for (int j = 0; j < T; ++j) refs[j] = ax.refs[assign[G.first + t0 + j] / m];
-          for (int64_t r = r0; r < r1; ++r) {
-            const int64_t row = G.expert * I + r;
-            dot(Wg + row * H * esize, Sg ? Sg + row * (H / BLK) : nullptr, H, refs, T, out[0]);
-            dot(Wu + row * H * esize, Su ? Su + row * (H / BLK) : nullptr, H, refs, T, out[1]);
-            for (int j = 0; j < T; ++j) {
-              const int64_t a = assign[G.first + t0 + j];
-              gbuf[a * I + r] = out[0][j];
-              ubuf[a * I + r] = out[1][j];
+          // gate rows of the block, then up rows: each matrix streamed as one contiguous region,
+          // four consecutive rows at a time
+          for (int mat = 0; mat < 2; ++mat) {
+            const uint8_t* W = mat == 0 ? Wg : Wu;
+            const float* S = mat == 0 ? Sg : Su;
+            float* dst = mat == 0 ? gbuf.data() : ubuf.data();
+            for (int64_t r = r0; r < r1; r += 4) {
+              const int nr = (int)std::min<int64_t>(4, r1 - r);
+              for (int q = 0; q < nr; ++q) {
+                const int64_t row = G.expert * I + r + q;
+                wrows[q] = W + row * H * esize;
+                srows[q] = S ? S + row * (H / BLK) : nullptr;
+              }
+              dot(wrows, srows, nr, H, refs, T, out);
+              for (int q = 0; q < nr; ++q)
+                for (int j = 0; j < T; ++j) dst[assign[G.first + t0 + j] * I + r + q] = out[q * TMAX + j];
             }
           }
         }
@@ -658,10 +727,16 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
         for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
           const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
           for (int j = 0; j < T; ++j) refs[j] = ah.refs[assign[G.first + t0 + j]];
-          for (int64_t r = r0; r < r1; ++r) {
-            const int64_t row = G.expert * H + r;
-            dot(Wd + row * I * esize, Sd ? Sd + row * (I / BLK) : nullptr, I, refs, T, out[0]);
-            for (int j = 0; j < T; ++j) obuf[assign[G.first + t0 + j] * H + r] = out[0][j];
+          for (int64_t r = r0; r < r1; r += 4) {  // four down rows together
+            const int nr = (int)std::min<int64_t>(4, r1 - r);
+            for (int q = 0; q < nr; ++q) {
+              const int64_t row = G.expert * H + r + q;
+              wrows[q] = Wd + row * I * esize;
+              srows[q] = Sd ? Sd + row * (I / BLK) : nullptr;
+            }
+            dot(wrows, srows, nr, I, refs, T, out);
+            for (int q = 0; q < nr; ++q)
+              for (int j = 0; j < T; ++j) obuf[assign[G.first + t0 + j] * H + r + q] = out[q * TMAX + j];
           }
         }
       }

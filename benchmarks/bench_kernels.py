@@ -1,0 +1,217 @@
+"""CPU bandwidth benchmark of moespec's expert kernels (issue 4, item 5).
+
+For every model shape (random weights) and format, ONE interleaved run times, round-robin with a
+cache flush before every call: a read of >= 1 GiB (``torch.sum``: the machine's read bandwidth
+in this run), and for n = 1..9 the per-slot and the dedup kernel on the same random-routing pass.
+Effective bandwidth = requested bytes / time (per-slot n*m*b, dedup U*b; paper 1, Section 2).
+Every figure is a ratio of two timings from the same round (medians over rounds): the memory
+bandwidth of this machine drifts by tens of percent from minute to minute.
+
+    .venv/bin/python benchmarks/bench_kernels.py                       # every preset, f32/bf16/int8
+    .venv/bin/python benchmarks/bench_kernels.py --models olmoe --fmts f32 --reps 5
+
+Writes ``data/bench/kernels/<stamp>.csv`` (one row per kernel, n, model, format) and
+``<stamp>_ubar.csv`` (ubar(n) of uniform and sticky routing beside r(n)); prints the tables
+(``--markdown`` prints them as markdown for docs/kernels.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from moespec import io, paths, provenance
+from moespec.bench import timing
+from moespec.kernels import ExpertWeights, build, expert_forward
+from moespec.kernels.shapes import random_ids
+from moespec.models import PRESETS, get_spec
+from moespec.routing import stats, synthetic
+
+
+def read_flush(nbytes: int):
+    """Evict the caches by reading ``nbytes`` (clean lines: a write flush would leave dirty lines
+    whose write-back the next timed call pays for)."""
+    buf = torch.ones(max(1, nbytes // 4))
+    return lambda: torch.sum(buf)
+
+
+def _pass_fn(n, kernel, backend, x, passes, w, log):
+    state = {"i": 0}
+
+    def call():
+        ids = passes[state["i"] % len(passes)]
+        state["i"] += 1
+        log.append(ids)
+        return expert_forward(x, ids, w, kernel=kernel, backend=backend)
+    return call
+
+
+def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int, membw_bytes: int,
+              seed: int, torch_ref: bool) -> pd.DataFrame:
+    """One interleaved run for one (model, format); returns one row per (kernel, n)."""
+    spec = get_spec(model)
+    N, m, H = spec.num_experts, spec.top_k, spec.hidden_size
+    t0 = time.perf_counter()
+    w = ExpertWeights.random(spec, fmt, seed=seed)
+    b = w.bytes_per_expert
+    rng = np.random.default_rng(seed)
+    x = {n: torch.randn(n, H, generator=torch.Generator().manual_seed(n)) for n in ns}
+    passes = {n: [random_ids(n, m, N, rng) for _ in range(reps + warmup)] for n in ns}
+    expert_forward(x[ns[0]], passes[ns[0]][0], w, backend="cpp")  # build/load, pack int8 once
+    read, read_bytes = timing.read_bandwidth_callable(membw_bytes)
+    calls, logs = {"read": read}, {}
+    for n in ns:
+        for kernel in ("slot", "dedup"):
+            logs[(kernel, "cpp", n)] = []
+            calls[(kernel, "cpp", n)] = _pass_fn(n, kernel, "cpp", x[n], passes[n], w, logs[(kernel, "cpp", n)])
+    if torch_ref:  # torch's own per-expert matmuls, per-slot at n = 1
+        logs[("slot", "torch", 1)] = []
+        calls[("slot", "torch", 1)] = _pass_fn(1, "slot", "torch", x[ns[0]], passes[ns[0]], w, logs[("slot", "torch", 1)])
+    setup_s = time.perf_counter() - t0
+    with timing.MachineMonitor("cpu") as mon:
+        res = timing.time_interleaved(calls, reps=reps, warmup=warmup, flush=read_flush(flush_bytes))
+    read_t = np.asarray(res["read"].samples_ns) * 1e-9
+    read_bw = read_bytes / read_t                       # per round
+    rows = []
+    for key, log in logs.items():
+        kernel, backend, n = key
+        ids = log[warmup:]
+        U = np.array([len(torch.unique(i)) for i in ids])
+        req = (U if kernel == "dedup" else np.full(len(ids), n * m)) * b
+        t = np.asarray(res[key].samples_ns) * 1e-9
+        beta = req / t
+        rows.append({"model": model, "fmt": fmt, "kernel": kernel, "backend": backend, "n": n, "m": m, "N": N,
+                     "H": H, "I": spec.expert_intermediate, "expert_bytes": b, "U_mean": U.mean(),
+                     "t_median_s": float(np.median(t)), "t_q25_s": float(np.quantile(t, 0.25)),
+                     "t_q75_s": float(np.quantile(t, 0.75)), "reps": len(t),
+                     "beta_GBps": float(np.median(beta)) / 1e9, "read_GBps": float(np.median(read_bw)) / 1e9,
+                     # paired per round, then the median: drift between rounds cancels
+                     "beta_over_read": float(np.median(beta / read_bw)),
+                     "beta_over_read_q25": float(np.quantile(beta / read_bw, 0.25)),
+                     "beta_over_read_q75": float(np.quantile(beta / read_bw, 0.75)),
+                     "_beta": beta})
+    df = pd.DataFrame(rows)
+    # r(n) = beta_dedup / beta_slot, paired per round (paper 1, Sec. 2)
+    r = {}
+    for n in ns:
+        bd = df[(df.kernel == "dedup") & (df.n == n) & (df.backend == "cpp")]["_beta"].iloc[0]
+        bs = df[(df.kernel == "slot") & (df.n == n) & (df.backend == "cpp")]["_beta"].iloc[0]
+        r[n] = (float(np.median(bd / bs)), float(np.quantile(bd / bs, 0.25)), float(np.quantile(bd / bs, 0.75)))
+    df["r_n"] = [r[n][0] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
+    df["r_n_q25"] = [r[n][1] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
+    df["r_n_q75"] = [r[n][2] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
+    st = mon.state
+    df["threads"] = torch.get_num_threads()
+    df["cpu_isa"] = torch.ops.moespec.cpu_isa(w.fmt)
+    df["other_load"], df["flags"] = round(st.other_load, 3), ";".join(st.flags)
+    df["setup_s"], df["run_s"] = round(setup_s, 1), round(st.wall_s, 1)
+    df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    del w
+    return df.drop(columns="_beta")
+
+
+def ubar_table(models, n_max: int, keep: float, seed: int) -> pd.DataFrame:
+    """ubar(n) for uniform routing and for sticky routing with rho(2) = ``keep`` (synthetic,
+    moespec.routing.synthetic; working set = all N experts), per model shape."""
+    rows = []
+    for model in models:
+        spec = get_spec(model)
+        for name, trace in (
+            ("uniform", synthetic.uniform(32, 256, 2, spec.num_experts, spec.top_k, seed=seed)),
+            (f"sticky(rho2={keep})", synthetic.sticky(32, 256, 2, spec.num_experts, spec.top_k, keep=keep, seed=seed)),
+        ):
+            ub = stats.byte_share(trace, n_max)
+            for n in range(1, n_max + 1):
+                rows.append({"model": model, "routing": name, "n": n, "ubar": float(ub[n - 1])})
+    return pd.DataFrame(rows)
+
+
+def crossover_table(df: pd.DataFrame, ub: pd.DataFrame) -> pd.DataFrame:
+    """Pass sizes n where ubar(n) < r(n): where the dedup kernel is faster (paper 1, eq. (7))."""
+    out = []
+    rn = df[(df.kernel == "dedup") & (df.backend == "cpp")][["model", "fmt", "n", "r_n"]]
+    for (model, fmt), g in rn.groupby(["model", "fmt"], sort=False):
+        for routing, u in ub[ub.model == model].groupby("routing", sort=False):
+            merged = g.merge(u, on="n")
+            wins = merged[merged.ubar < merged.r_n].n.tolist()
+            out.append({"model": model, "fmt": fmt, "routing": routing,
+                        "n_where_ubar_lt_r": ",".join(map(str, wins)) or "none",
+                        "crossover_n": min(wins) if wins else None})
+    return pd.DataFrame(out)
+
+
+def summary_tables(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    cpp = df[df.backend == "cpp"]
+    r = cpp[cpp.kernel == "dedup"].pivot_table(index=["model", "fmt"], columns="n", values="r_n", sort=False)
+    slot = cpp[cpp.kernel == "slot"].pivot_table(index=["model", "fmt"], columns="n", values="beta_over_read", sort=False)
+    dedup = cpp[cpp.kernel == "dedup"].pivot_table(index=["model", "fmt"], columns="n", values="beta_over_read", sort=False)
+    return {"r(n) = beta_dedup / beta_slot": r.round(3), "per-slot beta / read bandwidth": slot.round(3),
+            "dedup beta (distinct bytes) / read bandwidth": dedup.round(3)}
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """A DataFrame as a markdown table (index columns first), without the tabulate package."""
+    t = table.reset_index()
+    head = [str(c) for c in t.columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in t.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(PRESETS), help="comma-separated presets")
+    ap.add_argument("--fmts", default="f32,bf16,int8_b32")
+    ap.add_argument("--ns", default="1,2,3,4,5,6,7,8,9")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--flush-mib", type=int, default=256)
+    ap.add_argument("--membw-gib", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", type=float, default=0.5, help="rho(2) of the sticky routing (our choice)")
+    ap.add_argument("--no-torch-ref", action="store_true", help="skip torch's per-slot kernel at n=1")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    build.load_cpu()
+    models, fmts = args.models.split(","), args.fmts.split(",")
+    ns = [int(v) for v in args.ns.split(",")]
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = paths.ensure(paths.bench_dir() / "kernels")
+    frames = []
+    for model in models:
+        for fmt in fmts:
+            torch_ref = fmt != "int8_b32" and not args.no_torch_ref and model == "olmoe"
+            df = bench_one(model, fmt, ns, args.reps, args.warmup, args.flush_mib * 2**20,
+                           int(args.membw_gib * 2**30), args.seed, torch_ref)
+            frames.append(df)
+            d = df[df.backend == "cpp"]
+            print(f"{model:>16} {fmt:>8} read {d.read_GBps.iloc[0]:5.1f} GB/s  other_load {d.other_load.iloc[0]:.2f}  "
+                  f"slot/read n=1 {d[(d.kernel == 'slot') & (d.n == ns[0])].beta_over_read.iloc[0]:.3f}  "
+                  "r(n) " + " ".join(f"{v:.2f}" for v in d[d.kernel == 'dedup'].r_n), flush=True)
+            io.write_dataframe(out / f"{stamp}.csv", pd.concat(frames))  # rows as they come
+    df = pd.concat(frames)
+    ub = ubar_table(models, max(ns), args.keep, args.seed)
+    cross = crossover_table(df, ub)
+    io.write_dataframe(out / f"{stamp}_ubar.csv", ub.merge(cross, on=["model", "routing"], how="left"))
+    io.write_json(out / f"{stamp}_provenance.json", {"args": vars(args), **provenance.full_record()})
+    show = markdown if args.markdown else (lambda t: t.to_string())
+    for title, table in summary_tables(df).items():
+        print(f"\n{title}\n{show(table)}")
+    tr = df[df.backend == "torch"]
+    if len(tr):
+        print("\ntorch per-slot (per-expert F.linear) at n=1, beta / read bandwidth:")
+        print(show(tr[["model", "fmt", "beta_over_read"]].round(3).set_index(["model", "fmt"])))
+    print(f"\nubar(n) < r(n) (dedup faster), uniform and sticky routing:\n{show(cross.set_index(['model', 'fmt', 'routing']))}")
+    print(f"\nrows: {out / (stamp + '.csv')}")
+
+
+if __name__ == "__main__":
+    main()
