@@ -7,7 +7,11 @@
 # OUT_DIR: where everything goes; default $OUT if set, else reports/gpu/<UTC time>.
 # Steps (each printed as it starts; the log is OUT_DIR/gpu_check.log):
 #   1. GPU (nvidia-smi) and CUDA toolkit (nvcc) present;
-#   2. Python: $GPU_CHECK_PYTHON if set (an interpreter that already has a CUDA torch 2.13.0 and
+#   2. torch-free: the standalone harness (kernels vs a host reference) and the standalone
+#      bandwidth benchmark (tools/bench_standalone.cu; shapes from moespec.models.PRESETS, read with
+#      plain python3) -- these need only nvcc and the GPU, so they run even where no CUDA torch is
+#      installed (e.g. a lent machine without network);
+#   3. Python: $GPU_CHECK_PYTHON if set (an interpreter that already has a CUDA torch 2.13.0 and
 #      moespec's dependencies), else the repo's .venv via `make install`; if that torch is
 #      CPU-only, replace it by the CUDA build of torch 2.13.0 for nvcc's CUDA version:
 #        .venv/bin/pip uninstall -y torch
@@ -15,14 +19,16 @@
 #            --index-url https://download.pytorch.org/whl/cu130 --extra-index-url https://pypi.org/simple
 #      (tag from nvcc: cu<major><minor>, e.g. cu130 for CUDA 13.0; override with TORCH_CUDA_INDEX=cu128;
 #      torch's extension builder needs the same CUDA major version as nvcc). Both need network.
-#   3. build the CUDA extension (moespec.kernels.build.load_cuda, into build/);
-#   4. the torch-free standalone harness (nvcc) against its host reference;
+#      Without a usable torch, steps 4-6 are skipped (reported as not run);
+#   4. build the CUDA extension (moespec.kernels.build.load_cuda, into build/);
 #   5. the CUDA tests (pytest -m cuda; files: $GPU_CHECK_TESTS, default the CUDA kernel tests);
-#   6. the bandwidth benchmark (benchmarks/bench_kernels_cuda.py; extra args: $GPU_CHECK_BENCH_ARGS,
-#      skipped with GPU_CHECK_SKIP_BENCH=1);
-#   7. OUT_DIR/REPORT.md (+ bench_kernels_cuda.csv, pytest_cuda.txt/.xml, standalone_check.txt).
-# A failed check (harness, tests) does not stop the later steps: the report says what failed and
-# the script exits 1 at the end. A missing prerequisite stops it at once with the reason.
+#   6. the torch benchmark (benchmarks/bench_kernels_cuda.py; extra args: $GPU_CHECK_BENCH_ARGS,
+#      skipped with GPU_CHECK_SKIP_BENCH=1, which also skips the standalone benchmark);
+#      (GPU_CHECK_SKIP_STANDALONE=1 skips step 2.)
+#   7. OUT_DIR/REPORT.md (+ bench_standalone.csv, bench_kernels_cuda.csv, pytest_cuda.txt/.xml,
+#      standalone_check.txt).
+# A failed check does not stop the later steps: the report says what failed and the script exits 1
+# at the end. A missing GPU or toolkit stops it at once with the reason.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,6 +44,7 @@ on_error() { printf '\ngpu_check: stopped (exit %s) at line %s: %s\n' "$1" "$2" 
 trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
 
 FAILED=()
+failed_list() { local IFS=';' joined; joined="${FAILED[*]}"; echo "${joined//;/; }"; }
 echo "gpu_check: repo $ROOT, output $OUT_DIR"
 
 # --- 1. GPU and toolkit -------------------------------------------------------------------
@@ -68,80 +75,121 @@ CUDA_VER=$("$NVCC" --version | sed -n 's/.*release \([0-9][0-9]*\)\.\([0-9][0-9]
 [ -n "$CUDA_VER" ] || die "cannot read the CUDA version from $NVCC --version"
 echo "nvcc: $NVCC (CUDA $CUDA_VER), CUDA_HOME=$CUDA_HOME"
 
-# --- 2. Python with a CUDA build of torch -------------------------------------------------
-step "2/7 Python environment"
-if [ -n "${GPU_CHECK_PYTHON:-}" ]; then
-  PY=$GPU_CHECK_PYTHON
-  [ -x "$PY" ] || PY=$(command -v "$PY" || true)
-  [ -n "$PY" ] || die "GPU_CHECK_PYTHON=$GPU_CHECK_PYTHON is not an executable"
-  export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-  echo "using $PY (GPU_CHECK_PYTHON), moespec from $ROOT via PYTHONPATH"
+# --- 2. torch-free harness and benchmark -------------------------------------------------
+step "2/7 torch-free: standalone harness and standalone benchmark"
+SM=sm_$(echo "$COMPUTE_CAP" | tr -d .)
+if [ "${GPU_CHECK_SKIP_STANDALONE:-0}" = 1 ]; then
+  echo "skipped (GPU_CHECK_SKIP_STANDALONE=1)"
 else
-  echo "make install (creates .venv and installs the pinned dependencies if missing; needs network the first time)"
-  make install || die "make install failed (no network? set GPU_CHECK_PYTHON to an interpreter with a CUDA torch 2.13.0)"
-  PY="$ROOT/.venv/bin/python"
+  mkdir -p "$ROOT/build"
+  CUDA_SRC=moespec/kernels/csrc/cuda
+  HARNESS_BIN="$ROOT/build/standalone_check"
+  if "$NVCC" -std=c++17 -O2 -arch="$SM" -I"$CUDA_SRC" "$CUDA_SRC/tools/standalone_check.cu" "$CUDA_SRC/expert_kernels.cu" \
+       -o "$HARNESS_BIN"; then
+    if "$HARNESS_BIN" | tee "$OUT_DIR/standalone_check.txt"; then :; else FAILED+=("standalone harness"); fi
+  else
+    FAILED+=("standalone harness (compile)")
+  fi
+  if [ "${GPU_CHECK_SKIP_BENCH:-0}" = 1 ]; then
+    echo "standalone benchmark skipped (GPU_CHECK_SKIP_BENCH=1)"
+  elif ! SHAPES=$(PYTHONPATH="$ROOT" python3 -c 'from moespec.models import PRESETS; print(" ".join(
+      f"{k}:{s.num_experts},{s.hidden_size},{s.expert_intermediate},{s.top_k}" for k, s in PRESETS.items()))'); then
+    FAILED+=("standalone benchmark (python3 cannot read moespec.models.PRESETS)")
+  else
+    BENCH_BIN="$ROOT/build/bench_standalone"
+    echo "shapes: $SHAPES"
+    # shellcheck disable=SC2086
+    if "$NVCC" -std=c++17 -O3 -arch="$SM" -I"$CUDA_SRC" "$CUDA_SRC/tools/bench_standalone.cu" "$CUDA_SRC/expert_kernels.cu" \
+         -o "$BENCH_BIN" && "$BENCH_BIN" "$OUT_DIR/bench_standalone.csv" $SHAPES | tee "$OUT_DIR/bench_standalone.md"; then
+      :
+    else
+      FAILED+=("standalone benchmark")
+    fi
+  fi
 fi
-TORCH_CUDA=$("$PY" -c 'import torch; print(torch.version.cuda or "")') || die "$PY cannot import torch"
-if [ -z "$TORCH_CUDA" ]; then
-  [ -z "${GPU_CHECK_PYTHON:-}" ] || die "torch under $PY is CPU-only; install a CUDA build of torch 2.13.0 there"
-  TAG=${TORCH_CUDA_INDEX:-cu$(echo "$CUDA_VER" | tr -d .)}
-  echo "torch is CPU-only: replacing it by torch==2.13.0+$TAG from https://download.pytorch.org/whl/$TAG"
-  "$ROOT/.venv/bin/pip" uninstall -y torch || die "cannot uninstall the CPU-only torch"
-  "$ROOT/.venv/bin/pip" install --disable-pip-version-check "torch==2.13.0+$TAG" \
-      --index-url "https://download.pytorch.org/whl/$TAG" --extra-index-url https://pypi.org/simple \
-    || die "installing the CUDA build of torch 2.13.0 ($TAG) failed; set TORCH_CUDA_INDEX to a tag that exists (e.g. cu128, cu126) and matches nvcc's major version"
-  TORCH_CUDA=$("$PY" -c 'import torch; print(torch.version.cuda or "")')
-  [ -n "$TORCH_CUDA" ] || die "torch is still CPU-only after the install"
-fi
-"$PY" - <<'PYEOF' || die "torch cannot use the GPU (see above)"
+
+# --- 3. Python with a CUDA build of torch -------------------------------------------------
+step "3/7 Python environment"
+PY_OK=1
+PY_WHY=""
+skip_py() { PY_WHY=$1; printf 'gpu_check: Python/torch unusable: %s\n' "$1"; }
+# Returns 1 (after skip_py names the reason) at the first missing piece. Called in a condition,
+# so set -e is off inside: every check returns explicitly.
+setup_python() {
+  if [ -n "${GPU_CHECK_PYTHON:-}" ]; then
+    PY=$GPU_CHECK_PYTHON
+    [ -x "$PY" ] || PY=$(command -v "$PY" || true)
+    [ -n "$PY" ] || { skip_py "GPU_CHECK_PYTHON=$GPU_CHECK_PYTHON is not an executable"; return 1; }
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+    echo "using $PY (GPU_CHECK_PYTHON), moespec from $ROOT via PYTHONPATH"
+  else
+    echo "make install (creates .venv and installs the pinned dependencies if missing; needs network the first time)"
+    make install || { skip_py "make install failed (no network? set GPU_CHECK_PYTHON to an interpreter with a CUDA torch 2.13.0)"; return 1; }
+    PY="$ROOT/.venv/bin/python"
+  fi
+  TORCH_CUDA=$("$PY" -c 'import torch; print(torch.version.cuda or "")') || { skip_py "$PY cannot import torch"; return 1; }
+  if [ -z "$TORCH_CUDA" ]; then
+    [ -z "${GPU_CHECK_PYTHON:-}" ] || { skip_py "torch under $PY is CPU-only; install a CUDA build of torch 2.13.0 there"; return 1; }
+    TAG=${TORCH_CUDA_INDEX:-cu$(echo "$CUDA_VER" | tr -d .)}
+    echo "torch is CPU-only: replacing it by torch==2.13.0+$TAG from https://download.pytorch.org/whl/$TAG"
+    "$ROOT/.venv/bin/pip" uninstall -y torch || { skip_py "cannot uninstall the CPU-only torch"; return 1; }
+    "$ROOT/.venv/bin/pip" install --disable-pip-version-check "torch==2.13.0+$TAG" \
+        --index-url "https://download.pytorch.org/whl/$TAG" --extra-index-url https://pypi.org/simple \
+      || { skip_py "installing torch 2.13.0+$TAG failed; set TORCH_CUDA_INDEX to a tag that exists (e.g. cu128) and matches nvcc's major version"; return 1; }
+    TORCH_CUDA=$("$PY" -c 'import torch; print(torch.version.cuda or "")')
+    [ -n "$TORCH_CUDA" ] || { skip_py "torch is still CPU-only after the install"; return 1; }
+  fi
+  "$PY" -c '
 import torch
 print(f"torch {torch.__version__}, built for CUDA {torch.version.cuda}, GPU available: {torch.cuda.is_available()}")
 assert torch.cuda.is_available(), "torch.cuda.is_available() is False (driver too old for this torch build?)"
 print("device 0:", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0))
-PYEOF
-if [ "${TORCH_CUDA%%.*}" != "${CUDA_VER%%.*}" ]; then
-  die "torch is built for CUDA $TORCH_CUDA but nvcc is CUDA $CUDA_VER: torch.utils.cpp_extension refuses a different major version; install the matching torch wheel (TORCH_CUDA_INDEX) or toolkit"
+' || { skip_py "torch cannot use the GPU (see above)"; return 1; }
+  if [ "${TORCH_CUDA%%.*}" != "${CUDA_VER%%.*}" ]; then
+    skip_py "torch is built for CUDA $TORCH_CUDA but nvcc is CUDA $CUDA_VER: torch.utils.cpp_extension refuses a different major version; install the matching torch wheel (TORCH_CUDA_INDEX) or toolkit"
+    return 1
+  fi
+  "$PY" -c 'import moespec, numpy, pandas, psutil, pytest; import pynvml' \
+    || { skip_py "moespec or its dependencies (numpy, pandas, psutil, pytest, nvidia-ml-py) do not import under $PY"; return 1; }
+}
+if ! setup_python; then
+  PY_OK=0
+  FAILED+=("Python/torch environment ($PY_WHY); steps 4-6 not run")
 fi
-"$PY" -c 'import moespec, numpy, pandas, psutil, pytest; import pynvml' \
-  || die "moespec or its dependencies (numpy, pandas, psutil, pytest, nvidia-ml-py) do not import under $PY"
 
-# --- 3. build the extension ---------------------------------------------------------------
-step "3/7 build the CUDA extension (ninja, into build/)"
+# --- 4. build the extension ---------------------------------------------------------------
+step "4/7 build the CUDA extension (ninja, into build/)"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$COMPUTE_CAP}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 echo "TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST MAX_JOBS=$MAX_JOBS"
-MOESPEC_BUILD_VERBOSE=1 "$PY" -c '
+EXT_OK=0
+if [ "$PY_OK" != 1 ]; then
+  echo "skipped: no usable Python/torch"
+elif MOESPEC_BUILD_VERBOSE=1 "$PY" -c '
 from moespec.kernels import build
 build.load_cuda()
 import torch
 print("registered:", torch.ops.moespec.expert_slot, torch.ops.moespec.expert_dedup)
-' || die "building the CUDA extension failed (compiler output above)"
-
-# --- 4. standalone harness ----------------------------------------------------------------
-step "4/7 standalone harness (torch-free kernels vs host reference)"
-SM=sm_$(echo "$COMPUTE_CAP" | tr -d .)
-mkdir -p "$ROOT/build"
-HARNESS_BIN="$ROOT/build/standalone_check"
-CUDA_SRC=moespec/kernels/csrc/cuda
-if "$NVCC" -std=c++17 -O2 -arch="$SM" -I"$CUDA_SRC" "$CUDA_SRC/tools/standalone_check.cu" "$CUDA_SRC/expert_kernels.cu" \
-     -o "$HARNESS_BIN"; then
-  if "$HARNESS_BIN" | tee "$OUT_DIR/standalone_check.txt"; then :; else FAILED+=("standalone harness"); fi
+'; then
+  EXT_OK=1
 else
-  FAILED+=("standalone harness (compile)")
+  FAILED+=("CUDA extension build (compiler output in the log); steps 5-6 not run")
 fi
 
 # --- 5. CUDA tests ------------------------------------------------------------------------
 step "5/7 CUDA tests"
 TESTS=${GPU_CHECK_TESTS:-tests/test_kernels_cuda.py tests/test_kernels_correctness.py tests/test_cuda_compile.py}
 # shellcheck disable=SC2086
-if "$PY" -m pytest -q -m cuda -rA --junitxml="$OUT_DIR/pytest_cuda.xml" $TESTS 2>&1 | tee "$OUT_DIR/pytest_cuda.txt"; \
+if [ "$EXT_OK" != 1 ]; then
+  echo "skipped: no usable Python/torch or extension"
+elif "$PY" -m pytest -q -m cuda -rA --junitxml="$OUT_DIR/pytest_cuda.xml" $TESTS 2>&1 | tee "$OUT_DIR/pytest_cuda.txt"; \
    [ "${PIPESTATUS[0]}" -eq 0 ]; then :; else FAILED+=("CUDA tests"); fi
 
 # --- 6. benchmark -------------------------------------------------------------------------
-step "6/7 bandwidth benchmark"
+step "6/7 torch benchmark"
 BENCH_DIR="$OUT_DIR/bench"
-if [ "${GPU_CHECK_SKIP_BENCH:-0}" = 1 ]; then
-  echo "skipped (GPU_CHECK_SKIP_BENCH=1)"
+if [ "${GPU_CHECK_SKIP_BENCH:-0}" = 1 ] || [ "$EXT_OK" != 1 ]; then
+  echo "skipped (GPU_CHECK_SKIP_BENCH=1, or no usable Python/torch or extension)"
 else
   # shellcheck disable=SC2086
   if "$PY" benchmarks/bench_kernels_cuda.py --out "$BENCH_DIR" ${GPU_CHECK_BENCH_ARGS:-}; then
@@ -160,25 +208,33 @@ REPORT="$OUT_DIR/REPORT.md"
   echo "- date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- host: $(hostname)"
   echo "- GPU 0: $GPU_QUERY"
-  echo "- nvcc: CUDA $CUDA_VER; torch: $("$PY" -c 'import torch; print(torch.__version__)') (CUDA $TORCH_CUDA)"
+  if [ "$PY_OK" = 1 ]; then
+    echo "- nvcc: CUDA $CUDA_VER; torch: $("$PY" -c 'import torch; print(torch.__version__)') (CUDA $TORCH_CUDA)"
+  else
+    echo "- nvcc: CUDA $CUDA_VER; torch: not usable ($PY_WHY)"
+  fi
   if COMMIT=$(git rev-parse HEAD 2>/dev/null); then
     git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
   else
     COMMIT="unknown (no git checkout)"
   fi
   echo "- commit: $COMMIT"
-  echo "- result: $([ ${#FAILED[@]} -eq 0 ] && echo 'all checks passed' || echo "FAILED: ${FAILED[*]}")"
+  echo "- result: $([ ${#FAILED[@]} -eq 0 ] && echo 'all checks passed' || echo "FAILED: $(failed_list)")"
   echo
-  echo "## Standalone harness"
+  echo "## Standalone harness (torch-free)"
   echo
   echo '```'
-  cat "$OUT_DIR/standalone_check.txt" 2>/dev/null || echo "(no output)"
+  if [ -s "$OUT_DIR/standalone_check.txt" ]; then cat "$OUT_DIR/standalone_check.txt"; else echo "(not run)"; fi
   echo '```'
+  echo
+  echo "## Standalone benchmark (torch-free; rows with quartiles: bench_standalone.csv)"
+  echo
+  if [ -s "$OUT_DIR/bench_standalone.md" ]; then cat "$OUT_DIR/bench_standalone.md"; else echo "(not run or failed)"; fi
   echo
   echo "## CUDA tests"
   echo
   echo '```'
-  tail -n 40 "$OUT_DIR/pytest_cuda.txt" 2>/dev/null || echo "(no output)"
+  if [ -s "$OUT_DIR/pytest_cuda.txt" ]; then tail -n 40 "$OUT_DIR/pytest_cuda.txt"; else echo "(not run)"; fi
   echo '```'
   echo
   if [ -f "$BENCH_DIR/report.md" ]; then
@@ -186,14 +242,14 @@ REPORT="$OUT_DIR/REPORT.md"
     echo
     echo "Rows: bench_kernels_cuda.csv; provenance: bench/provenance.json."
   else
-    echo "## Benchmark"
+    echo "## Torch benchmark"
     echo
     echo "(not run or failed)"
   fi
 } > "$REPORT"
 echo "wrote $REPORT"
 if [ ${#FAILED[@]} -ne 0 ]; then
-  echo "gpu_check: FAILED: ${FAILED[*]}"
+  echo "gpu_check: FAILED: $(failed_list)"
   exit 1
 fi
 echo "gpu_check: all checks passed"

@@ -22,6 +22,7 @@ from moespec.kernels.build import CSRC
 CUDA_DIR = CSRC / "cuda"
 KERNEL_SOURCES = [CUDA_DIR / "expert_kernels.cu", CUDA_DIR / "expert_common.cuh", CUDA_DIR / "moespec_cuda.h"]
 HARNESS = CUDA_DIR / "tools" / "standalone_check.cu"
+BENCH = CUDA_DIR / "tools" / "bench_standalone.cu"
 ARCHS = ("80", "90")
 
 
@@ -61,6 +62,8 @@ def cuda_build(tmp_path_factory):
         res["harness"] = _run([NVCC, "-std=c++17", "-O2", f"-arch=sm_{ARCHS[-1]}", f"-I{CUDA_DIR}", str(HARNESS),
                                str(obj), "-o", str(exe)])
         res["exe"] = exe
+        res["bench"] = _run([NVCC, "-std=c++17", "-O2", f"-arch=sm_{ARCHS[-1]}", f"-I{CUDA_DIR}", str(BENCH),
+                             str(obj), "-o", str(out / "bench_standalone")])
     return res
 
 
@@ -104,15 +107,16 @@ def test_c_api_symbols_exported(cuda_build):
 
 
 @needs_nvcc
-def test_standalone_harness_links(cuda_build):
+def test_standalone_harness_and_bench_link(cuda_build):
     assert cuda_build["kernels"].returncode == 0
     assert cuda_build["harness"].returncode == 0, _fail_text(cuda_build["harness"])
     assert cuda_build["exe"].exists()
+    assert cuda_build["bench"].returncode == 0, _fail_text(cuda_build["bench"])
 
 
 def test_kernel_sources_are_plain_cuda():
     """The kernels stay torch-free (a C launch API); only binding.cpp includes torch."""
-    for src in KERNEL_SOURCES + [HARNESS]:
+    for src in KERNEL_SOURCES + [HARNESS, BENCH]:
         text = src.read_text()
         assert not re.search(r"#include\s*[<\"](torch|ATen|c10)/", text), f"{src.name} includes torch headers"
     assert "TORCH_LIBRARY_IMPL(moespec, CUDA" in (CUDA_DIR / "binding.cpp").read_text()

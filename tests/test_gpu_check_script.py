@@ -42,8 +42,9 @@ def test_stops_without_nvidia_driver(tmp_path):
     assert (tmp_path / "out" / "gpu_check.log").exists()
 
 
-def test_stops_on_cpu_only_torch(tmp_path):
-    """With a (fake) GPU and the toolkit present, a CPU-only torch is named, never used."""
+def test_cpu_only_torch_skips_torch_steps_and_reports(tmp_path):
+    """With a (fake) GPU and the toolkit present, a CPU-only torch is named and never used: the
+    torch steps are skipped, the report says why, and the script exits 1."""
     if torch.version.cuda is not None:
         pytest.skip("torch here is a CUDA build")
     if not (shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc") or os.environ.get("CUDA_HOME")):
@@ -53,7 +54,11 @@ def test_stops_on_cpu_only_torch(tmp_path):
     (fake / "nvidia-smi").write_text('#!/bin/sh\n[ "$1" = -L ] && { echo "GPU 0: fake"; exit 0; }\n'
                                      'echo "Fake GPU, 9.0, 570.00, 1 MiB"\n')
     (fake / "nvidia-smi").chmod(0o755)
-    proc = run({"GPU_CHECK_PYTHON": sys.executable}, tmp_path, f"{fake}:{os.environ['PATH']}")
-    assert proc.returncode == 1
+    proc = run({"GPU_CHECK_PYTHON": sys.executable, "GPU_CHECK_SKIP_STANDALONE": "1"}, tmp_path,
+               f"{fake}:{os.environ['PATH']}")
     out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
     assert "CPU-only" in out and "GPU 0: Fake GPU, 9.0" in out
+    report = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "torch: not usable" in report and "steps 4-6 not run" in report
+    assert "## Torch benchmark" in report and "(not run" in report
