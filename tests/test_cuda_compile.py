@@ -155,3 +155,18 @@ def test_standalone_harness_passes_on_gpu(cuda_build):
     proc = _run([str(cuda_build["exe"])])
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "ALL PASSED" in proc.stdout
+
+
+def test_load_cuda_names_what_is_missing(monkeypatch):
+    """On a CPU-only torch the CUDA build stops before compiling, naming the CPU-only torch."""
+    import torch
+
+    from moespec.kernels import ExtensionBuildError, build
+
+    if torch.version.cuda is not None:
+        pytest.skip("torch here is a CUDA build")
+    monkeypatch.setattr(build, "_loaded", {"cpu": True})  # the CPU extension is not the subject here
+    with pytest.raises(ExtensionBuildError, match="a CUDA build of torch .*CPU-only.*docs/cuda.md"):
+        build.load_cuda()
+    assert "a CUDA build of torch" in " ".join(build.missing_requirements(cuda=True))
+    assert not torch.cuda.is_initialized()
