@@ -62,7 +62,7 @@ from moespec import corpus, io, paths, provenance, zoo
 from moespec.plots.models import expert_load as plot_expert_load
 from moespec.plots.models import training_curves
 from moespec.plots.routing import figure1_reuse
-from moespec.routing.neurons import fit_neuron_clusters
+from moespec.routing.neurons import NeuronClusters, fit_neuron_clusters
 from moespec.routing.published import published_reuse
 from moespec.tables.routing import reuse_curves, reuse_table
 from moespec.zoo import evaluate, smollm2, sources, store
@@ -125,9 +125,16 @@ if use_smollm2:
 else:
     lm, lm_tok = zoo.tiny_draft(seed=seed, vocab_size=len(tok), hidden_size=32, context=256), tok
     lm_label, lm_context = "tiny random Llama (quick profile stand-in), neuron-cluster routing, not a trained router", 256
-calib = sources.calibration_documents(lm_tok, calibration_articles, calibration_tokens)
-clusters = fit_neuron_clusters(lm, calib, num_groups=num_groups if not quick else 8,
-                               top_k=group_top_k if not quick else 2, seed=seed)
+num_groups, group_top_k = (8, 2) if quick else (num_groups, group_top_k)
+cluster_file = (paths.models_dir() / smollm2.CACHE_DIR /
+                f"clusters-N{num_groups}-m{group_top_k}-cal{calibration_articles}x{calibration_tokens}-seed{seed}.npz")
+if use_smollm2 and cluster_file.is_file():
+    clusters = NeuronClusters.load(cluster_file)
+else:
+    calib = sources.calibration_documents(lm_tok, calibration_articles, calibration_tokens)
+    clusters = fit_neuron_clusters(lm, calib, num_groups=num_groups, top_k=group_top_k, seed=seed)
+    if use_smollm2:
+        clusters.save(cluster_file)
 print(f"{lm_label}: {len(lm.model.layers)} layers, {clusters.assignment.shape[1]} FFN neurons per layer in "
       f"{clusters.num_groups} groups of {clusters.assignment.shape[1] // clusters.num_groups}; "
       f"{clusters.calibration_tokens} calibration tokens; {time.perf_counter() - t0:.0f} s")
@@ -167,18 +174,19 @@ quality
 
 # %%
 t0 = time.perf_counter()
+recipes = {"default-moe": {"model": meta["MoE"]["recipe"], "max_tokens": moe_max_tokens, "articles": n_articles},
+           "smollm2": {"model": lm_label, "tokens_per_article": smollm2_tokens_per_article, "groups": num_groups,
+                       "top_k": group_top_k, "calibration": [calibration_articles, calibration_tokens],
+                       "seed": seed, "articles": n_articles}}
 traces = {}
 for split in ("test", "valid"):
-    tr = sources.record_default_moe(moe, tok, split, max_tokens=moe_max_tokens, articles=n_articles)
-    tr.source = f"{tr.source}; WikiText {split}"
-    traces["default-moe", split] = tr
-    tr = sources.record_smollm2(lm, lm_tok, clusters, split, max_tokens=smollm2_tokens_per_article,
-                                articles=n_articles)
-    tr.source = f"{lm_label}; WikiText {split}"
-    traces["smollm2", split] = tr
-for (name, split), tr in traces.items():
-    where = sources.save_trace(tr, name, split) if write_traces else "(not saved: quick profile)"
-    print(f"{tr!r} -> {where}")
+    traces["default-moe", split], how_moe = sources.load_or_record(
+        "default-moe", split, recipes["default-moe"], sources.record_default_moe, moe, tok, split,
+        save=write_traces, max_tokens=moe_max_tokens, articles=n_articles)
+    traces["smollm2", split], how_lm = sources.load_or_record(
+        "smollm2", split, recipes["smollm2"], sources.record_smollm2, lm, lm_tok, clusters, split,
+        save=write_traces, max_tokens=smollm2_tokens_per_article, articles=n_articles, label=lm_label)
+    print(f"{traces['default-moe', split]!r}: {how_moe}\n{traces['smollm2', split]!r}: {how_lm}")
 print(f"recording took {time.perf_counter() - t0:.0f} s")
 
 # %% [markdown]

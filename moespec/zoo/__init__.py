@@ -39,11 +39,17 @@ MOE_DIR, DRAFT_DIR, TOKENIZER_DIR = "default-moe", "default-draft", "tokenizer"
 
 def default_moe_config(vocab_size: int = VOCAB_SIZE) -> OlmoeConfig:
     """OLMoE architecture, N = 64 experts, m = 8 per token (OLMoE's ratio), 4 layers, H = 128,
-    expert intermediate size 64 (so the m active experts hold 4H, a dense FFN's width)."""
+    expert intermediate size 64 (so the m active experts hold 4H, a dense FFN's width).
+
+    ``norm_topk_prob=True`` (the top-8 weights renormalised to sum to 1, as Mixtral and Qwen3-MoE
+    do; OLMoE-1B-7B uses False): with False, a freshly initialised router's top-8 weights sum to
+    about 8/64, the MoE output and the experts' gradients start 8x small, and in this short
+    training budget the MoE ended worse than the dense draft (train loss 5.58 vs 5.24 after
+    819k tokens, measured here)."""
     return OlmoeConfig(
         vocab_size=vocab_size, hidden_size=128, intermediate_size=64, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=CONTEXT,
-        num_experts=64, num_experts_per_tok=8, norm_topk_prob=False,
+        num_experts=64, num_experts_per_tok=8, norm_topk_prob=True,
         output_router_logits=True, router_aux_loss_coef=0.01,
         pad_token_id=0, bos_token_id=0, eos_token_id=0, tie_word_embeddings=True)
 

