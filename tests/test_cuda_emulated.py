@@ -70,7 +70,7 @@ def test_kernels_pass_the_harness_under_emulation(emulated_harness):
     # every small case ran both kernels and compared them bitwise
     assert out.count("slot and dedup outputs bitwise equal") >= 10
     for name in ("scalar path", "same experts n=20", "all distinct m=1", "N=m+1", "invalid id -> NaN",
-                 "ragged"):
+                 "ragged", "smem opt-in"):
         assert name in out, f"case {name!r} did not run"
 
 
