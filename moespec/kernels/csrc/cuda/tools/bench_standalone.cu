@@ -21,15 +21,8 @@
 #include <vector>
 
 #include "moespec_cuda.h"
+#include "check_cuda.h"
 
-#define CK(call)                                                                                     \
-  do {                                                                                               \
-    cudaError_t e_ = (call);                                                                         \
-    if (e_ != cudaSuccess) {                                                                         \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);  \
-      std::exit(1);                                                                                  \
-    }                                                                                                \
-  } while (0)
 
 namespace {
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "moespec_cuda.h"
+#include "check_cuda.h"
 #include "expert_common.cuh"
 
 using moespec_cuda::act_inv;
@@ -26,14 +27,6 @@ using moespec_cuda::bf16_bits_to_float;
 using moespec_cuda::float_to_bf16_bits;
 using moespec_cuda::round_bf16;
 
-#define CK(call)                                                                           \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 struct Case {
   const char* name;
