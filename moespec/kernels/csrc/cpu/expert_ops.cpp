@@ -26,6 +26,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -203,11 +208,12 @@ static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, c
 #define TGT_512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
 #define TGT_512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
 
-// Multi-row micro-kernels: R weight rows (gate and up rows of the same index, or consecutive down
-// rows) advance together, so R memory streams are in flight at once (more memory-level parallelism
-// than one row at a time: the hardware prefetchers stop at 4 KiB page boundaries) and each token's
-// activation chunk is loaded once for R rows. R*T accumulators stay in registers.
-template <int T> struct Rows { static constexpr int R = T <= 3 ? 4 : 2; };
+// Micro-kernels over R rows x T tokens (R*T accumulators in registers; each weight vector loaded
+// once for the T tokens, each activation vector once for the R rows). R = 1: streaming several rows
+// at once (R = 2 or 4 rows, 4-8 KiB apart) measured 30-50% slower from DRAM on this Zen 4 VM than
+// one row at a time with independent accumulators along k (a plain-C++ microbenchmark showed the
+// same), so the templates keep R for other CPUs but use 1.
+template <int T> struct Rows { static constexpr int R = 1; };
 
 template <int R, int T>
 static TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRef* a, float* out) {
@@ -223,6 +229,8 @@ static TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRe
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       __m512 wv[R];
+      if (g_pf)
+        for (int r = 0; r < R; ++r) _mm_prefetch((const char*)(w[r] + k + 16 * u) + g_pf, _MM_HINT_T0);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_ps(w[r] + k + 16 * u);
 #pragma GCC unroll 9
@@ -308,10 +316,16 @@ static TGT_512VNNI void dot_i8_avx512(const uint8_t* const* w, const float* cons
     const __mmask16 ml = G == GRP ? (__mmask16)0xffff : (__mmask16)((1u << G) - 1);
     const __mmask64 mb = G == GRP ? ~0ull : ((1ull << (4 * G)) - 1);
     const int64_t o = g * GRP * BLK;
-    __m512i iacc[R][T];
+    // S independent accumulator sets (even/odd steps) when few tokens leave the vpdpbusd chain
+    // latency-bound; summed after the 8 steps.
+    constexpr int S = R * T <= 2 ? 2 : 1;
+    __m512i iacc[S][R][T];
     for (int t = 0; t < T; ++t) {
       __m512i c = _mm512_maskz_loadu_epi32(ml, a[t].c + g * GRP);
-      for (int r = 0; r < R; ++r) iacc[r][t] = c;
+      for (int r = 0; r < R; ++r) {
+        iacc[0][r][t] = c;
+        if (S > 1) iacc[S - 1][r][t] = _mm512_setzero_si512();
+      }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
@@ -323,13 +337,16 @@ static TGT_512VNNI void dot_i8_avx512(const uint8_t* const* w, const float* cons
         __m512i xv = _mm512_loadu_si512((const void*)((const int8_t*)a[t].q + o + i * 4 * G));
         asm("" : "+v"(xv));
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) iacc[r][t] = _mm512_dpbusd_epi32(iacc[r][t], wv[r], xv);
+        for (int r = 0; r < R; ++r) iacc[i % S][r][t] = _mm512_dpbusd_epi32(iacc[i % S][r][t], wv[r], xv);
       }
     }
+    if (S > 1)
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) iacc[0][r][t] = _mm512_add_epi32(iacc[0][r][t], iacc[S - 1][r][t]);
     for (int r = 0; r < R; ++r) {
       __m512 sw = _mm512_maskz_loadu_ps(ml, ws[r] + g * GRP);
       for (int t = 0; t < T; ++t)
-        facc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][t]), _mm512_mul_ps(sw, _mm512_loadu_ps(a[t].s + g * GRP)),
+        facc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[0][r][t]), _mm512_mul_ps(sw, _mm512_loadu_ps(a[t].s + g * GRP)),
                                      facc[r][t]);
     }
   }
@@ -590,6 +607,79 @@ at::Tensor pack_int8_cpu(const at::Tensor& qin) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Work queue with persistent helper threads. An OpenMP parallel region ends in a join that waits
+// for every thread of the team, also one that the OS has not yet scheduled: on a shared,
+// oversubscribed CPU that costs a whole time slice (measured here: a tiny op took 16 ms with two
+// OpenMP threads, 12 us with one). Here the calling thread works through the items itself and
+// returns as soon as every item is done; a helper that wakes up late finds no item left and
+// touches nothing of the finished call (the counters live in a shared_ptr it holds).
+struct Job {
+  std::atomic<int64_t> next{0}, done{0};
+  std::atomic<int> seats{0};
+  int64_t items = 0;
+  std::function<void(int64_t)> item;
+  void work() {
+    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+      item(it);
+      done.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+};
+
+class Pool {
+ public:
+  static Pool& get() {
+    static Pool* pool = new Pool();  // never destroyed: helpers are detached and outlive main()
+    return *pool;
+  }
+  // Run items 0..items-1 with the caller plus up to helpers other threads.
+  void run(int64_t items, int helpers, std::function<void(int64_t)> item) {
+    auto job = std::make_shared<Job>();
+    job->items = items;
+    job->item = std::move(item);
+    job->seats.store(helpers, std::memory_order_relaxed);
+    if (helpers > 0) {
+      std::lock_guard<std::mutex> lk(mu_);
+      while ((int)threads_ < helpers) {
+        std::thread(&Pool::loop, this).detach();
+        ++threads_;
+      }
+      job_ = job;
+      ++gen_;
+      cv_.notify_all();
+    }
+    job->work();
+    for (int spins = 0; job->done.load(std::memory_order_acquire) < items; ++spins) {
+      if (spins < 256) _mm_pause(); else sched_yield();  // an item still held by a helper
+    }
+    if (helpers > 0) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (job_ == job) job_.reset();
+    }
+  }
+
+ private:
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return gen_ != seen; });
+        seen = gen_;
+        job = job_;
+      }
+      if (job && job->seats.fetch_sub(1, std::memory_order_relaxed) > 0) job->work();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<Job> job_;
+  uint64_t gen_ = 0;
+  size_t threads_ = 0;
+};
+
+// ------------------------------------------------------------------------------------------------
 // The driver shared by both kernels.
 struct Group {
   int64_t expert;
@@ -661,7 +751,6 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
   const int64_t ng = (int64_t)groups.size();
   const int64_t nb1 = (I + rows1 - 1) / rows1, nb2 = (H + rows2 - 1) / rows2;
   const int64_t items1 = ng * nb1, items = items1 + ng * nb2;
-  std::atomic<int64_t> next{0};
   std::vector<std::atomic<int64_t>> done1(ng);
   std::vector<std::atomic<int>> ready(ng);
   for (int64_t g = 0; g < ng; ++g) {
@@ -671,77 +760,74 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
   for (int64_t t = 0; t < n; ++t) ax.set_row(t, xp + t * H);  // n <= a few rows: serial
   const int nt = std::max(1, std::min<int>(at::get_num_threads(), (int)std::max<int64_t>(1, items / 4)));
 
-#pragma omp parallel num_threads(nt)
-  {
+  Pool::get().run(items, nt - 1, [&](int64_t it) {
     ActRef refs[TMAX];
     float out[4 * TMAX];
     const void* wrows[4];
     const float* srows[4];
-    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-      if (it < items1) {
-        // 1. gate and up rows for every assignment of the group: g = W_gate x, u = W_up x
-        const int64_t gi = it / nb1;
-        const Group& G = groups[gi];
-        const int64_t r0 = (it % nb1) * rows1, r1 = std::min(I, r0 + rows1);
-        for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
-          const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
-          for (int j = 0; j < T; ++j) refs[j] = ax.refs[assign[G.first + t0 + j] / m];
-          // gate rows of the block, then up rows: each matrix streamed as one contiguous region,
-          // four consecutive rows at a time
-          for (int mat = 0; mat < 2; ++mat) {
-            const uint8_t* W = mat == 0 ? Wg : Wu;
-            const float* S = mat == 0 ? Sg : Su;
-            float* dst = mat == 0 ? gbuf.data() : ubuf.data();
-            for (int64_t r = r0; r < r1; r += 4) {
-              const int nr = (int)std::min<int64_t>(4, r1 - r);
-              for (int q = 0; q < nr; ++q) {
-                const int64_t row = G.expert * I + r + q;
-                wrows[q] = W + row * H * esize;
-                srows[q] = S ? S + row * (H / BLK) : nullptr;
-              }
-              dot(wrows, srows, nr, H, refs, T, out);
-              for (int q = 0; q < nr; ++q)
-                for (int j = 0; j < T; ++j) dst[assign[G.first + t0 + j] * I + r + q] = out[q * TMAX + j];
-            }
-          }
-        }
-        if (done1[gi].fetch_add(1, std::memory_order_acq_rel) == nb1 - 1) {
-          // 2. h = silu(g) * u in the format's activation layout, for the group's assignments
-          for (int64_t j = 0; j < G.count; ++j) {
-            const int64_t a = assign[G.first + j];
-            float* g = gbuf.data() + a * I;
-            const float* u = ubuf.data() + a * I;
-            for (int64_t r = 0; r < I; ++r) g[r] = g[r] / (1.0f + std::exp(-g[r])) * u[r];
-            ah.set_row(a, g);
-          }
-          ready[gi].store(1, std::memory_order_release);
-        }
-      } else {
-        // 3. down rows: o_a = W_down h_a
-        const int64_t gi = (it - items1) / nb2;
-        const Group& G = groups[gi];
-        for (int spins = 0; !ready[gi].load(std::memory_order_acquire); ++spins) {
-          if (spins < 64) _mm_pause(); else sched_yield();
-        }
-        const int64_t r0 = ((it - items1) % nb2) * rows2, r1 = std::min(H, r0 + rows2);
-        for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
-          const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
-          for (int j = 0; j < T; ++j) refs[j] = ah.refs[assign[G.first + t0 + j]];
-          for (int64_t r = r0; r < r1; r += 4) {  // four down rows together
+    if (it < items1) {
+      // 1. gate and up rows for every assignment of the group: g = W_gate x, u = W_up x
+      const int64_t gi = it / nb1;
+      const Group& G = groups[gi];
+      const int64_t r0 = (it % nb1) * rows1, r1 = std::min(I, r0 + rows1);
+      for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
+        const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
+        for (int j = 0; j < T; ++j) refs[j] = ax.refs[assign[G.first + t0 + j] / m];
+        // gate rows of the block, then up rows: each matrix streamed as one contiguous region,
+        // four consecutive rows at a time
+        for (int mat = 0; mat < 2; ++mat) {
+          const uint8_t* W = mat == 0 ? Wg : Wu;
+          const float* S = mat == 0 ? Sg : Su;
+          float* dst = mat == 0 ? gbuf.data() : ubuf.data();
+          for (int64_t r = r0; r < r1; r += 4) {
             const int nr = (int)std::min<int64_t>(4, r1 - r);
             for (int q = 0; q < nr; ++q) {
-              const int64_t row = G.expert * H + r + q;
-              wrows[q] = Wd + row * I * esize;
-              srows[q] = Sd ? Sd + row * (I / BLK) : nullptr;
+              const int64_t row = G.expert * I + r + q;
+              wrows[q] = W + row * H * esize;
+              srows[q] = S ? S + row * (H / BLK) : nullptr;
             }
-            dot(wrows, srows, nr, I, refs, T, out);
+            dot(wrows, srows, nr, H, refs, T, out);
             for (int q = 0; q < nr; ++q)
-              for (int j = 0; j < T; ++j) obuf[assign[G.first + t0 + j] * H + r + q] = out[q * TMAX + j];
+              for (int j = 0; j < T; ++j) dst[assign[G.first + t0 + j] * I + r + q] = out[q * TMAX + j];
           }
         }
       }
+      if (done1[gi].fetch_add(1, std::memory_order_acq_rel) == nb1 - 1) {
+        // 2. h = silu(g) * u in the format's activation layout, for the group's assignments
+        for (int64_t j = 0; j < G.count; ++j) {
+          const int64_t a = assign[G.first + j];
+          float* g = gbuf.data() + a * I;
+          const float* u = ubuf.data() + a * I;
+          for (int64_t r = 0; r < I; ++r) g[r] = g[r] / (1.0f + std::exp(-g[r])) * u[r];
+          ah.set_row(a, g);
+        }
+        ready[gi].store(1, std::memory_order_release);
+      }
+    } else {
+      // 3. down rows: o_a = W_down h_a
+      const int64_t gi = (it - items1) / nb2;
+      const Group& G = groups[gi];
+      for (int spins = 0; !ready[gi].load(std::memory_order_acquire); ++spins) {
+        if (spins < 64) _mm_pause(); else sched_yield();
+      }
+      const int64_t r0 = ((it - items1) % nb2) * rows2, r1 = std::min(H, r0 + rows2);
+      for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
+        const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
+        for (int j = 0; j < T; ++j) refs[j] = ah.refs[assign[G.first + t0 + j]];
+        for (int64_t r = r0; r < r1; r += 4) {  // four down rows together
+          const int nr = (int)std::min<int64_t>(4, r1 - r);
+          for (int q = 0; q < nr; ++q) {
+            const int64_t row = G.expert * H + r + q;
+            wrows[q] = Wd + row * I * esize;
+            srows[q] = Sd ? Sd + row * (I / BLK) : nullptr;
+          }
+          dot(wrows, srows, nr, I, refs, T, out);
+          for (int q = 0; q < nr; ++q)
+            for (int j = 0; j < T; ++j) obuf[assign[G.first + t0 + j] * H + r + q] = out[q * TMAX + j];
+        }
+      }
     }
-  }
+  });
   // 4. y_t = sum_s g_ts o_{t*m+s} (n*m*H flops: serial)
   for (int64_t t = 0; t < n; ++t)
     for (int64_t s = 0; s < m; ++s) {
