@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import time
+
+# Transparent huge pages for every torch allocation >= 2 MB (weights and the read-bandwidth buffer
+# alike, so the ratio stays fair): in this VM 4 KiB pages cost both about a third of their
+# bandwidth. Must be set before torch allocates; MOESPEC_BENCH_THP=0 turns it off.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", os.environ.get("MOESPEC_BENCH_THP", "1"))
 
 import numpy as np
 import pandas as pd
@@ -111,6 +117,7 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     df["r_n_q75"] = [r[n][2] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
     st = mon.state
     df["threads"] = torch.get_num_threads()
+    df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
     df["cpu_isa"] = torch.ops.moespec.cpu_isa(w.fmt)
     df["other_load"], df["flags"] = round(st.other_load, 3), ";".join(st.flags)
     df["setup_s"], df["run_s"] = round(setup_s, 1), round(st.wall_s, 1)

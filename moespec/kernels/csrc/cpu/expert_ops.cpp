@@ -212,7 +212,8 @@ static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, c
 // once for the T tokens, each activation vector once for the R rows). R = 1: streaming several rows
 // at once (R = 2 or 4 rows, 4-8 KiB apart) measured 30-50% slower from DRAM on this Zen 4 VM than
 // one row at a time with independent accumulators along k (a plain-C++ microbenchmark showed the
-// same), so the templates keep R for other CPUs but use 1.
+// same), and R = 2 for 4-9 tokens gave no gain from cache either, so the templates keep R for other
+// CPUs but use 1.
 template <int T> struct Rows { static constexpr int R = 1; };
 
 template <int R, int T>
