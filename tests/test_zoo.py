@@ -127,3 +127,20 @@ def test_store_saves_models_flagged_quantized(tmp_path):
     for k, v in model.state_dict().items():
         assert torch.equal(v, back.state_dict()[k]), k
     assert back.lm_head.weight.data_ptr() == back.model.embed_tokens.weight.data_ptr()
+
+
+def test_balance_loss_matches_transformers_for_one_layer_and_is_per_layer():
+    from transformers.models.olmoe.modeling_olmoe import load_balancing_loss_func
+
+    from moespec.zoo.train import balance_loss
+
+    torch.manual_seed(0)
+    a, b = torch.randn(50, 8), torch.randn(50, 8)
+    torch.testing.assert_close(balance_loss((a,), 2), load_balancing_loss_func((a,), 8, 2))
+    # two layers, each routing every token to its own two experts: pooled looks balanced-ish,
+    # per layer each is maximally unbalanced (N * P_i on two experts with f_i = 1)
+    hot = torch.full((50, 8), -30.0)
+    h1, h2 = hot.clone(), hot.clone()
+    h1[:, :2], h2[:, 2:4] = 0.0, 0.0
+    assert float(balance_loss((h1, h2), 2)) == pytest.approx(8.0, rel=1e-4)
+    assert float(load_balancing_loss_func((h1, h2), 8, 2)) == pytest.approx(4.0, rel=1e-4)
