@@ -90,7 +90,7 @@ else:
     # every second first turn: 40 prompts, 5 of each of the 8 categories (10 each, in file order), for time
     mt_prompts = P.tokenize_prompts(P.mt_bench_first_turns()[::2], tok, max_tokens=ctx - 64)
     verify_reps, n_boot = 20, 2000
-    ks, a_values, oracle_reps = list(range(9)), predict.load_rules()["acceptance_values"], 1
+    ks, a_values, oracle_reps = list(range(9)), predict.load_rules()["acceptance_values"], 3
     real_ks, real_tokens = list(range(1, 9)), 32
     agree_tokens = 64
 engine = Engine(model, backend=backend)

@@ -81,7 +81,7 @@ def real_draft_figure(real: pd.DataFrame, paper: dict | None = None, title: str 
     ax.set_xlabel("draft length k")
     ax.set_ylabel("speedup over plain decoding")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
@@ -155,11 +155,11 @@ def figure5_kstar(metrics: dict, versions=("measured-time", "calibrated", "predi
                 continue
             x, y, ds = zip(*pts)
             ax.scatter(x, y, marker="os^D"[i % 4], facecolors=f"C{i}" if i == 0 else "none", edgecolors=f"C{i}",
-                       label=f"{v}")
+                       label=f"{v}", zorder=3)
             top = max(top, max(x), max(y))
         top = top * 1.1 or 1
         ax.plot([0, top], [0, top], color="k", lw=1, label="error = bound")
-        ax.fill_between([0, top], [0, 0], [0, top], color="0.9", lw=0, label="inside the bound")
+        ax.fill_between([0, top], [0, 0], [0, top], color="0.9", lw=0, label="inside the bound", zorder=0)
         ax.set_xlabel("bound (20): 2δ/(1+δ)" if key == "loss_V" else "bound (21): (1+δ)/(1−δ) − 1")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
