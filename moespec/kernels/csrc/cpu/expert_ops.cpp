@@ -216,6 +216,17 @@ static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, c
 // CPUs but use 1.
 template <int T> struct Rows { static constexpr int R = 1; };
 
+// out[r * TMAX + t] = sum over u and lanes of acc[u][r][t].
+template <int U, int R, int T>
+static inline TGT_512 void store_sums(const __m512 (&acc)[U][R][T], float* out) {
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      __m512 s = acc[0][r][t];
+      for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][r][t]);
+      out[r * TMAX + t] = _mm512_reduce_add_ps(s);
+    }
+}
+
 template <int R, int T>
 static TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRef* a, float* out) {
   constexpr int U = R * T == 1 ? 4 : (R * T <= 3 ? 2 : 1);  // enough independent FMA chains
@@ -250,12 +261,7 @@ static TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRe
       for (int r = 0; r < R; ++r) acc[0][r][t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w[r] + k), xv, acc[0][r][t]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) {
-      __m512 s = acc[0][r][t];
-      for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][r][t]);
-      out[r * TMAX + t] = _mm512_reduce_add_ps(s);
-    }
+  store_sums<U, R, T>(acc, out);
 }
 
 template <int R, int T>
@@ -293,12 +299,7 @@ static TGT_512BF16 void dot_bf16_avx512(const uint16_t* const* w, int64_t K, con
         acc[0][r][t] = _mm512_dpbf16_ps(acc[0][r][t], (__m512bh)_mm512_maskz_loadu_epi16(mk, w[r] + k), xv);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) {
-      __m512 s = acc[0][r][t];
-      for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][r][t]);
-      out[r * TMAX + t] = _mm512_reduce_add_ps(s);
-    }
+  store_sums<U, R, T>(acc, out);
 }
 
 template <int R, int T>
