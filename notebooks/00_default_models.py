@@ -99,7 +99,7 @@ for name, m in (("MoE", moe), ("draft", draft)):
     timing = meta[name]["timing"]
     print(f"{name}: {type(m).__name__}, {sum(p.numel() for p in m.parameters()) / 1e6:.2f} M parameters, "
           f"trained {meta[name]['history'][-1]['tokens']:,} tokens in {timing['seconds']:.0f} s "
-          f"({timing['threads']} thread; {meta[name]['provenance']['hardware']['cpu'].get('model', 'cpu')})")
+          f"({timing['threads']} thread; {meta[name]['provenance']['hardware']['cpu'].get('cpu_model', 'cpu')})")
 print(f"tokenizer: {len(tok)} symbols; build/load step took {time.perf_counter() - t0:.0f} s")
 
 # %% [markdown]
