@@ -34,7 +34,9 @@
 profile = "full"
 device = "cpu"          # statistics run on the CPU; kept for the common notebook interface
 seed = 0
-model = "synthetic"     # "synthetic": OLMoE, Qwen3 and gpt-oss; a preset name: that one; "none": recorded only
+model = "synthetic"     # "synthetic": OLMoE, Qwen3 and gpt-oss; a preset name: that one; "none": recorded only;
+                        # else a local transformers MoE checkpoint (folder or cached hub name), recorded on
+                        # the WikiText test articles on `device` (its 32 fit articles are shown)
 resamples = 2000        # document-level bootstrap resamples (paper 1, App. D.2)
 n_max = 9
 calibrate_n9 = True     # calibrate the synthetic traces to rho(9) as well as rho(2)
@@ -45,17 +47,19 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from moespec import io, paths
-from moespec.models import get_spec
+from moespec.models import PRESETS, get_spec
 from moespec.plots.routing import figure1_reuse
 from moespec.routing import RoutingTrace, synthetic
 from moespec.routing.published import published_reuse, reuse_targets
 from moespec.tables.routing import reuse_curves, reuse_table
+from moespec.zoo import sources
 
 if profile not in ("quick", "full"):
     raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
 num_docs, doc_len = {"quick": (6, 300), "full": (60, 4096)}[profile]
 resamples = resamples if profile == "full" else min(resamples, 200)
-synthetic_models = {"synthetic": ["olmoe", "qwen3", "gpt-oss"], "none": []}.get(model, [model])
+checkpoint = model not in ("synthetic", "none") and model.lower() not in PRESETS
+synthetic_models = [] if checkpoint else {"synthetic": ["olmoe", "qwen3", "gpt-oss"], "none": []}.get(model, [model])
 published = published_reuse()
 print(f"profile={profile}: {num_docs} documents x {doc_len} tokens per synthetic trace, "
       f"{resamples} bootstrap resamples, seed={seed}")
@@ -74,6 +78,9 @@ for i, name in enumerate(tqdm(synthetic_models, desc="synthetic traces")):
 recorded = sorted(paths.traces_dir().glob("*.npz")) if load_recorded else []
 for path in tqdm(recorded, desc="recorded traces"):
     traces.append(RoutingTrace.load(path))
+if checkpoint:  # moespec.zoo.sources.record_checkpoint: raw WikiText test articles, context-length pieces
+    traces.append(sources.fit_subset(sources.record_checkpoint(
+        model, device, max_tokens=None if profile == "full" else doc_len)))
 if not traces:
     raise ValueError("no traces: set model to 'synthetic' or a preset, or record traces into "
                      f"{paths.traces_dir()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from moespec.routing import RoutingTrace
@@ -46,3 +47,20 @@ def test_record_checkpoint_from_a_local_folder(tmp_path):
     assert list(trace.doc_lengths) == [32, 8, 32, 8] and trace.source == "recorded: ckpt on WikiText test"
     with pytest.raises(FileNotFoundError, match="no local checkpoint"):
         sources.record_checkpoint(str(tmp_path / "absent"))
+
+
+def test_notebook_01_records_a_checkpoint_path(run_notebook, tmp_path):
+    """Notebook 01 with ``model`` = a local checkpoint folder records it and shows its fit articles."""
+    from moespec import corpus, zoo
+    from moespec.zoo import tokenizer as T
+
+    tok = T.wrap(T.train_bpe((a.text for a in corpus.articles("train")[:2]), 300))
+    ckpt = tmp_path / "tinyckpt"
+    zoo.tiny_moe(seed=0, vocab_size=len(tok), context=64).save_pretrained(ckpt)
+    tok.save_pretrained(str(ckpt))
+    (tmp_path / "run").mkdir()
+    _, figures, text = run_notebook("01_routing_reuse", model=str(ckpt), load_recorded=False)
+    assert "recorded: tinyckpt on WikiText test: rho_hat(2) = " in text
+    table = pd.read_csv(figures / "01_table_reuse.csv")
+    row = table[table["source"] == "recorded: tinyckpt on WikiText test"].iloc[0]
+    assert row["docs"] >= 32 and row["N"] == 16  # the 32 fit articles, in 64-token pieces
