@@ -80,7 +80,7 @@ for path in tqdm(recorded, desc="recorded traces"):
     traces.append(RoutingTrace.load(path))
 if checkpoint:  # moespec.zoo.sources.record_checkpoint: raw WikiText test articles, context-length pieces
     traces.append(sources.fit_subset(sources.record_checkpoint(
-        model, device, max_tokens=None if profile == "full" else doc_len)))
+        model, device, max_tokens=None if profile == "full" else 64)))
 if not traces:
     raise ValueError("no traces: set model to 'synthetic' or a preset, or record traces into "
                      f"{paths.traces_dir()}")

@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 
 import pandas as pd
+import pytest
 
 
+@pytest.mark.notebook
 def test_notebook_00_quick(run_notebook):
     _, figures, text = run_notebook("00_default_models", threads=1)
     for name in ("00_training_curves.png", "00_training_history.csv", "00_quality.csv",
