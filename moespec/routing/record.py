@@ -19,14 +19,15 @@ context is an error (cut it explicitly with :func:`moespec.corpus.segments`).
 from __future__ import annotations
 
 import inspect
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
-from transformers import DynamicCache
 
 from moespec.routing.trace import RoutingTrace
+
+if TYPE_CHECKING:
+    import torch
 
 #: model_type -> class name of the router module whose output[2] holds the top-k expert ids.
 ROUTER_CLASSES: dict[str, str] = {
@@ -115,7 +116,9 @@ def context_length(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
-def _as_ids(doc: Any, index: int, vocab: int | None) -> torch.Tensor:
+def _as_ids(doc: Any, index: int, vocab: int | None) -> "torch.Tensor":
+    import torch
+
     arr = np.asarray(doc.cpu() if isinstance(doc, torch.Tensor) else doc)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"document {index}: expected a non-empty 1-D array of token ids, found shape {arr.shape}")
@@ -127,7 +130,6 @@ def _as_ids(doc: Any, index: int, vocab: int | None) -> torch.Tensor:
     return torch.as_tensor(arr, dtype=torch.long)
 
 
-@torch.no_grad()
 def record(model, documents: Sequence[Any], *, chunk_size: int | None = None,
            doc_ids: Sequence[str] | None = None, source: str | None = None,
            model_name: str | None = None, observer=None, expert_bytes=None,
@@ -148,6 +150,10 @@ def record(model, documents: Sequence[Any], *, chunk_size: int | None = None,
     Returns:
         RoutingTrace with documents ``[T, L, m]`` (L = MoE layers) of expert ids.
     """
+    # torch and transformers are imported here, not with moespec.routing (statistics need neither)
+    import torch
+    from transformers import DynamicCache
+
     if len(documents) == 0:
         raise ValueError("record: no documents given")
     if chunk_size is not None and chunk_size < 1:
@@ -176,6 +182,8 @@ def record(model, documents: Sequence[Any], *, chunk_size: int | None = None,
     was_training = model.training
     model.eval()
     out_docs = []
+    grad = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)
     try:
         for d in tqdm(docs, desc="record", disable=not progress, mininterval=5):
             step = chunk_size or len(d)
@@ -196,6 +204,7 @@ def record(model, documents: Sequence[Any], *, chunk_size: int | None = None,
     finally:
         hooks.remove()
         model.train(was_training)
+        torch.set_grad_enabled(grad)
     name = model_name or getattr(model.config, "_name_or_path", None) or model.config.model_type
     return RoutingTrace(out_docs, num_experts, expert_bytes, doc_ids, model=name, source=source,
                         meta={**info, "chunk_size": chunk_size, **(meta or {})})
