@@ -40,7 +40,8 @@ model = "synthetic"     # "synthetic": OLMoE, Qwen3 and gpt-oss; a preset name: 
 resamples = 2000        # document-level bootstrap resamples (paper 1, App. D.2)
 n_max = 9
 calibrate_n9 = True     # calibrate the synthetic traces to rho(9) as well as rho(2)
-load_recorded = True    # also show every data/traces/*.npz
+load_recorded = True    # also show the traces saved in data/traces/*.npz
+recorded_split = "test"  # which saved traces: "test" (cut to the 32 fit articles, as Figure 1), "valid", or "all"
 
 # %%
 import numpy as np
@@ -49,7 +50,7 @@ from tqdm.auto import tqdm
 from moespec import io, paths
 from moespec.models import PRESETS, get_spec
 from moespec.plots.routing import figure1_reuse
-from moespec.routing import RoutingTrace, synthetic
+from moespec.routing import synthetic
 from moespec.routing.published import published_reuse, reuse_targets
 from moespec.tables.routing import reuse_curves, reuse_table
 from moespec.zoo import sources
@@ -75,9 +76,8 @@ for i, name in enumerate(tqdm(synthetic_models, desc="synthetic traces")):
     targets = targets if calibrate_n9 else {2: targets[2]}
     print(f"{spec.paper_label}: calibration targets (paper 1, published) {targets}")
     traces.append(synthetic.calibrated(spec, targets, num_docs, doc_len, seed=seed + i))
-recorded = sorted(paths.traces_dir().glob("*.npz")) if load_recorded else []
-for path in tqdm(recorded, desc="recorded traces"):
-    traces.append(RoutingTrace.load(path))
+if load_recorded:
+    traces += sources.saved_traces(None if recorded_split == "all" else recorded_split)
 if checkpoint:  # moespec.zoo.sources.record_checkpoint: raw WikiText test articles, context-length pieces
     traces.append(sources.fit_subset(sources.record_checkpoint(
         model, device, max_tokens=None if profile == "full" else 64)))

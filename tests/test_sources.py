@@ -33,6 +33,20 @@ def test_save_trace_names_large_files(tmp_path, monkeypatch):
     assert RoutingTrace.load(large).doc_ids == tr.doc_ids
 
 
+def test_saved_traces_filters_split_and_cuts_test_to_fit_articles(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOESPEC_DATA", str(tmp_path))
+    sources.save_trace(_trace({"split": "test", "fit_doc_ids": ["test/000"]}), "src", "test")
+    sources.save_trace(_trace({"split": "valid"}), "src", "valid")
+    sources.save_trace(_trace({}), "user", "any")  # no split: a user's trace, always kept
+    test = sources.saved_traces("test")
+    assert sorted(t.num_docs for t in test) == [2, 3]  # the test trace cut to test/000's two pieces
+    assert sorted(t.num_docs for t in sources.saved_traces("valid")) == [3, 3]
+    assert sorted(t.num_docs for t in sources.saved_traces(None, fit_only=False)) == [3, 3, 3]
+    (tmp_path / "traces" / "broken.npz").write_bytes(b"not a trace")
+    with pytest.raises(ValueError, match="broken.npz"):
+        sources.saved_traces("test")
+
+
 def test_record_checkpoint_from_a_local_folder(tmp_path):
     """A saved MoE checkpoint with its tokenizer records on raw WikiText articles, cut to its context."""
     from moespec import corpus, zoo

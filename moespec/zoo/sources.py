@@ -163,3 +163,23 @@ def fit_subset(trace: RoutingTrace) -> RoutingTrace:
         raise ValueError(f"{trace!r}: meta has no fit_doc_ids (only full 60-article test traces do)")
     keep = [i for i, d in enumerate(trace.doc_ids) if d.split("#")[0] in fit]
     return trace.subset(keep)
+
+
+def saved_traces(split: str | None = "test", fit_only: bool = True) -> list[RoutingTrace]:
+    """Every trace saved in ``data/traces`` (``*.npz``), for notebook 01.
+
+    A trace whose ``meta["split"]`` differs from ``split`` is left out (``split=None`` keeps all);
+    a trace with no split (one a user saved) is kept. With ``fit_only``, a WikiText test trace
+    carrying ``fit_doc_ids`` is cut to paper 1's 32 fit articles (Figure 1 uses them).
+    A file that fails to load raises its error: a broken trace is never skipped silently.
+    """
+    out = []
+    for path in sorted(paths.traces_dir().glob("*.npz")):
+        trace = RoutingTrace.load(path)
+        trace_split = trace.meta.get("split")
+        if split is not None and trace_split is not None and trace_split != split:
+            continue
+        if fit_only and trace_split == "test" and trace.meta.get("fit_doc_ids"):
+            trace = fit_subset(trace)
+        out.append(trace)
+    return out
