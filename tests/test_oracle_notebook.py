@@ -13,7 +13,9 @@ FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.cs
          "07_oracle_sequences.csv", "07_fig2_lmax_sweep.csv", "07_fig2_lmax_sweep.png", "07_fig3_delta_quadrants.csv",
          "07_fig3_delta_space.png", "07_alpha0_changed_positions.csv", "07_alpha0_summary.json", "07_alpha0_selected.csv",
          "07_online_policy.csv", "07_online_policy.json", "07_online_policy.png", "07_kernel_cost_models.csv",
-         "07_kernel_policy_differences.csv", "07_paper2_comparison.csv"]
+         "07_kernel_policy_differences.csv", "07_paper2_comparison.csv", "07_cf_fig2_lmax_sweep.csv",
+         "07_cf_fig2_lmax_sweep.png", "07_cf_fig3_delta_space.png", "07_cf_online_policy.png", "07_cf_online_policy.json",
+         "07_cf_kernel_cost_models.csv", "07_cf_alpha0_summary.json"]
 
 
 @pytest.mark.notebook
@@ -31,6 +33,10 @@ def test_notebook_07_quick(run_notebook, tmp_path):
     assert q, "quadrant counts not printed"
     online = json.loads((figures / "07_online_policy.json").read_text())
     assert online["oracle"] >= online["online"] - 1e-12 and online["oracle"] >= online["fixed_best_hindsight"] - 1e-12
+    cf = json.loads((figures / "07_cf_online_policy.json").read_text())
+    m = re.search(r"counterfactual held-out: oracle ([0-9.]+)", text)
+    assert m and float(m.group(1)) == pytest.approx(cf["oracle"], abs=1e-3)
+    assert cf["oracle"] >= cf["online"] - 1e-12
     per_k = pd.read_csv(figures / "07_tableA4_per_k.csv")
     assert list(per_k.K) == [1, 2, 3, 4, 5]
     assert "paper 2, published (their hardware)" in pd.read_csv(figures / "07_paper2_comparison.csv").columns

@@ -30,6 +30,13 @@ class CostModel:
         """Verification time of a pass with layer-averaged union U at context L (m unused here)."""
         return self.beta0 + self.alpha * np.asarray(U, dtype=float) + self.c * np.asarray(L, dtype=float)
 
+    def with_draft_scale(self, scale: float) -> "CostModel":
+        """A counterfactual: the same target cost with a draft ``scale`` times as expensive (a, b scaled)."""
+        if scale < 0:
+            raise ValueError(f"draft scale must be >= 0; got {scale}")
+        return replace(self, draft_a=self.draft_a * scale, draft_b=self.draft_b * scale,
+                       label=f"{self.label}, draft x{scale:g}")
+
     def without_experts(self) -> "CostModel":
         """The alpha = 0 ablation (Appendix B.4): the expert term removed, everything else kept."""
         return replace(self, alpha=0.0, label=f"{self.label}, alpha=0")
