@@ -94,8 +94,8 @@ for tr in traces:
 curves = reuse_curves(traces, n_max=n_max, resamples=resamples, seed=seed)
 title = "Layer-mean reuse rho_hat(n)"
 if synthetic_models:
-    title += ("\nsynthetic traces calibrated to paper 1's published rho(2)"
-              + (" and rho(9)" if calibrate_n9 else "") + "; not a measurement")
+    title += ("\n'synthetic' traces are calibrated to paper 1's published rho(2)"
+              + (" and rho(9)" if calibrate_n9 else "") + " (not a measurement); the others are recorded")
 fig = figure1_reuse(curves, published=published, title=title)
 fig_path = io.save_figure(fig, paths.figures_dir() / "01_fig1_reuse.png")
 io.write_dataframe(paths.figures_dir() / "01_fig1_reuse_data.csv", curves)

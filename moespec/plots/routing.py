@@ -17,7 +17,7 @@ def figure1_reuse(curves: pd.DataFrame, published: pd.DataFrame | None = None,
     :func:`moespec.tables.routing.reuse_curves`), the uniform-routing curve 1 - q^(n-1),
     q = 1 - m/N, dotted for each m/N present (paper 1, Sec. 2), and the paper's published layer
     means as labelled reference points (never our result)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 7))
     colors = {}
     n_max = int(curves["n"].max())
     for i, (label, grp) in enumerate(curves.groupby("label", sort=False)):
@@ -27,13 +27,11 @@ def figure1_reuse(curves: pd.DataFrame, published: pd.DataFrame | None = None,
         ax.plot(grp["n"], grp["rho"], "o-", color=color, ms=3, label=label)
         ax.fill_between(grp["n"], grp["rho_low"], grp["rho_high"], color=color, alpha=0.25, lw=0)
     n = np.arange(1, n_max + 1)
-    shares = {}
-    for (m, N), grp in curves.groupby(["m", "N"], sort=False):
-        shares.setdefault(Fraction(int(m), int(N)), set()).update(str(x) for x in grp["model"].unique())
-    for j, (share, models) in enumerate(sorted(shares.items(), reverse=True)):
+    shares = sorted({Fraction(int(m), int(N)) for m, N in zip(curves["m"], curves["N"])}, reverse=True)
+    for j, share in enumerate(shares):
         q = 1 - float(share)
         ax.plot(n, 1 - q ** (n - 1), ":", color="0.3" if j == 0 else "0.6",
-                label=f"uniform, m/N = {share} ({', '.join(sorted(models))})")
+                label=f"independent uniform routing, m/N = {share}")
     if published is not None and not published.empty:
         for model, grp in published.groupby("model", sort=False):
             ax.plot(grp["n"], grp["rho"], "x", ms=9, mew=2, color=colors.get(model, "k"),
@@ -43,7 +41,8 @@ def figure1_reuse(curves: pd.DataFrame, published: pd.DataFrame | None = None,
     ax.set_xlim(0.8, n_max + 0.2)
     ax.set_ylim(0, 1)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="upper left")
+    # outside the axes: with recorded and synthetic traces the legend would hide the curves
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.12), ncol=1, frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
