@@ -55,19 +55,23 @@ struct ActRef {
   const int32_t* c;       // int8: -128 * (sum of the block's int8 values) [nblk padded to 16]
 };
 
-// Tuning knobs, read from the environment at each call (benchmarks use them to compare
-// settings; defaults are the measured best): bytes of one matrix's rows per work item, and the
-// software-prefetch distance in bytes (0: none).
+// Tuning knob, read from the environment at each call (benchmarks use it to compare settings;
+// the default is the measured best): bytes of one matrix's rows per work item. (A software-prefetch
+// knob was removed: every distance from 512 B to 8 KiB measured slower, and its run-time check in
+// the inner loop cost time itself.)
 static int64_t g_item_bytes = 256 * 1024;
-static int64_t g_pf = 0;
 static int64_t env_int(const char* name, int64_t dflt) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoll(v) : dflt;
 }
 
-// out[r * TMAX + t] = row r . activation t, for nrows rows (w[r], int8 scales ws[r]) and T <= TMAX tokens.
-using DotFn = void (*)(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* acts, int T,
-                       float* out);
+// out[r * TMAX + t] = row r . activation t, for nrows <= ROWS_PER_CALL consecutive rows of a matrix
+// (row r at w + r * K elements, int8 scales at ws + r * K / 32) and T <= TMAX tokens. One call
+// covers a block of rows, the row loop inside the ISA-specific function (one indirect call per
+// 64 rows instead of per 4; on its own this measured neutral within noise, it keeps the driver
+// simple).
+constexpr int ROWS_PER_CALL = 64;
+using DotFn = void (*)(const void* w, const float* ws, int nrows, int64_t K, const ActRef* acts, int T, float* out);
 
 // ------------------------------------------------------------------------------------------------
 // Scalar helpers
@@ -228,7 +232,7 @@ static inline TGT_512 void store_sums(const __m512 (&acc)[U][R][T], float* out) 
 }
 
 template <int R, int T>
-static TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRef* a, float* out) {
+static inline __attribute__((always_inline)) TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRef* a, float* out) {
   constexpr int U = R * T == 1 ? 4 : (R * T <= 3 ? 2 : 1);  // enough independent FMA chains
   __m512 acc[U][R][T];
   for (int u = 0; u < U; ++u)
@@ -241,14 +245,20 @@ static TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRe
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       __m512 wv[R];
-      if (g_pf)
-        for (int r = 0; r < R; ++r) _mm_prefetch((const char*)(w[r] + k + 16 * u) + g_pf, _MM_HINT_T0);
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_ps(w[r] + k + 16 * u);
+      for (int r = 0; r < R; ++r) {
+        wv[r] = _mm512_loadu_ps(w[r] + k + 16 * u);
+        // The weight stream gets its own load instruction, x is the FMA's memory operand. With
+        // the weight folded into the FMA instead (what GCC chose for T = 1 while x was pinned to a
+        // register), one thread streaming from DRAM on this Zen 4 VM reached 0.89 of torch.sum over
+        // the same bytes (OLMoE f32, n = 1, min over 80 calls); with its own load 0.93-0.98, level
+        // with the AVX2 path and a plain C++ loop.
+        asm("" : "+v"(wv[r]));
+      }
 #pragma GCC unroll 9
       for (int t = 0; t < T; ++t) {
         __m512 xv = _mm512_loadu_ps(x[t] + k + 16 * u);
-        asm("" : "+v"(xv));  // keep x in a register for the R rows (GCC would re-load it per FMA)
+        if (R > 1) asm("" : "+v"(xv));  // keep x in a register for the R rows (GCC would re-load it per FMA)
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) acc[u][r][t] = _mm512_fmadd_ps(wv[r], xv, acc[u][r][t]);
       }
@@ -265,7 +275,7 @@ static TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRe
 }
 
 template <int R, int T>
-static TGT_512BF16 void dot_bf16_avx512(const uint16_t* const* w, int64_t K, const ActRef* a, float* out) {
+static inline __attribute__((always_inline)) TGT_512BF16 void dot_bf16_avx512(const uint16_t* const* w, int64_t K, const ActRef* a, float* out) {
   // vdpbf16ps: 32 bf16 products per instruction, accumulated pairwise in fp32.
   constexpr int U = R * T == 1 ? 4 : (R * T <= 3 ? 2 : 1);
   __m512 acc[U][R][T];
@@ -280,11 +290,15 @@ static TGT_512BF16 void dot_bf16_avx512(const uint16_t* const* w, int64_t K, con
     for (int u = 0; u < U; ++u) {
       __m512bh wv[R];
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_loadu_si512((const void*)(w[r] + k + 32 * u));
+      for (int r = 0; r < R; ++r) {
+        __m512i wi = _mm512_loadu_si512((const void*)(w[r] + k + 32 * u));
+        asm("" : "+v"(wi));  // own load for the weight stream (see dot_f32_avx512)
+        wv[r] = (__m512bh)wi;
+      }
 #pragma GCC unroll 9
       for (int t = 0; t < T; ++t) {
         __m512i xi = _mm512_loadu_si512((const void*)(x[t] + k + 32 * u));
-        asm("" : "+v"(xi));
+        if (R > 1) asm("" : "+v"(xi));
         __m512bh xv = (__m512bh)xi;
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) acc[u][r][t] = _mm512_dpbf16_ps(acc[u][r][t], wv[r], xv);
@@ -303,7 +317,7 @@ static TGT_512BF16 void dot_bf16_avx512(const uint16_t* const* w, int64_t K, con
 }
 
 template <int R, int T>
-static TGT_512VNNI void dot_i8_avx512(const uint8_t* const* w, const float* const* ws, int64_t K, const ActRef* a,
+static inline __attribute__((always_inline)) TGT_512VNNI void dot_i8_avx512(const uint8_t* const* w, const float* const* ws, int64_t K, const ActRef* a,
                                       float* out) {
   // Interleaved layout: step i of a group holds 4 values of each of its G <= 16 blocks, so int32
   // lane j of vpdpbusd accumulates block j whole; after 8 steps each lane is one block's sum, which
@@ -356,27 +370,51 @@ static TGT_512VNNI void dot_i8_avx512(const uint8_t* const* w, const float* cons
     for (int t = 0; t < T; ++t) out[r * TMAX + t] = _mm512_reduce_add_ps(facc[r][t]);
 }
 
-// nrows rows in chunks of Rows<T>::R, the remainder one row at a time.
+// nrows consecutive rows in chunks of Rows<T>::R, the remainder one row at a time; the micro-kernels
+// are inlined here (see ROWS_PER_CALL).
 template <int T>
-static void rows_f32_avx512(const void* const* w, const float* const*, int nrows, int64_t K, const ActRef* a, float* o) {
+static TGT_512 void rows_f32_avx512(const void* w, const float*, int nrows, int64_t K, const ActRef* a, float* o) {
   constexpr int R = Rows<T>::R;
+  const float* wp[R];
   int r = 0;
-  for (; r + R <= nrows; r += R) dot_f32_avx512<R, T>((const float* const*)(w + r), K, a, o + r * TMAX);
-  for (; r < nrows; ++r) dot_f32_avx512<1, T>((const float* const*)(w + r), K, a, o + r * TMAX);
+  for (; r + R <= nrows; r += R) {
+    for (int q = 0; q < R; ++q) wp[q] = (const float*)w + (r + q) * K;
+    dot_f32_avx512<R, T>(wp, K, a, o + r * TMAX);
+  }
+  for (; r < nrows; ++r) {
+    wp[0] = (const float*)w + r * K;
+    dot_f32_avx512<1, T>(wp, K, a, o + r * TMAX);
+  }
 }
 template <int T>
-static void rows_bf16_avx512(const void* const* w, const float* const*, int nrows, int64_t K, const ActRef* a, float* o) {
+static TGT_512BF16 void rows_bf16_avx512(const void* w, const float*, int nrows, int64_t K, const ActRef* a, float* o) {
   constexpr int R = Rows<T>::R;
+  const uint16_t* wp[R];
   int r = 0;
-  for (; r + R <= nrows; r += R) dot_bf16_avx512<R, T>((const uint16_t* const*)(w + r), K, a, o + r * TMAX);
-  for (; r < nrows; ++r) dot_bf16_avx512<1, T>((const uint16_t* const*)(w + r), K, a, o + r * TMAX);
+  for (; r + R <= nrows; r += R) {
+    for (int q = 0; q < R; ++q) wp[q] = (const uint16_t*)w + (r + q) * K;
+    dot_bf16_avx512<R, T>(wp, K, a, o + r * TMAX);
+  }
+  for (; r < nrows; ++r) {
+    wp[0] = (const uint16_t*)w + r * K;
+    dot_bf16_avx512<1, T>(wp, K, a, o + r * TMAX);
+  }
 }
 template <int T>
-static void rows_i8_avx512(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, float* o) {
+static TGT_512VNNI void rows_i8_avx512(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, float* o) {
   constexpr int R = Rows<T>::R;
+  const int64_t nblk = K / BLK;
+  const uint8_t* wp[R];
+  const float* sp[R];
   int r = 0;
-  for (; r + R <= nrows; r += R) dot_i8_avx512<R, T>((const uint8_t* const*)(w + r), ws + r, K, a, o + r * TMAX);
-  for (; r < nrows; ++r) dot_i8_avx512<1, T>((const uint8_t* const*)(w + r), ws + r, K, a, o + r * TMAX);
+  for (; r + R <= nrows; r += R) {
+    for (int q = 0; q < R; ++q) wp[q] = (const uint8_t*)w + (r + q) * K, sp[q] = ws + (r + q) * nblk;
+    dot_i8_avx512<R, T>(wp, sp, K, a, o + r * TMAX);
+  }
+  for (; r < nrows; ++r) {
+    wp[0] = (const uint8_t*)w + r * K, sp[0] = ws + r * nblk;
+    dot_i8_avx512<1, T>(wp, sp, K, a, o + r * TMAX);
+  }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -396,21 +434,21 @@ static void rows_i8_avx512(const void* const* w, const float* const* ws, int nro
 
 // Single-row paths (portable, AVX2): loop over the rows.
 #define MOESPEC_ROWS_FN(NAME, WT, SCALED)                                                              \
-  static void NAME(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, int T,  \
-                   float* o) {                                                                                 \
+  static void NAME(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* o) {    \
     for (int r = 0; r < nrows; ++r) {                                                                          \
-      const WT* wr = (const WT*)w[r];                                                                          \
+      const WT* wr = (const WT*)w + r * K;                                                                     \
+      const float* wsr = ws ? ws + r * (K / BLK) : nullptr;                                                    \
       float* orow = o + r * TMAX;                                                                              \
-      (void)ws;                                                                                                \
+      (void)wsr;                                                                                               \
       MOESPEC_SWITCH_T(SCALED)                                                                                 \
     }                                                                                                          \
   }
 #define C_F32P(N) dot_f32_generic<N>(wr, K, a, orow)
 #define C_BF16P(N) dot_bf16_generic<N>(wr, K, a, orow)
-#define C_I8P(N) dot_i8_generic<N>(wr, ws[r], K, a, orow)
+#define C_I8P(N) dot_i8_generic<N>(wr, wsr, K, a, orow)
 #define C_F32A(N) dot_f32_avx2<N>(wr, K, a, orow)
 #define C_BF16A(N) dot_bf16_avx2<N>(wr, K, a, orow)
-#define C_I8A(N) dot_i8_avx2<N>(wr, ws[r], K, a, orow)
+#define C_I8A(N) dot_i8_avx2<N>(wr, wsr, K, a, orow)
 MOESPEC_ROWS_FN(dot_f32_portable_fn, float, C_F32P)
 MOESPEC_ROWS_FN(dot_bf16_portable_fn, uint16_t, C_BF16P)
 MOESPEC_ROWS_FN(dot_i8_portable_fn, uint8_t, C_I8P)
@@ -418,19 +456,19 @@ MOESPEC_ROWS_FN(dot_f32_avx2_fn, float, C_F32A)
 MOESPEC_ROWS_FN(dot_bf16_avx2_fn, uint16_t, C_BF16A)
 MOESPEC_ROWS_FN(dot_i8_avx2_fn, uint8_t, C_I8A)
 
-static void dot_f32_avx512_fn(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, int T,
+static void dot_f32_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T,
                               float* o) {
 #define C(N) rows_f32_avx512<N>(w, ws, nrows, K, a, o)
   MOESPEC_SWITCH_T(C)
 #undef C
 }
-static void dot_bf16_avx512_fn(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, int T,
+static void dot_bf16_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T,
                                float* o) {
 #define C(N) rows_bf16_avx512<N>(w, ws, nrows, K, a, o)
   MOESPEC_SWITCH_T(C)
 #undef C
 }
-static void dot_i8_avx512_fn(const void* const* w, const float* const* ws, int nrows, int64_t K, const ActRef* a, int T,
+static void dot_i8_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T,
                              float* o) {
 #define C(N) rows_i8_avx512<N>(w, ws, nrows, K, a, o)
   MOESPEC_SWITCH_T(C)
@@ -747,7 +785,6 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
   // is missing. The thread finishing a group's last phase-1 item prepares the group's h (phase 2)
   // and marks it ready; a phase-3 item of a group waits until then.
   g_item_bytes = env_int("MOESPEC_CPU_ITEM_BYTES", 256 * 1024);
-  g_pf = env_int("MOESPEC_CPU_PREFETCH", 0);
   const int64_t rows1 = std::max<int64_t>(1, g_item_bytes / (H * esize));
   const int64_t rows2 = std::max<int64_t>(1, g_item_bytes / (I * esize));
   const int64_t ng = (int64_t)groups.size();
@@ -764,9 +801,7 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
 
   Pool::get().run(items, nt - 1, [&](int64_t it) {
     ActRef refs[TMAX];
-    float out[4 * TMAX];
-    const void* wrows[4];
-    const float* srows[4];
+    float out[ROWS_PER_CALL * TMAX];
     if (it < items1) {
       // 1. gate and up rows for every assignment of the group: g = W_gate x, u = W_up x
       const int64_t gi = it / nb1;
@@ -776,19 +811,15 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
         const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
         for (int j = 0; j < T; ++j) refs[j] = ax.refs[assign[G.first + t0 + j] / m];
         // gate rows of the block, then up rows: each matrix streamed as one contiguous region,
-        // four consecutive rows at a time
+        // up to ROWS_PER_CALL consecutive rows per call
         for (int mat = 0; mat < 2; ++mat) {
           const uint8_t* W = mat == 0 ? Wg : Wu;
           const float* S = mat == 0 ? Sg : Su;
           float* dst = mat == 0 ? gbuf.data() : ubuf.data();
-          for (int64_t r = r0; r < r1; r += 4) {
-            const int nr = (int)std::min<int64_t>(4, r1 - r);
-            for (int q = 0; q < nr; ++q) {
-              const int64_t row = G.expert * I + r + q;
-              wrows[q] = W + row * H * esize;
-              srows[q] = S ? S + row * (H / BLK) : nullptr;
-            }
-            dot(wrows, srows, nr, H, refs, T, out);
+          for (int64_t r = r0; r < r1; r += ROWS_PER_CALL) {
+            const int nr = (int)std::min<int64_t>(ROWS_PER_CALL, r1 - r);
+            const int64_t row = G.expert * I + r;
+            dot(W + row * H * esize, S ? S + row * (H / BLK) : nullptr, nr, H, refs, T, out);
             for (int q = 0; q < nr; ++q)
               for (int j = 0; j < T; ++j) dst[assign[G.first + t0 + j] * I + r + q] = out[q * TMAX + j];
           }
@@ -816,14 +847,10 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
       for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
         const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
         for (int j = 0; j < T; ++j) refs[j] = ah.refs[assign[G.first + t0 + j]];
-        for (int64_t r = r0; r < r1; r += 4) {  // four down rows together
-          const int nr = (int)std::min<int64_t>(4, r1 - r);
-          for (int q = 0; q < nr; ++q) {
-            const int64_t row = G.expert * H + r + q;
-            wrows[q] = Wd + row * I * esize;
-            srows[q] = Sd ? Sd + row * (I / BLK) : nullptr;
-          }
-          dot(wrows, srows, nr, I, refs, T, out);
+        for (int64_t r = r0; r < r1; r += ROWS_PER_CALL) {
+          const int nr = (int)std::min<int64_t>(ROWS_PER_CALL, r1 - r);
+          const int64_t row = G.expert * H + r;
+          dot(Wd + row * I * esize, Sd ? Sd + row * (I / BLK) : nullptr, nr, I, refs, T, out);
           for (int q = 0; q < nr; ++q)
             for (int j = 0; j < T; ++j) obuf[assign[G.first + t0 + j] * H + r + q] = out[q * TMAX + j];
         }
