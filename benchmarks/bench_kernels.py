@@ -26,6 +26,13 @@ import time
 # alike, so the ratio stays fair): in this VM 4 KiB pages cost both about a third of their
 # bandwidth. Must be set before torch allocates; MOESPEC_BENCH_THP=0 turns it off.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", os.environ.get("MOESPEC_BENCH_THP", "1"))
+# torch's OpenMP workers spin for milliseconds after every parallel torch op (here: the read
+# flush before each timed call); on 2 cores the spinning worker takes the second core from the
+# kernel's helper thread. Measured in one quiet pair of runs (OLMoE f32, read 35 GB/s): per-slot
+# n = 1 0.62 -> 0.91 of read, dedup 0.71-0.91 -> 0.93-0.96 with passive waiting. torch.sum over
+# 1 GiB (the reference) is unaffected. OMP_WAIT_POLICY=ACTIVE (set before running) measures the
+# spinning case. Must be set before libgomp starts (before torch is imported).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import pandas as pd
@@ -118,6 +125,7 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     st = mon.state
     df["threads"] = torch.get_num_threads()
     df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
+    df["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
     df["cpu_isa"] = torch.ops.moespec.cpu_isa(w.fmt)
     df["other_load"], df["flags"] = round(st.other_load, 3), ";".join(st.flags)
     df["setup_s"], df["run_s"] = round(setup_s, 1), round(st.wall_s, 1)
