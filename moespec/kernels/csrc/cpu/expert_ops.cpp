@@ -372,34 +372,24 @@ static inline __attribute__((always_inline)) TGT_512VNNI void dot_i8_avx512(cons
 
 // nrows consecutive rows in chunks of Rows<T>::R, the remainder one row at a time; the micro-kernels
 // are inlined here (see ROWS_PER_CALL).
-template <int T>
-static TGT_512 void rows_f32_avx512(const void* w, const float*, int nrows, int64_t K, const ActRef* a, float* o) {
-  constexpr int R = Rows<T>::R;
-  const float* wp[R];
-  int r = 0;
-  for (; r + R <= nrows; r += R) {
-    for (int q = 0; q < R; ++q) wp[q] = (const float*)w + (r + q) * K;
-    dot_f32_avx512<R, T>(wp, K, a, o + r * TMAX);
+// (a macro, not a template: the target attribute differs per format)
+#define MOESPEC_ROWS_AVX512(NAME, TGT, WT, DOT)                                                          \
+  template <int T>                                                                                       \
+  static TGT void NAME(const void* w, const float*, int nrows, int64_t K, const ActRef* a, float* o) {    \
+    constexpr int R = Rows<T>::R;                                                                        \
+    const WT* wp[R];                                                                                     \
+    int r = 0;                                                                                           \
+    for (; r + R <= nrows; r += R) {                                                                     \
+      for (int q = 0; q < R; ++q) wp[q] = (const WT*)w + (r + q) * K;                                    \
+      DOT<R, T>(wp, K, a, o + r * TMAX);                                                                 \
+    }                                                                                                    \
+    for (; r < nrows; ++r) {                                                                             \
+      wp[0] = (const WT*)w + r * K;                                                                      \
+      DOT<1, T>(wp, K, a, o + r * TMAX);                                                                 \
+    }                                                                                                    \
   }
-  for (; r < nrows; ++r) {
-    wp[0] = (const float*)w + r * K;
-    dot_f32_avx512<1, T>(wp, K, a, o + r * TMAX);
-  }
-}
-template <int T>
-static TGT_512BF16 void rows_bf16_avx512(const void* w, const float*, int nrows, int64_t K, const ActRef* a, float* o) {
-  constexpr int R = Rows<T>::R;
-  const uint16_t* wp[R];
-  int r = 0;
-  for (; r + R <= nrows; r += R) {
-    for (int q = 0; q < R; ++q) wp[q] = (const uint16_t*)w + (r + q) * K;
-    dot_bf16_avx512<R, T>(wp, K, a, o + r * TMAX);
-  }
-  for (; r < nrows; ++r) {
-    wp[0] = (const uint16_t*)w + r * K;
-    dot_bf16_avx512<1, T>(wp, K, a, o + r * TMAX);
-  }
-}
+MOESPEC_ROWS_AVX512(rows_f32_avx512, TGT_512, float, dot_f32_avx512)
+MOESPEC_ROWS_AVX512(rows_bf16_avx512, TGT_512BF16, uint16_t, dot_bf16_avx512)
 template <int T>
 static TGT_512VNNI void rows_i8_avx512(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, float* o) {
   constexpr int R = Rows<T>::R;
