@@ -26,8 +26,10 @@ test: $(STAMP)
 reproduce: $(STAMP)
 	$(BIN)/moespec reproduce --profile $(PROFILE)
 
+# quick profile: a smoke run in seconds per notebook; its figures go to runs/quick/figures so that
+# the full run's figures/ are not overwritten by tiny-model results
 quick: $(STAMP)
-	$(BIN)/moespec reproduce --profile quick
+	MOESPEC_FIGURES=$(CURDIR)/runs/quick/figures $(BIN)/moespec reproduce --profile quick --out runs/quick
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_routing_stats.py
