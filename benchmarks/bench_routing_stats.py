@@ -1,7 +1,8 @@
 """Speed of the routing statistics (issue 2, item 5): a synthetic trace of 60 documents x 4096
 tokens (245,760 tokens, about WikiText-103 test) x 16 layers x m = 8 of N = 64 experts.
 
-Times, as medians over repetitions with their min-max spread:
+Times, as medians over repetitions with their interquartile range (moespec.bench.timing, the
+project's one timing harness; no cache flush: the statistics' own arrays are the workload):
   * reuse + mean_union + byte_share for n = 1..9 from a cold trace (window sums computed);
   * 2000 document-level bootstrap resamples of the layer-mean reuse (window sums cached), and
     the same from a cold trace;
@@ -13,22 +14,11 @@ Run: ``make bench`` or ``.venv/bin/python benchmarks/bench_routing_stats.py [--r
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import time
 
 from moespec import io, paths, provenance
+from moespec.bench.timing import time_interleaved
 from moespec.routing import bootstrap, byte_share, mean_union, reuse, synthetic
-
-
-def timed(fn, repeats: int) -> dict:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-            "repeats": repeats}
 
 
 def bench(num_experts: int, repeats: int, resamples: int) -> dict:
@@ -48,12 +38,12 @@ def bench(num_experts: int, repeats: int, resamples: int) -> dict:
         trace._cache.clear()
         warm_boot()
 
-    cold_stats()  # warm-up (imports, allocator)
+    timings = time_interleaved({"stats_n1to9_cold": cold_stats,
+                                f"bootstrap_{resamples}_warm": warm_boot,
+                                f"bootstrap_{resamples}_cold": cold_boot}, reps=repeats, warmup=1)
     return {"trace": {"docs": trace.num_docs, "tokens": trace.num_tokens, "L": trace.num_layers,
                       "m": trace.top_k, "N": trace.num_experts, "generation_s": gen_s},
-            "stats_n1to9_cold": timed(cold_stats, repeats),
-            f"bootstrap_{resamples}_warm": timed(warm_boot, repeats),
-            f"bootstrap_{resamples}_cold": timed(cold_boot, repeats)}
+            **{name: t.row() for name, t in timings.items()}}
 
 
 def main(argv=None) -> dict:
@@ -76,8 +66,8 @@ def main(argv=None) -> dict:
               f"(generated in {tr['generation_s']:.1f} s)")
         for key, val in res.items():
             if key != "trace":
-                print(f"  {key:24s} median {val['median_s']:.3f} s  (min {val['min_s']:.3f}, "
-                      f"max {val['max_s']:.3f}, {val['repeats']} runs)")
+                print(f"  {key:24s} median {val['t_median_s']:.3f} s  (IQR {val['t_q25_s']:.3f}-"
+                      f"{val['t_q75_s']:.3f}, {val['reps']} runs)")
     out = io.write_json(paths.ensure(paths.bench_dir()) / "routing_stats.json", record)
     print(f"\nwritten: {out}")
     return record
