@@ -1,0 +1,120 @@
+"""The ggml peer (benchmarks/ggml_peer: ggml's CPU MUL_MAT_ID expert FFN) computes moespec's expert
+operation: against the fp64 reference with the tolerances of the kernel tests (2 x torch's own
+error at the format's precision), on a small shape and the OLMoE shape at n = 1, 2, 9.
+
+Skipped where the peer is not built (CI does not build it): build it with
+``.venv/bin/python benchmarks/ggml_peer/build.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from moespec import paths
+from moespec.kernels import ExpertWeights, reference_forward
+from moespec.kernels.shapes import published_shapes, random_ids
+
+sys.path.insert(0, str(paths.ROOT))
+from benchmarks.ggml_peer import peer  # noqa: E402
+from kernel_cases import FORMATS, rel_err, tolerance  # noqa: E402
+
+if not peer.available():
+    pytest.skip(f"the ggml peer is not built ({peer.library_path()} missing; "
+                "build it with benchmarks/ggml_peer/build.py)", allow_module_level=True)
+
+
+def _inputs(n, H, m, N, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, H, generator=g)
+    ids = random_ids(n, m, N, np.random.default_rng(seed))
+    return x, ids, torch.rand(n, m, generator=g)
+
+
+def _check(p, x, ids, w, gates):
+    ref = reference_forward(x, ids, w, gates)
+    tol = tolerance(x, ids, w, gates, ref)
+    y = p(x, ids, gates)
+    assert y.shape == x.shape and y.dtype == torch.float32
+    err = rel_err(y, ref)
+    assert err <= tol, f"ggml {p.fmt} n={x.shape[0]} gates={gates is not None}: error {err:.3g} > {tol:.3g}"
+    return err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shape", [(8, 256, 128, 3), (5, 544, 96, 4), (4, 64, 32, 1)])  # m = 1 last
+def test_small_shapes(fmt, shape):
+    N, H, I, m = shape
+    w = ExpertWeights.random((N, H, I), fmt, seed=3)
+    with peer.GgmlExperts.from_weights(w, threads=2) as p:
+        for n in (1, 4, 13):
+            x, ids, g = _inputs(n, H, m, N, seed=n)
+            for gates in (None, g):
+                _check(p, x, ids, w, gates)
+
+
+@functools.lru_cache(maxsize=1)
+def _olmoe(fmt):
+    N, H, I, m = published_shapes()["olmoe"]
+    # N = m + 1, the smallest legal layer, keeps memory and time small; H, I as published
+    w = ExpertWeights.random((m + 1, H, I), fmt, seed=5)
+    return w, m, peer.GgmlExperts.from_weights(w, threads=2)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_olmoe_shape(fmt):
+    """OLMoE's H = 2048, I = 1024, m = 8 at n = 1, 2, 9, each n twice with new inputs (the graph of
+    a token count is cached: a second call must see its own inputs)."""
+    w, m, p = _olmoe(fmt)
+    for k, n in enumerate((1, 2, 9, 2)):
+        x, ids, g = _inputs(n, w.hidden_size, m, w.num_experts, seed=10 + k)
+        _check(p, x, ids, w, g)
+
+
+def test_q8_0_is_the_same_weights_as_int8_b32():
+    """Q8_0 from moespec's int8_b32 weights: the peer's error is within a small factor of torch's
+    int8 error (activation quantization), i.e. no extra weight error beyond the fp16 scale."""
+    N, H, I, m = 9, 512, 256, 4
+    w = ExpertWeights.random((N, H, I), "int8_b32", seed=7)
+    x, ids, g = _inputs(6, H, m, N, seed=7)
+    with peer.GgmlExperts.from_weights(w, threads=1) as p:
+        assert p.fmt == "q8_0"
+        assert p.bytes_per_expert == 3 * H * I // 32 * 34  # 32 int8 + an fp16 scale per block
+        _check(p, x, ids, w, g)
+
+
+def test_gates_linear_and_threads_agree():
+    N, H, I, m = 8, 256, 128, 3
+    w = ExpertWeights.random((N, H, I), "f32", seed=2)
+    x, ids, g = _inputs(5, H, m, N, seed=2)
+    with peer.GgmlExperts.from_weights(w, threads=1) as p1, peer.GgmlExperts.from_weights(w, threads=2) as p2:
+        y1 = p1(x, ids, g)
+        torch.testing.assert_close(p2(x, ids, g), y1, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(p1(x, ids, 2 * g), 2 * y1, rtol=1e-6, atol=1e-7)
+        assert p1(x, ids, torch.zeros_like(g)).abs().max() == 0
+
+
+def test_bad_input():
+    N, H, I, m = 4, 64, 32, 2
+    w = ExpertWeights.random((N, H, I), "f32", seed=1)
+    p = peer.GgmlExperts.from_weights(w, threads=1)
+    x, ids, g = _inputs(3, H, m, N, seed=1)
+    with pytest.raises(ValueError, match="out of range"):
+        p(x, torch.full_like(ids, N), g)
+    with pytest.raises(ValueError, match="x: expected shape"):
+        p(x[:, :-1], ids, g)
+    with pytest.raises(ValueError, match="gates: expected shape"):
+        p(x, ids, g[:, :1])
+    with pytest.raises(ValueError, match="integer"):
+        p(x, ids.float(), g)
+    with pytest.raises(ValueError, match="unsupported ggml peer format"):
+        peer.GgmlExperts.from_weights(w, fmt="q4_0")
+    with pytest.raises(ValueError, match="multiples of 32"):
+        peer.GgmlExperts.from_tensors(torch.randn(2, 8, 40), torch.randn(2, 8, 40), torch.randn(2, 40, 8), "q8_0")
+    p.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        p(x, ids, g)
