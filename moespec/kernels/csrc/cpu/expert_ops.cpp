@@ -65,13 +65,12 @@ static int64_t env_int(const char* name, int64_t dflt) {
   return v && *v ? std::atoll(v) : dflt;
 }
 
-// out[r * TMAX + t] = row r . activation t, for nrows <= ROWS_PER_CALL consecutive rows of a matrix
-// (row r at w + r * K elements, int8 scales at ws + r * K / 32) and T <= TMAX tokens. One call
-// covers a block of rows, the row loop inside the ISA-specific function (one indirect call per
-// 64 rows instead of per 4; on its own this measured neutral within noise, it keeps the driver
-// simple).
+// out[t][r] = row r . activation t, for nrows <= ROWS_PER_CALL consecutive rows of a matrix (row r
+// at w + r * K elements, int8 scales at ws + r * K / 32) and T <= TMAX tokens; out[t] points at
+// token t's destination for the first row. One call covers a block of rows, the row loop inside
+// the ISA-specific function (one indirect call per 64 rows).
 constexpr int ROWS_PER_CALL = 64;
-using DotFn = void (*)(const void* w, const float* ws, int nrows, int64_t K, const ActRef* acts, int T, float* out);
+using DotFn = void (*)(const void* w, const float* ws, int nrows, int64_t K, const ActRef* acts, int T, float* const* out);
 
 // ------------------------------------------------------------------------------------------------
 // Scalar helpers
@@ -212,200 +211,177 @@ static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, c
 #define TGT_512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
 #define TGT_512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
 
-// Micro-kernels over R rows x T tokens (R*T accumulators in registers; each weight vector loaded
-// once for the T tokens, each activation vector once for the R rows). R = 1: streaming several rows
-// at once (R = 2 or 4 rows, 4-8 KiB apart) measured 30-50% slower from DRAM on this Zen 4 VM than
-// one row at a time with independent accumulators along k (a plain-C++ microbenchmark showed the
-// same), and R = 2 for 4-9 tokens gave no gain from cache either, so the templates keep R for other
-// CPUs but use 1.
-template <int T> struct Rows { static constexpr int R = 1; };
+// Micro-kernels: one row x T tokens. The row streams once, T accumulators (or U independent chains
+// for one or two tokens) stay in registers, each token's activation chunk is the FMA's memory
+// operand (an L1 hit). A kernel leaves its T accumulators unreduced in part[t][q] (q = the row's
+// place in a block of 16 rows); finish_rows() then adds up 16 rows at once (hsum16). Rows side by
+// side (2-4 rows per pass) measured 30-50% slower from DRAM on this Zen 4 VM than one row at a time,
+// so there is no row blocking.
+constexpr int RB = 16;  // rows per horizontal-sum block
 
-// out[r * TMAX + t] = sum over u and lanes of acc[u][r][t].
-template <int U, int R, int T>
-static inline TGT_512 void store_sums(const __m512 (&acc)[U][R][T], float* out) {
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) {
-      __m512 s = acc[0][r][t];
-      for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][r][t]);
-      out[r * TMAX + t] = _mm512_reduce_add_ps(s);
-    }
+// part[t][q] -> out[t][r0 + q] for q < nr: lane i of hsum16 is the sum of the 16 lanes of its i-th
+// input. A shuffle tree (4 levels, 15 pairings of 3 instructions) costs ~3 instructions per row;
+// _mm512_reduce_add_ps per row cost ~8 dependent ones, 10-25% of the work of a 1-2 KiB int8/bf16
+// row. The tree leaves lane L holding input kOrder[L]; kOrder is an involution, so feeding input
+// kOrder[i] into slot i puts row i in lane i.
+static constexpr int kOrder[RB] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+
+static inline TGT_512 __m512 hsum16(const __m512* v) {
+  __m512 s1[8], s2[4], s3[2];
+  for (int i = 0; i < 8; ++i) {  // 128-bit chunks {0,1}+{2,3}: 8 partial sums of each input
+    const __m512 a = v[kOrder[i]], b = v[kOrder[i + 8]];
+    s1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  }
+  for (int i = 0; i < 4; ++i)  // chunks {0,2}+{1,3}: 4 partial sums, one input per chunk
+    s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[i], s1[i + 4], 0x88), _mm512_shuffle_f32x4(s1[i], s1[i + 4], 0xDD));
+  for (int i = 0; i < 2; ++i)  // within chunks: 2 partial sums
+    s3[i] = _mm512_add_ps(_mm512_shuffle_ps(s2[i], s2[i + 2], 0x44), _mm512_shuffle_ps(s2[i], s2[i + 2], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], 0x88), _mm512_shuffle_ps(s3[0], s3[1], 0xDD));
 }
 
-template <int R, int T>
-static inline __attribute__((always_inline)) TGT_512 void dot_f32_avx512(const float* const* w, int64_t K, const ActRef* a, float* out) {
-  constexpr int U = R * T == 1 ? 4 : (R * T <= 3 ? 2 : 1);  // enough independent FMA chains
-  __m512 acc[U][R][T];
+template <int T>
+static inline __attribute__((always_inline)) TGT_512 void finish_rows(__m512 (&part)[T][RB], int nr, float* const* out, int r0) {
+  const __mmask16 mk = nr == RB ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+  for (int t = 0; t < T; ++t) {
+    for (int q = nr; q < RB; ++q) part[t][q] = _mm512_setzero_ps();
+    _mm512_mask_storeu_ps(out[t] + r0, mk, hsum16(part[t]));
+  }
+}
+
+// Independent accumulator chains: enough to cover the FMA latency when few tokens share a row.
+template <int T> constexpr int chains() { return T == 1 ? 4 : (T <= 3 ? 2 : 1); }
+
+template <int U, int T>
+static inline __attribute__((always_inline)) TGT_512 void keep_partials(const __m512 (&acc)[U][T], __m512 (&part)[T][RB], int q) {
+  for (int t = 0; t < T; ++t) {
+    __m512 s = acc[0][t];
+    for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][t]);
+    part[t][q] = s;
+  }
+}
+
+template <int T>
+static inline __attribute__((always_inline)) TGT_512 void dot_f32_avx512(const float* w, int64_t K, const ActRef* a, __m512 (&part)[T][RB], int q) {
+  constexpr int U = chains<T>();
+  __m512 acc[U][T];
   for (int u = 0; u < U; ++u)
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_setzero_ps();
-  const float* x[T];
-  for (int t = 0; t < T; ++t) x[t] = a[t].f;
+    for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 16 * U <= K; k += 16 * U) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
-      __m512 wv[R];
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        wv[r] = _mm512_loadu_ps(w[r] + k + 16 * u);
-        // The weight stream gets its own load instruction, x is the FMA's memory operand. With
-        // the weight folded into the FMA instead (what GCC chose for T = 1 while x was pinned to a
-        // register), one thread streaming from DRAM on this Zen 4 VM reached 0.89 of torch.sum over
-        // the same bytes (OLMoE f32, n = 1, min over 80 calls); with its own load 0.93-0.98, level
-        // with the AVX2 path and a plain C++ loop.
-        asm("" : "+v"(wv[r]));
-      }
+      __m512 wv = _mm512_loadu_ps(w + k + 16 * u);
+      // The weight stream gets its own load instruction, x is the FMA's memory operand. With
+      // the weight folded into the FMA instead (what GCC chose for T = 1 while x was pinned to a
+      // register), one thread streaming from DRAM on this Zen 4 VM reached 0.89 of torch.sum over
+      // the same bytes (OLMoE f32, n = 1, min over 80 calls); with its own load 0.93-0.98, level
+      // with the AVX2 path and a plain C++ loop.
+      asm("" : "+v"(wv));
 #pragma GCC unroll 9
-      for (int t = 0; t < T; ++t) {
-        __m512 xv = _mm512_loadu_ps(x[t] + k + 16 * u);
-        if (R > 1) asm("" : "+v"(xv));  // keep x in a register for the R rows (GCC would re-load it per FMA)
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) acc[u][r][t] = _mm512_fmadd_ps(wv[r], xv, acc[u][r][t]);
-      }
+      for (int t = 0; t < T; ++t) acc[u][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(a[t].f + k + 16 * u), acc[u][t]);
     }
   }
   for (; k < K; k += 16) {
-    __mmask16 mk = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
-    for (int t = 0; t < T; ++t) {
-      __m512 xv = _mm512_maskz_loadu_ps(mk, x[t] + k);
-      for (int r = 0; r < R; ++r) acc[0][r][t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w[r] + k), xv, acc[0][r][t]);
-    }
+    const __mmask16 mk = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
+    const __m512 wv = _mm512_maskz_loadu_ps(mk, w + k);
+    for (int t = 0; t < T; ++t) acc[0][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, a[t].f + k), acc[0][t]);
   }
-  store_sums<U, R, T>(acc, out);
+  keep_partials<U, T>(acc, part, q);
 }
 
-template <int R, int T>
-static inline __attribute__((always_inline)) TGT_512BF16 void dot_bf16_avx512(const uint16_t* const* w, int64_t K, const ActRef* a, float* out) {
+template <int T>
+static inline __attribute__((always_inline)) TGT_512BF16 void dot_bf16_avx512(const uint16_t* w, int64_t K, const ActRef* a, __m512 (&part)[T][RB], int q) {
   // vdpbf16ps: 32 bf16 products per instruction, accumulated pairwise in fp32.
-  constexpr int U = R * T == 1 ? 4 : (R * T <= 3 ? 2 : 1);
-  __m512 acc[U][R][T];
+  constexpr int U = chains<T>();
+  __m512 acc[U][T];
   for (int u = 0; u < U; ++u)
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_setzero_ps();
-  const uint16_t* x[T];
-  for (int t = 0; t < T; ++t) x[t] = (const uint16_t*)a[t].q;
+    for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 32 * U <= K; k += 32 * U) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
-      __m512bh wv[R];
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        __m512i wi = _mm512_loadu_si512((const void*)(w[r] + k + 32 * u));
-        asm("" : "+v"(wi));  // own load for the weight stream (see dot_f32_avx512)
-        wv[r] = (__m512bh)wi;
-      }
+      __m512i wi = _mm512_loadu_si512((const void*)(w + k + 32 * u));
+      asm("" : "+v"(wi));  // own load for the weight stream (see dot_f32_avx512)
 #pragma GCC unroll 9
-      for (int t = 0; t < T; ++t) {
-        __m512i xi = _mm512_loadu_si512((const void*)(x[t] + k + 32 * u));
-        if (R > 1) asm("" : "+v"(xi));
-        __m512bh xv = (__m512bh)xi;
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) acc[u][r][t] = _mm512_dpbf16_ps(acc[u][r][t], wv[r], xv);
-      }
+      for (int t = 0; t < T; ++t)
+        acc[u][t] = _mm512_dpbf16_ps(acc[u][t], (__m512bh)wi,
+                                     (__m512bh)_mm512_loadu_si512((const void*)((const uint16_t*)a[t].q + k + 32 * u)));
     }
   }
   for (; k < K; k += 32) {
-    __mmask32 mk = K - k >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
-    for (int t = 0; t < T; ++t) {
-      __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mk, x[t] + k);
-      for (int r = 0; r < R; ++r)
-        acc[0][r][t] = _mm512_dpbf16_ps(acc[0][r][t], (__m512bh)_mm512_maskz_loadu_epi16(mk, w[r] + k), xv);
-    }
+    const __mmask32 mk = K - k >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
+    const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mk, w + k);
+    for (int t = 0; t < T; ++t)
+      acc[0][t] = _mm512_dpbf16_ps(acc[0][t], wv, (__m512bh)_mm512_maskz_loadu_epi16(mk, (const uint16_t*)a[t].q + k));
   }
-  store_sums<U, R, T>(acc, out);
+  keep_partials<U, T>(acc, part, q);
 }
 
-template <int R, int T>
-static inline __attribute__((always_inline)) TGT_512VNNI void dot_i8_avx512(const uint8_t* const* w, const float* const* ws, int64_t K, const ActRef* a,
-                                      float* out) {
-  // Interleaved layout: step i of a group holds 4 values of each of its G <= 16 blocks, so int32
-  // lane j of vpdpbusd accumulates block j whole; after 8 steps each lane is one block's sum, which
-  // is scaled once (w scale * activation scale) into a float accumulator. Weights are stored +128
-  // (unsigned operand); the accumulator starts at -128 * sum(x block) to cancel that offset.
-  const int64_t nblk = K / BLK;
-  __m512 facc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) facc[r][t] = _mm512_setzero_ps();
-  for (int64_t g = 0; g * GRP < nblk; ++g) {
-    const int64_t G = std::min<int64_t>(GRP, nblk - g * GRP);
-    const __mmask16 ml = G == GRP ? (__mmask16)0xffff : (__mmask16)((1u << G) - 1);
-    const __mmask64 mb = G == GRP ? ~0ull : ((1ull << (4 * G)) - 1);
-    const int64_t o = g * GRP * BLK;
-    // S independent accumulator sets (even/odd steps) when few tokens leave the vpdpbusd chain
-    // latency-bound; summed after the 8 steps.
-    constexpr int S = R * T <= 2 ? 2 : 1;
-    __m512i iacc[S][R][T];
-    for (int t = 0; t < T; ++t) {
-      __m512i c = _mm512_maskz_loadu_epi32(ml, a[t].c + g * GRP);
-      for (int r = 0; r < R; ++r) {
-        iacc[0][r][t] = c;
-        if (S > 1) iacc[S - 1][r][t] = _mm512_setzero_si512();
-      }
-    }
+// One group of G <= 16 int8 blocks (512 bytes when full) of one row for T tokens, added to facc.
+// Interleaved layout: step i of a group holds 4 values of each of its G blocks, so int32 lane j of
+// vpdpbusd accumulates block j whole; after 8 steps each lane is one block's sum, scaled once
+// (w scale * activation scale) into the float accumulator. Weights are stored +128 (unsigned
+// operand); the accumulator starts at -128 * sum(x block) to cancel that offset. FULL groups use
+// plain loads, the last partial group masked ones.
+template <int T, bool FULL>
+static inline __attribute__((always_inline)) TGT_512VNNI void i8_group(const uint8_t* w, const float* ws, const ActRef* a,
+                                                                      int64_t g, int64_t G, __m512 (&facc)[T]) {
+  const __mmask16 ml = FULL ? (__mmask16)0xffff : (__mmask16)((1u << G) - 1);
+  const __mmask64 mb = FULL ? ~0ull : ((1ull << (4 * G)) - 1);
+  const int64_t o = g * GRP * BLK, step = FULL ? 4 * GRP : 4 * G;
+  // S independent chains (even/odd steps) when few tokens leave vpdpbusd latency-bound.
+  constexpr int S = T <= 2 ? 2 : 1;
+  __m512i iacc[S][T];
+  for (int t = 0; t < T; ++t) {
+    iacc[0][t] = FULL ? _mm512_loadu_si512((const void*)(a[t].c + g * GRP)) : _mm512_maskz_loadu_epi32(ml, a[t].c + g * GRP);
+    if (S > 1) iacc[S - 1][t] = _mm512_setzero_si512();
+  }
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-      __m512i wv[R];
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_epi8(mb, w[r] + o + i * 4 * G);
+  for (int i = 0; i < 8; ++i) {
+    __m512i wv = FULL ? _mm512_loadu_si512((const void*)(w + o + i * step)) : _mm512_maskz_loadu_epi8(mb, w + o + i * step);
+    asm("" : "+v"(wv));
 #pragma GCC unroll 9
-      for (int t = 0; t < T; ++t) {
-        __m512i xv = _mm512_loadu_si512((const void*)((const int8_t*)a[t].q + o + i * 4 * G));
-        asm("" : "+v"(xv));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) iacc[i % S][r][t] = _mm512_dpbusd_epi32(iacc[i % S][r][t], wv[r], xv);
-      }
-    }
-    if (S > 1)
-      for (int r = 0; r < R; ++r)
-        for (int t = 0; t < T; ++t) iacc[0][r][t] = _mm512_add_epi32(iacc[0][r][t], iacc[S - 1][r][t]);
-    for (int r = 0; r < R; ++r) {
-      __m512 sw = _mm512_maskz_loadu_ps(ml, ws[r] + g * GRP);
-      for (int t = 0; t < T; ++t)
-        facc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[0][r][t]), _mm512_mul_ps(sw, _mm512_loadu_ps(a[t].s + g * GRP)),
-                                     facc[r][t]);
-    }
+    for (int t = 0; t < T; ++t)
+      iacc[i % S][t] = _mm512_dpbusd_epi32(iacc[i % S][t], wv, _mm512_loadu_si512((const void*)((const int8_t*)a[t].q + o + i * step)));
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) out[r * TMAX + t] = _mm512_reduce_add_ps(facc[r][t]);
+  const __m512 sw = FULL ? _mm512_loadu_ps(ws + g * GRP) : _mm512_maskz_loadu_ps(ml, ws + g * GRP);
+  for (int t = 0; t < T; ++t) {
+    const __m512i s = S > 1 ? _mm512_add_epi32(iacc[0][t], iacc[S - 1][t]) : iacc[0][t];
+    facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sw, _mm512_loadu_ps(a[t].s + g * GRP)), facc[t]);
+  }
 }
 
-// nrows consecutive rows in chunks of Rows<T>::R, the remainder one row at a time; the micro-kernels
-// are inlined here (see ROWS_PER_CALL).
-// (a macro, not a template: the target attribute differs per format)
-#define MOESPEC_ROWS_AVX512(NAME, TGT, WT, DOT)                                                          \
-  template <int T>                                                                                       \
-  static TGT void NAME(const void* w, const float*, int nrows, int64_t K, const ActRef* a, float* o) {    \
-    constexpr int R = Rows<T>::R;                                                                        \
-    const WT* wp[R];                                                                                     \
-    int r = 0;                                                                                           \
-    for (; r + R <= nrows; r += R) {                                                                     \
-      for (int q = 0; q < R; ++q) wp[q] = (const WT*)w + (r + q) * K;                                    \
-      DOT<R, T>(wp, K, a, o + r * TMAX);                                                                 \
-    }                                                                                                    \
-    for (; r < nrows; ++r) {                                                                             \
-      wp[0] = (const WT*)w + r * K;                                                                      \
-      DOT<1, T>(wp, K, a, o + r * TMAX);                                                                 \
-    }                                                                                                    \
-  }
-MOESPEC_ROWS_AVX512(rows_f32_avx512, TGT_512, float, dot_f32_avx512)
-MOESPEC_ROWS_AVX512(rows_bf16_avx512, TGT_512BF16, uint16_t, dot_bf16_avx512)
 template <int T>
-static TGT_512VNNI void rows_i8_avx512(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, float* o) {
-  constexpr int R = Rows<T>::R;
-  const int64_t nblk = K / BLK;
-  const uint8_t* wp[R];
-  const float* sp[R];
-  int r = 0;
-  for (; r + R <= nrows; r += R) {
-    for (int q = 0; q < R; ++q) wp[q] = (const uint8_t*)w + (r + q) * K, sp[q] = ws + (r + q) * nblk;
-    dot_i8_avx512<R, T>(wp, sp, K, a, o + r * TMAX);
-  }
-  for (; r < nrows; ++r) {
-    wp[0] = (const uint8_t*)w + r * K, sp[0] = ws + r * nblk;
-    dot_i8_avx512<1, T>(wp, sp, K, a, o + r * TMAX);
-  }
+static inline __attribute__((always_inline)) TGT_512VNNI void dot_i8_avx512(const uint8_t* w, const float* ws, int64_t K, const ActRef* a,
+                                                                            __m512 (&part)[T][RB], int q) {
+  const int64_t nblk = K / BLK, full = nblk / GRP;
+  __m512 facc[T];
+  for (int t = 0; t < T; ++t) facc[t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < full; ++g) i8_group<T, true>(w, ws, a, g, GRP, facc);
+  if (nblk % GRP) i8_group<T, false>(w, ws, a, full, nblk % GRP, facc);
+  for (int t = 0; t < T; ++t) part[t][q] = facc[t];
 }
+
+// nrows consecutive rows in blocks of RB, the micro-kernel inlined per row.
+#define MOESPEC_ROWS_AVX512(NAME, TGT, WT, DOT, WS_ARG)                                                         \
+  template <int T>                                                                                              \
+  static TGT void NAME(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, float* const* out) { \
+    (void)ws;                                                                                                   \
+    for (int r0 = 0; r0 < nrows; r0 += RB) {                                                                    \
+      const int nr = std::min(RB, nrows - r0);                                                                  \
+      __m512 part[T][RB];                                                                                       \
+      for (int q = 0; q < nr; ++q) {                                                                            \
+        const int64_t r = r0 + q;                                                                               \
+        DOT<T>((const WT*)w + r * K, WS_ARG K, a, part, q);                                                     \
+      }                                                                                                         \
+      finish_rows<T>(part, nr, out, r0);                                                                        \
+    }                                                                                                           \
+  }
+#define MOESPEC_NO_WS
+#define MOESPEC_I8_WS ws + r * (K / BLK),
+MOESPEC_ROWS_AVX512(rows_f32_avx512, TGT_512, float, dot_f32_avx512, MOESPEC_NO_WS)
+MOESPEC_ROWS_AVX512(rows_bf16_avx512, TGT_512BF16, uint16_t, dot_bf16_avx512, MOESPEC_NO_WS)
+MOESPEC_ROWS_AVX512(rows_i8_avx512, TGT_512VNNI, uint8_t, dot_i8_avx512, MOESPEC_I8_WS)
 
 // ------------------------------------------------------------------------------------------------
 // Dispatch tables: DotFn per (format, ISA), switching on the token count T at run time.
@@ -424,21 +400,22 @@ static TGT_512VNNI void rows_i8_avx512(const void* w, const float* ws, int nrows
 
 // Single-row paths (portable, AVX2): loop over the rows.
 #define MOESPEC_ROWS_FN(NAME, WT, SCALED)                                                              \
-  static void NAME(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* o) {    \
+  static void NAME(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* const* out) { \
     for (int r = 0; r < nrows; ++r) {                                                                          \
       const WT* wr = (const WT*)w + r * K;                                                                     \
       const float* wsr = ws ? ws + r * (K / BLK) : nullptr;                                                    \
-      float* orow = o + r * TMAX;                                                                              \
+      float sums[TMAX];                                                                                        \
       (void)wsr;                                                                                               \
       MOESPEC_SWITCH_T(SCALED)                                                                                 \
+      for (int t = 0; t < T; ++t) out[t][r] = sums[t];                                                         \
     }                                                                                                          \
   }
-#define C_F32P(N) dot_f32_generic<N>(wr, K, a, orow)
-#define C_BF16P(N) dot_bf16_generic<N>(wr, K, a, orow)
-#define C_I8P(N) dot_i8_generic<N>(wr, wsr, K, a, orow)
-#define C_F32A(N) dot_f32_avx2<N>(wr, K, a, orow)
-#define C_BF16A(N) dot_bf16_avx2<N>(wr, K, a, orow)
-#define C_I8A(N) dot_i8_avx2<N>(wr, wsr, K, a, orow)
+#define C_F32P(N) dot_f32_generic<N>(wr, K, a, sums)
+#define C_BF16P(N) dot_bf16_generic<N>(wr, K, a, sums)
+#define C_I8P(N) dot_i8_generic<N>(wr, wsr, K, a, sums)
+#define C_F32A(N) dot_f32_avx2<N>(wr, K, a, sums)
+#define C_BF16A(N) dot_bf16_avx2<N>(wr, K, a, sums)
+#define C_I8A(N) dot_i8_avx2<N>(wr, wsr, K, a, sums)
 MOESPEC_ROWS_FN(dot_f32_portable_fn, float, C_F32P)
 MOESPEC_ROWS_FN(dot_bf16_portable_fn, uint16_t, C_BF16P)
 MOESPEC_ROWS_FN(dot_i8_portable_fn, uint8_t, C_I8P)
@@ -446,23 +423,17 @@ MOESPEC_ROWS_FN(dot_f32_avx2_fn, float, C_F32A)
 MOESPEC_ROWS_FN(dot_bf16_avx2_fn, uint16_t, C_BF16A)
 MOESPEC_ROWS_FN(dot_i8_avx2_fn, uint8_t, C_I8A)
 
-static void dot_f32_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T,
-                              float* o) {
-#define C(N) rows_f32_avx512<N>(w, ws, nrows, K, a, o)
-  MOESPEC_SWITCH_T(C)
-#undef C
+#define C_F32X(N) rows_f32_avx512<N>(w, ws, nrows, K, a, o)
+#define C_BF16X(N) rows_bf16_avx512<N>(w, ws, nrows, K, a, o)
+#define C_I8X(N) rows_i8_avx512<N>(w, ws, nrows, K, a, o)
+static void dot_f32_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* const* o) {
+  MOESPEC_SWITCH_T(C_F32X)
 }
-static void dot_bf16_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T,
-                               float* o) {
-#define C(N) rows_bf16_avx512<N>(w, ws, nrows, K, a, o)
-  MOESPEC_SWITCH_T(C)
-#undef C
+static void dot_bf16_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* const* o) {
+  MOESPEC_SWITCH_T(C_BF16X)
 }
-static void dot_i8_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T,
-                             float* o) {
-#define C(N) rows_i8_avx512<N>(w, ws, nrows, K, a, o)
-  MOESPEC_SWITCH_T(C)
-#undef C
+static void dot_i8_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* const* o) {
+  MOESPEC_SWITCH_T(C_I8X)
 }
 
 static int isa_cap() {
@@ -642,15 +613,56 @@ at::Tensor pack_int8_cpu(const at::Tensor& qin) {
 // oversubscribed CPU that costs a whole time slice (measured here: a tiny op took 16 ms with two
 // OpenMP threads, 12 us with one). Here the calling thread works through the items itself and
 // returns as soon as every item is done; a helper that wakes up late finds no item left and
-// touches nothing of the finished call (the counters live in a shared_ptr it holds).
+// touches nothing of the finished call (everything it reads before claiming an item lives in the
+// Job, which it holds through a shared_ptr).
+//
+// Items come in lanes, one per thread: each thread takes its own lane's items in order (a lane is
+// a contiguous share of the rows of every matrix, so each thread streams long contiguous runs, as
+// a parallel torch.sum does), and when its lane is empty, or its next item must wait, it takes the
+// next item of another lane. An item may depend on a flag (a phase-3 item on its group's h); it is
+// claimed only once the flag is set.
 struct Job {
-  std::atomic<int64_t> next{0}, done{0};
+  std::vector<std::vector<int64_t>> lanes;       // item ids per lane, in order
+  std::unique_ptr<std::atomic<int64_t>[]> next;  // next position per lane
+  std::vector<int64_t> dep;                      // per item id: the flag it waits for, or -1
+  std::unique_ptr<std::atomic<int>[]> flags;     // set by items (through Job::set)
+  std::atomic<int64_t> done{0};
   std::atomic<int> seats{0};
   int64_t items = 0;
   std::function<void(int64_t)> item;
-  void work() {
-    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-      item(it);
+
+  Job(std::vector<std::vector<int64_t>> lanes_, std::vector<int64_t> dep_, int64_t nflags)
+      : lanes(std::move(lanes_)), next(new std::atomic<int64_t>[lanes.size()]), dep(std::move(dep_)),
+        flags(new std::atomic<int>[std::max<int64_t>(1, nflags)]) {
+    for (size_t l = 0; l < lanes.size(); ++l) next[l].store(0, std::memory_order_relaxed), items += (int64_t)lanes[l].size();
+    for (int64_t f = 0; f < nflags; ++f) flags[f].store(0, std::memory_order_relaxed);
+  }
+  void set(int64_t flag) { flags[flag].store(1, std::memory_order_release); }
+  // Claim one item, own lane first; -1 when every lane is empty, -2 when the items left must wait.
+  int64_t claim(size_t home) {
+    bool left = false;
+    for (size_t k = 0; k < lanes.size(); ++k) {
+      const size_t l = (home + k) % lanes.size();
+      int64_t i = next[l].load(std::memory_order_acquire);
+      while (i < (int64_t)lanes[l].size()) {
+        left = true;
+        const int64_t id = lanes[l][i];
+        if (dep[id] >= 0 && !flags[dep[id]].load(std::memory_order_acquire)) break;
+        if (next[l].compare_exchange_weak(i, i + 1, std::memory_order_acq_rel)) return id;
+      }
+    }
+    return left ? -2 : -1;
+  }
+  void work(size_t home) {
+    for (int spins = 0;;) {
+      const int64_t id = claim(home);
+      if (id == -1) return;
+      if (id == -2) {  // the flag's item runs on another thread
+        if (++spins < 64) _mm_pause(); else sched_yield();
+        continue;
+      }
+      spins = 0;
+      item(id);
       done.fetch_add(1, std::memory_order_acq_rel);
     }
   }
@@ -662,11 +674,8 @@ class Pool {
     static Pool* pool = new Pool();  // never destroyed: helpers are detached and outlive main()
     return *pool;
   }
-  // Run items 0..items-1 with the caller plus up to helpers other threads.
-  void run(int64_t items, int helpers, std::function<void(int64_t)> item) {
-    auto job = std::make_shared<Job>();
-    job->items = items;
-    job->item = std::move(item);
+  // Run every item of job with the caller (lane 0) plus up to helpers other threads (lanes 1..).
+  void run(const std::shared_ptr<Job>& job, int helpers) {
     job->seats.store(helpers, std::memory_order_relaxed);
     if (helpers > 0) {
       std::lock_guard<std::mutex> lk(mu_);
@@ -678,8 +687,8 @@ class Pool {
       ++gen_;
       cv_.notify_all();
     }
-    job->work();
-    for (int spins = 0; job->done.load(std::memory_order_acquire) < items; ++spins) {
+    job->work(0);
+    for (int spins = 0; job->done.load(std::memory_order_acquire) < job->items; ++spins) {
       if (spins < 256) _mm_pause(); else sched_yield();  // an item still held by a helper
     }
     if (helpers > 0) {
@@ -699,7 +708,9 @@ class Pool {
         seen = gen_;
         job = job_;
       }
-      if (job && job->seats.fetch_sub(1, std::memory_order_relaxed) > 0) job->work();
+      if (!job) continue;
+      const int seat = job->seats.fetch_sub(1, std::memory_order_relaxed);
+      if (seat > 0) job->work((size_t)seat);
     }
   }
   std::mutex mu_;
@@ -769,53 +780,57 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
   const float* Su = fmt == I8 ? su->data_ptr<float>() : nullptr;
   const float* Sd = fmt == I8 ? sd->data_ptr<float>() : nullptr;
 
-  // Work items: (group, block of rows of ~g_item_bytes per matrix), phase 1 (gate/up) then phase 3 (down), taken in that
-  // order from one atomic counter. There is no barrier: on a shared, oversubscribed CPU a barrier
-  // waits for a descheduled thread for a whole time slice, so each thread only waits where data
-  // is missing. The thread finishing a group's last phase-1 item prepares the group's h (phase 2)
-  // and marks it ready; a phase-3 item of a group waits until then.
+  // Work items: (group, matrix, block of rows of ~g_item_bytes): phase 1 = gate and up rows,
+  // phase 3 = down rows. There is no barrier: on a shared, oversubscribed CPU a barrier waits for a
+  // descheduled thread for a whole time slice, so each thread only waits where data is missing.
+  // The thread finishing a group's last phase-1 item prepares the group's h (phase 2) and sets the
+  // group's flag; the group's phase-3 items are claimed only after that. Lane l (one per thread)
+  // holds the l-th contiguous share of every matrix's row blocks, phase 1 of all groups first.
   g_item_bytes = env_int("MOESPEC_CPU_ITEM_BYTES", 256 * 1024);
   const int64_t rows1 = std::max<int64_t>(1, g_item_bytes / (H * esize));
   const int64_t rows2 = std::max<int64_t>(1, g_item_bytes / (I * esize));
   const int64_t ng = (int64_t)groups.size();
   const int64_t nb1 = (I + rows1 - 1) / rows1, nb2 = (H + rows2 - 1) / rows2;
-  const int64_t items1 = ng * nb1, items = items1 + ng * nb2;
-  std::vector<std::atomic<int64_t>> done1(ng);
-  std::vector<std::atomic<int>> ready(ng);
-  for (int64_t g = 0; g < ng; ++g) {
-    done1[g].store(0, std::memory_order_relaxed);
-    ready[g].store(0, std::memory_order_relaxed);
-  }
-  for (int64_t t = 0; t < n; ++t) ax.set_row(t, xp + t * H);  // n <= a few rows: serial
+  const int64_t items1 = ng * 2 * nb1, items = items1 + ng * nb2;  // phase-1 id = (g*2 + mat)*nb1 + block
   const int nt = std::max(1, std::min<int>(at::get_num_threads(), (int)std::max<int64_t>(1, items / 4)));
+  std::vector<std::vector<int64_t>> lanes(nt);
+  std::vector<int64_t> dep(items, -1);
+  for (int l = 0; l < nt; ++l) {
+    for (int64_t g = 0; g < ng; ++g)
+      for (int64_t mat = 0; mat < 2; ++mat)
+        for (int64_t j = l * nb1 / nt; j < (l + 1) * nb1 / nt; ++j) lanes[l].push_back((g * 2 + mat) * nb1 + j);
+    for (int64_t g = 0; g < ng; ++g)
+      for (int64_t j = l * nb2 / nt; j < (l + 1) * nb2 / nt; ++j) lanes[l].push_back(items1 + g * nb2 + j);
+  }
+  for (int64_t it = items1; it < items; ++it) dep[it] = (it - items1) / nb2;
+  auto job = std::make_shared<Job>(std::move(lanes), std::move(dep), ng);
+  std::vector<std::atomic<int64_t>> done1(ng);
+  for (int64_t g = 0; g < ng; ++g) done1[g].store(0, std::memory_order_relaxed);
+  for (int64_t t = 0; t < n; ++t) ax.set_row(t, xp + t * H);  // n <= a few rows: serial
 
-  Pool::get().run(items, nt - 1, [&](int64_t it) {
+  Job* jp = job.get();
+  job->item = [&, jp](int64_t it) {
     ActRef refs[TMAX];
-    float out[ROWS_PER_CALL * TMAX];
+    float* outs[TMAX];
     if (it < items1) {
-      // 1. gate and up rows for every assignment of the group: g = W_gate x, u = W_up x
-      const int64_t gi = it / nb1;
+      // 1. gate or up rows for every assignment of the group: g = W_gate x, u = W_up x
+      const int64_t gi = it / (2 * nb1), mat = (it / nb1) % 2;
       const Group& G = groups[gi];
       const int64_t r0 = (it % nb1) * rows1, r1 = std::min(I, r0 + rows1);
+      const uint8_t* W = mat == 0 ? Wg : Wu;
+      const float* S = mat == 0 ? Sg : Su;
+      float* dst = mat == 0 ? gbuf.data() : ubuf.data();
       for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
         const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
         for (int j = 0; j < T; ++j) refs[j] = ax.refs[assign[G.first + t0 + j] / m];
-        // gate rows of the block, then up rows: each matrix streamed as one contiguous region,
-        // up to ROWS_PER_CALL consecutive rows per call
-        for (int mat = 0; mat < 2; ++mat) {
-          const uint8_t* W = mat == 0 ? Wg : Wu;
-          const float* S = mat == 0 ? Sg : Su;
-          float* dst = mat == 0 ? gbuf.data() : ubuf.data();
-          for (int64_t r = r0; r < r1; r += ROWS_PER_CALL) {
-            const int nr = (int)std::min<int64_t>(ROWS_PER_CALL, r1 - r);
-            const int64_t row = G.expert * I + r;
-            dot(W + row * H * esize, S ? S + row * (H / BLK) : nullptr, nr, H, refs, T, out);
-            for (int q = 0; q < nr; ++q)
-              for (int j = 0; j < T; ++j) dst[assign[G.first + t0 + j] * I + r + q] = out[q * TMAX + j];
-          }
+        for (int64_t r = r0; r < r1; r += ROWS_PER_CALL) {  // up to ROWS_PER_CALL consecutive rows per call
+          const int nr = (int)std::min<int64_t>(ROWS_PER_CALL, r1 - r);
+          const int64_t row = G.expert * I + r;
+          for (int j = 0; j < T; ++j) outs[j] = dst + assign[G.first + t0 + j] * I + r;
+          dot(W + row * H * esize, S ? S + row * (H / BLK) : nullptr, nr, H, refs, T, outs);
         }
       }
-      if (done1[gi].fetch_add(1, std::memory_order_acq_rel) == nb1 - 1) {
+      if (done1[gi].fetch_add(1, std::memory_order_acq_rel) == 2 * nb1 - 1) {
         // 2. h = silu(g) * u in the format's activation layout, for the group's assignments
         for (int64_t j = 0; j < G.count; ++j) {
           const int64_t a = assign[G.first + j];
@@ -824,15 +839,12 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
           for (int64_t r = 0; r < I; ++r) g[r] = g[r] / (1.0f + std::exp(-g[r])) * u[r];
           ah.set_row(a, g);
         }
-        ready[gi].store(1, std::memory_order_release);
+        jp->set(gi);
       }
     } else {
-      // 3. down rows: o_a = W_down h_a
+      // 3. down rows: o_a = W_down h_a (claimed only once the group's h is ready)
       const int64_t gi = (it - items1) / nb2;
       const Group& G = groups[gi];
-      for (int spins = 0; !ready[gi].load(std::memory_order_acquire); ++spins) {
-        if (spins < 64) _mm_pause(); else sched_yield();
-      }
       const int64_t r0 = ((it - items1) % nb2) * rows2, r1 = std::min(H, r0 + rows2);
       for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
         const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
@@ -840,13 +852,13 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
         for (int64_t r = r0; r < r1; r += ROWS_PER_CALL) {
           const int nr = (int)std::min<int64_t>(ROWS_PER_CALL, r1 - r);
           const int64_t row = G.expert * H + r;
-          dot(Wd + row * I * esize, Sd ? Sd + row * (I / BLK) : nullptr, nr, I, refs, T, out);
-          for (int q = 0; q < nr; ++q)
-            for (int j = 0; j < T; ++j) obuf[assign[G.first + t0 + j] * H + r + q] = out[q * TMAX + j];
+          for (int j = 0; j < T; ++j) outs[j] = obuf.data() + assign[G.first + t0 + j] * H + r;
+          dot(Wd + row * I * esize, Sd ? Sd + row * (I / BLK) : nullptr, nr, I, refs, T, outs);
         }
       }
     }
-  });
+  };
+  Pool::get().run(job, nt - 1);
   // 4. y_t = sum_s g_ts o_{t*m+s} (n*m*H flops: serial)
   for (int64_t t = 0; t < n; ++t)
     for (int64_t s = 0; s < m; ++s) {
