@@ -59,6 +59,32 @@ def test_cpu_isa_paths(isa, fmt, monkeypatch):
             check(*_case(shape, fmt, 10, seed=11), "cpp", "cpu", kernel)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cpu_thread_modes_give_identical_results(fmt, monkeypatch):
+    """The C++ kernels' helpers (MOESPEC_CPU_THREADS: our own pool or an OpenMP team) and the
+    thread count only change who computes a row, never how: every result is bit-identical, and
+    matches the reference."""
+    if not cpp_present():
+        pytest.skip("C++ extension not built")
+    x, ids, w, g = _case(SMALL_SHAPES[1], fmt, 10, seed=12)
+    threads = torch.get_num_threads()
+    try:
+        for kernel in KERNELS:
+            results = []
+            for mode in ("pool", "openmp"):
+                monkeypatch.setenv("MOESPEC_CPU_THREADS", mode)
+                for nt in (1, 2, 3):
+                    torch.set_num_threads(nt)
+                    results.append(expert_forward(x, ids, w, g, kernel=kernel, backend="cpp"))
+            assert all(torch.equal(results[0], r) for r in results[1:])
+            check(x, ids, w, g, "cpp", "cpu", kernel)
+    finally:
+        torch.set_num_threads(threads)
+    monkeypatch.setenv("MOESPEC_CPU_THREADS", "fibers")
+    with pytest.raises(RuntimeError, match="MOESPEC_CPU_THREADS must be openmp, pool or auto; found 'fibers'"):
+        expert_forward(x, ids, w, g, kernel="dedup", backend="cpp")
+
+
 @functools.lru_cache(maxsize=1)
 def _published_weights(model, fmt):
     N, H, I, m = published_shapes()[model]

@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -745,6 +746,25 @@ class Pool {
   size_t threads_ = 0;
 };
 
+// Which threads help the caller. torch's OpenMP workers (the same libgomp) keep spinning for a
+// while after each parallel torch op unless OMP_WAIT_POLICY=passive; a helper of our own pool then
+// shares a core with a spinning worker, while an OpenMP team reuses that awake worker at once. On
+// an oversubscribed machine the team's closing join can wait for a descheduled member (see Pool),
+// which our pool never does. MOESPEC_CPU_THREADS=openmp|pool chooses; the default (auto) takes the
+// OpenMP team unless OMP_WAIT_POLICY is passive.
+static bool use_openmp_team() {
+  auto lower = [](const char* v) {
+    std::string s = v ? v : "";
+    for (auto& ch : s) ch = (char)std::tolower((unsigned char)ch);
+    return s;
+  };
+  const std::string mode = lower(std::getenv("MOESPEC_CPU_THREADS"));
+  if (mode == "openmp") return true;
+  if (mode == "pool") return false;
+  TORCH_CHECK(mode.empty() || mode == "auto", "MOESPEC_CPU_THREADS must be openmp, pool or auto; found '", mode, "'");
+  return lower(std::getenv("OMP_WAIT_POLICY")) != "passive";
+}
+
 // ------------------------------------------------------------------------------------------------
 // The driver shared by both kernels.
 struct Group {
@@ -887,7 +907,12 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
       }
     }
   };
-  Pool::get().run(job, nt - 1);
+  if (nt > 1 && use_openmp_team()) {
+#pragma omp parallel num_threads(nt)
+    job->work((size_t)omp_get_thread_num());
+  } else {
+    Pool::get().run(job, nt - 1);
+  }
   // 4. y_t = sum_s g_ts o_{t*m+s} (n*m*H flops: serial)
   for (int64_t t = 0; t < n; ++t)
     for (int64_t s = 0; s < m; ++s) {
