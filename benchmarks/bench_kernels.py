@@ -20,25 +20,26 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import sys
 import time
+from pathlib import Path
 
 # Transparent huge pages for every torch allocation >= 2 MB (weights and the read-bandwidth buffer
 # alike, so the ratio stays fair): in this VM 4 KiB pages cost both about a third of their
 # bandwidth. Must be set before torch allocates; MOESPEC_BENCH_THP=0 turns it off.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", os.environ.get("MOESPEC_BENCH_THP", "1"))
-# torch's OpenMP workers spin for milliseconds after every parallel torch op (here: the read
-# flush before each timed call); on 2 cores the spinning worker takes the second core from the
-# kernel's helper thread. Measured in one quiet pair of runs (OLMoE f32, read 35 GB/s): per-slot
-# n = 1 0.62 -> 0.91 of read, dedup 0.71-0.91 -> 0.93-0.96 with passive waiting. torch.sum over
-# 1 GiB (the reference) is unaffected. OMP_WAIT_POLICY=ACTIVE (set before running) measures the
-# spinning case. Must be set before libgomp starts (before torch is imported).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OMP_WAIT_POLICY is left as the caller has it (unset: libgomp's default, as in any program). The
+# C++ kernels then take their helper threads from torch's OpenMP team, whose workers are still
+# awake after the parallel read flush; with OMP_WAIT_POLICY=passive they use their own pool
+# (MOESPEC_CPU_THREADS overrides; docs/kernels.md). The columns omp_wait_policy and cpu_threads
+# record what ran.
 
 import numpy as np
 import pandas as pd
 import torch
 
-from moespec import io, paths, provenance
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.ggml_peer
+from moespec import io, paths, provenance  # noqa: E402
 from moespec.bench import timing
 from moespec.kernels import ExpertWeights, build, expert_forward
 from moespec.kernels.shapes import random_ids
@@ -64,9 +65,22 @@ def _pass_fn(n, kernel, backend, x, passes, w, log):
     return call
 
 
+def _peer_fn(peer, x, passes, log):
+    state = {"i": 0}
+
+    def call():
+        ids = passes[state["i"] % len(passes)]
+        state["i"] += 1
+        log.append(ids)
+        return peer(x, ids)
+    return call
+
+
 def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int, membw_bytes: int,
-              seed: int, torch_ref: bool) -> pd.DataFrame:
-    """One interleaved run for one (model, format); returns one row per (kernel, n)."""
+              seed: int, torch_ref: bool, ggml: bool = False) -> pd.DataFrame:
+    """One interleaved run for one (model, format); returns one row per (kernel, backend, n).
+    With ``ggml``, ggml's CPU MUL_MAT_ID (benchmarks/ggml_peer, built separately) runs in the same
+    rounds on the same weights (Q8_0 for int8_b32), as a deduplicating kernel."""
     spec = get_spec(model)
     N, m, H = spec.num_experts, spec.top_k, spec.hidden_size
     t0 = time.perf_counter()
@@ -79,7 +93,10 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     passes = {(k, n): [random_ids(n, m, N, rng) for _ in range(reps + warmup)] for k in ("slot", "dedup") for n in ns}
     expert_forward(x[ns[0]], random_ids(ns[0], m, N, rng), w, backend="cpp")  # build/load, pack int8 once
     read, read_bytes = timing.read_bandwidth_callable(membw_bytes)
-    calls, logs = {"read": read}, {}
+    # torch.sum over the bytes of one per-slot pass at n = 1 (m experts): what plain streaming
+    # reaches at the size of one call, beside the 1 GiB read
+    layer_read, layer_bytes = timing.read_bandwidth_callable(m * b)
+    calls, logs = {"read": read, "read_layer": layer_read}, {}
     for n in ns:
         for kernel in ("slot", "dedup"):
             logs[(kernel, "cpp", n)] = []
@@ -89,21 +106,32 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
         logs[("slot", "torch", 1)] = []
         calls[("slot", "torch", 1)] = _pass_fn(1, "slot", "torch", x[ns[0]], passes[("slot", ns[0])], w,
                                             logs[("slot", "torch", 1)])
+    peer, peer_b = None, None
+    if ggml:
+        from benchmarks.ggml_peer import GgmlExperts
+        peer = GgmlExperts.from_weights(w, threads=torch.get_num_threads())
+        peer_b = peer.bytes_per_expert
+        for n in ns:
+            logs[("dedup", "ggml", n)] = []
+            pp = [random_ids(n, m, N, rng) for _ in range(reps + warmup)]
+            calls[("dedup", "ggml", n)] = _peer_fn(peer, x[n], pp, logs[("dedup", "ggml", n)])
     setup_s = time.perf_counter() - t0
     with timing.MachineMonitor("cpu") as mon:
         res = timing.time_interleaved(calls, reps=reps, warmup=warmup, flush=read_flush(flush_bytes))
     read_t = np.asarray(res["read"].samples_ns) * 1e-9
     read_bw = read_bytes / read_t                       # per round
+    layer_ratio = layer_bytes / (np.asarray(res["read_layer"].samples_ns) * 1e-9) / read_bw
     rows = []
     for key, log in logs.items():
         kernel, backend, n = key
         ids = log[warmup:]
         U = np.array([len(torch.unique(i)) for i in ids])
-        req = (U if kernel == "dedup" else np.full(len(ids), n * m)) * b
+        req = (U if kernel == "dedup" else np.full(len(ids), n * m)) * (peer_b if backend == "ggml" else b)
         t = np.asarray(res[key].samples_ns) * 1e-9
         beta = req / t
         rows.append({"model": model, "fmt": fmt, "kernel": kernel, "backend": backend, "n": n, "m": m, "N": N,
-                     "H": H, "I": spec.expert_intermediate, "expert_bytes": b, "U_mean": U.mean(),
+                     "H": H, "I": spec.expert_intermediate, "expert_bytes": peer_b if backend == "ggml" else b,
+                     "U_mean": U.mean(),
                      "t_median_s": float(np.median(t)), "t_q25_s": float(np.quantile(t, 0.25)),
                      "t_q75_s": float(np.quantile(t, 0.75)), "reps": len(t),
                      "beta_GBps": float(np.median(beta)) / 1e9, "read_GBps": float(np.median(read_bw)) / 1e9,
@@ -111,6 +139,8 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
                      "beta_over_read": float(np.median(beta / read_bw)),
                      "beta_over_read_q25": float(np.quantile(beta / read_bw, 0.25)),
                      "beta_over_read_q75": float(np.quantile(beta / read_bw, 0.75)),
+                     # torch.sum over one n = 1 pass's bytes / read, same rounds
+                     "layer_read_over_read": float(np.median(layer_ratio)),
                      "_beta": beta})
     df = pd.DataFrame(rows)
     # r(n) = beta_dedup / beta_slot, paired per round (paper 1, Sec. 2)
@@ -126,7 +156,12 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     df["threads"] = torch.get_num_threads()
     df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
     df["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
+    df["cpu_threads"] = os.environ.get("MOESPEC_CPU_THREADS", "auto")
     df["cpu_isa"] = torch.ops.moespec.cpu_isa(w.fmt)
+    if peer is not None:
+        from benchmarks.ggml_peer import version
+        df["ggml_version"] = version()
+        peer.close()
     df["other_load"], df["flags"] = round(st.other_load, 3), ";".join(st.flags)
     df["setup_s"], df["run_s"] = round(setup_s, 1), round(st.wall_s, 1)
     df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -169,8 +204,19 @@ def summary_tables(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     r = cpp[cpp.kernel == "dedup"].pivot_table(index=["model", "fmt"], columns="n", values="r_n", sort=False)
     slot = cpp[cpp.kernel == "slot"].pivot_table(index=["model", "fmt"], columns="n", values="beta_over_read", sort=False)
     dedup = cpp[cpp.kernel == "dedup"].pivot_table(index=["model", "fmt"], columns="n", values="beta_over_read", sort=False)
-    return {"r(n) = beta_dedup / beta_slot": r.round(3), "per-slot beta / read bandwidth": slot.round(3),
-            "dedup beta (distinct bytes) / read bandwidth": dedup.round(3)}
+    tables = {"r(n) = beta_dedup / beta_slot": r.round(3), "per-slot beta / read bandwidth": slot.round(3),
+              "dedup beta (distinct bytes) / read bandwidth": dedup.round(3),
+              "torch.sum over one n = 1 pass's bytes / read (same rounds)": cpp.drop_duplicates(
+                  ["model", "fmt"]).set_index(["model", "fmt"])[["layer_read_over_read"]].round(3)}
+    peer = df[df.backend == "ggml"]
+    if len(peer):
+        tables["ggml MUL_MAT_ID beta (distinct bytes) / read bandwidth (same rounds)"] = peer.pivot_table(
+            index=["model", "fmt"], columns="n", values="beta_over_read", sort=False).round(3)
+        both = cpp[cpp.kernel == "dedup"].merge(peer, on=["model", "fmt", "n"], suffixes=("", "_ggml"))
+        both["ratio"] = both.beta_GBps / both.beta_GBps_ggml
+        tables["moespec dedup / ggml MUL_MAT_ID, effective bandwidth (medians)"] = both.pivot_table(
+            index=["model", "fmt"], columns="n", values="ratio", sort=False).round(3)
+    return tables
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -196,6 +242,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=float, default=0.5, help="rho(2) of the sticky routing (our choice)")
     ap.add_argument("--no-torch-ref", action="store_true", help="skip torch's per-slot kernel at n=1")
+    ap.add_argument("--ggml", action="store_true",
+                    help="also time ggml's CPU MUL_MAT_ID in the same rounds (OLMoE shape only; build it first: "
+                         "benchmarks/ggml_peer/build.py)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -209,10 +258,11 @@ def main(argv=None):
         for fmt in fmts:
             torch_ref = fmt != "int8_b32" and not args.no_torch_ref and model == "olmoe"
             df = bench_one(model, fmt, ns, args.reps, args.warmup, args.flush_mib * 2**20,
-                           int(args.membw_gib * 2**30), args.seed, torch_ref)
+                           int(args.membw_gib * 2**30), args.seed, torch_ref, ggml=args.ggml and model == "olmoe")
             frames.append(df)
             d = df[df.backend == "cpp"]
             print(f"{model:>16} {fmt:>8} read {d.read_GBps.iloc[0]:5.1f} GB/s  other_load {d.other_load.iloc[0]:.2f}  "
+                  f"layer read/read {d.layer_read_over_read.iloc[0]:.3f}  "
                   f"slot/read n=1 {d[(d.kernel == 'slot') & (d.n == ns[0])].beta_over_read.iloc[0]:.3f}  "
                   "r(n) " + " ".join(f"{v:.2f}" for v in d[d.kernel == 'dedup'].r_n), flush=True)
             io.write_dataframe(out / f"{stamp}.csv", pd.concat(frames))  # rows as they come
