@@ -12,7 +12,7 @@ read bandwidth measured in the same run), each call after a 256 MiB L2 flush, wi
 * ubar(n) under independent uniform routing, N(1 - q^n) / (n m) with q = 1 - m/N (paper 1,
   Section 1), and whether ubar(n) < r(n) (dedup faster on such routing).
 
-Times are GPU time only (:class:`QueuedCudaTimer`): a spin kernel holds the GPU while the host
+Times are GPU time only (:class:`moespec.bench.timing.QueuedCudaTimer`): a spin kernel holds the GPU while the host
 enqueues each call, so the host's launch overhead (Python, dispatcher, three launches) stays out
 of the events; ``--plain-timer`` uses ``moespec.bench.timing.CudaTimer`` instead, which includes it.
 
@@ -73,48 +73,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.quick:
         args.reps, args.warmup, args.ns = min(args.reps, 5), 1, [n for n in args.ns if n in (1, 2, 9)] or [1]
     return args
-
-
-class QueuedCudaTimer:
-    """GPU time of one call without the host's launch overhead.
-
-    ``moespec.bench.timing.CudaTimer`` records its start event on an idle GPU, so the host's time to
-    reach the first kernel launch falls inside the events; for a 25 us expert operation that is a
-    large share. Here a spin kernel (``torch.cuda._sleep``) holds the stream while the host enqueues
-    the start event, the call's kernels and the stop event, so the events bracket GPU work alone.
-    ``overruns`` counts calls whose host enqueue took longer than 80% of the spin (then some host
-    time may be inside); the spin's length is measured once with events.
-    """
-
-    def __init__(self, device: str = "cuda", spin_cycles: int = 2_000_000):
-        self.device, self.spin_cycles = device, int(spin_cycles)
-        self._events, self.spin_s, self.overruns = None, None, 0
-
-    def __call__(self, fn) -> float:
-        import time
-
-        import torch
-
-        if self._events is None:
-            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            start, stop = self._events
-            torch.cuda.synchronize(self.device)
-            start.record()
-            torch.cuda._sleep(self.spin_cycles)
-            stop.record()
-            stop.synchronize()
-            self.spin_s = start.elapsed_time(stop) * 1e-3
-        start, stop = self._events
-        torch.cuda.synchronize(self.device)
-        torch.cuda._sleep(self.spin_cycles)
-        t0 = time.perf_counter()
-        start.record()
-        fn()
-        stop.record()
-        if time.perf_counter() - t0 > 0.8 * self.spin_s:
-            self.overruns += 1
-        stop.synchronize()
-        return start.elapsed_time(stop) * 1e6  # ms -> ns
 
 
 def ubar_uniform(n: int, m: int, num_experts: int) -> float:
@@ -228,7 +186,7 @@ def main(argv=None) -> int:
     done = log.done_keys()
     device = args.device
     ops = {"slot": torch.ops.moespec.expert_slot, "dedup": torch.ops.moespec.expert_dedup}
-    timer = timing.CudaTimer(device) if args.plain_timer else QueuedCudaTimer(device)
+    timer = timing.CudaTimer(device) if args.plain_timer else timing.QueuedCudaTimer(device)
     flush = timing.CacheFlush(timing.FLUSH_BYTES, device)
     read_fn, read_bytes = timing.read_bandwidth_callable(int(args.membw_gib * 2**30), device)
     print(f"bench_kernels_cuda: {torch.cuda.get_device_name(device)}, writing {out}", flush=True)

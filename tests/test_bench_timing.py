@@ -73,6 +73,20 @@ def test_bad_arguments_are_errors():
 def test_cuda_timer_makes_no_cuda_call_when_built():
     t = timing.timer_for("cuda:0")
     assert isinstance(t, timing.CudaTimer) and t._events is None
+    q = timing.QueuedCudaTimer("cuda:0")
+    assert q._events is None and q.spin_s is None and q.overruns == 0
+
+
+@pytest.mark.cuda
+def test_queued_cuda_timer_brackets_gpu_work():
+    """The events bracket the call's GPU work: a longer spin kernel inside the call takes longer,
+    and the host enqueue stays inside the leading spin (no overruns for a tiny call)."""
+    import torch
+
+    q = timing.QueuedCudaTimer("cuda")
+    short = q(lambda: torch.cuda._sleep(100_000))
+    long = q(lambda: torch.cuda._sleep(1_000_000))
+    assert 0 < short < long and q.spin_s > 0 and q.overruns == 0
 
 
 def test_cache_flush_touches_its_buffer():
