@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from moespec.engine import (Engine, FakeTarget, ModelDraft, OracleDraft, Switch, speculative_generate,
-                            summarize_steps)
+                            speculative_step, summarize_steps)
 from moespec.engine.runs import greedy_agreement, oracle_sweep, real_draft_sweep
 from moespec.engine.verify import measure_verify_times, summarize_verify
 from moespec.theory import expected_tokens
@@ -96,6 +96,57 @@ def test_model_draft_is_lossless_and_same_model_accepts_all(engine, prompts):
     out, steps = speculative_generate(engine, ModelDraft(twin), prompts[0], 3, 20, first=first)
     assert out[:20] == greedy
     assert sum(s.accepted for s in steps[:-1]) == 3 * (len(steps) - 1)
+
+
+class _ListDraft:
+    """Proposes fixed drafts (deterministic), counting its calls."""
+
+    last_corrupted: list[bool] = []
+
+    def __init__(self, drafts):
+        self.drafts, self.calls = list(drafts), 0
+
+    def prepare(self, generated, current, k):
+        return None
+
+    def propose(self, generated, current, k):
+        self.calls += 1
+        return self.drafts[:k]
+
+
+class _TickClock:
+    """A fake clock advancing by the next of ``ticks`` at every reading."""
+
+    def __init__(self, ticks):
+        self.t, self.ticks = 0.0, iter(ticks)
+
+    def __call__(self):
+        self.t += next(self.ticks)
+        return self.t
+
+
+def test_speculative_step_accepts_the_agreeing_prefix_and_times_medians():
+    target = FakeTarget(vocab=100, a=1, b=1)             # greedy after t is t + 1
+    target.prefill([1, 2, 3])                             # current = 4
+    good = [5, 6, 7, 50]                                  # 3 agree, then a miss
+    once = speculative_step(target, _ListDraft(good), [], 4, 4)
+    assert (once.accepted, once.emitted, once.next_token, once.length) == (3, [5, 6, 7], 8, 3)
+    assert target.tokens == [1, 2, 3, 4, 5, 6, 7]         # current + accepted drafts kept
+    # three repetitions: same result, cache cropped back between verify passes, medians of the times
+    target.prefill([1, 2, 3])
+    draft = _ListDraft(good)
+    # clock readings: t0, 3 x (draft start, end), 3 x (verify start, end), host start, end
+    clock = _TickClock([0, 0, 1, 0, 5, 0, 2, 0, 10, 0, 30, 0, 20, 0, 7])
+    cleared = []
+    rep = speculative_step(target, draft, [], 4, 4, repeats=3, clock=clock, before_verify=lambda: cleared.append(1))
+    assert (rep.drafts, rep.argmax, rep.accepted) == (once.drafts, once.argmax, once.accepted)
+    assert target.tokens == [1, 2, 3, 4, 5, 6, 7] and draft.calls == 3 and len(cleared) == 3
+    assert (rep.t_draft_s, rep.t_verify_s) == (2.0, 20.0)
+    assert rep.t_step_s == pytest.approx(2.0 + 20.0 + 7.0)
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        speculative_step(target, draft, [], 8, 2, repeats=0)
+    with pytest.raises(ValueError, match="OracleDraft draws them at random"):
+        speculative_step(target, OracleDraft(target, 0.5, 100), [], 8, 2, repeats=2)
 
 
 @pytest.mark.parametrize("a, k", [(0.3, 2), (0.6, 4), (0.9, 8)])

@@ -2,10 +2,10 @@
 operation runs through :mod:`moespec.kernels` with one dedup switch, verify-time measurement,
 and speculative decoding with the oracle draft and with a real draft model."""
 
-from moespec.engine.speculative import (ModelDraft, OracleDraft, Step, speculative_generate,
-                                        summarize_steps)
+from moespec.engine.speculative import (ModelDraft, OracleDraft, Step, StepResult, speculative_generate,
+                                        speculative_step, summarize_steps)
 from moespec.engine.switch import SLOT_MAX, KernelExperts, Switch, install, moe_layers
 from moespec.engine.target import Engine, FakeTarget
 
-__all__ = ["Engine", "FakeTarget", "KernelExperts", "ModelDraft", "OracleDraft", "SLOT_MAX", "Step",
-           "Switch", "install", "moe_layers", "speculative_generate", "summarize_steps"]
+__all__ = ["Engine", "FakeTarget", "KernelExperts", "ModelDraft", "OracleDraft", "SLOT_MAX", "Step", "StepResult",
+           "Switch", "install", "moe_layers", "speculative_generate", "speculative_step", "summarize_steps"]

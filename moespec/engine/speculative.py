@@ -125,14 +125,89 @@ class ModelDraft:
         return out
 
 
+@dataclass
+class StepResult:
+    """What one speculative step did: the drafts, the target's argmax over ``[current] + drafts``,
+    how many drafts were accepted, the cache length before the step, and its times."""
+
+    drafts: list[int]
+    argmax: list[int]
+    accepted: int
+    length: int  # target positions before the step (prompt + emitted text)
+    t_draft_s: float
+    t_verify_s: float
+    t_step_s: float  # draft + verify + host work (acceptance, cache crop)
+
+    @property
+    def emitted(self) -> list[int]:
+        """The tokens this step adds after the current one: the accepted drafts."""
+        return self.drafts[:self.accepted]
+
+    @property
+    def next_token(self) -> int:
+        """The target's token after the accepted drafts: the next step's current token."""
+        return self.argmax[self.accepted]
+
+
+def _median_timed(fn, repeats: int, clock, before=None):
+    """Run ``fn`` ``repeats`` times (``before`` untimed ahead of each); (median seconds, last result)."""
+    times, out = [], None
+    for rep in range(repeats):
+        if before is not None:
+            before(rep)
+        t0 = clock()
+        out = fn()
+        times.append(clock() - t0)
+    return float(np.median(times)), out
+
+
+def speculative_step(target, drafter, generated: list[int], current: int, k: int, repeats: int = 1,
+                     clock=time.perf_counter, before_verify=None) -> StepResult:
+    """One step: the drafter proposes ``k`` tokens after ``generated + [current]``, the target
+    verifies ``[current] + drafts`` in one pass, the longest agreeing prefix is kept and the target's
+    cache is cropped to it (Leviathan et al., 2023; paper 1, Section 4).
+
+    ``repeats > 1`` times drafting and verification that many times and keeps the medians (the
+    verify pass is re-run after cropping the cache back; both must be deterministic, as
+    :class:`ModelDraft` is and :class:`OracleDraft`, which draws corruptions, is not).
+    ``before_verify()`` runs untimed before each verify pass (e.g. to clear a router tap, so that
+    it holds the last pass's routing afterwards). :meth:`prepare` of the drafter is not timed.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if repeats > 1 and isinstance(drafter, OracleDraft):
+        raise ValueError("repeats > 1 re-proposes the drafts; OracleDraft draws them at random")
+    drafter.prepare(generated, current, k)
+    length = target.length
+    t0 = clock()
+    t_draft, drafts = _median_timed(lambda: drafter.propose(generated, current, k), repeats, clock)
+
+    def reset(rep):
+        if rep:
+            target.crop(length)  # the earlier repetition's pass
+        if before_verify is not None:
+            before_verify()
+
+    t_verify, argmax = _median_timed(lambda: target.forward([current] + drafts), repeats, clock, reset)
+    t_host = clock()
+    j = 0
+    while j < k and drafts[j] == argmax[j]:
+        j += 1
+    target.crop(length + 1 + j)  # keep the current token and the accepted drafts
+    t_end = clock()
+    t_step = (t_end - t0) if repeats == 1 else (t_draft + t_verify + (t_end - t_host))
+    return StepResult(list(drafts), list(argmax), j, length, t_draft, t_verify, t_step)
+
+
 def speculative_generate(target, drafter, prompt, k: int, n_tokens: int, first: int | None = None,
                          reference: list[int] | None = None, clock=time.perf_counter) -> tuple[list[int], list[Step]]:
     """Generate at least ``n_tokens`` tokens after ``prompt`` with draft length ``k``.
 
     ``first``: the prompt's greedy next token when the target's cache already holds the prompt
     (a run then reuses the prefill; the cache is cropped back to the prompt at the end). Returns the
-    emitted tokens and one :class:`Step` per step. The step time covers drafting, the verify pass and
-    the host work (acceptance, cache crop); :meth:`OracleDraft.prepare` is not timed.
+    emitted tokens and one :class:`Step` per step (:func:`speculative_step`). The step time covers
+    drafting, the verify pass and the host work (acceptance, cache crop); :meth:`OracleDraft.prepare`
+    is not timed.
     """
     if k < 0 or n_tokens < 1:
         raise ValueError(f"need k >= 0 and n_tokens >= 1, got k={k}, n_tokens={n_tokens}")
@@ -146,22 +221,12 @@ def speculative_generate(target, drafter, prompt, k: int, n_tokens: int, first: 
     current = int(first)
     steps: list[Step] = []
     while len(generated) < n_tokens:
-        drafter.prepare(generated, current, k)
-        t0 = clock()
-        drafts = drafter.propose(generated, current, k)
-        t1 = clock()
-        argmax = target.forward([current] + drafts)
-        t2 = clock()
-        j = 0
-        while j < k and drafts[j] == argmax[j]:
-            j += 1
-        base = target.length - (k + 1)
-        target.crop(base + 1 + j)  # keep the current token and the accepted drafts
-        t3 = clock()
-        generated += [current] + drafts[:j]
-        current = argmax[j]
+        st = speculative_step(target, drafter, generated, current, k, clock=clock)
+        j = st.accepted
         corrupted = bool(j < k and drafter.last_corrupted[j])
-        steps.append(Step(k, j, j < k, corrupted, t3 - t0, t2 - t1, t1 - t0))
+        steps.append(Step(k, j, j < k, corrupted, st.t_step_s, st.t_verify_s, st.t_draft_s))
+        generated += [current] + st.emitted
+        current = st.next_token
     target.crop(len(prompt))
     return generated, steps
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
@@ -63,16 +61,6 @@ def load_questions(categories=None, per_category: int | None = None, path=None) 
     return rows
 
 
-def _median_time(fn, repeats: int, clock=time.perf_counter):
-    """Run ``fn`` ``repeats`` times; return (median seconds, last result)."""
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = clock()
-        out = fn()
-        times.append(clock() - t0)
-    return float(np.median(times)), out
-
-
 def _engine(target, backend: str):
     """``target`` itself when it is already an engine, else a new ``moespec.engine.Engine`` on it."""
     from moespec.engine import Engine
@@ -97,12 +85,13 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
                   progress: bool = True):
     """Speculative runs of every prompt at every K; returns ``(rounds, outputs)``.
 
-    The round loop is the engine's (``moespec.engine.speculative_generate``): the engine's target
-    (``Engine``: KV cache, kernels) verifies ``[current] + drafts`` in one pass, the engine's
-    ``ModelDraft`` drafts greedily, the longest agreeing prefix is kept. It is restated here only to
-    time each stage ``repeats`` times (the verify pass is re-run after cropping the cache back, the
-    draft is re-proposed from the same text; both are deterministic) and keep the median: up to
-    seven people share this machine's two cores, and single timings carry their load. ``threads``
+    Each round is the engine's step (``moespec.engine.speculative_step``, the step
+    ``speculative_generate`` loops over): the engine's target (``Engine``: KV cache, kernels)
+    verifies ``[current] + drafts`` in one pass, the engine's ``ModelDraft`` drafts greedily, the
+    longest agreeing prefix is kept. Each stage is timed ``repeats`` times and the median kept (the
+    verify pass is re-run after cropping the cache back, the draft re-proposed from the same text;
+    both are deterministic): other jobs share this machine's two cores, and single timings carry
+    their load. ``threads``
     sets torch's intra-op threads for the run (1 is the most stable under contention). ``dedup``
     sets the engine's switch: on (default), passes of 2..9 tokens run the deduplicating kernel, which
     reads each selected expert once (as fused MoE kernels do), so verification time can follow the union.
@@ -113,7 +102,7 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     the emitted tokens of the first K's run (greedy verification reproduces the target's greedy
     text, so these serve as the oracle's reference sequences).
     """
-    from moespec.engine import ModelDraft
+    from moespec.engine import ModelDraft, speculative_step
 
     engine = _engine(target_model, backend)
     engine.dedup = dedup
@@ -134,31 +123,18 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
                 generated: list[int] = []
                 r = 0
                 while len(generated) < n_tokens:
-                    L = engine.length                                  # prompt + generated
-                    t_d, drafts = _median_time(lambda: drafter.propose(generated, current, K), repeats)
-
-                    t_ts = []
-                    for rep in range(repeats):                         # the last pass stays cached
-                        if rep:
-                            engine.crop(L)
-                        tap.clear()
-                        t0 = time.perf_counter()
-                        argmax = engine.forward([current] + drafts)
-                        t_ts.append(time.perf_counter() - t0)
-                        ids = tap.take()
-                    t_t = float(np.median(t_ts))
-                    j = 0
-                    while j < K and drafts[j] == argmax[j]:
-                        j += 1
-                    engine.crop(L + 1 + j)                             # keep the current token and accepted drafts
+                    st = speculative_step(engine, drafter, generated, current, K, repeats=repeats,
+                                          before_verify=tap.clear)
+                    ids = tap.take()                                   # the last verify pass's routing
                     tap.clear()
                     u = union_sizes(ids[0], tap.num_experts)[-1]       # [layers]: union over the m positions
                     records.append(RoundRecord(f"q{p['question_id']}-K{K}", int(p["question_id"]), p["category"],
-                                               int(K), int(K) + 1, r, L, 1e3 * t_t, 1e3 * t_d,
-                                               float(u.mean()), float(u.max()), j,
-                                               (L + K + 1) / max_pos if max_pos else float("nan"), "measured"))
-                    generated += [current] + drafts[:j]
-                    current = argmax[j]
+                                               int(K), int(K) + 1, r, st.length, 1e3 * st.t_verify_s,
+                                               1e3 * st.t_draft_s, float(u.mean()), float(u.max()), st.accepted,
+                                               (st.length + K + 1) / max_pos if max_pos else float("nan"),
+                                               "measured"))
+                    generated += [current] + st.emitted
+                    current = st.next_token
                     r += 1
                 outputs.setdefault(int(p["question_id"]), list(generated[:n_tokens]))
     return rounds_frame(records), outputs
