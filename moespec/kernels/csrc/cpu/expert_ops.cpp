@@ -573,8 +573,8 @@ static void check_inputs(const at::Tensor& x, const at::Tensor& ids, const c10::
                          const c10::optional<at::Tensor>& sd, int fmt) {
   TORCH_CHECK(x.device().is_cpu() && ids.device().is_cpu() && wg.device().is_cpu() && wu.device().is_cpu() &&
                   wd.device().is_cpu(), "moespec CPU op: every tensor must be on the CPU");
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
-              "x: expected a contiguous float32 [n, H] tensor, found ", x.scalar_type(), " ", x.sizes());
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.size(0) >= 1,
+              "x: expected a contiguous float32 [n, H] tensor with n >= 1, found ", x.scalar_type(), " ", x.sizes());
   TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == at::kLong && ids.is_contiguous() && ids.size(0) == x.size(0),
               "ids: expected a contiguous int64 [n, m] tensor with n = ", x.size(0), ", found ", ids.scalar_type(),
               " ", ids.sizes());
