@@ -84,21 +84,30 @@ class CudaTimer:
         self.device = device
         self._events = None
 
-    def __call__(self, fn: Callable[[], object]) -> float:
+    def _record(self, fn: Callable[[], object], before: Callable[[], object] | None = None) -> tuple[float, float]:
+        """(GPU nanoseconds between the events around ``fn``, host seconds spent enqueueing them
+        and ``fn``); ``before`` is enqueued ahead of the start event."""
         import torch
 
         if self._events is None:
             self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         start, stop = self._events
         torch.cuda.synchronize(self.device)
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
         start.record()
         fn()
         stop.record()
+        host_s = time.perf_counter() - t0
         stop.synchronize()
-        return start.elapsed_time(stop) * 1e6  # ms -> ns
+        return start.elapsed_time(stop) * 1e6, host_s  # ms -> ns
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        return self._record(fn)[0]
 
 
-class QueuedCudaTimer:
+class QueuedCudaTimer(CudaTimer):
     """GPU time of one call without the host's launch overhead.
 
     ``CudaTimer`` records its start event on an idle GPU, so the host's time to
@@ -110,32 +119,22 @@ class QueuedCudaTimer:
     """
 
     def __init__(self, device: str = "cuda", spin_cycles: int = 2_000_000):
-        self.device, self.spin_cycles = device, int(spin_cycles)
-        self._events, self.spin_s, self.overruns = None, None, 0
+        super().__init__(device)
+        self.spin_cycles = int(spin_cycles)
+        self.spin_s, self.overruns = None, 0
 
-    def __call__(self, fn: Callable[[], object]) -> float:
+    def _spin(self) -> None:
         import torch
 
-        if self._events is None:
-            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            start, stop = self._events
-            torch.cuda.synchronize(self.device)
-            start.record()
-            torch.cuda._sleep(self.spin_cycles)
-            stop.record()
-            stop.synchronize()
-            self.spin_s = start.elapsed_time(stop) * 1e-3
-        start, stop = self._events
-        torch.cuda.synchronize(self.device)
         torch.cuda._sleep(self.spin_cycles)
-        t0 = time.perf_counter()
-        start.record()
-        fn()
-        stop.record()
-        if time.perf_counter() - t0 > 0.8 * self.spin_s:
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        if self.spin_s is None:
+            self.spin_s = self._record(self._spin)[0] * 1e-9
+        ns, host_s = self._record(fn, before=self._spin)
+        if host_s > 0.8 * self.spin_s:
             self.overruns += 1
-        stop.synchronize()
-        return start.elapsed_time(stop) * 1e6  # ms -> ns
+        return ns
 
 
 class CacheFlush:
