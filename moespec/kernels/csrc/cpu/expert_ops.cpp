@@ -9,9 +9,11 @@
 //   * dedup:    one group per distinct expert holding all of its assignments -> U expert reads.
 // For every weight row a group streams once, a multi-token micro-kernel accumulates the dot
 // products of up to TMAX = 9 tokens in registers (the row is loaded once, each token's activation
-// chunk is an L1 hit). Work items are (group, block of rows), taken dynamically by the threads
-// (OpenMP), so both cores stream the same expert at neighbouring rows and a descheduled thread does
-// not stall the other.
+// chunk is an L1 hit). Work items are (group, matrix, block of rows), dealt into one lane per
+// thread (a contiguous share of every matrix's rows); a thread takes its own lane in order and then
+// steals from the others, so each streams long contiguous runs and a descheduled thread does not
+// stall the rest. Helpers come from torch's OpenMP team or from a pool of our own (see
+// use_openmp_team).
 //
 // ISA paths are chosen at run time from the CPU flags (AVX-512 [+BF16, +VNNI], AVX2+FMA, portable);
 // the environment variable MOESPEC_CPU_ISA=avx512|avx2|portable caps the level (tests use it to
