@@ -59,6 +59,20 @@ def test_cpu_isa_paths(isa, fmt, monkeypatch):
             check(*_case(shape, fmt, 10, seed=11), "cpp", "cpu", kernel)
 
 
+@pytest.mark.parametrize("isa", ["avx512", "portable"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cpu_large_activations(isa, fmt, monkeypatch):
+    """Activations large enough that silu saturates (e^-g overflows or vanishes): the vectorized
+    exp of the AVX-512 path and the scalar one both stay finite and match the reference."""
+    if not cpp_present():
+        pytest.skip("C++ extension not built")
+    monkeypatch.setenv("MOESPEC_CPU_ISA", isa)
+    x, ids, w, g = _case(SMALL_SHAPES[1], fmt, 6, seed=21)
+    for scale in (30.0, 3000.0):
+        for kernel in KERNELS:
+            check(x * scale, ids, w, g, "cpp", "cpu", kernel)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_cpu_thread_modes_give_identical_results(fmt, monkeypatch):
     """The C++ kernels' helpers (MOESPEC_CPU_THREADS: our own pool or an OpenMP team) and the

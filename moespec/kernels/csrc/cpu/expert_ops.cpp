@@ -474,6 +474,60 @@ static DotFn dot_for(int fmt, int isa) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Phase 2 and the activation conversion, vectorized for the AVX-512 path (the scalar loops cost
+// 2-4 % of a one-token call, done by one thread while the other streams).
+
+// e^x for 16 floats: x = n ln2 + r, |r| <= ln2/2, e^r by its degree-7 Taylor polynomial
+// (truncation < 6e-9 relative, below float rounding), 2^n applied with vscalefps (which also gives
+// inf / 0 beyond the float range and passes NaN through).
+static inline TGT_512 __m512 exp16(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 split: hi exact in float
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// g[r] = silu(g[r]) * u[r] = g / (1 + e^-g) * u, r < K.
+static inline float silu_mul1(float g, float u) { return g / (1.0f + std::exp(-g)) * u; }
+static TGT_512 void silu_mul_avx512(float* g, const float* u, int64_t K) {
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + k);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+    _mm512_storeu_ps(g + k, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), _mm512_loadu_ps(u + k)));
+  }
+  for (; k < K; ++k) g[k] = silu_mul1(g[k], u[k]);
+}
+
+// bf16 bits (round to nearest even, quiet NaN: as f32_to_bf16) and their float values, 16 at a time.
+static TGT_512 void to_bf16_avx512(const float* v, int64_t K, uint16_t* b, float* f) {
+  int64_t k = 0;
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), qnan = _mm512_set1_epi32(0x40);
+  for (; k + 16 <= K; k += 16) {
+    const __m512 x = _mm512_loadu_ps(v + k);
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m512i h = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), qnan));
+    _mm256_storeu_si256((__m256i*)(b + k), _mm512_cvtepi32_epi16(h));
+    _mm512_storeu_ps(f + k, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+  }
+  for (; k < K; ++k) {
+    b[k] = f32_to_bf16(v[k]);
+    f[k] = bf16_to_f32(b[k]);
+  }
+}
+
 // Activations of R rows of length K in the format's layout.
 struct Acts {
   int fmt = F32;
@@ -487,9 +541,12 @@ struct Acts {
 
   // Room for R rows of length K. The buffers only grow (they live in a per-thread Workspace):
   // set_row writes every value a kernel reads, so nothing needs clearing here.
-  void init(int fmt_, int64_t R, int64_t K_) {
+  bool vec = false;            // the AVX-512 conversions (when the kernels run the AVX-512 path)
+
+  void init(int fmt_, int64_t R, int64_t K_, bool vec_) {
     fmt = fmt_;
     K = K_;
+    vec = vec_;
     auto grow = [](auto& v, int64_t size) { if ((int64_t)v.size() < size) v.resize(size); };
     if (fmt == I8) {
       qstride = round_up(K, 64) + 64;
@@ -516,6 +573,8 @@ struct Acts {
   void set_row(int64_t r, const float* v) {
     if (fmt == F32) {
       std::memcpy(f.data() + r * K, v, K * sizeof(float));
+    } else if (fmt == BF16 && vec) {
+      to_bf16_avx512(v, K, b.data() + r * K, f.data() + r * K);
     } else if (fmt == BF16) {
       for (int64_t k = 0; k < K; ++k) {
         uint16_t h = f32_to_bf16(v[k]);
@@ -792,7 +851,8 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
 
   const int64_t n = x.size(0), H = x.size(1), m = ids.size(1), I = wg.size(1), A = n * m;
   const int64_t esize = fmt == F32 ? 4 : (fmt == BF16 ? 2 : 1);
-  const DotFn dot = dot_for(fmt, isa_for(fmt));
+  const int isa = isa_for(fmt);
+  const DotFn dot = dot_for(fmt, isa);
   const int64_t* id = ids.data_ptr<int64_t>();
 
   // Groups: per-slot -> one per assignment in token order; dedup -> one per distinct expert.
@@ -815,8 +875,8 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
   Workspace& ws = workspace();
   Acts& ax = ws.ax;
   Acts& ah = ws.ah;
-  ax.init(fmt, n, H);
-  ah.init(fmt, A, I);
+  ax.init(fmt, n, H, isa == AVX512);
+  ah.init(fmt, A, I, isa == AVX512);
   const float* xp = x.data_ptr<float>();
   float* const gbuf = grown(ws.gbuf, A * I);
   float* const ubuf = grown(ws.ubuf, A * I);
@@ -890,7 +950,10 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
           const int64_t a = assign[G.first + j];
           float* g = gbuf + a * I;
           const float* u = ubuf + a * I;
-          for (int64_t r = 0; r < I; ++r) g[r] = g[r] / (1.0f + std::exp(-g[r])) * u[r];
+          if (isa == AVX512)
+            silu_mul_avx512(g, u, I);
+          else
+            for (int64_t r = 0; r < I; ++r) g[r] = silu_mul1(g[r], u[r]);
           ah.set_row(a, g);
         }
         jp->set(gi);
