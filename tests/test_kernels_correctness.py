@@ -60,6 +60,30 @@ def test_cpu_isa_paths(isa, fmt, monkeypatch):
 
 
 @pytest.mark.parametrize("isa", ["avx512", "portable"])
+def test_cpu_int8_activation_quantizer_is_exact(isa, monkeypatch):
+    """The C++ int8 activation quantizer (vectorized on the AVX-512 path, scalar otherwise) gives
+    exactly moespec's block quantization (quantize_blocks) in the interleaved layout, with the
+    offset corrections -128 * sum(q) per block; all-zero, tie-valued and huge blocks included."""
+    if not cpp_present():
+        pytest.skip("C++ extension not built")
+    from moespec.kernels.weights import quantize_blocks
+    monkeypatch.setenv("MOESPEC_CPU_ISA", isa)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 1024, generator=g) * torch.logspace(-3, 3, 5).unsqueeze(1)
+    x[1, :32] = 0.0                                         # an all-zero block: scale 0
+    x[2, 32:64] = torch.arange(32) - 15.5                   # max 16.5: many ties at .5 quanta
+    x[3, 64:96] = 1e30                                      # huge but finite
+    for K in (1024, 96):                                    # 96: 3 blocks, the scalar tail group
+        xs = x[:, :K].contiguous()
+        q, s, c = torch.ops.moespec.quantize_acts_int8_cpu(xs)
+        q_ref, s_ref = quantize_blocks(xs)
+        packed = torch.ops.moespec.pack_int8_cpu(q_ref).to(torch.int32) - 128
+        assert torch.equal(q.to(torch.int32), packed)
+        assert torch.equal(s, s_ref)
+        assert torch.equal(c, -128 * q_ref.to(torch.int32).reshape(5, K // 32, 32).sum(-1))
+
+
+@pytest.mark.parametrize("isa", ["avx512", "portable"])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_cpu_large_activations(isa, fmt, monkeypatch):
     """Activations large enough that silu saturates (e^-g overflows or vanishes): the vectorized

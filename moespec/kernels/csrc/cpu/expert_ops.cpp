@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -528,6 +529,40 @@ static TGT_512 void to_bf16_avx512(const float* v, int64_t K, uint16_t* b, float
   }
 }
 
+// One row of K values (K a multiple of 16 blocks of 32) quantized per block of 32 into the
+// interleaved int8 layout, with the block scales and offset corrections: the same values as the
+// scalar loop in Acts::set_row (round half to even, NaN ignored in the block maximum and sent to
+// -127, clamp to +-127). Step i of a group of 16 blocks holds word i (values 4i..4i+3) of each
+// block: one 16-lane gather per step from the group's 512 quantized bytes.
+static TGT_512 void quantize_i8_avx512(const float* v, int64_t K, int8_t* qr, float* sr, int32_t* cr) {
+  alignas(64) int8_t tmp[GRP * BLK];
+  const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
+  const __m512i words = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(BLK));
+  for (int64_t g = 0; g < K / (GRP * BLK); ++g) {
+    for (int j = 0; j < GRP; ++j) {
+      const int64_t blk = g * GRP + j;
+      const __m512 a0 = _mm512_loadu_ps(v + blk * BLK), a1 = _mm512_loadu_ps(v + blk * BLK + 16);
+      // |x| as the first operand: vmaxps returns the second one when the first is NaN
+      const __m512 m = _mm512_max_ps(_mm512_abs_ps(a1), _mm512_max_ps(_mm512_abs_ps(a0), _mm512_setzero_ps()));
+      const float amax = _mm512_reduce_max_ps(m);
+      const float scale = amax / 127.0f;
+      const float inv = scale > 0.f ? 1.0f / scale : 0.f;
+      const __m512 iv = _mm512_set1_ps(inv);
+      const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(a0, iv), rnd), nlim), lim));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(a1, iv), rnd), nlim), lim));
+      _mm_store_si128((__m128i*)(tmp + j * BLK), _mm512_cvtepi32_epi8(q0));
+      _mm_store_si128((__m128i*)(tmp + j * BLK + 16), _mm512_cvtepi32_epi8(q1));
+      sr[blk] = scale;
+      cr[blk] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+    for (int i = 0; i < 8; ++i)
+      _mm512_storeu_si512((void*)(qr + g * GRP * BLK + i * 4 * GRP),
+                          _mm512_i32gather_epi32(_mm512_add_epi32(words, _mm512_set1_epi32(4 * i)), tmp, 1));
+  }
+}
+
 // Activations of R rows of length K in the format's layout.
 struct Acts {
   int fmt = F32;
@@ -581,6 +616,8 @@ struct Acts {
         b[r * K + k] = h;
         f[r * K + k] = bf16_to_f32(h);
       }
+    } else if (vec && (K / BLK) % GRP == 0) {
+      quantize_i8_avx512(v, K, q.data() + r * qstride, s.data() + r * sstride, c.data() + r * sstride);
     } else {
       const int64_t nblk = K / BLK;
       int8_t* qr = q.data() + r * qstride;
@@ -1008,6 +1045,29 @@ at::Tensor expert_dedup_cpu(const at::Tensor& x, const at::Tensor& ids, const c1
   return expert_op(x, ids, gates, wg, wu, wd, sg, su, sd, true);
 }
 
+// The int8 activation layout the CPU kernels build from x [R, K] (K a multiple of 32), on the ISA
+// path in use: (q int8 [R, K] interleaved, scales float32 [R, K/32], corrections int32 [R, K/32]).
+// For tests: the AVX-512 and scalar quantizers must agree exactly with moespec.kernels.quantize_blocks.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_acts_int8_cpu(const at::Tensor& x) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous() && x.dim() == 2 &&
+                  x.size(1) % BLK == 0,
+              "quantize_acts_int8_cpu: expected a contiguous float32 CPU [R, K] tensor with K a multiple of 32, found ",
+              x.scalar_type(), " ", x.sizes());
+  const int64_t R = x.size(0), K = x.size(1), nblk = K / BLK;
+  Acts a;
+  a.init(I8, R, K, isa_for(I8) == AVX512);
+  for (int64_t r = 0; r < R; ++r) a.set_row(r, x.data_ptr<float>() + r * K);
+  at::Tensor q = at::empty({R, K}, x.options().dtype(at::kChar));
+  at::Tensor sc = at::empty({R, nblk}, x.options());
+  at::Tensor co = at::empty({R, nblk}, x.options().dtype(at::kInt));
+  for (int64_t r = 0; r < R; ++r) {
+    std::memcpy(q.data_ptr<int8_t>() + r * K, a.q.data() + r * a.qstride, K);
+    std::memcpy(sc.data_ptr<float>() + r * nblk, a.s.data() + r * a.sstride, nblk * sizeof(float));
+    std::memcpy(co.data_ptr<int32_t>() + r * nblk, a.c.data() + r * a.sstride, nblk * sizeof(int32_t));
+  }
+  return {q, sc, co};
+}
+
 // Which ISA path the CPU kernels take for a format ("f32", "bf16", "int8_b32") here and now.
 std::string cpu_isa(const std::string& fmt) {
   int f = fmt == "f32" ? F32 : (fmt == "bf16" ? BF16 : (fmt == "int8_b32" ? I8 : -1));
@@ -1025,10 +1085,12 @@ TORCH_LIBRARY(moespec, m) {
         "Tensor? s_gate, Tensor? s_up, Tensor? s_down) -> Tensor");
   m.def("pack_int8_cpu(Tensor q) -> Tensor");
   m.def("cpu_isa(str fmt) -> str", &moespec::cpu_isa);
+  m.def("quantize_acts_int8_cpu(Tensor x) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(moespec, CPU, m) {
   m.impl("expert_slot", &moespec::expert_slot_cpu);
   m.impl("expert_dedup", &moespec::expert_dedup_cpu);
   m.impl("pack_int8_cpu", &moespec::pack_int8_cpu);
+  m.impl("quantize_acts_int8_cpu", &moespec::quantize_acts_int8_cpu);
 }
