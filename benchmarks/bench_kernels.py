@@ -34,9 +34,13 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", os.environ.get("MOESPEC_BENCH_THP"
 # (MOESPEC_CPU_THREADS overrides; docs/kernels.md). The columns omp_wait_policy and cpu_threads
 # record what ran.
 
-import numpy as np
-import pandas as pd
-import torch
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.ggml_peer
 from moespec import io, paths, provenance  # noqa: E402
@@ -44,6 +48,7 @@ from moespec.bench import timing
 from moespec.kernels import ExpertWeights, build, expert_forward
 from moespec.kernels.shapes import random_ids
 from moespec.models import PRESETS, get_spec
+from moespec.plots.kernels import kernel_share_figure
 from moespec.routing import stats, synthetic
 
 
@@ -236,6 +241,18 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def plot_run(csv: Path) -> list[Path]:
+    """One figure per model of a run's CSV, ``<stamp>_<model>.png`` beside it."""
+    rows = pd.read_csv(csv)
+    stamp = csv.stem
+    out = []
+    for model in dict.fromkeys(rows["model"]):
+        fig = kernel_share_figure(rows, model, title=f"{model}: expert kernels, run {stamp} ({rows['date'].iloc[0]})")
+        out.append(io.save_figure(fig, csv.with_name(f"{stamp}_{model}.png")))
+        plt.close(fig)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(PRESETS), help="comma-separated presets")
@@ -253,7 +270,12 @@ def main(argv=None):
                     help="also time ggml's CPU MUL_MAT_ID in the same rounds (OLMoE shape only; build it first: "
                          "benchmarks/ggml_peer/build.py)")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--plot", metavar="CSV", help="only draw the figure of an earlier run's CSV (next to it)")
     args = ap.parse_args(argv)
+    if args.plot:
+        for path in plot_run(Path(args.plot)):
+            print(path)
+        return
     torch.set_num_threads(args.threads)
     build.load_cpu()
     models, fmts = args.models.split(","), args.fmts.split(",")
@@ -287,6 +309,8 @@ def main(argv=None):
         print(show(tr[["model", "fmt", "beta_over_read"]].round(3).set_index(["model", "fmt"])))
     print(f"\nubar(n) < r(n) (dedup faster), uniform and sticky routing:\n{show(cross.set_index(['model', 'fmt', 'routing']))}")
     print(f"\nrows: {out / (stamp + '.csv')}")
+    for path in plot_run(out / f"{stamp}.csv"):
+        print(f"figure: {path}")
 
 
 if __name__ == "__main__":
