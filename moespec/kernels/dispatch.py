@@ -129,8 +129,12 @@ def expert_forward(x, ids, weights: ExpertWeights, gates=None, kernel: str = "sl
     if backend == "torch":
         return _TORCH[kernel](x, ids, weights, gates)
     build.load_cuda()
-    op = torch.ops.moespec.expert_slot if kernel == "slot" else torch.ops.moespec.expert_dedup
-    return op(x, ids, gates, *_op_weights(weights))
+    return _op(kernel)(x, ids, gates, *_op_weights(weights))
+
+
+def _op(kernel: str):
+    """The compiled op of ``kernel`` (CPU or CUDA by the tensors' device)."""
+    return torch.ops.moespec.expert_slot if kernel == "slot" else torch.ops.moespec.expert_dedup
 
 
 def _ready(t, dtype) -> bool:
@@ -145,7 +149,7 @@ def _cpp_forward(x, ids, weights: ExpertWeights, gates, kernel: str) -> torch.Te
     (as after the benchmark's flush, or between layers) the Python checks cost ~0.1-0.3 ms, up to a
     tenth of a one-token call."""
     build.load_cpu()
-    op = torch.ops.moespec.expert_slot if kernel == "slot" else torch.ops.moespec.expert_dedup
+    op = _op(kernel)
     if not (_ready(x, torch.float32) and _ready(ids, torch.int64) and (gates is None or _ready(gates, torch.float32))):
         x, ids, gates = check_inputs(x, ids, weights, gates, id_values=False)
     try:

@@ -563,6 +563,13 @@ static TGT_512 void quantize_i8_avx512(const float* v, int64_t K, int8_t* qr, fl
   }
 }
 
+// v with room for at least size elements (scratch buffers only grow); its data.
+template <class V>
+static auto* grown(V& v, int64_t size) {
+  if ((int64_t)v.size() < size) v.resize(size);
+  return v.data();
+}
+
 // Activations of R rows of length K in the format's layout.
 struct Acts {
   int fmt = F32;
@@ -574,24 +581,23 @@ struct Acts {
   std::vector<int32_t> c;      // int8 offset corrections, zero padded
   std::vector<ActRef> refs;
 
-  // Room for R rows of length K. The buffers only grow (they live in a per-thread Workspace):
-  // set_row writes every value a kernel reads, so nothing needs clearing here.
   bool vec = false;            // the AVX-512 conversions (when the kernels run the AVX-512 path)
 
+  // Room for R rows of length K. The buffers only grow (they live in a per-thread Workspace):
+  // set_row writes every value a kernel reads, so nothing needs clearing here.
   void init(int fmt_, int64_t R, int64_t K_, bool vec_) {
     fmt = fmt_;
     K = K_;
     vec = vec_;
-    auto grow = [](auto& v, int64_t size) { if ((int64_t)v.size() < size) v.resize(size); };
     if (fmt == I8) {
       qstride = round_up(K, 64) + 64;
       sstride = round_up(K / BLK, GRP);
-      grow(q, R * qstride);
-      grow(s, R * sstride);
-      grow(c, R * sstride);
+      grown(q, R * qstride);
+      grown(s, R * sstride);
+      grown(c, R * sstride);
     } else {
-      grow(f, R * K);
-      if (fmt == BF16) grow(b, R * K);
+      grown(f, R * K);
+      if (fmt == BF16) grown(b, R * K);
     }
     refs.resize(R);
     for (int64_t r = 0; r < R; ++r) {
@@ -645,9 +651,9 @@ struct Acts {
   }
 };
 
-// Scratch memory of one calling thread, kept between calls: allocating it per call cost ~50 us
-// before and ~100 us after each call here (fresh pages faulted in, freed memory handed back to
-// the OS), 3-5% of a one-token call. It grows to the largest pass seen and is not shrunk.
+// Scratch memory of one calling thread, kept between calls instead of allocated per call (the
+// larger buffers, e.g. W_down h at n = 9: 72 x 2048 floats, came as fresh pages to fault in and
+// went back to the OS after the call). It grows to the largest pass seen and is not shrunk.
 struct Workspace {
   Acts ax, ah;                      // activations x [n, H] and h [n*m, I] in the format's layout
   std::vector<float> gbuf, ubuf;    // W_gate x, W_up x per assignment [n*m, I]
@@ -656,11 +662,6 @@ struct Workspace {
 static Workspace& workspace() {
   thread_local Workspace ws;
   return ws;
-}
-template <class V>
-static float* grown(V& v, int64_t size) {
-  if ((int64_t)v.size() < size) v.resize(size);
-  return v.data();
 }
 
 // ------------------------------------------------------------------------------------------------
