@@ -222,6 +222,12 @@ static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, c
 // place in a block of 16 rows); finish_rows() then adds up 16 rows at once (hsum16). Rows side by
 // side (2-4 rows per pass) measured 30-50% slower from DRAM on this Zen 4 VM than one row at a time,
 // so there is no row blocking.
+// f32 and bf16 run on 256-bit vectors (each row's partial sums are widened to 512 bits for hsum16):
+// on this VM a stream with one 512-bit vdpbf16ps per 64 bytes read at 53-55 GB/s (two threads) where
+// the same stream with two 256-bit ones per 64 bytes read at 62-64 (plain vpaddd: 58-59), and in the
+// kernels 256-bit vectors raised bf16 from 0.89-0.93 to 0.97-0.99 of the read (slow regime) and from
+// 0.70-0.79 to 0.81-0.91 (fast), f32 by 0.03-0.06 in the fast regime (interleaved A/B runs,
+// docs/kernels.md). int8 stays on 512-bit vpdpbusd: 256-bit measured no better there.
 constexpr int RB = 16;  // rows per horizontal-sum block
 
 // part[t][q] -> out[t][r0 + q] for q < nr: lane i of hsum16 is the sum of the 16 lanes of its i-th
@@ -256,68 +262,69 @@ static inline __attribute__((always_inline)) TGT_512 void finish_rows(__m512 (&p
 // Independent accumulator chains: enough to cover the FMA latency when few tokens share a row.
 template <int T> constexpr int chains() { return T == 1 ? 4 : (T <= 3 ? 2 : 1); }
 
+// Adds up a token's U accumulators and keeps the sum, widened to 512 bits, as row q's partials.
 template <int U, int T>
-static inline __attribute__((always_inline)) TGT_512 void keep_partials(const __m512 (&acc)[U][T], __m512 (&part)[T][RB], int q) {
+static inline __attribute__((always_inline)) TGT_512 void keep_partials(const __m256 (&acc)[U][T], __m512 (&part)[T][RB], int q) {
   for (int t = 0; t < T; ++t) {
-    __m512 s = acc[0][t];
-    for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][t]);
-    part[t][q] = s;
+    __m256 s = acc[0][t];
+    for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[u][t]);
+    part[t][q] = _mm512_zextps256_ps512(s);
   }
 }
 
 template <int T>
 static inline __attribute__((always_inline)) TGT_512 void dot_f32_avx512(const float* w, int64_t K, const ActRef* a, __m512 (&part)[T][RB], int q) {
-  constexpr int U = chains<T>();
-  __m512 acc[U][T];
+  // 256-bit FMAs (see above), 2 * chains<T>() independent accumulators per token.
+  constexpr int U = 2 * chains<T>();
+  __m256 acc[U][T];
   for (int u = 0; u < U; ++u)
-    for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[u][t] = _mm256_setzero_ps();
   int64_t k = 0;
-  for (; k + 16 * U <= K; k += 16 * U) {
-#pragma GCC unroll 4
+  for (; k + 8 * U <= K; k += 8 * U) {
+#pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
-      __m512 wv = _mm512_loadu_ps(w + k + 16 * u);
+      __m256 wv = _mm256_loadu_ps(w + k + 8 * u);
       // The weight stream gets its own load instruction, x is the FMA's memory operand. With
       // the weight folded into the FMA instead (what GCC chose for T = 1 while x was pinned to a
       // register), one thread streaming from DRAM on this Zen 4 VM reached 0.89 of torch.sum over
-      // the same bytes (OLMoE f32, n = 1, min over 80 calls); with its own load 0.93-0.98, level
-      // with the AVX2 path and a plain C++ loop.
+      // the same bytes (OLMoE f32, n = 1, min over 80 calls); with its own load 0.93-0.98.
       asm("" : "+v"(wv));
 #pragma GCC unroll 9
-      for (int t = 0; t < T; ++t) acc[u][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(a[t].f + k + 16 * u), acc[u][t]);
+      for (int t = 0; t < T; ++t) acc[u][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a[t].f + k + 8 * u), acc[u][t]);
     }
   }
-  for (; k < K; k += 16) {
-    const __mmask16 mk = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
-    const __m512 wv = _mm512_maskz_loadu_ps(mk, w + k);
-    for (int t = 0; t < T; ++t) acc[0][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, a[t].f + k), acc[0][t]);
+  for (; k < K; k += 8) {
+    const __mmask8 mk = K - k >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (K - k)) - 1);
+    const __m256 wv = _mm256_maskz_loadu_ps(mk, w + k);
+    for (int t = 0; t < T; ++t) acc[0][t] = _mm256_fmadd_ps(wv, _mm256_maskz_loadu_ps(mk, a[t].f + k), acc[0][t]);
   }
   keep_partials<U, T>(acc, part, q);
 }
 
 template <int T>
 static inline __attribute__((always_inline)) TGT_512BF16 void dot_bf16_avx512(const uint16_t* w, int64_t K, const ActRef* a, __m512 (&part)[T][RB], int q) {
-  // vdpbf16ps: 32 bf16 products per instruction, accumulated pairwise in fp32.
-  constexpr int U = chains<T>();
-  __m512 acc[U][T];
+  // vdpbf16ps on 256-bit vectors: 16 bf16 products per instruction, accumulated pairwise in fp32.
+  constexpr int U = 2 * chains<T>();
+  __m256 acc[U][T];
   for (int u = 0; u < U; ++u)
-    for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[u][t] = _mm256_setzero_ps();
   int64_t k = 0;
-  for (; k + 32 * U <= K; k += 32 * U) {
-#pragma GCC unroll 4
+  for (; k + 16 * U <= K; k += 16 * U) {
+#pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
-      __m512i wi = _mm512_loadu_si512((const void*)(w + k + 32 * u));
+      __m256i wi = _mm256_loadu_si256((const __m256i*)(w + k + 16 * u));
       asm("" : "+v"(wi));  // own load for the weight stream (see dot_f32_avx512)
 #pragma GCC unroll 9
       for (int t = 0; t < T; ++t)
-        acc[u][t] = _mm512_dpbf16_ps(acc[u][t], (__m512bh)wi,
-                                     (__m512bh)_mm512_loadu_si512((const void*)((const uint16_t*)a[t].q + k + 32 * u)));
+        acc[u][t] = _mm256_dpbf16_ps(acc[u][t], (__m256bh)wi,
+                                     (__m256bh)_mm256_loadu_si256((const __m256i*)((const uint16_t*)a[t].q + k + 16 * u)));
     }
   }
-  for (; k < K; k += 32) {
-    const __mmask32 mk = K - k >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
-    const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mk, w + k);
+  for (; k < K; k += 16) {
+    const __mmask16 mk = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
+    const __m256bh wv = (__m256bh)_mm256_maskz_loadu_epi16(mk, w + k);
     for (int t = 0; t < T; ++t)
-      acc[0][t] = _mm512_dpbf16_ps(acc[0][t], wv, (__m512bh)_mm512_maskz_loadu_epi16(mk, (const uint16_t*)a[t].q + k));
+      acc[0][t] = _mm256_dpbf16_ps(acc[0][t], wv, (__m256bh)_mm256_maskz_loadu_epi16(mk, (const uint16_t*)a[t].q + k));
   }
   keep_partials<U, T>(acc, part, q);
 }
