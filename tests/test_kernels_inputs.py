@@ -96,12 +96,15 @@ def test_device_mismatch_meta(case):
         expert_forward(x.to("meta"), ids, w, backend="torch")
 
 
-def test_direct_op_calls_check_their_inputs(case):
-    """The compiled op (called without expert_forward) rejects bad ids and layouts with a message."""
+@pytest.mark.parametrize("entry", ["torch.ops", "module"])
+def test_direct_op_calls_check_their_inputs(case, entry):
+    """The compiled op (called without expert_forward) rejects bad ids and layouts with a message,
+    through the dispatcher (torch.ops.moespec) and through the extension module's direct entry
+    points alike."""
     if not cpp_present():
         pytest.skip("C++ extension not built")
     x, ids, w = case
-    op = torch.ops.moespec.expert_dedup
+    op = torch.ops.moespec.expert_dedup if entry == "torch.ops" else build.load_cpu().expert_dedup
     args = (w.gate, w.up, w.down, None, None, None)
     with pytest.raises(RuntimeError, match="outside"):
         op(x, ids + 5, None, *args)
@@ -119,6 +122,24 @@ def test_direct_op_calls_check_their_inputs(case):
     # plain int8 (not packed) is accepted and gives the packed path's result
     plain = op(x, ids, None, *q.tensors())
     torch.testing.assert_close(plain, expert_forward(x, ids, q, kernel="dedup", backend="cpp"))
+
+
+def test_module_entry_points_equal_the_registered_ops(case):
+    """expert_forward's cpp backend calls the extension module's functions; they run the same code
+    as torch.ops.moespec.* (results bit-identical, gates present and absent, both kernels)."""
+    if not cpp_present():
+        pytest.skip("C++ extension not built")
+    x, ids, _ = case
+    module = build.load_cpu()
+    for fmt in ("f32", "bf16", "int8_b32"):
+        w = ExpertWeights.random((6, 64, 32), fmt, seed=3)
+        ws = dispatch._op_weights(w)
+        for kernel in ("slot", "dedup"):
+            for gates in (None, torch.rand(3, 2)):
+                via_ops = getattr(torch.ops.moespec, f"expert_{kernel}")(x, ids, gates, *ws)
+                direct = getattr(module, f"expert_{kernel}")(x, ids, gates, *ws)
+                assert torch.equal(via_ops, direct)
+                assert torch.equal(direct, expert_forward(x, ids, w, gates, kernel=kernel, backend="cpp"))
 
 
 def test_weights_formats_and_bytes():

@@ -25,7 +25,7 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = [CSRC / "cpu" / "expert_ops.cpp"]
 CPU_CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-fno-math-errno"]  # ISA paths use target attributes
 _lock = threading.Lock()
-_loaded: dict[str, bool] = {}
+_loaded: dict = {}  # "cpu": the extension module, "cuda": True once loaded
 
 
 class ExtensionBuildError(RuntimeError):
@@ -69,7 +69,7 @@ def missing_requirements(cuda: bool = False) -> list[str]:
     return missing
 
 
-def _build(name: str, sources: list[Path], cuda: bool, **kw) -> None:
+def _build(name: str, sources: list[Path], cuda: bool, python_module: bool = False, **kw):
     missing = missing_requirements(cuda=cuda)
     if missing:
         raise ExtensionBuildError(f"cannot build moespec extension {name!r}: missing " + "; ".join(missing))
@@ -81,19 +81,24 @@ def _build(name: str, sources: list[Path], cuda: bool, **kw) -> None:
     build = paths.ensure(paths.build_dir() / name)
     os.environ.setdefault("MAX_JOBS", "2")
     try:
-        load(name=name, sources=[str(s) for s in sources], build_directory=str(build),
-             is_python_module=False, verbose=bool(os.environ.get("MOESPEC_BUILD_VERBOSE")), **kw)
+        return load(name=name, sources=[str(s) for s in sources], build_directory=str(build),
+                    is_python_module=python_module, verbose=bool(os.environ.get("MOESPEC_BUILD_VERBOSE")), **kw)
     except Exception as exc:  # compiler errors arrive as RuntimeError / CalledProcessError
         raise ExtensionBuildError(f"building moespec extension {name!r} in {build} failed: {exc}") from exc
 
 
-def load_cpu() -> None:
-    """Build (first time) and load the CPU extension; registers ``torch.ops.moespec.*``."""
+def load_cpu():
+    """Build (first time) and load the CPU extension; registers ``torch.ops.moespec.*`` and returns
+    the extension module, whose ``expert_slot`` / ``expert_dedup`` call the same CPU functions
+    directly (pybind11, without the dispatcher's boxed call)."""
+    module = _loaded.get("cpu")
+    if module is not None:
+        return module
     with _lock:
-        if _loaded.get("cpu"):
-            return
-        _build("moespec_cpu", CPU_SOURCES, cuda=False, extra_cflags=CPU_CFLAGS, extra_ldflags=["-fopenmp"])
-        _loaded["cpu"] = True
+        if _loaded.get("cpu") is None:
+            _loaded["cpu"] = _build("moespec_cpu", CPU_SOURCES, cuda=False, python_module=True,
+                                    extra_cflags=CPU_CFLAGS, extra_ldflags=["-fopenmp"])
+        return _loaded["cpu"]
 
 
 def cuda_sources() -> list[Path]:

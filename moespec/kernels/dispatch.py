@@ -142,18 +142,18 @@ def _ready(t, dtype) -> bool:
 
 
 def _cpp_forward(x, ids, weights: ExpertWeights, gates, kernel: str) -> torch.Tensor:
-    """The C++ CPU op. It checks every argument itself before any work (devices, dtypes, shapes,
-    id range, duplicate ids: TORCH_CHECK), so arguments already in its form (float32 / int64
+    """The C++ CPU kernel, called through the extension module (pybind11) rather than the
+    dispatcher (see expert_ops.cpp). It checks every argument itself before any work (devices,
+    dtypes, shapes, id range, duplicate ids), so arguments already in its form (float32 / int64
     contiguous tensors) go straight to it; the Python checks run only to convert other arguments,
-    or after the op refused, to raise the usual ValueError / TypeError. Once the caches are cold
-    (as after the benchmark's flush, or between layers) the Python checks cost ~0.1-0.3 ms, up to a
-    tenth of a one-token call."""
-    build.load_cpu()
-    op = _op(kernel)
+    or after the C++ function refused, to raise the usual ValueError / TypeError. Once the caches
+    are cold (as after the benchmark's flush, or between layers) every Python step costs: the
+    checks ~0.1-0.3 ms, this path ~15-20 us."""
+    fn = getattr(build.load_cpu(), "expert_dedup" if kernel == "dedup" else "expert_slot")
     if not (_ready(x, torch.float32) and _ready(ids, torch.int64) and (gates is None or _ready(gates, torch.float32))):
         x, ids, gates = check_inputs(x, ids, weights, gates, id_values=False)
     try:
-        return op(x, ids, gates, *_op_weights(weights))
+        return fn(x, ids, gates, *_op_weights(weights))
     except RuntimeError:
         check_inputs(x, ids, weights, gates)  # names the problem as the other backends do
         raise

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -222,11 +223,13 @@ static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, c
 // place in a block of 16 rows); finish_rows() then adds up 16 rows at once (hsum16). Rows side by
 // side (2-4 rows per pass) measured 30-50% slower from DRAM on this Zen 4 VM than one row at a time,
 // so there is no row blocking.
-// f32 and bf16 run on 256-bit vectors (each row's partial sums are widened to 512 bits for hsum16):
-// on this VM a stream with one 512-bit vdpbf16ps per 64 bytes read at 53-55 GB/s (two threads) where
-// the same stream with two 256-bit ones per 64 bytes read at 62-64 (plain vpaddd: 58-59), and in the
-// kernels 256-bit vectors raised bf16 from 0.89-0.93 to 0.97-0.99 of the read (slow regime) and from
-// 0.70-0.79 to 0.81-0.91 (fast), f32 by 0.03-0.06 in the fast regime (interleaved A/B runs,
+// bf16 runs on 256-bit vectors, f32 on 256-bit for one token and 512-bit for more (each row's partial
+// sums are widened to 512 bits for hsum16): on this VM a stream with one 512-bit vdpbf16ps per 64
+// bytes read at 53-55 GB/s (two threads) where the same stream with two 256-bit ones per 64 bytes
+// read at 62-64 (plain vpaddd: 58-59), and in the kernels 256-bit vectors raised bf16 from 0.89-0.93
+// to 0.97-0.99 of the read (slow regime) and from 0.70-0.79 to 0.81-0.91 (fast), f32 with one token by
+// 0.03-0.06 in the fast regime; with more tokens f32 did better on 512-bit FMAs (by 0.01-0.04 at
+// n = 4-8), fewer loads per weight byte once the FMAs set the pace (interleaved A/B runs,
 // docs/kernels.md). int8 stays on 512-bit vpdpbusd: 256-bit measured no better there.
 constexpr int RB = 16;  // rows per horizontal-sum block
 
@@ -262,43 +265,67 @@ static inline __attribute__((always_inline)) TGT_512 void finish_rows(__m512 (&p
 // Independent accumulator chains: enough to cover the FMA latency when few tokens share a row.
 template <int T> constexpr int chains() { return T == 1 ? 4 : (T <= 3 ? 2 : 1); }
 
+// Float vectors of 8 (256-bit) or 16 (512-bit) lanes for the f32 micro-kernel.
+struct F32x8 {
+  using V = __m256;
+  static constexpr int L = 8;
+  static TGT_512 V zero() { return _mm256_setzero_ps(); }
+  static TGT_512 V load(const float* p) { return _mm256_loadu_ps(p); }
+  static TGT_512 V loadz(int n, const float* p) { return _mm256_maskz_loadu_ps((__mmask8)((1u << n) - 1), p); }
+  static TGT_512 V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static TGT_512 V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static TGT_512 __m512 widen(V a) { return _mm512_zextps256_ps512(a); }
+};
+struct F32x16 {
+  using V = __m512;
+  static constexpr int L = 16;
+  static TGT_512 V zero() { return _mm512_setzero_ps(); }
+  static TGT_512 V load(const float* p) { return _mm512_loadu_ps(p); }
+  static TGT_512 V loadz(int n, const float* p) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+  static TGT_512 V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static TGT_512 V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static TGT_512 __m512 widen(V a) { return a; }
+};
+
 // Adds up a token's U accumulators and keeps the sum, widened to 512 bits, as row q's partials.
-template <int U, int T>
-static inline __attribute__((always_inline)) TGT_512 void keep_partials(const __m256 (&acc)[U][T], __m512 (&part)[T][RB], int q) {
+template <class F, int U, int T>
+static inline __attribute__((always_inline)) TGT_512 void keep_partials(const typename F::V (&acc)[U][T], __m512 (&part)[T][RB], int q) {
   for (int t = 0; t < T; ++t) {
-    __m256 s = acc[0][t];
-    for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[u][t]);
-    part[t][q] = _mm512_zextps256_ps512(s);
+    typename F::V s = acc[0][t];
+    for (int u = 1; u < U; ++u) s = F::add(s, acc[u][t]);
+    part[t][q] = F::widen(s);
   }
 }
 
+// f32: 256-bit FMAs for one token (streams faster, see above), 512-bit for more (fewer loads per
+// weight byte once the FMAs, not the memory, set the pace).
 template <int T>
 static inline __attribute__((always_inline)) TGT_512 void dot_f32_avx512(const float* w, int64_t K, const ActRef* a, __m512 (&part)[T][RB], int q) {
-  // 256-bit FMAs (see above), 2 * chains<T>() independent accumulators per token.
-  constexpr int U = 2 * chains<T>();
-  __m256 acc[U][T];
+  using F = typename std::conditional<T == 1, F32x8, F32x16>::type;
+  constexpr int L = F::L, U = (T == 1 ? 2 : 1) * chains<T>();
+  typename F::V acc[U][T];
   for (int u = 0; u < U; ++u)
-    for (int t = 0; t < T; ++t) acc[u][t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[u][t] = F::zero();
   int64_t k = 0;
-  for (; k + 8 * U <= K; k += 8 * U) {
+  for (; k + L * U <= K; k += L * U) {
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
-      __m256 wv = _mm256_loadu_ps(w + k + 8 * u);
+      typename F::V wv = F::load(w + k + L * u);
       // The weight stream gets its own load instruction, x is the FMA's memory operand. With
       // the weight folded into the FMA instead (what GCC chose for T = 1 while x was pinned to a
       // register), one thread streaming from DRAM on this Zen 4 VM reached 0.89 of torch.sum over
       // the same bytes (OLMoE f32, n = 1, min over 80 calls); with its own load 0.93-0.98.
       asm("" : "+v"(wv));
 #pragma GCC unroll 9
-      for (int t = 0; t < T; ++t) acc[u][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a[t].f + k + 8 * u), acc[u][t]);
+      for (int t = 0; t < T; ++t) acc[u][t] = F::fma(wv, F::load(a[t].f + k + L * u), acc[u][t]);
     }
   }
-  for (; k < K; k += 8) {
-    const __mmask8 mk = K - k >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (K - k)) - 1);
-    const __m256 wv = _mm256_maskz_loadu_ps(mk, w + k);
-    for (int t = 0; t < T; ++t) acc[0][t] = _mm256_fmadd_ps(wv, _mm256_maskz_loadu_ps(mk, a[t].f + k), acc[0][t]);
+  for (; k < K; k += L) {
+    const int nk = (int)std::min<int64_t>(L, K - k);
+    const typename F::V wv = F::loadz(nk, w + k);
+    for (int t = 0; t < T; ++t) acc[0][t] = F::fma(wv, F::loadz(nk, a[t].f + k), acc[0][t]);
   }
-  keep_partials<U, T>(acc, part, q);
+  keep_partials<F, U, T>(acc, part, q);
 }
 
 template <int T>
@@ -326,7 +353,7 @@ static inline __attribute__((always_inline)) TGT_512BF16 void dot_bf16_avx512(co
     for (int t = 0; t < T; ++t)
       acc[0][t] = _mm256_dpbf16_ps(acc[0][t], wv, (__m256bh)_mm256_maskz_loadu_epi16(mk, (const uint16_t*)a[t].q + k));
   }
-  keep_partials<U, T>(acc, part, q);
+  keep_partials<F32x8, U, T>(acc, part, q);
 }
 
 // One group of G <= 16 int8 blocks (512 bytes when full) of one row for T tokens, added to facc.
@@ -1085,6 +1112,16 @@ std::string cpu_isa(const std::string& fmt) {
 }
 
 }  // namespace moespec
+
+// Direct Python entry points to the same CPU implementations (moespec.kernels.build.load_cpu returns
+// this module; expert_forward's cpp backend calls them). A torch.ops call goes through the boxed
+// dispatcher, which matches the 9 arguments against the schema: from Python to the function's first
+// line took ~45-50 us once the caches were cold (as after a benchmark's flush, or between layers)
+// against ~16 us through pybind11, a few percent of a one-token call.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("expert_slot", &moespec::expert_slot_cpu, "per-slot kernel on CPU (same as torch.ops.moespec.expert_slot)");
+  m.def("expert_dedup", &moespec::expert_dedup_cpu, "dedup kernel on CPU (same as torch.ops.moespec.expert_dedup)");
+}
 
 TORCH_LIBRARY(moespec, m) {
   m.def("expert_slot(Tensor x, Tensor ids, Tensor? gates, Tensor w_gate, Tensor w_up, Tensor w_down, "
