@@ -224,13 +224,11 @@ static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, c
 // side (2-4 rows per pass) measured 30-50% slower from DRAM on this Zen 4 VM than one row at a time,
 // so there is no row blocking.
 // bf16 runs on 256-bit vectors, f32 on 256-bit for one token and 512-bit for more (each row's partial
-// sums are widened to 512 bits for hsum16): on this VM a stream with one 512-bit vdpbf16ps per 64
-// bytes read at 53-55 GB/s (two threads) where the same stream with two 256-bit ones per 64 bytes
-// read at 62-64 (plain vpaddd: 58-59), and in the kernels 256-bit vectors raised bf16 from 0.89-0.93
-// to 0.97-0.99 of the read (slow regime) and from 0.70-0.79 to 0.81-0.91 (fast), f32 with one token by
-// 0.03-0.06 in the fast regime; with more tokens f32 did better on 512-bit FMAs (by 0.01-0.04 at
-// n = 4-8), fewer loads per weight byte once the FMAs set the pace (interleaved A/B runs,
-// docs/kernels.md). int8 stays on 512-bit vpdpbusd: 256-bit measured no better there.
+// sums are widened to 512 bits for hsum16), int8 on 512-bit, as interleaved A/B runs chose on this
+// Zen 4 VM: 256-bit vectors raised bf16 from 0.89-0.93 to 0.97-0.99 of the read (slow regime) and
+// from 0.70-0.79 to 0.81-0.91 (fast), f32 with one token by 0.03-0.06 (fast); with more tokens f32 did
+// better on 512-bit FMAs (fewer loads per weight byte once the FMAs set the pace); int8 on 256-bit
+// vpdpbusd measured no better (docs/kernels.md, "Vector width").
 constexpr int RB = 16;  // rows per horizontal-sum block
 
 // part[t][q] -> out[t][r0 + q] for q < nr: lane i of hsum16 is the sum of the 16 lanes of its i-th
