@@ -83,6 +83,32 @@ def test_non_contiguous_and_other_dtypes_are_handled(case, backend):
     torch.testing.assert_close(expert_forward(x.double(), ids.int(), w, gates=gates, backend=backend), y)
 
 
+def test_cpp_fast_path_still_checks_and_converts(case):
+    """Once a first call has kept the C++ function on the weights (expert_forward's fast path), the
+    arguments go straight to it; what it refuses still gets the checked path's conversion or
+    message."""
+    if not cpp_present():
+        pytest.skip("C++ extension not built")
+    x, ids, _ = case
+    w = ExpertWeights.random((6, 64, 32), "f32", seed=0)
+    for kernel in ("slot", "dedup"):
+        y = expert_forward(x, ids, w, kernel=kernel, backend="cpp")
+        assert ("cpp", kernel, "cpp") in w._cache
+        torch.testing.assert_close(expert_forward(x.T.contiguous().T, ids.int(), w, kernel=kernel, backend="cpp"), y)
+        torch.testing.assert_close(expert_forward(x.double(), ids, w, kernel=kernel, backend="cpp"), y)
+        with pytest.raises(ValueError, match=r"expert ids must lie in \[0, 6\)"):
+            expert_forward(x, ids + 5, w, kernel=kernel, backend="cpp")
+        with pytest.raises(ValueError, match="selects an expert twice"):
+            expert_forward(x, torch.tensor([[1, 1], [2, 3], [4, 5]]), w, kernel=kernel, backend="cpp")
+        with pytest.raises(ValueError, match=r"expected \[n, H=64\]"):
+            expert_forward(x[:, :32], ids, w, kernel=kernel, backend="cpp")
+        with pytest.raises(ValueError, match=r"x: expected \[n, H=64\] with n >= 1, found list"):
+            expert_forward(x.tolist(), ids, w, kernel=kernel, backend="cpp")
+        with pytest.raises(ValueError, match=r"gates: expected \[n=3, m=2\]"):
+            expert_forward(x, ids, w, gates=torch.ones(3, 3), kernel=kernel, backend="cpp")
+        assert torch.equal(expert_forward(x, ids, w, kernel=kernel, backend="cpp"), y)
+
+
 @pytest.mark.cuda
 def test_device_mismatch(case):
     x, ids, w = case
@@ -182,7 +208,8 @@ def test_missing_compiler_gives_clear_error(monkeypatch, case):
     monkeypatch.setenv("CXX", "no-such-compiler-moespec")
     with pytest.raises(ExtensionBuildError, match="missing C\\+\\+ compiler 'no-such-compiler-moespec'"):
         build.load_cpu()
-    x, ids, w = case
+    x, ids, _ = case
+    w = ExpertWeights.random((6, 64, 32), "f32", seed=0)  # fresh: no cpp call plan kept on it yet
     with pytest.raises(ExtensionBuildError, match="C\\+\\+ compiler"):
         expert_forward(x, ids, w, backend="cpp")
     # auto falls back to the torch backend, which still computes the right thing

@@ -118,15 +118,30 @@ def expert_forward(x, ids, weights: ExpertWeights, gates=None, kernel: str = "sl
     Returns:
         ``[n, H]`` float32.
     """
+    # The cpp backend's fast path: once a (weights, kernel, backend) combination has resolved to
+    # the C++ kernel, its function and weight arguments are kept on the weights object and the
+    # arguments go straight to it. The C++ function checks every argument before any work
+    # (devices, dtypes, shapes, contiguity, id range, duplicate ids) and refuses with RuntimeError
+    # (TypeError from pybind11 for non-tensors); the checked path below then converts what can be
+    # converted or names the problem. Why: once the caches are cold (after the benchmark's flush,
+    # or between layers) each Python step costs microseconds; the checked path took ~40-50 us more
+    # than this one, 3 % of a one-token int8 OLMoE call (docs/kernels.md).
+    plan = getattr(weights, "_cache", None)
+    plan = plan.get(("cpp", kernel, backend)) if plan is not None else None
+    if plan is not None:
+        try:
+            return plan[0](x, ids, gates, *plan[1])
+        except (RuntimeError, TypeError):
+            pass
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, found {kernel!r}")
     if not isinstance(weights, ExpertWeights):
         raise TypeError(f"weights must be an ExpertWeights, found {type(weights).__name__}")
-    backend = resolve_backend(backend, weights.device)
-    if backend == "cpp":
-        return _cpp_forward(x, ids, weights, gates, kernel)
+    resolved = resolve_backend(backend, weights.device)
+    if resolved == "cpp":
+        return _cpp_forward(x, ids, weights, gates, kernel, backend)
     x, ids, gates = check_inputs(x, ids, weights, gates)
-    if backend == "torch":
+    if resolved == "torch":
         return _TORCH[kernel](x, ids, weights, gates)
     build.load_cuda()
     return _op(kernel)(x, ids, gates, *_op_weights(weights))
@@ -137,23 +152,17 @@ def _op(kernel: str):
     return torch.ops.moespec.expert_slot if kernel == "slot" else torch.ops.moespec.expert_dedup
 
 
-def _ready(t, dtype) -> bool:
-    return isinstance(t, torch.Tensor) and t.dtype == dtype and t.is_contiguous()
-
-
-def _cpp_forward(x, ids, weights: ExpertWeights, gates, kernel: str) -> torch.Tensor:
-    """The C++ CPU kernel, called through the extension module (pybind11) rather than the
-    dispatcher (see expert_ops.cpp). It checks every argument itself before any work (devices,
-    dtypes, shapes, id range, duplicate ids), so arguments already in its form (float32 / int64
-    contiguous tensors) go straight to it; the Python checks run only to convert other arguments,
-    or after the C++ function refused, to raise the usual ValueError / TypeError. Once the caches
-    are cold (as after the benchmark's flush, or between layers) every Python step costs: the
-    checks ~0.1-0.3 ms, this path ~15-20 us."""
+def _cpp_forward(x, ids, weights: ExpertWeights, gates, kernel: str, backend: str) -> torch.Tensor:
+    """The checked path to the C++ CPU kernel, called through the extension module (pybind11)
+    rather than the dispatcher (see expert_ops.cpp): converts the arguments (dtypes, layouts) or
+    names what is wrong as the other backends do, and keeps the function and the weight arguments
+    on the weights object for :func:`expert_forward`'s fast path."""
     fn = getattr(build.load_cpu(), "expert_dedup" if kernel == "dedup" else "expert_slot")
-    if not (_ready(x, torch.float32) and _ready(ids, torch.int64) and (gates is None or _ready(gates, torch.float32))):
-        x, ids, gates = check_inputs(x, ids, weights, gates, id_values=False)
+    wargs = _op_weights(weights)
+    weights._cache[("cpp", kernel, backend)] = (fn, wargs)
+    x, ids, gates = check_inputs(x, ids, weights, gates, id_values=False)
     try:
-        return fn(x, ids, gates, *_op_weights(weights))
+        return fn(x, ids, gates, *wargs)
     except RuntimeError:
-        check_inputs(x, ids, weights, gates)  # names the problem as the other backends do
+        check_inputs(x, ids, weights, gates)  # id range, duplicate ids: the usual ValueError
         raise

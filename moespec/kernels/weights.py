@@ -86,6 +86,8 @@ class ExpertWeights:
 
     For ``int8_b32`` the value tensors are int8 and ``*_scale`` hold the fp32 block scales;
     for the float formats the scales are ``None``. Build with :meth:`random` or :meth:`from_tensors`.
+    Treat it as immutable: derived layouts (the CPU int8 packing) and the cpp backend's call plan
+    are computed once per object and kept on it (:meth:`cached`); for other tensors build a new one.
     """
 
     fmt: str
