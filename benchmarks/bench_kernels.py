@@ -59,6 +59,18 @@ def read_flush(nbytes: int):
     return lambda: torch.sum(buf)
 
 
+# A block whose 1 GiB reads differ by more than this factor between rounds saw the machine's
+# bandwidth regime change (here 34-38 vs 58-66 GB/s, minutes apart): a round's read and kernel
+# calls may then fall on different sides of the change, and its ratios are not to be trusted.
+UNSTEADY_READ = 1.25
+
+
+def read_unsteady(read_bw) -> bool:
+    """True when the per-round read bandwidths ``read_bw`` span more than :data:`UNSTEADY_READ`."""
+    read_bw = np.asarray(read_bw, dtype=float)
+    return bool(read_bw.max() > UNSTEADY_READ * read_bw.min())
+
+
 def _pass_fn(n, kernel, backend, x, passes, w, log):
     state = {"i": 0}
 
@@ -140,6 +152,7 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
                      "t_median_s": float(np.median(t)), "t_q25_s": float(np.quantile(t, 0.25)),
                      "t_q75_s": float(np.quantile(t, 0.75)), "reps": len(t),
                      "beta_GBps": float(np.median(beta)) / 1e9, "read_GBps": float(np.median(read_bw)) / 1e9,
+                     "read_min_GBps": float(read_bw.min()) / 1e9, "read_max_GBps": float(read_bw.max()) / 1e9,
                      # paired per round, then the median: drift between rounds cancels
                      "beta_over_read": float(np.median(beta / read_bw)),
                      "beta_over_read_q25": float(np.quantile(beta / read_bw, 0.25)),
@@ -175,7 +188,8 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
         from benchmarks.ggml_peer import version
         df["ggml_version"] = version()
         peer.close()
-    df["other_load"], df["flags"] = round(st.other_load, 3), ";".join(st.flags)
+    df["other_load"] = round(st.other_load, 3)
+    df["flags"] = ";".join(st.flags + (["read_unsteady"] if read_unsteady(read_bw) else []))
     df["setup_s"], df["run_s"] = round(setup_s, 1), round(st.wall_s, 1)
     df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     del w
@@ -294,6 +308,10 @@ def main(argv=None):
                   f"layer read/read {d.layer_read_over_read.iloc[0]:.3f}  "
                   f"slot/read n=1 {d[(d.kernel == 'slot') & (d.n == ns[0])].beta_over_read.iloc[0]:.3f}  "
                   "r(n) " + " ".join(f"{v:.2f}" for v in d[d.kernel == 'dedup'].r_n), flush=True)
+            if "read_unsteady" in str(d["flags"].iloc[0]):
+                print(f"{'':>16} {'':>8} WARNING: the 1 GiB read ranged {d.read_min_GBps.iloc[0]:.1f}-"
+                      f"{d.read_max_GBps.iloc[0]:.1f} GB/s in this block (bandwidth regime changed): "
+                      "its ratios are unreliable, rerun it", flush=True)
             io.write_dataframe(out / f"{stamp}.csv", pd.concat(frames))  # rows as they come
     df = pd.concat(frames)
     ub = ubar_table(models, max(ns), args.keep, args.seed)

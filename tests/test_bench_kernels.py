@@ -66,3 +66,13 @@ def test_kernel_share_figure_and_plot_run(bench, tmp_path):
     df.to_csv(csv, index=False)
     out = bench.plot_run(csv)
     assert out == [tmp_path / "20261129T130000Z_toy.png"] and out[0].stat().st_size > 10_000
+
+
+def test_read_unsteady_flags_a_regime_change(bench):
+    """A block whose 1 GiB reads span more than UNSTEADY_READ (a change of bandwidth regime between
+    rounds) is flagged; a steady one is not."""
+    assert bench.UNSTEADY_READ == 1.25
+    assert not bench.read_unsteady([35e9, 36e9, 37.5e9, 34e9])
+    assert not bench.read_unsteady([40e9, 50e9])          # exactly 1.25: still steady
+    assert bench.read_unsteady([35e9, 36e9, 64e9, 35.5e9])
+    assert bench.read_unsteady(np.array([60e9, 47.9e9]))
