@@ -979,12 +979,19 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
   const int nt = std::max(1, std::min<int>(at::get_num_threads(), (int)std::max<int64_t>(1, items / 4)));
   std::vector<std::vector<int64_t>> lanes(nt);
   std::vector<int64_t> dep(items, -1);
+  // Groups by token count, most first; even lanes take them in that order, odd lanes in reverse, so
+  // that a thread on a group whose arithmetic outlasts its reads (several tokens) runs beside one
+  // that only streams.
+  std::vector<int64_t> order(ng);
+  for (int64_t g = 0; g < ng; ++g) order[g] = g;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return groups[p].count > groups[q].count; });
   for (int l = 0; l < nt; ++l) {
-    for (int64_t g = 0; g < ng; ++g)
-      for (int64_t mat = 0; mat < 2; ++mat)
+    auto group_at = [&](int64_t k) { return order[l % 2 ? ng - 1 - k : k]; };
+    for (int64_t k = 0; k < ng; ++k)
+      for (int64_t mat = 0, g = group_at(k); mat < 2; ++mat)
         for (int64_t j = l * nb1 / nt; j < (l + 1) * nb1 / nt; ++j) lanes[l].push_back((g * 2 + mat) * nb1 + j);
-    for (int64_t g = 0; g < ng; ++g)
-      for (int64_t j = l * nb2 / nt; j < (l + 1) * nb2 / nt; ++j) lanes[l].push_back(items1 + g * nb2 + j);
+    for (int64_t k = 0; k < ng; ++k)
+      for (int64_t j = l * nb2 / nt, g = group_at(k); j < (l + 1) * nb2 / nt; ++j) lanes[l].push_back(items1 + g * nb2 + j);
   }
   for (int64_t it = items1; it < items; ++it) dep[it] = (it - items1) / nb2;
   auto job = std::make_shared<Job>(std::move(lanes), std::move(dep), ng);
