@@ -71,25 +71,15 @@ def read_unsteady(read_bw) -> bool:
     return bool(read_bw.max() > UNSTEADY_READ * read_bw.min())
 
 
-def _pass_fn(n, kernel, backend, x, passes, w, log):
+def _rotating(passes, log, fn, x, *args, **kwargs):
+    """A timed call: ``fn(x, ids, *args, **kwargs)`` on the next pass's ids, logged in ``log``."""
     state = {"i": 0}
 
     def call():
         ids = passes[state["i"] % len(passes)]
         state["i"] += 1
         log.append(ids)
-        return expert_forward(x, ids, w, kernel=kernel, backend=backend)
-    return call
-
-
-def _peer_fn(peer, x, passes, log):
-    state = {"i": 0}
-
-    def call():
-        ids = passes[state["i"] % len(passes)]
-        state["i"] += 1
-        log.append(ids)
-        return peer(x, ids)
+        return fn(x, ids, *args, **kwargs)
     return call
 
 
@@ -117,12 +107,12 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     for n in ns:
         for kernel in ("slot", "dedup"):
             logs[(kernel, "cpp", n)] = []
-            calls[(kernel, "cpp", n)] = _pass_fn(n, kernel, "cpp", x[n], passes[(kernel, n)], w,
-                                                logs[(kernel, "cpp", n)])
+            calls[(kernel, "cpp", n)] = _rotating(passes[(kernel, n)], logs[(kernel, "cpp", n)], expert_forward,
+                                                  x[n], w, kernel=kernel, backend="cpp")
     if torch_ref:  # torch's own per-expert matmuls, per-slot at n = 1
         logs[("slot", "torch", 1)] = []
-        calls[("slot", "torch", 1)] = _pass_fn(1, "slot", "torch", x[ns[0]], passes[("slot", ns[0])], w,
-                                            logs[("slot", "torch", 1)])
+        calls[("slot", "torch", 1)] = _rotating(passes[("slot", ns[0])], logs[("slot", "torch", 1)], expert_forward,
+                                                x[ns[0]], w, kernel="slot", backend="torch")
     peer, peer_b = None, None
     if ggml:
         from benchmarks.ggml_peer import GgmlExperts
@@ -131,7 +121,7 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
         for n in ns:
             logs[("dedup", "ggml", n)] = []
             pp = [random_ids(n, m, N, rng) for _ in range(reps + warmup)]
-            calls[("dedup", "ggml", n)] = _peer_fn(peer, x[n], pp, logs[("dedup", "ggml", n)])
+            calls[("dedup", "ggml", n)] = _rotating(pp, logs[("dedup", "ggml", n)], peer, x[n])
     setup_s = time.perf_counter() - t0
     with timing.MachineMonitor("cpu") as mon:
         res = timing.time_interleaved(calls, reps=reps, warmup=warmup, flush=read_flush(flush_bytes))
@@ -161,23 +151,20 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
                      "layer_read_over_read": float(np.median(layer_ratio)),
                      "_beta": beta})
     df = pd.DataFrame(rows)
-    # r(n) = beta_dedup / beta_slot, paired per round (paper 1, Sec. 2)
-    r = {}
-    for n in ns:
-        bd = df[(df.kernel == "dedup") & (df.n == n) & (df.backend == "cpp")]["_beta"].iloc[0]
-        bs = df[(df.kernel == "slot") & (df.n == n) & (df.backend == "cpp")]["_beta"].iloc[0]
-        r[n] = (float(np.median(bd / bs)), float(np.quantile(bd / bs, 0.25)), float(np.quantile(bd / bs, 0.75)))
+    def beta(kernel, backend, n):  # per round
+        return df[(df.kernel == kernel) & (df.backend == backend) & (df.n == n)]["_beta"].iloc[0]
+
+    def on_dedup_rows(per_n):  # a value per n on moespec's dedup rows, NaN elsewhere
+        return [per_n[n] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
+
     if peer is not None:  # moespec dedup / ggml, paired per round like r(n)
-        over = {}
-        for n in ns:
-            bd = df[(df.kernel == "dedup") & (df.n == n) & (df.backend == "cpp")]["_beta"].iloc[0]
-            bg = df[(df.n == n) & (df.backend == "ggml")]["_beta"].iloc[0]
-            over[n] = float(np.median(bd / bg))
-        df["dedup_over_ggml"] = [over[n] if k == "dedup" and be == "cpp" else np.nan
-                                 for k, be, n in zip(df.kernel, df.backend, df.n)]
-    df["r_n"] = [r[n][0] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
-    df["r_n_q25"] = [r[n][1] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
-    df["r_n_q75"] = [r[n][2] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
+        df["dedup_over_ggml"] = on_dedup_rows(
+            {n: float(np.median(beta("dedup", "cpp", n) / beta("dedup", "ggml", n))) for n in ns})
+    # r(n) = beta_dedup / beta_slot, paired per round (paper 1, Sec. 2)
+    r = {n: beta("dedup", "cpp", n) / beta("slot", "cpp", n) for n in ns}
+    df["r_n"] = on_dedup_rows({n: float(np.median(v)) for n, v in r.items()})
+    df["r_n_q25"] = on_dedup_rows({n: float(np.quantile(v, 0.25)) for n, v in r.items()})
+    df["r_n_q75"] = on_dedup_rows({n: float(np.quantile(v, 0.75)) for n, v in r.items()})
     st = mon.state
     df["threads"] = torch.get_num_threads()
     df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
