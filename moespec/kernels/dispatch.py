@@ -157,9 +157,8 @@ def _cpp_forward(x, ids, weights: ExpertWeights, gates, kernel: str, backend: st
     rather than the dispatcher (see expert_ops.cpp): converts the arguments (dtypes, layouts) or
     names what is wrong as the other backends do, and keeps the function and the weight arguments
     on the weights object for :func:`expert_forward`'s fast path."""
-    fn = getattr(build.load_cpu(), "expert_dedup" if kernel == "dedup" else "expert_slot")
-    wargs = _op_weights(weights)
-    weights._cache[("cpp", kernel, backend)] = (fn, wargs)
+    fn, wargs = weights.cached(("cpp", kernel, backend), lambda: (
+        getattr(build.load_cpu(), "expert_dedup" if kernel == "dedup" else "expert_slot"), _op_weights(weights)))
     x, ids, gates = check_inputs(x, ids, weights, gates, id_values=False)
     try:
         return fn(x, ids, gates, *wargs)

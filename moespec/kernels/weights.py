@@ -248,8 +248,9 @@ class ExpertWeights:
                                       (self.down, self.down_scale)))
         return tuple(pick(t).to(dtype) for t in (self.gate, self.up, self.down))
 
-    def cached(self, key: str, make):
-        """A derived tensor (e.g. a backend's packed layout) computed once per weights object."""
+    def cached(self, key, make):
+        """Something derived from the weights (a backend's packed layout, the cpp backend's call
+        plan) computed once per weights object by ``make()``."""
         if key not in self._cache:
             self._cache[key] = make()
         return self._cache[key]
