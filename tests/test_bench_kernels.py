@@ -3,8 +3,6 @@ gigabytes of weights and minutes of quiet machine; it is run by hand, docs/kerne
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import matplotlib
 
@@ -14,16 +12,12 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from moespec.plots.kernels import kernel_share_figure  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench_scripts import load_benchmark  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks" / "bench_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_kernels")
 
 
 def _rows():

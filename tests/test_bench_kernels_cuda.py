@@ -3,7 +3,6 @@ result row, the uniform-routing ubar(n), the report, and on-device weight genera
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
@@ -12,16 +11,14 @@ import torch
 
 from moespec import paths
 from moespec.bench.timing import MachineState, Timing
+from bench_scripts import load_benchmark
 
 SCRIPT = paths.ROOT / "benchmarks" / "bench_kernels_cuda.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_kernels_cuda", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_kernels_cuda")
 
 
 def test_ubar_uniform_hand_values(bench):

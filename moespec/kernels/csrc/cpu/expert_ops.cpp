@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -898,6 +899,32 @@ static bool use_openmp_team() {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Stage clock: where the time of one call goes (docs/kernels.md, "Where a call's time goes";
+// moespec.kernels.call_stages). Off unless switched on; then the driver records steady_clock
+// times (CLOCK_MONOTONIC on Linux, the clock of Python's time.monotonic_ns) at its stage
+// boundaries into the calling thread's last record. Off, it costs one relaxed load per call.
+struct StageTimes {
+  int64_t entry = 0;       // the driver's first line
+  int64_t setup_done = 0;  // inputs checked, groups, work items and activations ready
+  int64_t first_item = 0;  // the first work item starts (on any thread)
+  int64_t work_done = 0;   // every work item done
+  int64_t exit = 0;        // the output combined (step 4), returning
+};
+static std::atomic<bool> g_stage_clock{false};
+static thread_local StageTimes g_last_stages;
+static inline int64_t clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+void set_stage_clock(bool on) { g_stage_clock.store(on, std::memory_order_relaxed); }
+// The calling thread's last record as [entry, setup_done, first_item, work_done, exit] (ns), then
+// cleared: zeros when no call completed with the clock on since the last read.
+std::vector<int64_t> take_last_stages() {
+  const StageTimes st = g_last_stages;
+  g_last_stages = StageTimes{};
+  return {st.entry, st.setup_done, st.first_item, st.work_done, st.exit};
+}
+
+// ------------------------------------------------------------------------------------------------
 // The driver shared by both kernels.
 struct Group {
   int64_t expert;
@@ -909,6 +936,10 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
                             const at::Tensor& wg_in, const at::Tensor& wu_in, const at::Tensor& wd_in,
                             const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
                             const c10::optional<at::Tensor>& sd, bool dedup) {
+  const bool clock_on = g_stage_clock.load(std::memory_order_relaxed);
+  StageTimes st;
+  if (clock_on) st.entry = clock_ns();
+  std::atomic<int64_t> first_item{0};
   const auto dt = wg_in.scalar_type();
   TORCH_CHECK(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kChar || dt == at::kByte,
               "expert weights: expected float32, bfloat16, int8 (plain) or uint8 (pack_int8_cpu layout), found ", dt);
@@ -1001,6 +1032,10 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
 
   Job* jp = job.get();
   job->item = [&, jp](int64_t it) {
+    if (clock_on && first_item.load(std::memory_order_relaxed) == 0) {
+      int64_t none = 0;
+      first_item.compare_exchange_strong(none, clock_ns(), std::memory_order_relaxed);
+    }
     ActRef refs[TMAX];
     float* outs[TMAX];
     if (it < items1) {
@@ -1052,12 +1087,14 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
       }
     }
   };
+  if (clock_on) st.setup_done = clock_ns();
   if (nt > 1 && use_openmp_team()) {
 #pragma omp parallel num_threads(nt)
     job->work((size_t)omp_get_thread_num());
   } else {
     Pool::get().run(job, nt - 1);
   }
+  if (clock_on) st.work_done = clock_ns();
   // 4. y_t = sum_s g_ts o_{t*m+s} (n*m*H flops: serial)
   for (int64_t t = 0; t < n; ++t)
     for (int64_t s = 0; s < m; ++s) {
@@ -1068,6 +1105,11 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
       else
         for (int64_t r = 0; r < H; ++r) yp[t * H + r] += gt * o[r];
     }
+  if (clock_on) {
+    st.first_item = first_item.load(std::memory_order_relaxed);
+    st.exit = clock_ns();
+    g_last_stages = st;
+  }
   return y;
 }
 
@@ -1126,6 +1168,11 @@ std::string cpu_isa(const std::string& fmt) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("expert_slot", &moespec::expert_slot_cpu, "per-slot kernel on CPU (same as torch.ops.moespec.expert_slot)");
   m.def("expert_dedup", &moespec::expert_dedup_cpu, "dedup kernel on CPU (same as torch.ops.moespec.expert_dedup)");
+  m.def("set_stage_clock", &moespec::set_stage_clock, "switch the per-call stage clock on or off (all threads)");
+  m.def("take_last_stages", &moespec::take_last_stages,
+        "this thread's last call's stage times [entry, setup_done, first_item, work_done, exit] in ns "
+        "(steady_clock), then cleared; zeros when none was recorded");
+  m.def("clock_ns", &moespec::clock_ns, "the stage clock's time now (ns)");
 }
 
 TORCH_LIBRARY(moespec, m) {

@@ -1,0 +1,142 @@
+"""Where the time of a cold C++ kernel call goes (issue 4; docs/kernels.md, "Where a call's time goes").
+
+For one model shape and each format, rounds of: a cache flush and a 1 GiB ``torch.sum`` (the read
+bandwidth of the round, as in ``bench_kernels.py``), then for each n a cache flush and one
+``expert_forward`` call (dedup kernel, cpp backend, a fresh random pass) with the driver's stage
+clock on (:mod:`moespec.kernels.call_stages`): Python and pybind11 in, set-up, helper wake-up, the
+work items (the weight stream), step 4, pybind11 and Python out. Per (format, n): the median of
+each stage, the call's and the work stage's effective bandwidth (U*b / time) over the round's read
+bandwidth, and the fixed stages' share of the call.
+
+    .venv/bin/python benchmarks/bench_call_stages.py                    # OLMoE, f32/bf16/int8, n = 1,2,4,9
+    .venv/bin/python benchmarks/bench_call_stages.py --fmts int8_b32 --ns 1,2,3,4,5,6,7,8,9 --reps 21
+
+Writes ``data/bench/kernels/<stamp>_stages.csv``, ``<stamp>_stages_provenance.json`` and a figure
+``<stamp>_stages.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", os.environ.get("MOESPEC_BENCH_THP", "1"))  # as bench_kernels.py
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.bench_kernels
+from benchmarks.bench_kernels import read_flush, read_unsteady  # noqa: E402
+from moespec import io, paths, provenance  # noqa: E402
+from moespec.bench import timing  # noqa: E402
+from moespec.kernels import ExpertWeights, build  # noqa: E402
+from moespec.kernels.call_stages import STAGES, stage_clock, timed_call  # noqa: E402
+from moespec.kernels.shapes import random_ids  # noqa: E402
+from moespec.models import get_spec  # noqa: E402
+from moespec.plots.kernels import call_stages_figure  # noqa: E402
+
+
+def summarize(records, expert_bytes: int) -> dict:
+    """The columns of one (format, n) row from its rounds' ``(requested bytes, CallStages, read
+    bandwidth in B/s)``: the median of each stage (us), of the total (and its quartiles) and of the
+    fixed stages (us and share of the call), and the call's and the work stage's effective
+    bandwidth over the read bandwidth, paired per round, median over rounds (as bench_kernels.py)."""
+    req = np.array([r for r, _, _ in records], dtype=float)
+    st = [s for _, s, _ in records]
+    rbw = np.array([bw for _, _, bw in records], dtype=float)
+    total = np.array([s.total for s in st]) * 1e-6
+    work = np.array([s.work for s in st]) * 1e-6
+    row = {"U_mean": float(req.mean() / expert_bytes), "reps": len(records)}
+    row.update({f"{k}_us": float(np.median([getattr(s, k) for s in st])) for k in STAGES})
+    row.update({"total_us": float(np.median(total)) * 1e6, "total_us_q25": float(np.quantile(total, 0.25)) * 1e6,
+                "total_us_q75": float(np.quantile(total, 0.75)) * 1e6,
+                "fixed_us": float(np.median([s.fixed for s in st])),
+                "fixed_share": float(np.median([s.fixed / s.total for s in st])),
+                "total_over_read": float(np.median(req / total / rbw)),
+                "work_over_read": float(np.median(req / work / rbw))})
+    return row
+
+
+def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_bytes: int, seed: int) -> pd.DataFrame:
+    """One run for one format: ``reps`` rounds; returns one row per n."""
+    spec = get_spec(model)
+    N, m, H = spec.num_experts, spec.top_k, spec.hidden_size
+    w = ExpertWeights.random(spec, fmt, seed=seed)
+    b = w.bytes_per_expert
+    rng = np.random.default_rng(seed)
+    x = {n: torch.randn(n, H, generator=torch.Generator().manual_seed(n)) for n in ns}
+    timed_call(x[ns[0]], random_ids(ns[0], m, N, rng), w)  # build/load, pack, keep the call plan
+    read, read_bytes = timing.read_bandwidth_callable(membw_bytes)
+    flush = read_flush(flush_bytes)
+    read_bw, per_n = [], {n: [] for n in ns}
+    with stage_clock():  # on throughout: nothing of the extension runs between a flush and its call
+        for _ in tqdm(range(reps), desc=f"{model} {fmt}", leave=False):
+            flush()
+            t = timing.CpuTimer()(read)
+            read_bw.append(read_bytes / (t * 1e-9))
+            for n in ns:
+                ids = random_ids(n, m, N, rng)
+                flush()
+                _, st = timed_call(x[n], ids, w)
+                per_n[n].append((len(torch.unique(ids)) * b, st, read_bw[-1]))
+    rows = []
+    for n in ns:
+        row = {"model": model, "fmt": fmt, "kernel": "dedup", "backend": "cpp", "n": n, "m": m, "N": N, "H": H,
+               "I": spec.expert_intermediate, "expert_bytes": b}
+        row.update(summarize(per_n[n], b))
+        row.update({"read_GBps": float(np.median(read_bw)) / 1e9, "read_min_GBps": min(read_bw) / 1e9,
+                    "read_max_GBps": max(read_bw) / 1e9})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df["threads"] = torch.get_num_threads()
+    df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
+    df["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
+    df["cpu_isa"] = torch.ops.moespec.cpu_isa(w.fmt)
+    df["flags"] = "read_unsteady" if read_unsteady(read_bw) else ""
+    df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return df
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="olmoe")
+    ap.add_argument("--fmts", default="f32,bf16,int8_b32")
+    ap.add_argument("--ns", default="1,2,4,9")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--flush-mib", type=int, default=256)
+    ap.add_argument("--membw-gib", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    build.load_cpu()
+    ns = [int(v) for v in args.ns.split(",")]
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = paths.ensure(paths.bench_dir() / "kernels")
+    frames = []
+    for fmt in args.fmts.split(","):
+        df = bench_format(args.model, fmt, ns, args.reps, args.flush_mib * 2**20, int(args.membw_gib * 2**30), args.seed)
+        frames.append(df)
+        io.write_dataframe(out / f"{stamp}_stages.csv", pd.concat(frames))  # rows as they come
+        flag = "  WARNING: read bandwidth changed regime in this block; rerun it" if df["flags"].iloc[0] else ""
+        print(f"{args.model} {fmt}: read {df.read_GBps.iloc[0]:.1f} GB/s "
+              f"({df.read_min_GBps.iloc[0]:.1f}-{df.read_max_GBps.iloc[0]:.1f}){flag}", flush=True)
+        cols = ["n", "U_mean", *[f"{k}_us" for k in STAGES], "total_us", "fixed_share", "total_over_read", "work_over_read"]
+        print(df[cols].round(3).to_string(index=False), flush=True)
+    df = pd.concat(frames)
+    io.write_json(out / f"{stamp}_stages_provenance.json", {"args": vars(args), **provenance.full_record()})
+    fig = call_stages_figure(df, args.model)
+    io.save_figure(fig, out / f"{stamp}_stages.png")
+    print(f"\nrows: {out / (stamp + '_stages.csv')}\nfigure: {out / (stamp + '_stages.png')}")
+
+
+if __name__ == "__main__":
+    main()
