@@ -596,6 +596,26 @@ static TGT_512 void quantize_i8_avx512(const float* v, int64_t K, int8_t* qr, fl
   }
 }
 
+// Scratch vectors on 64-byte (cache-line) boundaries: the micro-kernels load activations in whole
+// vectors, and with malloc's 16-byte alignment a 64-byte load straddles two cache lines (every
+// int8 activation load; every other 32-byte bf16 one), which measured 1.5x slower in the bf16
+// micro-kernel in the processes where the buffer landed off a 32-byte boundary.
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const CacheLineAllocator<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const CacheLineAllocator<U>&) const { return false; }
+};
+template <class T>
+using AlignedVector = std::vector<T, CacheLineAllocator<T>>;
+
 // v with room for at least size elements (scratch buffers only grow); its data.
 template <class V>
 static auto* grown(V& v, int64_t size) {
@@ -607,11 +627,11 @@ static auto* grown(V& v, int64_t size) {
 struct Acts {
   int fmt = F32;
   int64_t K = 0, qstride = 0, sstride = 0;
-  std::vector<float> f;        // f32 values (f32: the values; bf16: the bf16-rounded values)
-  std::vector<uint16_t> b;     // bf16 bits
-  std::vector<int8_t> q;       // int8 interleaved (+64 bytes slack for full-vector loads)
-  std::vector<float> s;        // int8 block scales, zero padded to a multiple of 16
-  std::vector<int32_t> c;      // int8 offset corrections, zero padded
+  AlignedVector<float> f;     // f32 values (f32: the values; bf16: the bf16-rounded values)
+  AlignedVector<uint16_t> b;  // bf16 bits
+  AlignedVector<int8_t> q;    // int8 interleaved (+64 bytes slack for full-vector loads)
+  AlignedVector<float> s;     // int8 block scales, zero padded to a multiple of 16
+  AlignedVector<int32_t> c;   // int8 offset corrections, zero padded
   std::vector<ActRef> refs;
 
   bool vec = false;            // the AVX-512 conversions (when the kernels run the AVX-512 path)
@@ -689,8 +709,8 @@ struct Acts {
 // went back to the OS after the call). It grows to the largest pass seen and is not shrunk.
 struct Workspace {
   Acts ax, ah;                      // activations x [n, H] and h [n*m, I] in the format's layout
-  std::vector<float> gbuf, ubuf;    // W_gate x, W_up x per assignment [n*m, I]
-  std::vector<float> obuf;          // W_down h per assignment [n*m, H]
+  AlignedVector<float> gbuf, ubuf;  // W_gate x, W_up x per assignment [n*m, I]
+  AlignedVector<float> obuf;        // W_down h per assignment [n*m, H]
 };
 static Workspace& workspace() {
   thread_local Workspace ws;
@@ -1150,6 +1170,51 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_acts_int8_cpu(const at::
   return {q, sc, co};
 }
 
+// Micro-kernel throughput (benchmarks/bench_microkernel.py): one thread runs the dot micro-kernel
+// of format fmt on the ISA path in use over nrows x K random weights for T tokens, reps passes
+// (after one untimed pass); returns nanoseconds per 64 weight bytes. With the rows in L1 or L2
+// this is the arithmetic's own pace, without the memory stream.
+double microkernel_ns(const std::string& fmt, int64_t T, int64_t nrows, int64_t K, int64_t reps) {
+  const int f = fmt == "f32" ? F32 : (fmt == "bf16" ? BF16 : (fmt == "int8_b32" ? I8 : -1));
+  TORCH_CHECK(f >= 0, "microkernel_ns: format must be f32, bf16 or int8_b32; found '", fmt, "'");
+  TORCH_CHECK(T >= 1 && T <= TMAX, "microkernel_ns: T must be in [1, ", TMAX, "]; found ", T);
+  TORCH_CHECK(nrows >= 1 && reps >= 1, "microkernel_ns: nrows and reps must be >= 1; found ", nrows, ", ", reps);
+  TORCH_CHECK(K >= BLK && K % BLK == 0, "microkernel_ns: K must be a positive multiple of 32; found ", K);
+  const int isa = isa_for(f);
+  const int64_t esize = f == F32 ? 4 : (f == BF16 ? 2 : 1);
+  AlignedVector<uint8_t> w(nrows * K * esize + 64);  // 64-byte aligned, as torch's weights
+  uint32_t state = 12345u;  // small LCG: weights in range for every format (f32 and bf16 in [-1, 1))
+  for (int64_t i = 0; i < nrows * K; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const float v = (float)(state >> 8) / 8388608.0f - 1.0f;
+    if (f == F32) ((float*)w.data())[i] = v;
+    else if (f == BF16) ((uint16_t*)w.data())[i] = f32_to_bf16(v);
+    else w[i] = (uint8_t)(state >> 24);
+  }
+  AlignedVector<float> ws(nrows * (K / BLK), 1.0f / 127.0f);
+  std::vector<float> xv(T * K), out(T * nrows);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.37f * (float)i);
+  Acts a;
+  a.init(f, T, K, isa == AVX512);
+  for (int64_t t = 0; t < T; ++t) a.set_row(t, xv.data() + t * K);
+  const DotFn dot = dot_for(f, isa);
+  auto pass = [&] {
+    for (int64_t r0 = 0; r0 < nrows; r0 += ROWS_PER_CALL) {
+      float* o[TMAX];
+      for (int64_t t = 0; t < T; ++t) o[t] = out.data() + t * nrows + r0;
+      dot(w.data() + r0 * K * esize, f == I8 ? ws.data() + r0 * (K / BLK) : nullptr,
+          (int)std::min<int64_t>(ROWS_PER_CALL, nrows - r0), K, a.refs.data(), (int)T, o);
+    }
+  };
+  pass();
+  const int64_t t0 = clock_ns();
+  for (int64_t r = 0; r < reps; ++r) pass();
+  const int64_t t1 = clock_ns();
+  volatile float sink = out[0];  // keep the results live
+  (void)sink;
+  return (double)(t1 - t0) / ((double)reps * (double)(nrows * K * esize) / 64.0);
+}
+
 // Which ISA path the CPU kernels take for a format ("f32", "bf16", "int8_b32") here and now.
 std::string cpu_isa(const std::string& fmt) {
   int f = fmt == "f32" ? F32 : (fmt == "bf16" ? BF16 : (fmt == "int8_b32" ? I8 : -1));
@@ -1173,6 +1238,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "this thread's last call's stage times [entry, setup_done, first_item, work_done, exit] in ns "
         "(steady_clock), then cleared; zeros when none was recorded");
   m.def("clock_ns", &moespec::clock_ns, "the stage clock's time now (ns)");
+  m.def("microkernel_ns", &moespec::microkernel_ns,
+        "one thread's dot micro-kernel (format, T tokens) over nrows x K weights, reps passes: ns per 64 weight bytes");
 }
 
 TORCH_LIBRARY(moespec, m) {
