@@ -5,8 +5,9 @@ bandwidth of the round, as in ``bench_kernels.py``), then for each n a cache flu
 ``expert_forward`` call (dedup kernel, cpp backend, a fresh random pass) with the driver's stage
 clock on (:mod:`moespec.kernels.call_stages`): Python and pybind11 in, set-up, helper wake-up, the
 work items (the weight stream), step 4, pybind11 and Python out. Per (format, n): the median of
-each stage, the call's and the work stage's effective bandwidth (U*b / time) over the round's read
-bandwidth, and the fixed stages' share of the call.
+each stage, the effective bandwidth (U*b / time) over the round's read bandwidth of the whole call
+(from Python, as bench_kernels.py times it), of the C++ op alone (first line to return) and of the
+work stage, and the fixed stages' share of the call.
 
     .venv/bin/python benchmarks/bench_call_stages.py                    # OLMoE, f32/bf16/int8, n = 1,2,4,9
     .venv/bin/python benchmarks/bench_call_stages.py --fmts int8_b32 --ns 1,2,3,4,5,6,7,8,9 --reps 21
@@ -54,6 +55,7 @@ def summarize(records, expert_bytes: int) -> dict:
     rbw = np.array([bw for _, _, bw in records], dtype=float)
     total = np.array([s.total for s in st]) * 1e-6
     work = np.array([s.work for s in st]) * 1e-6
+    op = np.array([s.op for s in st]) * 1e-6
     row = {"U_mean": float(req.mean() / expert_bytes), "reps": len(records)}
     row.update({f"{k}_us": float(np.median([getattr(s, k) for s in st])) for k in STAGES})
     row.update({"total_us": float(np.median(total)) * 1e6, "total_us_q25": float(np.quantile(total, 0.25)) * 1e6,
@@ -61,6 +63,7 @@ def summarize(records, expert_bytes: int) -> dict:
                 "fixed_us": float(np.median([s.fixed for s in st])),
                 "fixed_share": float(np.median([s.fixed / s.total for s in st])),
                 "total_over_read": float(np.median(req / total / rbw)),
+                "op_over_read": float(np.median(req / op / rbw)),
                 "work_over_read": float(np.median(req / work / rbw))})
     return row
 
@@ -129,7 +132,8 @@ def main(argv=None):
         flag = "  WARNING: read bandwidth changed regime in this block; rerun it" if df["flags"].iloc[0] else ""
         print(f"{args.model} {fmt}: read {df.read_GBps.iloc[0]:.1f} GB/s "
               f"({df.read_min_GBps.iloc[0]:.1f}-{df.read_max_GBps.iloc[0]:.1f}){flag}", flush=True)
-        cols = ["n", "U_mean", *[f"{k}_us" for k in STAGES], "total_us", "fixed_share", "total_over_read", "work_over_read"]
+        cols = ["n", "U_mean", *[f"{k}_us" for k in STAGES], "total_us", "fixed_share", "total_over_read", "op_over_read",
+                "work_over_read"]
         print(df[cols].round(3).to_string(index=False), flush=True)
     df = pd.concat(frames)
     io.write_json(out / f"{stamp}_stages_provenance.json", {"args": vars(args), **provenance.full_record()})

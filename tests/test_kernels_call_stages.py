@@ -24,7 +24,7 @@ def test_from_clock_exact_durations():
     # Python before 1000 ns, driver [entry, setup_done, first_item, work_done, exit], Python after
     st = CallStages.from_clock(1_000, [3_000, 10_000, 12_000, 912_000, 915_000], 920_000)
     assert (st.python_in, st.setup, st.wake, st.work, st.combine, st.python_out) == (2.0, 7.0, 2.0, 900.0, 3.0, 5.0)
-    assert st.total == pytest.approx(919.0) and st.fixed == pytest.approx(19.0)
+    assert st.total == pytest.approx(919.0) and st.fixed == pytest.approx(19.0) and st.op == pytest.approx(912.0)
 
 
 def test_from_clock_rejects_missing_and_disordered_records():
@@ -96,6 +96,8 @@ def test_summarize_ratios_on_hand_made_rounds(bench):
     # per round: 36 MB / 1 ms = 36 GB/s over 40 and 36 -> 0.9 and 1.0, median 0.95
     assert row["total_over_read"] == pytest.approx(0.95)
     assert row["work_over_read"] == pytest.approx(np.median([36e6 / 900e-6 / 40e9, 36e6 / 900e-6 / 36e9]))
+    # the op: set-up + wake + work + combine = 950 us
+    assert row["op_over_read"] == pytest.approx(np.median([36e6 / 950e-6 / 40e9, 36e6 / 950e-6 / 36e9]))
 
 
 def test_call_stages_figure_stacks_to_one():

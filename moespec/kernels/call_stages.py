@@ -57,6 +57,12 @@ class CallStages:
         """Everything but ``work``: the per-call fixed work."""
         return self.total - self.work
 
+    @property
+    def op(self) -> float:
+        """The C++ op alone, from its first line to its return (``total`` less the Python and
+        pybind11 stages)."""
+        return self.setup + self.wake + self.work + self.combine
+
     @classmethod
     def from_clock(cls, before_ns: int, stages_ns, after_ns: int) -> "CallStages":
         """From the Python times around the call and the driver's record
