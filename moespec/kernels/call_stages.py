@@ -3,12 +3,13 @@
 A call of :func:`~moespec.kernels.expert_forward` on the ``cpp`` backend passes through
 
 ====================  =====================================================================
-``python_in``         Python (expert_forward's fast path) and pybind11 taking the arguments
+``python_in``         Python (expert_forward's fast path; its checked path on the first call for
+                      a weights object and kernel) and pybind11 taking the arguments
 ``setup``             input checks, groups, work items, activation conversion (one thread)
 ``wake``              until the first work item starts (helper threads waking)
 ``work``              the work items: every weight row streamed once per group (all threads)
 ``combine``           step 4, ``y_t = sum_s g_ts o_ts`` (one thread)
-``python_out``        pybind11 returning the output tensor, and Python
+``python_out``        the op's clean-up, pybind11 returning the output tensor, and Python
 ====================  =====================================================================
 
 ``work`` is where the weights are read; the other stages are per-call fixed work, whose share
