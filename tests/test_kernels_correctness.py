@@ -208,3 +208,17 @@ def test_gates_scale_linearly():
         y2 = expert_forward(x, ids, w, 2 * g, kernel=kernel, backend="cpp")
         torch.testing.assert_close(y2, 2 * y1, rtol=1e-6, atol=1e-7)
         assert expert_forward(x, ids, w, torch.zeros_like(g), kernel=kernel, backend="cpp").abs().max() == 0
+
+
+@pytest.mark.parametrize("n", [4, 9, 13])
+def test_cpp_f32_row_chunks(n):
+    """f32 rows with 6+ tokens go through the micro-kernel in chunks of 512 values (expert_ops.cpp,
+    KCHUNK): K = 1100 and 600 end in partial chunks of 76 and 88 values (not multiples of the vector
+    width); N = m + 1 puts ~3 (n = 4, whole rows), ~7 and ~10 (a tile of 9 and one of 1) tokens on
+    each expert."""
+    skip_if_absent("cpp")
+    x, ids, w, g = _case((5, 1100, 600, 4), "f32", n, seed=n)
+    ref = reference_forward(x, ids, w, g)
+    _, err_dedup, tol = check(x, ids, w, g, "cpp", "cpu", "dedup", ref=ref)
+    _, err_slot, _ = check(x, ids, w, g, "cpp", "cpu", "slot", ref=ref)  # one token per row: whole rows
+    assert err_dedup <= tol and err_slot <= tol

@@ -400,7 +400,24 @@ static inline __attribute__((always_inline)) TGT_512VNNI void dot_i8_avx512(cons
   for (int t = 0; t < T; ++t) part[t][q] = facc[t];
 }
 
-// nrows consecutive rows in blocks of RB, the micro-kernel inlined per row.
+// f32 with 6 or more tokens per row takes each block of RB rows in chunks of KCHUNK values (chunk 0
+// of every row, then chunk 1, ...), so that the T activation chunks stay in L1 from one row to the
+// next; whole rows of T f32 activations do not fit (T x 8 KiB at K = 2048 against a 32 KiB L1) and
+// every activation load came from L2. One thread, 16 rows of K = 2048 in L2 (microkernel_ns), one
+// interleaved run, ns per 64 weight bytes and token at T = 4 / 6 / 7 / 9: whole rows 0.56 / 0.68 /
+// 0.69 / 0.74, chunks of 256: 0.43 / 0.41 / 0.44 / 0.51, of 512: 0.41 / 0.40 / 0.42 / 0.50, of 1024:
+// 0.41 / 0.41 / 0.44 / 0.52. From DRAM the chunks interleave 16 row streams, which costs where the
+// stream and not the arithmetic sets the pace: OLMoE f32 dedup on sticky-routing windows against
+// whole rows, one A/B run each (new/old, paired per round): chunks from T = 4, two threads, n = 16
+// 0.955; from T = 6, two threads, n = 8 / 16 / 32 0.99 / 1.03 / 1.08, one thread with strong reuse
+// (rho(2) = 0.8) 1.06 / 1.05 / 1.12. bf16 gained nothing from chunks in L2 (whole rows 0.43-0.64,
+// chunks 0.44-0.66), and int8 activations (a byte each) fit whole.
+constexpr int64_t KCHUNK = 512;
+template <class WT, int T>
+constexpr bool chunked_rows() { return sizeof(WT) == 4 && T >= 6; }
+
+// nrows consecutive rows in blocks of RB, the micro-kernel inlined per row (per row chunk when
+// chunked_rows).
 #define MOESPEC_ROWS_AVX512(NAME, TGT, WT, DOT, WS_ARG)                                                         \
   template <int T>                                                                                              \
   static TGT void NAME(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, float* const* out) { \
@@ -408,10 +425,27 @@ static inline __attribute__((always_inline)) TGT_512VNNI void dot_i8_avx512(cons
     for (int r0 = 0; r0 < nrows; r0 += RB) {                                                                    \
       const int nr = std::min(RB, nrows - r0);                                                                  \
       __m512 part[T][RB];                                                                                       \
-      for (int q = 0; q < nr; ++q) {                                                                            \
-        const int64_t r = r0 + q;                                                                               \
-        DOT<T>((const WT*)w + r * K, WS_ARG K, a, part, q);                                                     \
+      bool whole = true;                                                                                        \
+      if constexpr (chunked_rows<WT, T>()) {                                                                    \
+        if (K > KCHUNK) {                                                                                       \
+          whole = false;                                                                                        \
+          __m512 pc[T][RB];                                                                                     \
+          ActRef ac[T];                                                                                         \
+          for (int64_t k0 = 0; k0 < K; k0 += KCHUNK) {                                                          \
+            const int64_t kn = std::min<int64_t>(KCHUNK, K - k0);                                               \
+            for (int t = 0; t < T; ++t) ac[t] = ActRef{(const WT*)a[t].q + k0, a[t].f + k0, nullptr, nullptr};  \
+            for (int q = 0; q < nr; ++q) {                                                                      \
+              DOT<T>((const WT*)w + (r0 + q) * K + k0, kn, ac, pc, q);                                          \
+              for (int t = 0; t < T; ++t) part[t][q] = k0 ? _mm512_add_ps(part[t][q], pc[t][q]) : pc[t][q];      \
+            }                                                                                                   \
+          }                                                                                                     \
+        }                                                                                                       \
       }                                                                                                         \
+      if (whole)                                                                                                \
+        for (int q = 0; q < nr; ++q) {                                                                          \
+          const int64_t r = r0 + q;                                                                             \
+          DOT<T>((const WT*)w + r * K, WS_ARG K, a, part, q);                                                   \
+        }                                                                                                       \
       finish_rows<T>(part, nr, out, r0);                                                                        \
     }                                                                                                           \
   }
