@@ -11,6 +11,12 @@ work stage, and the fixed stages' share of the call.
 
     .venv/bin/python benchmarks/bench_call_stages.py                    # OLMoE, f32/bf16/int8, n = 1,2,4,9
     .venv/bin/python benchmarks/bench_call_stages.py --fmts int8_b32 --ns 1,2,3,4,5,6,7,8,9 --reps 21
+    .venv/bin/python benchmarks/bench_call_stages.py --protocol warm-code   # cold weights, warm code
+
+``--protocol cold`` (the default) flushes the caches before every call, as bench_kernels.py does, so
+code and data are cold along with the weights; ``--protocol warm-code`` keeps the code warm and
+the weights cold by giving each call the next of ``--copies`` copies of the layer (see
+:func:`bench_format`).
 
 Writes ``data/bench/kernels/<stamp>_stages.csv``, ``<stamp>_stages_provenance.json`` and a figure
 ``<stamp>_stages.png``.
@@ -68,27 +74,48 @@ def summarize(records, expert_bytes: int) -> dict:
     return row
 
 
-def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_bytes: int, seed: int) -> pd.DataFrame:
-    """One run for one format: ``reps`` rounds; returns one row per n."""
+PROTOCOLS = ("cold", "warm-code")
+
+
+def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_bytes: int, seed: int,
+                 protocol: str = "cold", copies: int = 3) -> pd.DataFrame:
+    """One run for one format: ``reps`` rounds; returns one row per n.
+
+    ``protocol``: ``cold`` flushes the caches before every call (weights, code and metadata all
+    cold: bench_kernels.py's protocol); ``warm-code`` does not flush between the calls of a round
+    but gives each call the next of ``copies`` copies of the layer, so the weights it reads are cold
+    (the other copies' reads evicted them) while the code and the driver's data stay warm, as for
+    consecutive layers in an inference engine; one untimed call after the round's read warms them.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, found {protocol!r}")
+    if copies < 1 or (protocol == "warm-code" and copies < 2):
+        raise ValueError(f"copies must be >= 2 for warm-code (>= 1 otherwise), found {copies}")
     spec = get_spec(model)
     N, m, H = spec.num_experts, spec.top_k, spec.hidden_size
-    w = ExpertWeights.random(spec, fmt, seed=seed)
-    b = w.bytes_per_expert
+    layers = [ExpertWeights.random(spec, fmt, seed=seed + i) for i in range(copies if protocol == "warm-code" else 1)]
+    b = layers[0].bytes_per_expert
     rng = np.random.default_rng(seed)
     x = {n: torch.randn(n, H, generator=torch.Generator().manual_seed(n)) for n in ns}
-    timed_call(x[ns[0]], random_ids(ns[0], m, N, rng), w)  # build/load, pack, keep the call plan
+    for w in layers:  # build/load, pack, keep each copy's call plan
+        timed_call(x[ns[0]], random_ids(ns[0], m, N, rng), w)
     read, read_bytes = timing.read_bandwidth_callable(membw_bytes)
     flush = read_flush(flush_bytes)
-    read_bw, per_n = [], {n: [] for n in ns}
+    read_bw, per_n, k = [], {n: [] for n in ns}, 0
     with stage_clock():  # on throughout: nothing of the extension runs between a flush and its call
-        for _ in tqdm(range(reps), desc=f"{model} {fmt}", leave=False):
+        for _ in tqdm(range(reps), desc=f"{model} {fmt} {protocol}", leave=False):
             flush()
             t = timing.CpuTimer()(read)
             read_bw.append(read_bytes / (t * 1e-9))
+            if protocol == "warm-code":
+                k += 1
+                timed_call(x[ns[0]], random_ids(ns[0], m, N, rng), layers[k % len(layers)])  # untimed: warms the code
             for n in ns:
                 ids = random_ids(n, m, N, rng)
-                flush()
-                _, st = timed_call(x[n], ids, w)
+                if protocol == "cold":
+                    flush()
+                k += 1
+                _, st = timed_call(x[n], ids, layers[k % len(layers)])
                 per_n[n].append((len(torch.unique(ids)) * b, st, read_bw[-1]))
     rows = []
     for n in ns:
@@ -102,7 +129,8 @@ def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_by
     df["threads"] = torch.get_num_threads()
     df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
     df["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
-    df["cpu_isa"] = torch.ops.moespec.cpu_isa(w.fmt)
+    df["cpu_isa"] = torch.ops.moespec.cpu_isa(layers[0].fmt)
+    df["protocol"], df["copies"] = protocol, len(layers)
     df["flags"] = "read_unsteady" if read_unsteady(read_bw) else ""
     df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     return df
@@ -118,6 +146,10 @@ def main(argv=None):
     ap.add_argument("--flush-mib", type=int, default=256)
     ap.add_argument("--membw-gib", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--protocol", choices=PROTOCOLS, default="cold",
+                    help="cold: flush before every call; warm-code: no flush between calls, each call on the next "
+                         "of --copies copies of the layer (cold weights, warm code)")
+    ap.add_argument("--copies", type=int, default=3, help="layer copies for --protocol warm-code")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     build.load_cpu()
@@ -126,11 +158,12 @@ def main(argv=None):
     out = paths.ensure(paths.bench_dir() / "kernels")
     frames = []
     for fmt in args.fmts.split(","):
-        df = bench_format(args.model, fmt, ns, args.reps, args.flush_mib * 2**20, int(args.membw_gib * 2**30), args.seed)
+        df = bench_format(args.model, fmt, ns, args.reps, args.flush_mib * 2**20, int(args.membw_gib * 2**30), args.seed,
+                          protocol=args.protocol, copies=args.copies)
         frames.append(df)
         io.write_dataframe(out / f"{stamp}_stages.csv", pd.concat(frames))  # rows as they come
         flag = "  WARNING: read bandwidth changed regime in this block; rerun it" if df["flags"].iloc[0] else ""
-        print(f"{args.model} {fmt}: read {df.read_GBps.iloc[0]:.1f} GB/s "
+        print(f"{args.model} {fmt} ({args.protocol}): read {df.read_GBps.iloc[0]:.1f} GB/s "
               f"({df.read_min_GBps.iloc[0]:.1f}-{df.read_max_GBps.iloc[0]:.1f}){flag}", flush=True)
         cols = ["n", "U_mean", *[f"{k}_us" for k in STAGES], "total_us", "fixed_share", "total_over_read", "op_over_read",
                 "work_over_read"]

@@ -118,3 +118,10 @@ def test_call_stages_figure_stacks_to_one():
     assert bars[0].get_y() == 0 and bars[0].get_height() == pytest.approx(10 / 210)
     with pytest.raises(ValueError, match="no rows for model"):
         call_stages_figure(rows, "other")
+
+
+def test_bench_format_rejects_bad_protocol_and_copies(bench):
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        bench.bench_format("olmoe", "f32", [1], 1, 1, 1, 0, protocol="hot")
+    with pytest.raises(ValueError, match="copies must be >= 2 for warm-code"):
+        bench.bench_format("olmoe", "f32", [1], 1, 1, 1, 0, protocol="warm-code", copies=1)
