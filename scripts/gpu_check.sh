@@ -159,6 +159,17 @@ fi
 
 # --- 4. build the extension ---------------------------------------------------------------
 step "4/7 build the CUDA extension (ninja, into build/)"
+# A CXX that links libstdc++ statically into shared libraries makes every C++ exception of the ops
+# (each bad-input check) crash the process (seen on a lent H200 machine, whose CXX was such a
+# wrapper); moespec.kernels.build refuses it, and here the system g++ takes over when present.
+if [ "$PY_OK" = 1 ]; then
+  CXX_PROBLEM=$("$PY" -c 'from moespec.kernels import build; print(build.cxx_runtime_problem() or "")' || true)
+  if [ -n "$CXX_PROBLEM" ] && [ -x /usr/bin/g++ ] && [ "${CXX:-}" != /usr/bin/g++ ]; then
+    echo "gpu_check: $CXX_PROBLEM -- using CXX=/usr/bin/g++ CC=/usr/bin/gcc instead"
+    export CXX=/usr/bin/g++ CC=/usr/bin/gcc
+  fi
+fi
+echo "C++ compiler for the extensions: ${CXX:-c++}"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$COMPUTE_CAP}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 echo "TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST MAX_JOBS=$MAX_JOBS"
@@ -209,7 +220,7 @@ REPORT="$OUT_DIR/REPORT.md"
   echo "- host: $(hostname)"
   echo "- GPU 0: $GPU_QUERY"
   if [ "$PY_OK" = 1 ]; then
-    echo "- nvcc: CUDA $CUDA_VER; torch: $("$PY" -c 'import torch; print(torch.__version__)') (CUDA $TORCH_CUDA)"
+    echo "- nvcc: CUDA $CUDA_VER; torch: $("$PY" -c 'import torch; print(torch.__version__)') (CUDA $TORCH_CUDA); C++ compiler for the extensions: ${CXX:-c++}"
   else
     echo "- nvcc: CUDA $CUDA_VER; torch: not usable ($PY_WHY)"
   fi

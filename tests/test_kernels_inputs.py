@@ -3,6 +3,7 @@ formats and byte counts; a missing build toolchain gives a clear error; import c
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -223,6 +224,24 @@ def test_missing_ninja_gives_clear_error(monkeypatch):
     monkeypatch.setattr(build, "_loaded", {})
     monkeypatch.setattr(ce, "is_ninja_available", lambda: False)
     with pytest.raises(ExtensionBuildError, match="ninja"):
+        build.load_cpu()
+
+
+def test_static_cxx_runtime_gives_clear_error(monkeypatch, tmp_path):
+    """A compiler that links libstdc++ statically into shared libraries (a CXX wrapper on one GPU
+    machine did: every bad-input check of the ops segfaulted there) is refused before building."""
+    if shutil.which("g++") is None or shutil.which("readelf") is None:
+        pytest.skip("needs g++ and readelf")
+    monkeypatch.setattr(build, "_loaded", {})
+    monkeypatch.setattr(build, "_cxx_checked", {})
+    monkeypatch.delenv("CXX", raising=False)
+    assert build.cxx_runtime_problem() is None  # this machine's compiler: dynamic libstdc++
+    wrapper = tmp_path / "gxx-static"  # a compiler wrapper as on that machine
+    wrapper.write_text('#!/bin/sh\nexec g++ -static-libstdc++ "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    assert "links libstdc++ statically" in build.cxx_runtime_problem()
+    with pytest.raises(ExtensionBuildError, match="links libstdc\\+\\+ statically.*CXX="):
         build.load_cpu()
 
 

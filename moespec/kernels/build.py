@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sysconfig
+import tempfile
 import threading
 from pathlib import Path
 
@@ -69,10 +71,60 @@ def missing_requirements(cuda: bool = False) -> list[str]:
     return missing
 
 
+def _elf_needed(path: Path) -> set[str] | None:
+    """The shared libraries an ELF file names as NEEDED (``readelf -d``); None where readelf is
+    absent or cannot read it."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    out = subprocess.run([readelf, "-d", str(path)], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return {line.split("[", 1)[1].split("]", 1)[0] for line in out.stdout.splitlines() if "(NEEDED)" in line}
+
+
+_cxx_checked: dict[str, str | None] = {}
+
+
+def cxx_runtime_problem() -> str | None:
+    """Whether the C++ compiler torch's extension builder will use (``$CXX``, else ``c++``) links the
+    C++ runtime statically into shared libraries, while torch links it dynamically: the extension
+    then has its own copy of libstdc++, and a C++ exception thrown by an op (every bad-input check)
+    crashes the process instead of raising. Seen on a GPU machine whose ``CXX`` was such a wrapper:
+    a wrong-dtype call segfaulted; with the system g++ it raised. Probes by building a two-line
+    shared library. Returns the problem in words, or None (also where it cannot tell: no compiler,
+    no readelf, not Linux)."""
+    cxx = os.environ.get("CXX", "c++")
+    if cxx in _cxx_checked:
+        return _cxx_checked[cxx]
+    problem = None
+    import torch
+
+    torch_lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    torch_needed = _elf_needed(torch_lib) if torch_lib.exists() else None
+    compiler = shutil.which(cxx.split()[0]) if cxx.strip() else None
+    if torch_needed and "libstdc++.so.6" in torch_needed and compiler:
+        with tempfile.TemporaryDirectory() as tmp:
+            src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
+            src.write_text('#include <stdexcept>\nvoid moespec_probe() { throw std::runtime_error("x"); }\n')
+            built = subprocess.run([*cxx.split(), "-shared", "-fPIC", str(src), "-o", str(lib)], capture_output=True)
+            needed = _elf_needed(lib) if built.returncode == 0 else None
+            if needed is not None and "libstdc++.so.6" not in needed:
+                problem = (f"the C++ compiler {cxx!r} links libstdc++ statically into shared libraries (torch "
+                           "links it dynamically), so a C++ exception from an op, e.g. for a wrong dtype, would crash "
+                           "the process; set CXX to a compiler that links it dynamically (e.g. CXX=/usr/bin/g++ "
+                           "CC=/usr/bin/gcc)")
+    _cxx_checked[cxx] = problem
+    return problem
+
+
 def _build(name: str, sources: list[Path], cuda: bool, python_module: bool = False, **kw):
     missing = missing_requirements(cuda=cuda)
     if missing:
         raise ExtensionBuildError(f"cannot build moespec extension {name!r}: missing " + "; ".join(missing))
+    problem = cxx_runtime_problem()
+    if problem:
+        raise ExtensionBuildError(f"cannot build moespec extension {name!r}: {problem}")
     absent = [str(s) for s in sources if not s.exists()]
     if absent:
         raise ExtensionBuildError(f"cannot build {name!r}: source files missing: {absent}")
