@@ -541,6 +541,29 @@ static DotFn dot_for(int fmt, int isa) {
   return table[fmt][isa];
 }
 
+// Bytes per weight value of a format.
+static int64_t element_bytes(int fmt) { return fmt == F32 ? 4 : (fmt == BF16 ? 2 : 1); }
+
+// A format's code from its name ("f32", "bf16", "int8_b32"); who names the caller in the error.
+static int format_code(const std::string& fmt, const char* who) {
+  const int f = fmt == "f32" ? F32 : (fmt == "bf16" ? BF16 : (fmt == "int8_b32" ? I8 : -1));
+  TORCH_CHECK(f >= 0, who, ": format must be f32, bf16 or int8_b32; found '", fmt, "'");
+  return f;
+}
+
+// Rows [row0, row0 + nrows) of a weight matrix W with K values per row (element size esize; the
+// int8 block scales S, or null) against T activations, in micro-kernel calls of up to ROWS_PER_CALL
+// rows; out[t] receives token t's result of row row0, the following rows after it.
+static void dot_rows(DotFn dot, const uint8_t* W, const float* S, int64_t esize, int64_t K, int64_t row0,
+                     int64_t nrows, const ActRef* refs, int T, float* const* out) {
+  float* o[TMAX];
+  for (int64_t r = 0; r < nrows; r += ROWS_PER_CALL) {
+    for (int t = 0; t < T; ++t) o[t] = out[t] + r;
+    dot(W + (row0 + r) * K * esize, S ? S + (row0 + r) * (K / BLK) : nullptr,
+        (int)std::min<int64_t>(ROWS_PER_CALL, nrows - r), K, refs, T, o);
+  }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Phase 2 and the activation conversion, vectorized for the AVX-512 path (the scalar loops cost
 // 2-4 % of a one-token call, done by one thread while the other streams).
@@ -1005,7 +1028,7 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
   at::Tensor wd = dt == at::kChar ? pack_int8_cpu(wd_in) : wd_in;
 
   const int64_t n = x.size(0), H = x.size(1), m = ids.size(1), I = wg.size(1), A = n * m;
-  const int64_t esize = fmt == F32 ? 4 : (fmt == BF16 ? 2 : 1);
+  const int64_t esize = element_bytes(fmt);
   const int isa = isa_for(fmt);
   const DotFn dot = dot_for(fmt, isa);
   const int64_t* id = ids.data_ptr<int64_t>();
@@ -1103,12 +1126,8 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
       for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
         const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
         for (int j = 0; j < T; ++j) refs[j] = ax.refs[assign[G.first + t0 + j] / m];
-        for (int64_t r = r0; r < r1; r += ROWS_PER_CALL) {  // up to ROWS_PER_CALL consecutive rows per call
-          const int nr = (int)std::min<int64_t>(ROWS_PER_CALL, r1 - r);
-          const int64_t row = G.expert * I + r;
-          for (int j = 0; j < T; ++j) outs[j] = dst + assign[G.first + t0 + j] * I + r;
-          dot(W + row * H * esize, S ? S + row * (H / BLK) : nullptr, nr, H, refs, T, outs);
-        }
+        for (int j = 0; j < T; ++j) outs[j] = dst + assign[G.first + t0 + j] * I + r0;
+        dot_rows(dot, W, S, esize, H, G.expert * I + r0, r1 - r0, refs, T, outs);
       }
       if (done1[gi].fetch_add(1, std::memory_order_acq_rel) == 2 * nb1 - 1) {
         // 2. h = silu(g) * u in the format's activation layout, for the group's assignments
@@ -1132,12 +1151,8 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
       for (int64_t t0 = 0; t0 < G.count; t0 += TMAX) {
         const int T = (int)std::min<int64_t>(TMAX, G.count - t0);
         for (int j = 0; j < T; ++j) refs[j] = ah.refs[assign[G.first + t0 + j]];
-        for (int64_t r = r0; r < r1; r += ROWS_PER_CALL) {
-          const int nr = (int)std::min<int64_t>(ROWS_PER_CALL, r1 - r);
-          const int64_t row = G.expert * H + r;
-          for (int j = 0; j < T; ++j) outs[j] = obuf + assign[G.first + t0 + j] * H + r;
-          dot(Wd + row * I * esize, Sd ? Sd + row * (I / BLK) : nullptr, nr, I, refs, T, outs);
-        }
+        for (int j = 0; j < T; ++j) outs[j] = obuf + assign[G.first + t0 + j] * H + r0;
+        dot_rows(dot, Wd, Sd, esize, I, G.expert * H + r0, r1 - r0, refs, T, outs);
       }
     }
   };
@@ -1209,13 +1224,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_acts_int8_cpu(const at::
 // (after one untimed pass); returns nanoseconds per 64 weight bytes. With the rows in L1 or L2
 // this is the arithmetic's own pace, without the memory stream.
 double microkernel_ns(const std::string& fmt, int64_t T, int64_t nrows, int64_t K, int64_t reps) {
-  const int f = fmt == "f32" ? F32 : (fmt == "bf16" ? BF16 : (fmt == "int8_b32" ? I8 : -1));
-  TORCH_CHECK(f >= 0, "microkernel_ns: format must be f32, bf16 or int8_b32; found '", fmt, "'");
+  const int f = format_code(fmt, "microkernel_ns");
   TORCH_CHECK(T >= 1 && T <= TMAX, "microkernel_ns: T must be in [1, ", TMAX, "]; found ", T);
   TORCH_CHECK(nrows >= 1 && reps >= 1, "microkernel_ns: nrows and reps must be >= 1; found ", nrows, ", ", reps);
   TORCH_CHECK(K >= BLK && K % BLK == 0, "microkernel_ns: K must be a positive multiple of 32; found ", K);
   const int isa = isa_for(f);
-  const int64_t esize = f == F32 ? 4 : (f == BF16 ? 2 : 1);
+  const int64_t esize = element_bytes(f);
   AlignedVector<uint8_t> w(nrows * K * esize + 64);  // 64-byte aligned, as torch's weights
   uint32_t state = 12345u;  // small LCG: weights in range for every format (f32 and bf16 in [-1, 1))
   for (int64_t i = 0; i < nrows * K; ++i) {
@@ -1232,14 +1246,9 @@ double microkernel_ns(const std::string& fmt, int64_t T, int64_t nrows, int64_t 
   a.init(f, T, K, isa == AVX512);
   for (int64_t t = 0; t < T; ++t) a.set_row(t, xv.data() + t * K);
   const DotFn dot = dot_for(f, isa);
-  auto pass = [&] {
-    for (int64_t r0 = 0; r0 < nrows; r0 += ROWS_PER_CALL) {
-      float* o[TMAX];
-      for (int64_t t = 0; t < T; ++t) o[t] = out.data() + t * nrows + r0;
-      dot(w.data() + r0 * K * esize, f == I8 ? ws.data() + r0 * (K / BLK) : nullptr,
-          (int)std::min<int64_t>(ROWS_PER_CALL, nrows - r0), K, a.refs.data(), (int)T, o);
-    }
-  };
+  float* o[TMAX];
+  for (int64_t t = 0; t < T; ++t) o[t] = out.data() + t * nrows;
+  auto pass = [&] { dot_rows(dot, w.data(), f == I8 ? ws.data() : nullptr, esize, K, 0, nrows, a.refs.data(), (int)T, o); };
   pass();
   const int64_t t0 = clock_ns();
   for (int64_t r = 0; r < reps; ++r) pass();
@@ -1251,8 +1260,7 @@ double microkernel_ns(const std::string& fmt, int64_t T, int64_t nrows, int64_t 
 
 // Which ISA path the CPU kernels take for a format ("f32", "bf16", "int8_b32") here and now.
 std::string cpu_isa(const std::string& fmt) {
-  int f = fmt == "f32" ? F32 : (fmt == "bf16" ? BF16 : (fmt == "int8_b32" ? I8 : -1));
-  TORCH_CHECK(f >= 0, "cpu_isa: format must be f32, bf16 or int8_b32; found '", fmt, "'");
+  const int f = format_code(fmt, "cpu_isa");
   static const char* names[] = {"portable", "avx2", "avx512"};
   return names[isa_for(f)];
 }
