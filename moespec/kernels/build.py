@@ -94,7 +94,7 @@ def cxx_runtime_problem() -> str | None:
     a wrong-dtype call segfaulted; with the system g++ it raised. Probes by building a two-line
     shared library. Returns the problem in words, or None (also where it cannot tell: no compiler,
     no readelf, not Linux)."""
-    cxx = os.environ.get("CXX", "c++")
+    cxx = _compiler()
     if cxx in _cxx_checked:
         return _cxx_checked[cxx]
     problem = None
@@ -102,12 +102,12 @@ def cxx_runtime_problem() -> str | None:
 
     torch_lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
     torch_needed = _elf_needed(torch_lib) if torch_lib.exists() else None
-    compiler = shutil.which(cxx.split()[0]) if cxx.strip() else None
+    compiler = shutil.which(cxx)
     if torch_needed and "libstdc++.so.6" in torch_needed and compiler:
         with tempfile.TemporaryDirectory() as tmp:
             src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
             src.write_text('#include <stdexcept>\nvoid moespec_probe() { throw std::runtime_error("x"); }\n')
-            built = subprocess.run([*cxx.split(), "-shared", "-fPIC", str(src), "-o", str(lib)], capture_output=True)
+            built = subprocess.run([compiler, "-shared", "-fPIC", str(src), "-o", str(lib)], capture_output=True)
             needed = _elf_needed(lib) if built.returncode == 0 else None
             if needed is not None and "libstdc++.so.6" not in needed:
                 problem = (f"the C++ compiler {cxx!r} links libstdc++ statically into shared libraries (torch "
