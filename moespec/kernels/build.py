@@ -6,7 +6,8 @@ Nothing is compiled or touches CUDA at import: the first call of :func:`load_cpu
 cannot run, :class:`ExtensionBuildError` names what is missing (compiler, ninja, headers, nvcc).
 
 Layout (as in pytorch/extension-cpp): ``csrc/cpu/expert_ops.cpp`` defines the op schemas
-(``TORCH_LIBRARY(moespec, m)``) and the CPU implementations; ``csrc/cuda/*.cu`` hold plain CUDA
+(``TORCH_LIBRARY(moespec, m)``) and the CPU implementations (``csrc/cpu/read_probe.cpp``: a memory
+read probe for benchmarks, in the same module); ``csrc/cuda/*.cu`` hold plain CUDA
 kernels and ``csrc/cuda/*.cpp`` a thin binding with ``TORCH_LIBRARY_IMPL(moespec, CUDA, m)``. The
 CUDA library is loaded after the CPU one, which owns the schemas.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 from moespec import paths
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-CPU_SOURCES = [CSRC / "cpu" / "expert_ops.cpp"]
+CPU_SOURCES = [CSRC / "cpu" / "expert_ops.cpp", CSRC / "cpu" / "read_probe.cpp"]
 CPU_CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-fno-math-errno"]  # ISA paths use target attributes
 _lock = threading.Lock()
 _loaded: dict = {}  # "cpu": the extension module, "cuda": True once loaded

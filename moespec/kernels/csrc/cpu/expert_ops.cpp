@@ -1265,6 +1265,9 @@ std::string cpu_isa(const std::string& fmt) {
   return names[isa_for(f)];
 }
 
+std::tuple<int64_t, int64_t, double> read_probe(const at::Tensor& buf, const std::string& pattern, int64_t matrix_bytes,
+                                                int64_t threads, int64_t fmas_per_line);  // read_probe.cpp
+
 }  // namespace moespec
 
 // Direct Python entry points to the same CPU implementations (moespec.kernels.build.load_cpu returns
@@ -1282,6 +1285,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("clock_ns", &moespec::clock_ns, "the stage clock's time now (ns)");
   m.def("microkernel_ns", &moespec::microkernel_ns,
         "one thread's dot micro-kernel (format, T tokens) over nrows x K weights, reps passes: ns per 64 weight bytes");
+  m.def("read_probe", &moespec::read_probe,
+        "stream a CPU buffer once in a read pattern (halves, lanes, whole, side, fused) with the given threads and "
+        "multiply-adds per 64-byte line: (ns, bytes read, checksum); see read_probe.cpp");
 }
 
 TORCH_LIBRARY(moespec, m) {

@@ -1,0 +1,118 @@
+"""How this machine's read rate depends on the access pattern (issue 4; docs/kernels.md, "How the
+read pattern matters").
+
+The CPU kernels' bandwidth targets are ratios to ``torch.sum`` over 1 GiB. This script times, in
+one interleaved run with that reference (a 256 MiB read flush before every call), the extension's
+``read_probe``: threads streaming a second 1 GiB buffer in the patterns the kernels use, with a
+running sum and nothing else (``moespec/kernels/csrc/cpu/read_probe.cpp``):
+
+* ``halves``: one contiguous share per thread, as a parallel ``torch.sum`` reads;
+* ``lanes``: consecutive matrices of ``--matrix-bytes`` (default: one int8 OLMoE gate matrix,
+  2304 x 1024 bytes), thread t reading share t of each in turn, as the kernels' lanes do;
+* ``whole``: the same matrices dealt whole, thread t reading matrices t, t + threads, ...;
+* ``side``: 512-byte units each with 64 bytes from a second array, as int8 weights read beside a
+  separate array of block scales (two streams);
+* ``fused``: the same bytes as 576-byte units in one stream;
+
+each with 0 and ``--fmas`` vector multiply-adds per 64-byte line. Per pattern: GB/s (median over
+rounds) and the ratio to the same round's ``torch.sum`` (paired per round: median and quartiles).
+
+    .venv/bin/python benchmarks/bench_read_patterns.py                 # 15 rounds, ~1 min
+    .venv/bin/python benchmarks/bench_read_patterns.py --rounds 31 --fmas 4
+
+Writes ``data/bench/kernels/<stamp>_read_patterns.csv`` and ``<stamp>_read_patterns_provenance.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+# huge pages for both 1 GiB buffers, as in bench_kernels.py (set before torch allocates)
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", os.environ.get("MOESPEC_BENCH_THP", "1"))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from moespec import io, paths, provenance  # noqa: E402
+from moespec.bench import timing  # noqa: E402
+from moespec.kernels import build  # noqa: E402
+
+PATTERNS = ("halves", "lanes", "whole", "side", "fused")
+UNSTEADY_READ = 1.25  # as bench_kernels.py: a block whose reads span more saw the regime change
+
+
+def summarize(read_ns, read_bytes: int, probe_ns: dict, probe_bytes: dict) -> pd.DataFrame:
+    """One row per probe cell ``(pattern, fmas)`` from per-round times (ns): the probe's GB/s
+    (median over rounds) and its ratio to the same round's reference read (paired, median and
+    quartiles); ``read_GBps`` and its range over the rounds, ``read_unsteady`` when that range
+    exceeds :data:`UNSTEADY_READ`."""
+    read_bw = read_bytes / np.asarray(read_ns, dtype=float)  # bytes per ns = GB/s
+    rows = []
+    for (pattern, fmas), ns in probe_ns.items():
+        bw = probe_bytes[(pattern, fmas)] / np.asarray(ns, dtype=float)
+        ratio = bw / read_bw
+        rows.append({"pattern": pattern, "fmas_per_line": fmas, "rounds": len(bw), "GBps": float(np.median(bw)),
+                     "over_read": float(np.median(ratio)), "over_read_q25": float(np.quantile(ratio, 0.25)),
+                     "over_read_q75": float(np.quantile(ratio, 0.75)), "read_GBps": float(np.median(read_bw)),
+                     "read_min_GBps": float(read_bw.min()), "read_max_GBps": float(read_bw.max()),
+                     "read_unsteady": bool(read_bw.max() > UNSTEADY_READ * read_bw.min())})
+    return pd.DataFrame(rows)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--patterns", default=",".join(PATTERNS))
+    ap.add_argument("--fmas", type=int, default=2, help="multiply-adds per 64-byte line in the second setting")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--matrix-bytes", type=int, default=2304 * 1024)
+    ap.add_argument("--gib", type=float, default=1.0, help="size of the reference read and of the probe buffer")
+    ap.add_argument("--flush-mib", type=int, default=256)
+    args = ap.parse_args(argv)
+    patterns = args.patterns.split(",")
+    unknown = [p for p in patterns if p not in PATTERNS]
+    if unknown:
+        ap.error(f"unknown pattern {unknown}; known: {list(PATTERNS)}")
+    torch.set_num_threads(args.threads)
+    mod = build.load_cpu()
+    nbytes = int(args.gib * 2**30)
+    read, read_bytes = timing.read_bandwidth_callable(nbytes)
+    buf = torch.ones(nbytes // 4)
+    flush_buf = torch.ones(args.flush_mib * 2**18)
+    cells = [(p, f) for p in patterns for f in sorted({0, args.fmas})]
+    probe_ns = {c: [] for c in cells}
+    probe_bytes = {c: mod.read_probe(buf, c[0], args.matrix_bytes, args.threads, c[1])[1] for c in cells}
+
+    def probe(cell):
+        return lambda: probe_ns[cell].append(mod.read_probe(buf, cell[0], args.matrix_bytes, args.threads, cell[1])[0])
+
+    calls = {"read": read, **{c: probe(c) for c in cells}}
+    res = timing.time_interleaved(calls, reps=args.rounds, warmup=1, flush=lambda: torch.sum(flush_buf))
+    # the probe's own clock (inside the parallel region); the warm-up call's time is dropped
+    df = summarize(res["read"].samples_ns, read_bytes, {c: v[1:] for c, v in probe_ns.items()}, probe_bytes)
+    df["threads"] = args.threads
+    df["matrix_bytes"] = args.matrix_bytes
+    df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
+    df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = paths.ensure(paths.bench_dir() / "kernels")
+    io.write_dataframe(out / f"{stamp}_read_patterns.csv", df)
+    io.write_json(out / f"{stamp}_read_patterns_provenance.json", {"args": vars(args), **provenance.full_record()})
+    r = df.iloc[0]
+    print(f"torch.sum over {args.gib:g} GiB: {r.read_GBps:.1f} GB/s (rounds {r.read_min_GBps:.1f}-{r.read_max_GBps:.1f})"
+          + ("  WARNING: bandwidth regime changed during the run; rerun" if r.read_unsteady else ""))
+    print("read probe / torch.sum, paired per round (median [q25, q75]):")
+    for _, row in df.iterrows():
+        print(f"  {row.pattern:>7} fmas {row.fmas_per_line}: {row.GBps:5.1f} GB/s  {row.over_read:.3f} "
+              f"[{row.over_read_q25:.3f}, {row.over_read_q75:.3f}]")
+    print(f"rows: {out / (stamp + '_read_patterns.csv')}")
+
+
+if __name__ == "__main__":
+    main()
