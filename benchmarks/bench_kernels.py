@@ -3,6 +3,8 @@
 For every model shape (random weights) and format, ONE interleaved run times, round-robin with a
 cache flush before every call: a read of >= 1 GiB (``torch.sum``: the machine's read bandwidth
 in this run), and for n = 1..9 the per-slot and the dedup kernel on the same random-routing pass.
+(``--protocol warm-code``: no flush between calls, each call on the next of ``--copies`` layer
+copies, so the weights are cold and the code warm, as between the layers of a model.)
 Effective bandwidth = requested bytes / time (per-slot n*m*b, dedup U*b; paper 1, Section 2).
 Every figure is a ratio of two timings from the same round (medians over rounds): the memory
 bandwidth of this machine drifts by tens of percent from minute to minute.
@@ -71,60 +73,101 @@ def read_unsteady(read_bw) -> bool:
     return bool(read_bw.max() > UNSTEADY_READ * read_bw.min())
 
 
-def _rotating(passes, log, fn, x, *args, **kwargs):
-    """A timed call: ``fn(x, ids, *args, **kwargs)`` on the next pass's ids, logged in ``log``."""
+PROTOCOLS = ("cold", "warm-code")
+
+
+def _rotating(passes, log, fn):
+    """A timed call: ``fn(ids)`` on the next pass's ids, logged in ``log``."""
     state = {"i": 0}
 
     def call():
         ids = passes[state["i"] % len(passes)]
         state["i"] += 1
         log.append(ids)
-        return fn(x, ids, *args, **kwargs)
+        return fn(ids)
     return call
 
 
+class Copies:
+    """The layer copies of a run, handed out in turn: every call (of any kernel) takes the next
+    copy, so that under ``warm-code`` a call's weights were last read several calls earlier and
+    the reads in between evicted them (one copy under ``cold``, where a flush does that)."""
+
+    def __init__(self, items):
+        self.items, self.turn = list(items), 0
+
+    def next(self):
+        item = self.items[self.turn % len(self.items)]
+        self.turn += 1
+        return item
+
+
 def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int, membw_bytes: int,
-              seed: int, torch_ref: bool, ggml: bool = False) -> pd.DataFrame:
+              seed: int, torch_ref: bool, ggml: bool = False, protocol: str = "cold",
+              copies: int = 3) -> pd.DataFrame:
     """One interleaved run for one (model, format); returns one row per (kernel, backend, n).
     With ``ggml``, ggml's CPU MUL_MAT_ID (benchmarks/ggml_peer, built separately) runs in the same
-    rounds on the same weights (Q8_0 for int8_b32), as a deduplicating kernel."""
+    rounds on the same weights (Q8_0 for int8_b32), as a deduplicating kernel.
+
+    ``protocol``: ``cold`` flushes the caches (a ``flush_bytes`` read) before every call, so the
+    weights, the code and the driver's data are all cold; ``warm-code`` does not flush between
+    calls but gives each call the next of ``copies`` copies of the layer (:class:`Copies`): the
+    weights are cold, the code and data as warm as between consecutive layers of a model (each
+    backend's block of calls starts after one untimed call of its own, as the 1 GiB read of the
+    round evicts everything)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, found {protocol!r}")
+    if protocol == "warm-code" and copies < 2:
+        raise ValueError(f"warm-code needs at least 2 layer copies, found {copies}")
     spec = get_spec(model)
     N, m, H = spec.num_experts, spec.top_k, spec.hidden_size
     t0 = time.perf_counter()
-    w = ExpertWeights.random(spec, fmt, seed=seed)
+    layers = Copies(ExpertWeights.random(spec, fmt, seed=seed + i) for i in range(copies if protocol == "warm-code" else 1))
+    w = layers.items[0]
     b = w.bytes_per_expert
     rng = np.random.default_rng(seed)
     x = {n: torch.randn(n, H, generator=torch.Generator().manual_seed(n)) for n in ns}
     # each kernel gets its own random passes (same distribution): a pass just read by the other
     # kernel could otherwise still sit in the L3 (a victim cache that a read flush may not refill)
     passes = {(k, n): [random_ids(n, m, N, rng) for _ in range(reps + warmup)] for k in ("slot", "dedup") for n in ns}
-    expert_forward(x[ns[0]], random_ids(ns[0], m, N, rng), w, backend="cpp")  # build/load, pack int8 once
+    for layer in layers.items:  # build/load, pack int8 once per copy
+        expert_forward(x[ns[0]], random_ids(ns[0], m, N, rng), layer, backend="cpp")
     read, read_bytes = timing.read_bandwidth_callable(membw_bytes)
     # torch.sum over the bytes of one per-slot pass at n = 1 (m experts): what plain streaming
     # reaches at the size of one call, beside the 1 GiB read
     layer_read, layer_bytes = timing.read_bandwidth_callable(m * b)
     calls, logs = {"read": read, "read_layer": layer_read}, {}
+    warm_ids = random_ids(ns[0], m, N, rng)
+    if protocol == "warm-code":  # untimed in effect: its time is not reported
+        calls["warm_cpp"] = lambda: expert_forward(x[ns[0]], warm_ids, layers.next(), kernel="dedup", backend="cpp")
+
+    def cpp(kernel, n, backend="cpp"):
+        return lambda ids: expert_forward(x[n], ids, layers.next(), kernel=kernel, backend=backend)
+
     for n in ns:
         for kernel in ("slot", "dedup"):
             logs[(kernel, "cpp", n)] = []
-            calls[(kernel, "cpp", n)] = _rotating(passes[(kernel, n)], logs[(kernel, "cpp", n)], expert_forward,
-                                                  x[n], w, kernel=kernel, backend="cpp")
+            calls[(kernel, "cpp", n)] = _rotating(passes[(kernel, n)], logs[(kernel, "cpp", n)], cpp(kernel, n))
     if torch_ref:  # torch's own per-expert matmuls, per-slot at n = 1
         logs[("slot", "torch", 1)] = []
-        calls[("slot", "torch", 1)] = _rotating(passes[("slot", ns[0])], logs[("slot", "torch", 1)], expert_forward,
-                                                x[ns[0]], w, kernel="slot", backend="torch")
-    peer, peer_b = None, None
+        calls[("slot", "torch", 1)] = _rotating(passes[("slot", ns[0])], logs[("slot", "torch", 1)],
+                                                cpp("slot", ns[0], backend="torch"))
+    peers, peer_b = None, None
     if ggml:
         from benchmarks.ggml_peer import GgmlExperts
-        peer = GgmlExperts.from_weights(w, threads=torch.get_num_threads())
-        peer_b = peer.bytes_per_expert
+        peers = Copies(GgmlExperts.from_weights(layer, threads=torch.get_num_threads()) for layer in layers.items)
+        peer_b = peers.items[0].bytes_per_expert
+        if protocol == "warm-code":
+            calls["warm_ggml"] = lambda: peers.next()(x[ns[0]], warm_ids)
         for n in ns:
             logs[("dedup", "ggml", n)] = []
             pp = [random_ids(n, m, N, rng) for _ in range(reps + warmup)]
-            calls[("dedup", "ggml", n)] = _rotating(pp, logs[("dedup", "ggml", n)], peer, x[n])
+            calls[("dedup", "ggml", n)] = _rotating(pp, logs[("dedup", "ggml", n)],
+                                                    lambda ids, n=n: peers.next()(x[n], ids))
     setup_s = time.perf_counter() - t0
+    flush = read_flush(flush_bytes) if protocol == "cold" else None
     with timing.MachineMonitor("cpu") as mon:
-        res = timing.time_interleaved(calls, reps=reps, warmup=warmup, flush=read_flush(flush_bytes))
+        res = timing.time_interleaved(calls, reps=reps, warmup=warmup, flush=flush)
     read_t = np.asarray(res["read"].samples_ns) * 1e-9
     read_bw = read_bytes / read_t                       # per round
     layer_ratio = layer_bytes / (np.asarray(res["read_layer"].samples_ns) * 1e-9) / read_bw
@@ -157,7 +200,7 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     def on_dedup_rows(per_n):  # a value per n on moespec's dedup rows, NaN elsewhere
         return [per_n[n] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
 
-    if peer is not None:  # moespec dedup / ggml, paired per round like r(n)
+    if peers is not None:  # moespec dedup / ggml, paired per round like r(n)
         df["dedup_over_ggml"] = on_dedup_rows(
             {n: float(np.median(beta("dedup", "cpp", n) / beta("dedup", "ggml", n))) for n in ns})
     # r(n) = beta_dedup / beta_slot, paired per round (paper 1, Sec. 2)
@@ -171,15 +214,17 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     df["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
     df["cpu_threads"] = os.environ.get("MOESPEC_CPU_THREADS", "auto")
     df["cpu_isa"] = torch.ops.moespec.cpu_isa(w.fmt)
-    if peer is not None:
+    df["protocol"], df["copies"] = protocol, len(layers.items)
+    if peers is not None:
         from benchmarks.ggml_peer import version
         df["ggml_version"] = version()
-        peer.close()
+        for peer in peers.items:
+            peer.close()
     df["other_load"] = round(st.other_load, 3)
     df["flags"] = ";".join(st.flags + (["read_unsteady"] if read_unsteady(read_bw) else []))
     df["setup_s"], df["run_s"] = round(setup_s, 1), round(st.wall_s, 1)
     df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    del w
+    del w, layers
     return df.drop(columns="_beta")
 
 
@@ -263,6 +308,10 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--flush-mib", type=int, default=256)
+    ap.add_argument("--protocol", choices=PROTOCOLS, default="cold",
+                    help="cold: a cache flush before every call; warm-code: no flush, each call on the next of "
+                         "--copies layer copies (cold weights, warm code; see bench_one)")
+    ap.add_argument("--copies", type=int, default=3, help="layer copies under --protocol warm-code")
     ap.add_argument("--membw-gib", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=float, default=0.5, help="rho(2) of the sticky routing (our choice)")
@@ -288,10 +337,12 @@ def main(argv=None):
         for fmt in fmts:
             torch_ref = fmt != "int8_b32" and not args.no_torch_ref and model == "olmoe"
             df = bench_one(model, fmt, ns, args.reps, args.warmup, args.flush_mib * 2**20,
-                           int(args.membw_gib * 2**30), args.seed, torch_ref, ggml=args.ggml and model == "olmoe")
+                           int(args.membw_gib * 2**30), args.seed, torch_ref, ggml=args.ggml and model == "olmoe",
+                           protocol=args.protocol, copies=args.copies)
             frames.append(df)
             d = df[df.backend == "cpp"]
-            print(f"{model:>16} {fmt:>8} read {d.read_GBps.iloc[0]:5.1f} GB/s  other_load {d.other_load.iloc[0]:.2f}  "
+            print(f"{model:>16} {fmt:>8} {args.protocol} read {d.read_GBps.iloc[0]:5.1f} GB/s  "
+                  f"other_load {d.other_load.iloc[0]:.2f}  "
                   f"layer read/read {d.layer_read_over_read.iloc[0]:.3f}  "
                   f"slot/read n=1 {d[(d.kernel == 'slot') & (d.n == ns[0])].beta_over_read.iloc[0]:.3f}  "
                   "r(n) " + " ".join(f"{v:.2f}" for v in d[d.kernel == 'dedup'].r_n), flush=True)

@@ -70,3 +70,26 @@ def test_read_unsteady_flags_a_regime_change(bench):
     assert not bench.read_unsteady([40e9, 50e9])          # exactly 1.25: still steady
     assert bench.read_unsteady([35e9, 36e9, 64e9, 35.5e9])
     assert bench.read_unsteady(np.array([60e9, 47.9e9]))
+
+
+def test_layer_copies_are_handed_out_in_turn(bench):
+    """Under warm-code every call takes the next layer copy, whichever kernel calls: consecutive
+    calls never read the same copy (with two or more)."""
+    copies = bench.Copies(["a", "b", "c"])
+    assert [copies.next() for _ in range(7)] == ["a", "b", "c", "a", "b", "c", "a"]
+    single = bench.Copies(["only"])
+    assert single.next() == single.next() == "only"
+
+
+def test_rotating_call_logs_its_passes(bench):
+    log, seen = [], []
+    call = bench._rotating(["p0", "p1"], log, lambda ids: seen.append(ids) or len(seen))
+    assert [call() for _ in range(3)] == [1, 2, 3]
+    assert log == seen == ["p0", "p1", "p0"]
+
+
+@pytest.mark.parametrize("protocol, copies, message", [("lukewarm", 3, "protocol must be one of"),
+                                                       ("warm-code", 1, "at least 2 layer copies")])
+def test_bench_one_rejects_bad_protocols_before_any_work(bench, protocol, copies, message):
+    with pytest.raises(ValueError, match=message):
+        bench.bench_one("olmoe", "f32", [1], 1, 0, 0, 0, 0, False, protocol=protocol, copies=copies)
