@@ -14,11 +14,12 @@ running sum and nothing else (``moespec/kernels/csrc/cpu/read_probe.cpp``):
   separate array of block scales (two streams);
 * ``fused``: the same bytes as 576-byte units in one stream;
 
-each with 0 and ``--fmas`` vector multiply-adds per 64-byte line. Per pattern: GB/s (median over
+each with 0 and ``--fmas`` vector multiply-adds per 64-byte line (four chains side by side), and
+with ``--prefetch B`` also with a software prefetch B bytes ahead. Per cell: GB/s (median over
 rounds) and the ratio to the same round's ``torch.sum`` (paired per round: median and quartiles).
 
     .venv/bin/python benchmarks/bench_read_patterns.py                 # 15 rounds, ~1 min
-    .venv/bin/python benchmarks/bench_read_patterns.py --rounds 31 --fmas 4
+    .venv/bin/python benchmarks/bench_read_patterns.py --rounds 31 --fmas 4 --prefetch 2048
 
 Writes ``data/bench/kernels/<stamp>_read_patterns.csv`` and ``<stamp>_read_patterns_provenance.json``.
 """
@@ -48,16 +49,17 @@ UNSTEADY_READ = 1.25  # as bench_kernels.py: a block whose reads span more saw t
 
 
 def summarize(read_ns, read_bytes: int, probe_ns: dict, probe_bytes: dict) -> pd.DataFrame:
-    """One row per probe cell ``(pattern, fmas)`` from per-round times (ns): the probe's GB/s
+    """One row per probe cell ``(pattern, fmas, prefetch)`` from per-round times (ns): the probe's GB/s
     (median over rounds) and its ratio to the same round's reference read (paired, median and
     quartiles); ``read_GBps`` and its range over the rounds, ``read_unsteady`` when that range
     exceeds :data:`UNSTEADY_READ`."""
     read_bw = read_bytes / np.asarray(read_ns, dtype=float)  # bytes per ns = GB/s
     rows = []
-    for (pattern, fmas), ns in probe_ns.items():
-        bw = probe_bytes[(pattern, fmas)] / np.asarray(ns, dtype=float)
+    for (pattern, fmas, prefetch), ns in probe_ns.items():
+        bw = probe_bytes[(pattern, fmas, prefetch)] / np.asarray(ns, dtype=float)
         ratio = bw / read_bw
-        rows.append({"pattern": pattern, "fmas_per_line": fmas, "rounds": len(bw), "GBps": float(np.median(bw)),
+        rows.append({"pattern": pattern, "fmas_per_line": fmas, "prefetch_bytes": prefetch, "rounds": len(bw),
+                     "GBps": float(np.median(bw)),
                      "over_read": float(np.median(ratio)), "over_read_q25": float(np.quantile(ratio, 0.25)),
                      "over_read_q75": float(np.quantile(ratio, 0.75)), "read_GBps": float(np.median(read_bw)),
                      "read_min_GBps": float(read_bw.min()), "read_max_GBps": float(read_bw.max()),
@@ -69,6 +71,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--patterns", default=",".join(PATTERNS))
     ap.add_argument("--fmas", type=int, default=2, help="multiply-adds per 64-byte line in the second setting")
+    ap.add_argument("--prefetch", type=int, default=0, help="also with a software prefetch this many bytes ahead")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--matrix-bytes", type=int, default=2304 * 1024)
@@ -85,12 +88,12 @@ def main(argv=None):
     read, read_bytes = timing.read_bandwidth_callable(nbytes)
     buf = torch.ones(nbytes // 4)
     flush_buf = torch.ones(args.flush_mib * 2**18)
-    cells = [(p, f) for p in patterns for f in sorted({0, args.fmas})]
+    cells = [(p, f, d) for p in patterns for f in sorted({0, args.fmas}) for d in sorted({0, args.prefetch})]
     probe_ns = {c: [] for c in cells}
-    probe_bytes = {c: mod.read_probe(buf, c[0], args.matrix_bytes, args.threads, c[1])[1] for c in cells}
+    probe_bytes = {c: mod.read_probe(buf, c[0], args.matrix_bytes, args.threads, c[1], c[2])[1] for c in cells}
 
     def probe(cell):
-        return lambda: probe_ns[cell].append(mod.read_probe(buf, cell[0], args.matrix_bytes, args.threads, cell[1])[0])
+        return lambda: probe_ns[cell].append(mod.read_probe(buf, cell[0], args.matrix_bytes, args.threads, *cell[1:])[0])
 
     calls = {"read": read, **{c: probe(c) for c in cells}}
     res = timing.time_interleaved(calls, reps=args.rounds, warmup=1, flush=lambda: torch.sum(flush_buf))
@@ -109,7 +112,8 @@ def main(argv=None):
           + ("  WARNING: bandwidth regime changed during the run; rerun" if r.read_unsteady else ""))
     print("read probe / torch.sum, paired per round (median [q25, q75]):")
     for _, row in df.iterrows():
-        print(f"  {row.pattern:>7} fmas {row.fmas_per_line}: {row.GBps:5.1f} GB/s  {row.over_read:.3f} "
+        print(f"  {row.pattern:>7} fmas {row.fmas_per_line} prefetch {row.prefetch_bytes:>5}: {row.GBps:5.1f} GB/s  "
+              f"{row.over_read:.3f} "
               f"[{row.over_read_q25:.3f}, {row.over_read_q75:.3f}]")
     print(f"rows: {out / (stamp + '_read_patterns.csv')}")
 

@@ -1266,7 +1266,7 @@ std::string cpu_isa(const std::string& fmt) {
 }
 
 std::tuple<int64_t, int64_t, double> read_probe(const at::Tensor& buf, const std::string& pattern, int64_t matrix_bytes,
-                                                int64_t threads, int64_t fmas_per_line);  // read_probe.cpp
+                                                int64_t threads, int64_t fmas_per_line, int64_t prefetch_bytes);  // read_probe.cpp
 
 }  // namespace moespec
 
@@ -1286,8 +1286,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("microkernel_ns", &moespec::microkernel_ns,
         "one thread's dot micro-kernel (format, T tokens) over nrows x K weights, reps passes: ns per 64 weight bytes");
   m.def("read_probe", &moespec::read_probe,
-        "stream a CPU buffer once in a read pattern (halves, lanes, whole, side, fused) with the given threads and "
-        "multiply-adds per 64-byte line: (ns, bytes read, checksum); see read_probe.cpp");
+        "stream a CPU buffer once in a read pattern (halves, lanes, whole, side, fused) with the given threads, "
+        "multiply-adds per 64-byte line and software-prefetch distance (bytes, 0 = none): (ns, bytes read, checksum); "
+        "see read_probe.cpp");
 }
 
 TORCH_LIBRARY(moespec, m) {
