@@ -11,10 +11,11 @@
 //           last 1/9 (int8 weights with their block scales in a separate array: two streams)
 //   fused   576-byte units (the same bytes as "side", in one stream)
 //
-// fmas_per_line adds that many vector multiply-adds per 64-byte line (a chain per line of each group
-// of four, so four chains run side by side), to see whether arithmetic between loads changes the
-// read rate; prefetch_bytes adds a software prefetch of the line that far ahead. Loads are 512-bit where the CPU
-// has AVX-512 and MOESPEC_CPU_ISA does not cap it (as for the kernels), else a portable loop.
+// fmas_per_line adds that many dependent vector multiply-adds per 64-byte line (one chain for each
+// line of a group of four, so four chains run side by side), to see whether arithmetic between the
+// loads changes the read rate; prefetch_bytes adds a software prefetch of the line that far ahead.
+// Loads are 512-bit where the CPU has AVX-512 and MOESPEC_CPU_ISA does not cap it (as for the
+// kernels), else a portable loop.
 
 #include <torch/extension.h>
 
@@ -34,13 +35,14 @@ namespace {
 
 constexpr int64_t LINE = 64, UNIT = 512, SIDE = 64;
 
-// Sum of the floats in [p, p + n) (n a multiple of 256), with f multiply-adds per 64-byte line.
+// Sum of the floats in [p, p + n) (n a multiple of 256), with f multiply-adds per 64-byte line, a
+// prefetch pf bytes ahead (0: none) and, with side, 64 bytes of side per unit bytes of p.
 __attribute__((target("avx512f"))) float stream_avx512(const uint8_t* p, int64_t n, int f, int64_t pf,
                                                        const uint8_t* side = nullptr, int64_t unit = 0) {
   __m512 a[4], m[4];
   for (int i = 0; i < 4; ++i) a[i] = m[i] = _mm512_setzero_ps();
   for (int64_t o = 0, u = 0; o < n; o += 4 * LINE) {
-    for (int i = 0; i < 4; ++i) {  // four independent chains: the multiply-adds are not latency-bound
+    for (int i = 0; i < 4; ++i) {  // line i of four: its own chain of f multiply-adds
       if (pf > 0) _mm_prefetch((const char*)p + o + i * LINE + pf, _MM_HINT_T0);
       const __m512 v = _mm512_loadu_ps(p + o + i * LINE);
       a[i] = _mm512_add_ps(a[i], v);
