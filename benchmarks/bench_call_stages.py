@@ -41,7 +41,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.bench_kernels
-from benchmarks.bench_kernels import read_flush, read_unsteady  # noqa: E402
+from benchmarks.bench_kernels import PROTOCOLS, Copies, read_flush, read_unsteady  # noqa: E402
 from moespec import io, paths, provenance  # noqa: E402
 from moespec.bench import timing  # noqa: E402
 from moespec.kernels import ExpertWeights, build  # noqa: E402
@@ -74,8 +74,6 @@ def summarize(records, expert_bytes: int) -> dict:
     return row
 
 
-PROTOCOLS = ("cold", "warm-code")
-
 
 def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_bytes: int, seed: int,
                  protocol: str = "cold", copies: int = 3) -> pd.DataFrame:
@@ -93,29 +91,27 @@ def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_by
         raise ValueError(f"copies must be >= 2 for warm-code (>= 1 otherwise), found {copies}")
     spec = get_spec(model)
     N, m, H = spec.num_experts, spec.top_k, spec.hidden_size
-    layers = [ExpertWeights.random(spec, fmt, seed=seed + i) for i in range(copies if protocol == "warm-code" else 1)]
-    b = layers[0].bytes_per_expert
+    layers = Copies(ExpertWeights.random(spec, fmt, seed=seed + i) for i in range(copies if protocol == "warm-code" else 1))
+    b = layers.items[0].bytes_per_expert
     rng = np.random.default_rng(seed)
     x = {n: torch.randn(n, H, generator=torch.Generator().manual_seed(n)) for n in ns}
-    for w in layers:  # build/load, pack, keep each copy's call plan
+    for w in layers.items:  # build/load, pack, keep each copy's call plan
         timed_call(x[ns[0]], random_ids(ns[0], m, N, rng), w)
     read, read_bytes = timing.read_bandwidth_callable(membw_bytes)
     flush = read_flush(flush_bytes)
-    read_bw, per_n, k = [], {n: [] for n in ns}, 0
+    read_bw, per_n = [], {n: [] for n in ns}
     with stage_clock():  # on throughout: nothing of the extension runs between a flush and its call
         for _ in tqdm(range(reps), desc=f"{model} {fmt} {protocol}", leave=False):
             flush()
             t = timing.CpuTimer()(read)
             read_bw.append(read_bytes / (t * 1e-9))
             if protocol == "warm-code":
-                k += 1
-                timed_call(x[ns[0]], random_ids(ns[0], m, N, rng), layers[k % len(layers)])  # untimed: warms the code
+                timed_call(x[ns[0]], random_ids(ns[0], m, N, rng), layers.next())  # untimed: warms the code
             for n in ns:
                 ids = random_ids(n, m, N, rng)
                 if protocol == "cold":
                     flush()
-                k += 1
-                _, st = timed_call(x[n], ids, layers[k % len(layers)])
+                _, st = timed_call(x[n], ids, layers.next())
                 per_n[n].append((len(torch.unique(ids)) * b, st, read_bw[-1]))
     rows = []
     for n in ns:
@@ -129,8 +125,8 @@ def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_by
     df["threads"] = torch.get_num_threads()
     df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
     df["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
-    df["cpu_isa"] = torch.ops.moespec.cpu_isa(layers[0].fmt)
-    df["protocol"], df["copies"] = protocol, len(layers)
+    df["cpu_isa"] = torch.ops.moespec.cpu_isa(layers.items[0].fmt)
+    df["protocol"], df["copies"] = protocol, len(layers.items)
     df["flags"] = "read_unsteady" if read_unsteady(read_bw) else ""
     df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     return df

@@ -39,20 +39,20 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.bench_kernels
+from benchmarks.bench_kernels import read_flush, read_unsteady  # noqa: E402
 from moespec import io, paths, provenance  # noqa: E402
 from moespec.bench import timing  # noqa: E402
 from moespec.kernels import build  # noqa: E402
 
 PATTERNS = ("halves", "lanes", "whole", "side", "fused")
-UNSTEADY_READ = 1.25  # as bench_kernels.py: a block whose reads span more saw the regime change
 
 
 def summarize(read_ns, read_bytes: int, probe_ns: dict, probe_bytes: dict) -> pd.DataFrame:
     """One row per probe cell ``(pattern, fmas, prefetch)`` from per-round times (ns): the probe's GB/s
     (median over rounds) and its ratio to the same round's reference read (paired, median and
-    quartiles); ``read_GBps`` and its range over the rounds, ``read_unsteady`` when that range
-    exceeds :data:`UNSTEADY_READ`."""
+    quartiles); ``read_GBps`` and its range over the rounds, ``read_unsteady`` as bench_kernels.py
+    flags a block whose reads saw the bandwidth regime change."""
     read_bw = read_bytes / np.asarray(read_ns, dtype=float)  # bytes per ns = GB/s
     rows = []
     for (pattern, fmas, prefetch), ns in probe_ns.items():
@@ -63,7 +63,7 @@ def summarize(read_ns, read_bytes: int, probe_ns: dict, probe_bytes: dict) -> pd
                      "over_read": float(np.median(ratio)), "over_read_q25": float(np.quantile(ratio, 0.25)),
                      "over_read_q75": float(np.quantile(ratio, 0.75)), "read_GBps": float(np.median(read_bw)),
                      "read_min_GBps": float(read_bw.min()), "read_max_GBps": float(read_bw.max()),
-                     "read_unsteady": bool(read_bw.max() > UNSTEADY_READ * read_bw.min())})
+                     "read_unsteady": read_unsteady(read_bw)})
     return pd.DataFrame(rows)
 
 
@@ -87,7 +87,6 @@ def main(argv=None):
     nbytes = int(args.gib * 2**30)
     read, read_bytes = timing.read_bandwidth_callable(nbytes)
     buf = torch.ones(nbytes // 4)
-    flush_buf = torch.ones(args.flush_mib * 2**18)
     cells = [(p, f, d) for p in patterns for f in sorted({0, args.fmas}) for d in sorted({0, args.prefetch})]
     probe_ns = {c: [] for c in cells}
     probe_bytes = {c: mod.read_probe(buf, c[0], args.matrix_bytes, args.threads, c[1], c[2])[1] for c in cells}
@@ -96,7 +95,7 @@ def main(argv=None):
         return lambda: probe_ns[cell].append(mod.read_probe(buf, cell[0], args.matrix_bytes, args.threads, *cell[1:])[0])
 
     calls = {"read": read, **{c: probe(c) for c in cells}}
-    res = timing.time_interleaved(calls, reps=args.rounds, warmup=1, flush=lambda: torch.sum(flush_buf))
+    res = timing.time_interleaved(calls, reps=args.rounds, warmup=1, flush=read_flush(args.flush_mib * 2**20))
     # the probe's own clock (inside the parallel region); the warm-up call's time is dropped
     df = summarize(res["read"].samples_ns, read_bytes, {c: v[1:] for c, v in probe_ns.items()}, probe_bytes)
     df["threads"] = args.threads
