@@ -519,6 +519,9 @@ static int isa_cap() {
   return AVX512;
 }
 
+// Whether MOESPEC_CPU_ISA leaves the AVX-512 level allowed (read_probe.cpp's loops follow the cap).
+bool isa_cap_allows_avx512() { return isa_cap() >= AVX512; }
+
 // The ISA path used for a format on this CPU (highest the CPU has and the cap allows).
 static int isa_for(int fmt) {
   __builtin_cpu_init();

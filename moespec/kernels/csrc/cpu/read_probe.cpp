@@ -25,11 +25,12 @@
 #include <chrono>
 #include <functional>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <tuple>
 
 namespace moespec {
+
+bool isa_cap_allows_avx512();  // expert_ops.cpp: MOESPEC_CPU_ISA, as the kernels read it
 
 namespace {
 
@@ -71,11 +72,6 @@ float stream_generic(const uint8_t* p, int64_t n, int f, int64_t pf, const uint8
   return s;
 }
 
-// The AVX-512 loop where the CPU has it and MOESPEC_CPU_ISA (as for the kernels) does not cap it.
-bool use_avx512() {
-  const char* cap = std::getenv("MOESPEC_CPU_ISA");
-  return __builtin_cpu_supports("avx512f") && (!cap || !*cap || std::string(cap) == "avx512");
-}
 
 float stream(const uint8_t* p, int64_t n, int f, int64_t pf, bool avx512, const uint8_t* side = nullptr,
              int64_t unit = 0) {
@@ -100,7 +96,8 @@ std::tuple<int64_t, int64_t, double> read_probe(const at::Tensor& buf, const std
               "read_probe: prefetch_bytes must be a multiple of 64 in [0, 1 MiB]; found ", prefetch_bytes);
   const int f = (int)fmas_per_line;
   const int64_t pf = prefetch_bytes;
-  const bool v = use_avx512();
+  // the AVX-512 loop where the CPU has it and MOESPEC_CPU_ISA does not cap it, as for the kernels
+  const bool v = __builtin_cpu_supports("avx512f") && isa_cap_allows_avx512();
   const int64_t T = threads;
   // every share a multiple of 4 KiB (and of the 512/576-byte units where they apply)
   auto share = [&](int64_t bytes, int64_t align) { return bytes / T / align * align; };
