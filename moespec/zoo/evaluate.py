@@ -89,3 +89,44 @@ def evaluation_documents(tokenizer, split: str = "valid", variant: str = "tokens
         start = tokenizer.bos_token_id
     docs = [np.concatenate([[start], ids]) for ids in corpus.tokenize(arts, tokenizer)]
     return docs, sum(a.num_words for a in arts)
+
+
+#: The default models' quality goals (issue 15): (quantity, comparison, threshold).
+QUALITY_GOALS = (
+    ("MoE validation perplexity per token", "<=", 110.0),
+    ("MoE / draft validation perplexity per token", "<=", 0.85),
+    ("MoE router rho_hat(2), 32 fit articles", ">=", 0.25),
+    ("draft greedy agreement with the MoE", ">=", 0.70),
+)
+
+
+def quality_goals(ppl_moe: float, ppl_draft: float, rho_2: float, agreement: float,
+                  load: np.ndarray) -> "pd.DataFrame":
+    """The goals of :data:`QUALITY_GOALS` with the measured values and whether each is met, plus
+    the expert-load spread beside them (no goal: balance must not be given up for reuse).
+
+    ``load`` is :func:`expert_load`'s ``[L, N]`` share of slots per expert."""
+    import pandas as pd
+
+    values = (ppl_moe, ppl_moe / ppl_draft, rho_2, agreement)
+    rows = []
+    for (quantity, op, goal), value in zip(QUALITY_GOALS, values):
+        met = value <= goal if op == "<=" else value >= goal
+        rows.append({"quantity": quantity, "value": float(value), "goal": f"{op} {goal:g}", "met": bool(met)})
+    mean = load.mean(axis=1, keepdims=True)
+    for quantity, value in (("busiest expert / mean load, worst layer", float((load.max(1) / mean[:, 0]).max())),
+                            ("idlest expert / mean load, worst layer", float((load.min(1) / mean[:, 0]).min())),
+                            ("coefficient of variation of expert load, worst layer",
+                             float((load.std(1) / mean[:, 0]).max()))):
+        rows.append({"quantity": quantity, "value": value, "goal": "", "met": None})
+    return pd.DataFrame(rows)
+
+
+def checkpoint_check(model, tokenizer, articles: int = 4, tokens: int = 256) -> dict:
+    """A checkpoint's fingerprint: its mean next-token loss (nats) on the first ``tokens`` tokens
+    of the first ``articles`` WikiText validation articles, one window each. Stored in
+    ``moespec.json`` when a model is built, recomputed by the tests on the committed checkpoints."""
+    docs, _ = evaluation_documents(tokenizer, "valid", "tokens", None, articles)
+    docs = [d[:tokens] for d in docs]
+    total, count = nll(model, docs, tokens)
+    return {"articles": articles, "tokens": tokens, "predicted": count, "nll_per_token": total / count}
