@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.moespec-installed
 PROFILE ?= full
 
-.PHONY: install test reproduce quick bench bench-kernels clean-build
+.PHONY: install test reproduce quick bench bench-kernels bench-training models clean-build
 
 install: $(STAMP)
 
@@ -30,6 +30,15 @@ reproduce: $(STAMP)
 # the full run's figures/ are not overwritten by tiny-model results
 quick: $(STAMP)
 	MOESPEC_FIGURES=$(CURDIR)/runs/quick/figures $(BIN)/moespec reproduce --profile quick --out runs/quick
+
+# train the default models from scratch into data/models (about an hour on 2 cores) instead of
+# loading the committed build in data/checkpoints; `make reproduce` then uses them
+models: $(STAMP)
+	$(BIN)/moespec build-models --force
+
+# training speed: the previous and the current training path, interleaved (docs/models.md)
+bench-training: $(STAMP)
+	$(BIN)/python benchmarks/bench_training.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_routing_stats.py

@@ -166,9 +166,9 @@ rows = []
 for name, m, docs, ctx in (("default MoE", moe, docs_tok, moe.config.max_position_embeddings),
                            ("draft", draft, docs_tok, draft.config.max_position_embeddings),
                            ("SmolLM2-135M" if use_smollm2 else "tiny random Llama", lm, docs_raw, lm_context)):
-    q = evaluate.perplexity(m, docs, ctx, device, words=words)
+    q = evaluate.perplexity(m, docs, ctx, device, words=words, progress=True, desc=f"perplexity {name}")
     rows.append({"model": name, "parameters": sum(p.numel() for p in m.parameters()), "context": ctx, **q})
-agreement = evaluate.greedy_agreement(moe, draft, docs_tok, moe.config.max_position_embeddings, device)
+agreement = evaluate.greedy_agreement(moe, draft, docs_tok, moe.config.max_position_embeddings, device, progress=True)
 perplexity = pd.DataFrame(rows)
 io.write_dataframe(paths.figures_dir() / "00_perplexity.csv", perplexity)
 for r in rows:

@@ -12,6 +12,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 
 def _windows(ids: np.ndarray, context: int) -> Iterator[np.ndarray]:
@@ -25,11 +26,12 @@ def _windows(ids: np.ndarray, context: int) -> Iterator[np.ndarray]:
 
 
 @torch.no_grad()
-def nll(model, docs: Sequence[np.ndarray], context: int, device: str = "cpu") -> tuple[float, int]:
+def nll(model, docs: Sequence[np.ndarray], context: int, device: str = "cpu",
+        progress: bool = False, desc: str = "score") -> tuple[float, int]:
     """(summed negative log-likelihood in nats, number of predicted tokens) over ``docs``."""
     model.eval()
     total, count = 0.0, 0
-    for ids in docs:
+    for ids in tqdm(docs, desc=desc, unit="doc", disable=not progress, mininterval=2):
         for win in _windows(np.asarray(ids), context):
             x = torch.as_tensor(win, device=device)[None]
             logits = model(input_ids=x).logits[0, :-1].float()
@@ -39,10 +41,10 @@ def nll(model, docs: Sequence[np.ndarray], context: int, device: str = "cpu") ->
 
 
 def perplexity(model, docs: Sequence[np.ndarray], context: int, device: str = "cpu",
-               words: int | None = None) -> dict:
+               words: int | None = None, progress: bool = False, desc: str = "perplexity") -> dict:
     """Token-level perplexity exp(NLL / tokens) and, given the documents' word count, the
     word-level perplexity exp(NLL / words), which compares models with different tokenizers."""
-    total, count = nll(model, docs, context, device)
+    total, count = nll(model, docs, context, device, progress, desc)
     out = {"nll": total, "tokens": count, "ppl_token": math.exp(total / count)}
     if words:
         out["words"] = words
@@ -52,11 +54,11 @@ def perplexity(model, docs: Sequence[np.ndarray], context: int, device: str = "c
 
 @torch.no_grad()
 def greedy_agreement(target, draft, docs: Sequence[np.ndarray], context: int,
-                     device: str = "cpu") -> dict:
+                     device: str = "cpu", progress: bool = False) -> dict:
     """Share of positions of ``docs`` (teacher-forced) where the draft's greedy next token equals
     the target's: the acceptance rate of greedy speculative decoding on that text."""
     agree, count = 0, 0
-    for ids in docs:
+    for ids in tqdm(docs, desc="agreement", unit="doc", disable=not progress, mininterval=2):
         for win in _windows(np.asarray(ids), context):
             x = torch.as_tensor(win, device=device)[None]
             a = target(input_ids=x).logits[0, :-1].argmax(-1)
