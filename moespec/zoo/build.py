@@ -46,9 +46,9 @@ TRAIN_THREADS = 1
 
 PROFILES = {
     "full": {"vocab_size": zoo.VOCAB_SIZE, "train_articles": None, "model_overrides": {},
-             "moe": TrainConfig(steps=4000, batch_size=8, seq_len=zoo.CONTEXT, lr=3e-3, warmup=50,
+             "moe": TrainConfig(steps=3000, batch_size=8, seq_len=zoo.CONTEXT, lr=3e-3, warmup=50,
                                 log_every=20),
-             "draft": TrainConfig(steps=4000, batch_size=8, seq_len=zoo.CONTEXT, lr=3e-3, warmup=50,
+             "draft": TrainConfig(steps=3000, batch_size=8, seq_len=zoo.CONTEXT, lr=3e-3, warmup=50,
                                   log_every=20, precision="bf16-autocast", compile=True, distill=0.5)},
     "smoke": {"vocab_size": 300, "train_articles": 3,
               "model_overrides": {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 2,
