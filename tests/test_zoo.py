@@ -231,3 +231,20 @@ def test_build_records_history_speed_and_fingerprint(smoke_models):
 
     again = evaluate.checkpoint_check(model, tok, meta["check"]["articles"], meta["check"]["tokens"])
     assert again["nll_per_token"] == pytest.approx(meta["check"]["nll_per_token"], rel=1e-6)
+
+
+def test_share_average_is_an_exponential_average_from_the_first_batch():
+    from moespec.zoo.train import ShareAverage, balance_loss, selection_shares
+
+    avg = ShareAverage(4)
+    a, b = torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 2.0]])
+    assert torch.equal(avg.update(a), a)
+    torch.testing.assert_close(avg.update(b), torch.tensor([[1.5, 0.5]]))  # a + (b - a) / 4
+    assert torch.equal(ShareAverage(1).update(b), b)  # window 1: this batch's own shares
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        ShareAverage(0)
+    # the loss with this batch's shares given explicitly is the default loss
+    logits = (torch.randn(30, 8),)
+    f = selection_shares(logits, 2)
+    assert f.sum().item() == pytest.approx(2.0)
+    torch.testing.assert_close(balance_loss(logits, 2, f), balance_loss(logits, 2))
