@@ -282,8 +282,8 @@ def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float =
     if list(main["n"]) != list(range(1, N_MAX + 1)):
         raise AdviceInputError(f"{paths_[2]}: the rows of {model} cover n = {list(main['n'])}, not 1..{N_MAX}")
     b = float(_finite(main["expert_bytes"].iloc[:1], f"{paths_[2]}: expert_bytes")[0])
-    try:
-        spec = get_spec(model)
+    try:  # benchmark shapes shrunk for a quick run keep the preset's N, m and layers (bench.expert_op)
+        spec = get_spec(model.removesuffix("-shrunk"))
     except KeyError:
         spec = None
     assumptions = []
@@ -323,7 +323,8 @@ def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float =
     backend = fits["backend"].iloc[0] if "backend" in fits else "?"
     fmt = fits["fmt"].iloc[0] if "fmt" in fits else "?"
     meta = _check_manifest(run, manifest(run) or manifest(folder))
-    subject = {"model": f"{spec.paper_label or spec.name} shape" if spec else model, "engine": f"moespec {backend} kernels",
+    subject = {"model": (f"{spec.paper_label or spec.name} ({spec.num_moe_layers} MoE layers, m = {spec.top_k}), "
+                         f"benchmark shape {model}") if spec else model, "engine": f"moespec {backend} kernels",
                "format": fmt, "source": "this run", "from": "notebook 03 (expert-operation fits)", "run": str(run), **meta}
     return VerifyCurves(tau={"slot": slot.tau(), "dedup": dedup.tau()}, S_lo=S - half, S_hi=S + half,
                         interval="band of bound (18) at the fits' eps around the predicted saving",
