@@ -95,6 +95,7 @@ errors = fit.window_errors(fits, rows)
 eps_table = fit.epsilon(errors)
 eps = float(eps_table["eps_engine"].iloc[0])
 io.write_dataframe(fig_dir / "06_fits.csv", fits)
+io.write_dataframe(fig_dir / "06_epsilon.csv", eps_table)
 print(f"bench run {bench_dir.name}: {int((rows['kind'] == 'chosen').sum())} chosen-id and "
       f"{int((rows['kind'] == 'window').sum())} window timings over {rows['layer'].nunique()} layers")
 print(f"eps: per-slot {eps_table['eps_slot'].iloc[0]:.3f}, deduplicating {eps_table['eps_dedup'].iloc[0]:.3f}; "
@@ -109,7 +110,7 @@ oracle = pd.read_csv(out / "oracle_runs.csv")
 windows = rows[rows["kind"] == "window"].rename(columns={"t_median_s": "t_s"})
 optimes = predict.layer_times(windows, engine.num_layers)
 wiki_times = predict.fitted_layer_times(fits, mean_union(wiki, 9), m, b)
-metrics, curve_parts = {}, []
+metrics, curve_parts, h_parts = {}, [], []
 for d in run["depths"]:
     s = summary[summary["d"] == d].sort_values("n")
     runs_d = oracle[oracle["d"] == d]
@@ -127,7 +128,9 @@ for d in run["depths"]:
     for v, c in chains.items():
         metrics[(v, d)] = predict.evaluate(c, meas)
     curve_parts.append(predict.curves(d, chains, meas))
+    h_parts.append(pd.DataFrame({"d": d, "k": np.arange(len(meas.h)), "h_s": meas.h}))
 curves = pd.concat(curve_parts, ignore_index=True)
+io.write_dataframe(fig_dir / "06_step_overhead.csv", pd.concat(h_parts, ignore_index=True))
 io.write_dataframe(fig_dir / "06_curves.csv", curves)
 io.write_json(out / "metrics.json", {f"{v}|{d}": mm for (v, d), mm in metrics.items()})
 for (v, d), mm in metrics.items():

@@ -20,6 +20,7 @@ from moespec import theory as th
 from moespec.advice.inputs import AdviceInputError, VerifyCurves
 from moespec.routing import RoutingTrace
 from moespec.tables.bandwidth import PAPER_LABEL
+from conftest import notebook_text
 
 COMMITTED = paths.ROOT / "figures"
 
@@ -253,3 +254,10 @@ def test_quick_run_of_notebook_03(tmp_path, monkeypatch):
     bad = subprocess.run([sys.executable, "-m", "moespec.cli", "advise", str(tmp_path / "nothing"), "-a", "0.6"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 1 and "does not exist" in bad.stderr
+    # notebook 08 on the same run: the advice it writes is advise's on notebook 03's tables, and its figure
+    runner.reproduce(profile="quick", only=["08"], out=tmp_path / "run08", progress=False)
+    written = json.loads((run / "figures" / "08_advice.json").read_text())
+    assert written == json.loads(json.dumps(advice.advise(run / "figures", [0.5, 0.7, 0.9])))
+    assert (run / "figures" / "08_advice.png").stat().st_size > 0
+    text = notebook_text(tmp_path / "run08" / "08_advise.ipynb")
+    assert "committed full run" not in text and "Expert kernel: deduplication" in text
