@@ -167,7 +167,8 @@ io.save_figure(figure4_saving(curves, metrics, title=f"Figure 4 analogue: saving
                fig_dir / "06_fig4_saving.png")
 io.save_figure(figure5_kstar(metrics, title=f"Figure 5 analogue: best draft length and bounds (20), (21). {title}"),
                fig_dir / "06_fig5_kstar_bounds.png")
-io.save_figure(figure6_verify(curves, title=f"Figure 6 analogue: pre-registered versions. {title}"),
+io.save_figure(figure6_verify(curves, title=f"Figure 6 analogue: pre-registered versions. {title}", scores=scores,
+                              rules_commit=rules_prov["commit"]),
                fig_dir / "06_fig6_preregistered.png")
 inside20 = sum(mm["loss_inside_bound20"] for mm in metrics.values())
 inside21 = sum(mm["speedup_inside_bound21"] for mm in metrics.values())
