@@ -83,6 +83,10 @@ def test_draft_time_enters_the_step_time():
     assert dear["acceptance"][0]["engines"]["slot"]["k_star"] == th.best_draft_length(V, 0.8)
     assert dear["acceptance"][0]["engines"]["slot"]["k_star"] < free["acceptance"][0]["engines"]["slot"]["k_star"]
     assert dear["draft_time_ms"] == pytest.approx([0, 1, 2, 3])
+    # h known for k = 0..1 only (a run that drafted up to 1 token): decisions stop at k = 1
+    short = advice.advise_curves(curves(tau, tau, eps=0.01, h=[0.0, 0.0]), [0.95])
+    eng = short["acceptance"][0]["engines"]["slot"]
+    assert len(eng["speedup_by_k"]) == 2 and eng["k_star"] == th.best_draft_length(tau[:2], 0.95) == 1
 
 
 def test_no_crossover_keeps_the_per_slot_kernel():

@@ -34,9 +34,9 @@ def switch_times(curves: VerifyCurves, n_switch: int | None) -> np.ndarray:
 
 
 def step_times(curves: VerifyCurves, engine: str, n_switch: int | None) -> np.ndarray:
-    """V(k) = tau(k + 1) + h(k), k = 0..n_max-1 (paper 1, Sec. 3.1), of one engine."""
+    """V(k) = tau(k + 1) + h(k), k = 0..kmax (paper 1, Sec. 3.1), of one engine."""
     tau = switch_times(curves, n_switch) if engine == "switch" else curves.tau[engine]
-    return tau + curves.h
+    return tau[: curves.kmax + 1] + curves.h
 
 
 def _opt(x):

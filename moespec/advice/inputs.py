@@ -44,7 +44,7 @@ class VerifyCurves:
 
     ``S_lo``/``S_hi``: an interval of the saving S(n) = tau_slot(n) - tau_dedup(n) (bound (18) around
     a prediction, or a measured 95% interval), described by ``interval``. ``h[k]``: draft and host
-    time of a step of draft length k (s). ``ubar``/``r``: byte share and bandwidth ratio where the
+    time of a step of draft length k (s), k = 0..kmax with kmax < n_max. ``ubar``/``r``: byte share and bandwidth ratio where the
     source has them (for the margin (19)). ``subject``: model, engine, format, where measured and
     whose numbers they are (``source``).
     """
@@ -69,8 +69,10 @@ class VerifyCurves:
             self.tau[p] = t
         n_max = len(self.tau["slot"])
         self.h = np.asarray(self.h, dtype=float)
-        if self.h.shape != (n_max,) or np.any(self.h < 0) or not np.all(np.isfinite(self.h)):
-            raise AdviceInputError(f"draft time h(k) needs one value >= 0 per k = 0..{n_max - 1}; found {list(self.h)}")
+        if (self.h.ndim != 1 or not 1 <= len(self.h) <= n_max or np.any(self.h < 0)
+                or not np.all(np.isfinite(self.h))):
+            raise AdviceInputError(f"draft time h(k) needs one value >= 0 per k = 0..kmax, kmax <= {n_max - 1}; "
+                                   f"found {list(np.ravel(self.h))}")
         if not (np.isfinite(self.eps) and 0 <= self.eps < 0.5):
             raise AdviceInputError(f"bandwidth error eps = {self.eps} is outside [0, 1/2): the bounds (18)-(21) "
                                    "say nothing there (C.7 needs eps < 1/2); the fits are not usable for a decision")
@@ -78,6 +80,11 @@ class VerifyCurves:
     @property
     def n_max(self) -> int:
         return len(self.tau["slot"])
+
+    @property
+    def kmax(self) -> int:
+        """The longest draft length decided on: h(k) is known for k = 0..kmax (verify passes up to kmax + 1)."""
+        return len(self.h) - 1
 
     @property
     def saving(self) -> np.ndarray:
@@ -214,12 +221,13 @@ def from_engine_run(folder: Path, run: Path, version: str = "prediction", depth:
     if draft_ms is None and h_path.exists():
         hk = _read_csv(h_path, ["d", "k", "h_s"], "measured draft time h(k)")
         hk = hk[hk["d"] == d].sort_values("k")
-        if list(hk["k"]) != list(range(N_MAX)):
-            raise AdviceInputError(f"{h_path}: h(k) at d = {d} covers k = {list(hk['k'])}, not 0..{N_MAX - 1}")
+        if hk.empty or list(hk["k"]) != list(range(len(hk))) or len(hk) > N_MAX:
+            raise AdviceInputError(f"{h_path}: h(k) at d = {d} covers k = {list(hk['k'])}, not 0..kmax "
+                                   f"with kmax <= {N_MAX - 1}")
         h = _finite(hk["h_s"], f"{h_path}: h_s", positive=False)
         inputs.append(str(h_path))
-        assumptions.append("draft time h(k): measured per step outside the verify pass in notebook 05's "
-                           "oracle-draft runs")
+        assumptions.append(f"draft time h(k): measured per step outside the verify pass in notebook 05's "
+                           f"oracle-draft runs, k = 0..{len(h) - 1} (the draft lengths decided on)")
     else:
         h = draft_times(draft_ms or 0.0)
         assumptions.append(_draft_assumption(draft_ms or 0.0)
