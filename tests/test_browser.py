@@ -169,7 +169,10 @@ def test_notebook_04_runs_in_jupyterlab(jupyterlab):
                             f"console errors {console}, page errors {page_errors}; screenshot in {artifacts}")
             errors_shown = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
                                         ":text('Traceback')").count()
-            page.locator(".jp-RenderedImage img").first.scroll_into_view_if_needed()
+            # the last figure and the closing summary in view; the notebook paints cells as they scroll in
+            page.evaluate("() => [...document.querySelectorAll('.jp-NotebookPanel .jp-Cell')].pop()"
+                          ".scrollIntoView({block: 'end'})")
+            page.wait_for_timeout(1500)
             shot = artifacts / "jupyterlab_04_theory.png"
             page.screenshot(path=str(shot), full_page=False)
             page.keyboard.press("Control+s")  # save, to read the outputs from the file
