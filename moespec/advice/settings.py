@@ -45,25 +45,28 @@ def vllm(k: int, target: str, draft: str) -> dict:
             "note": "no option selects the MoE kernel by pass size; the kernel crossover is for engine developers"}
 
 
+def _server(base: str, k: int, flags: str, note: str, plain: str) -> dict:
+    """The server command ``base`` with the draft ``flags`` (k >= 1), or alone for plain decoding."""
+    return {"cli": base, "note": plain} if k == 0 else {"cli": f"{base} {flags}", "note": note}
+
+
 def sglang(k: int, target: str, draft: str) -> dict:
     """SGLang: a standalone draft model, one chain of k steps (top-k 1), k + 1 tokens verified."""
-    base = f"python3 -m sglang.launch_server --model-path {shlex.quote(target)}"
-    if k == 0:
-        return {"cli": base, "note": "plain decoding: leave --speculative-algorithm unset"}
-    return {"cli": f"{base} --speculative-algorithm STANDALONE --speculative-draft-model-path {shlex.quote(draft)} "
+    return _server(f"python3 -m sglang.launch_server --model-path {shlex.quote(target)}", k,
+                   f"--speculative-algorithm STANDALONE --speculative-draft-model-path {shlex.quote(draft)} "
                    f"--speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}",
-            "note": "one draft chain: num-steps = k drafted tokens, num-draft-tokens = k + 1 verified with top-k 1; "
-                    "no option selects the MoE kernel by pass size"}
+                   "one draft chain: num-steps = k drafted tokens, num-draft-tokens = k + 1 verified with top-k 1; "
+                   "no option selects the MoE kernel by pass size",
+                   "plain decoding: leave --speculative-algorithm unset")
 
 
 def llama_cpp(k: int, target: str, draft: str) -> dict:
     """llama.cpp's server with a draft model drafting exactly k tokens (no early stop: p-min 0)."""
-    base = f"llama-server -m {shlex.quote(target)}"
-    if k == 0:
-        return {"cli": base, "note": "plain decoding: leave --spec-type at its default (none)"}
-    return {"cli": f"{base} --spec-type draft-simple --spec-draft-model {shlex.quote(draft)} "
+    return _server(f"llama-server -m {shlex.quote(target)}", k,
+                   f"--spec-type draft-simple --spec-draft-model {shlex.quote(draft)} "
                    f"--spec-draft-n-max {k} --spec-draft-n-min 0 --spec-draft-p-min 0",
-            "note": "builds older than the cited commit name the two counts --draft-max / --draft-min"}
+                   "builds older than the cited commit name the two counts --draft-max / --draft-min",
+                   "plain decoding: leave --spec-type at its default (none)")
 
 
 def kernel_switch(n_switch: int | None) -> dict:
