@@ -129,7 +129,8 @@ def format_text(advice: dict) -> str:
             out.append(f"  {ENGINE_NAMES[e]:<52}  {x['k_star']:>2}   {x['speedup']:.3f} [{x['speedup_lo']:.3f}, "
                        f"{x['speedup_hi']:.3f}]   {'yes' if x['k_star_certain'] else 'no':>15}   "
                        f"{_pct(x['loss_k_off_by_one']):>12}")
-        verdict = (f"draft k = {rec['k']} tokens (verify passes of {rec['verify_pass_tokens']}), "
+        verdict = (f"draft k = {rec['k']} token{'s' if rec['k'] != 1 else ''} (verify passes of "
+                   f"{rec['verify_pass_tokens']}), "
                    f"{rec['engine_name']}: speedup {rec['speedup']:.3f} [{rec['speedup_lo']:.3f}, {rec['speedup_hi']:.3f}]"
                    if rec["speculate"] else "plain decoding (k = 0): speculation does not pay at this acceptance rate")
         out += [f"  -> {verdict}",

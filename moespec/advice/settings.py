@@ -79,7 +79,8 @@ def kernel_switch(n_switch: int | None) -> dict:
                                   "(MMVQ_MAX_BATCH_SIZE = 8 in ggml/src/ggml-cuda/mmvq.cuh)"}
     cap = n_switch - 1
     return {"per_slot_up_to": cap,
-            "text": f"per-slot kernel for passes of up to {cap} token(s), deduplicating from {n_switch} tokens",
+            "text": f"per-slot kernel for passes of up to {cap} token{'s' if cap != 1 else ''}, deduplicating "
+                    f"from {n_switch} tokens",
             "llama_cpp_cuda": f"compile-time, no runtime option: a build whose get_mmvq_mmid_max_batch(type, cc) "
                               f"returns {cap} (upstream: MMVQ_MAX_BATCH_SIZE = 8 on recent NVIDIA GPUs, "
                               f"ggml/src/ggml-cuda/mmvq.cuh) runs MMQ from {n_switch} tokens"}
