@@ -129,7 +129,7 @@ def test_notebook_04_runs_in_jupyterlab(jupyterlab):
     console, page_errors = [], []
     started = time.monotonic()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-gpu"])
+        browser = pw.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("console", lambda m: console.append(f"{m.type}: {m.text} ({m.location.get('url', '')})")
