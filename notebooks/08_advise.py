@@ -24,9 +24,9 @@
 # SGLang and llama.cpp. The same answer comes from the command line:
 # `moespec advise RUN_FOLDER -a 0.5 0.7 0.9`.
 #
-# With `run_folder = ""` the notebook reads the tables this run wrote; a run without notebooks
-# 03/06 (a notebook opened on its own) reads the committed full run's tables in `figures/`, and
-# says so.
+# With `run_folder = ""` the notebook reads the tables this run wrote; when they give no decision
+# (a notebook opened on its own, without notebooks 03/06, or quick-profile fits that err beyond
+# the bounds on a busy machine) it says why and reads the committed full run's tables in `figures/`.
 
 # %% tags=["parameters"]
 profile = "quick"        # this notebook computes nothing heavy; the profile is that of the run it reads
@@ -46,15 +46,14 @@ from moespec import advice, io, paths
 from moespec.plots.advise import advice_figure
 
 figures = paths.ensure(paths.figures_dir())
-source = Path(run_folder) if run_folder else figures
+options = dict(draft_ms=None if draft_ms < 0 else draft_ms, dense_ratio=dense_ratio)
 try:
-    advice.outputs_folder(source)
-except advice.AdviceInputError as missing:
+    result = advice.advise(Path(run_folder) if run_folder else figures, acceptance, **options)
+except advice.AdviceInputError as refused:
     if run_folder:
         raise
-    print(f"this run has no tables of notebooks 03/06 ({missing}); reading the committed full run instead")
-    source = paths.committed_figures_dir()
-result = advice.advise(source, acceptance, draft_ms=None if draft_ms < 0 else draft_ms, dense_ratio=dense_ratio)
+    print(f"this run's tables give no decision ({refused}); reading the committed full run's instead")
+    result = advice.advise(paths.committed_figures_dir(), acceptance, **options)
 print(advice.format_text(result))
 print("written:", advice.write_json(result, figures / "08_advice.json"))
 

@@ -284,3 +284,13 @@ def test_notebook_08_on_this_runs_tables(tmp_path, monkeypatch):
     assert (figures / "08_advice.png").stat().st_size > 0
     text = notebook_text(tmp_path / "run08" / "08_advise.ipynb")
     assert "committed full run" not in text and "Expert kernel: deduplication" in text
+
+
+@pytest.mark.notebook
+def test_notebook_08_without_tables_reads_the_committed_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOESPEC_FIGURES", str(tmp_path / "figures"))
+    runner.reproduce(profile="quick", only=["08"], out=tmp_path / "run08", progress=False)
+    text = notebook_text(tmp_path / "run08" / "08_advise.ipynb")
+    assert "give no decision" in text and "reading the committed full run's instead" in text
+    written = json.loads((tmp_path / "figures" / "08_advice.json").read_text())
+    assert written == json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9])))
