@@ -225,6 +225,12 @@ def test_flagged_fits_are_refused(tmp_path):
     (run / "manifest.json").write_text(json.dumps({"failed": "03_fits"}))
     with pytest.raises(AdviceInputError, match="did not finish"):
         advice.advise(run, [0.5])
+    with pytest.raises(AdviceInputError, match="dedup fit predicts a non-positive operation time"):
+        advice.advise(_fake_expert_op_run(tmp_path / "e", {("dedup", "t_op"): -1.0}), [0.5])
+    eps_run = _fake_expert_op_run(tmp_path / "f")
+    pd.DataFrame({"eps_engine": [0.7]}).to_csv(eps_run / "03_epsilon.csv", index=False)
+    with pytest.raises(AdviceInputError, match="eps = 0.7 is outside"):
+        advice.advise(eps_run, [0.5])
     ok = advice.advise(_fake_expert_op_run(tmp_path / "d"), [0.5])
     # the fits' own prediction: sum over 16 layers of t_op + c_u·U·b + c_re·(n·m − U)·b, plus D/beta_read
     b, m = 25165824.0, 8
@@ -236,8 +242,8 @@ def test_flagged_fits_are_refused(tmp_path):
 @pytest.mark.notebook
 def test_quick_run_of_notebook_03(tmp_path, monkeypatch):
     """Notebook 03's quick profile times tiny shapes for seconds: on a quiet machine its fits err by a
-    few percent, on a loaded one by more than the bounds allow (eps >= 1/2), and advise must then
-    refuse. Both outcomes are checked against the eps the run wrote."""
+    few percent; on a loaded one they can err by more than the bounds allow (eps >= 1/2) or predict
+    a non-positive time, and advise must then refuse, saying which. Both outcomes are checked."""
     run = tmp_path / "run"
     monkeypatch.setenv("MOESPEC_FIGURES", str(run / "figures"))
     runner.reproduce(profile="quick", only=["03"], out=run, progress=False,
@@ -247,12 +253,14 @@ def test_quick_run_of_notebook_03(tmp_path, monkeypatch):
     cli = subprocess.run([sys.executable, "-m", "moespec.cli", "advise", str(run), "-a", "0.6",
                           "--json", str(tmp_path / "advice.json")], capture_output=True, text=True, env=env,
                          timeout=300)
-    if eps >= 0.5:
-        with pytest.raises(AdviceInputError, match=f"eps = {eps}"):
-            advice.advise(run, [0.3, 0.9])
-        assert cli.returncode == 1 and "outside [0, 1/2)" in cli.stderr
+    try:
+        adv = advice.advise(run, [0.3, 0.9])
+    except AdviceInputError as refused:  # flagged fits (c_u, c_g <= 0 or a non-positive time) or eps >= 1/2
+        msg = str(refused)
+        assert "03_" in msg and ("(flagged" in msg or "outside [0, 1/2)" in msg), msg
+        assert ("outside [0, 1/2)" in msg) <= (eps >= 0.5)
+        assert cli.returncode == 1 and msg in cli.stderr
         return
-    adv = advice.advise(run, [0.3, 0.9])
     assert adv["subject"]["from"].startswith("notebook 03") and adv["subject"]["source"] == "this run"
     rows = adv["dedup"]["pass_sizes"]
     S = np.array([r["saving_ms"] for r in rows])

@@ -266,7 +266,7 @@ def _check_fits(fits: pd.DataFrame, path: Path) -> None:
                 raise AdviceInputError(f"{where}: time per byte {per_byte} = {row[per_byte]:.3g} <= 0 "
                                        "(flagged: reading bytes cannot take no time)")
             if "n_passes" in row and row["n_passes"] < 3:
-                raise AdviceInputError(f"{where}: fitted on {row['n_passes']} passes (< 3; flagged)")
+                raise AdviceInputError(f"{where}: fitted on {row['n_passes']} passes (flagged: fewer than 3)")
 
 
 def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float = 0.5,
@@ -308,7 +308,16 @@ def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float =
         ubar = _finite(main["ubar"], f"{paths_[2]}: ubar")
         union = np.tile(ubar * np.arange(1, N_MAX + 1) * m, (L, 1))
         routing = "routing: the byte share ubar(n) of the run's windows, the same in every layer"
+    if not eps < 0.5:
+        raise AdviceInputError(f"{paths_[1]}: bandwidth error eps = {eps} is outside [0, 1/2): the bounds "
+                               "(18)-(21) say nothing there (C.7 needs eps < 1/2); the fits are not usable for a decision")
     times = predict.fitted_layer_times(fits, union, m, b)
+    for p in ("slot", "dedup"):
+        bad = np.argwhere(~(times[p] > 0))
+        if bad.size:
+            layer, i = bad[0]
+            raise AdviceInputError(f"{paths_[0]}: the {p} fit predicts a non-positive operation time "
+                                   f"({times[p][layer, i]:.3g} s) for layer {layer} at n = {i + 1} (flagged)")
     M = {p: times[p].sum(axis=0) for p in ("slot", "dedup")}
     W = L * b
     E_slot = th.slot_expert_bytes(m, W, N_MAX).astype(float)
