@@ -129,7 +129,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size: the number of GPUs (default 1)")
     p.add_argument("--expert-parallel", action="store_true", help="enable_expert_parallel=True")
     p.add_argument("--corpus", choices=CORPORA, default="wikitext")
-    p.add_argument("--max-docs", type=int, help="at most this many documents (default all: 60 articles / 80 questions)")
+    p.add_argument("--max-docs", type=int, help="at most this many documents (default all: 60 articles / 480 questions)")
     p.add_argument("--max-prompt-tokens", type=int, default=4096, help="cut each prompt to this many tokens")
     p.add_argument("--max-new-tokens", type=int, default=256,
                    help="generated tokens per request for spec-bench (wikitext generates 1)")
