@@ -91,8 +91,9 @@ def _sweep(args) -> int:
         print(f"moespec sweep: {exc}", file=sys.stderr)
         return 1
     for job in result.jobs:
-        print(f"  {job['status']:8s} {job['job']}  {job.get('label', '')}"
-              + (f"  ({job['wall_s']} s)" if job.get("wall_s") is not None else ""))
+        took = "" if job.get("wall_s") is None else (
+            f"  (ran {job['wall_s']} s in an earlier run)" if job["status"] == "skipped" else f"  ({job['wall_s']} s)")
+        print(f"  {job['status']:8s} {job['job']}  {job.get('label', '')}{took}")
     for job in result.failed:
         print(f"moespec sweep: job {job['job']} failed: {job.get('error')}", file=sys.stderr)
     print(f"moespec sweep: {len(result.jobs) - len(result.failed)} of {len(result.jobs)} jobs done; "

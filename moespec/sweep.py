@@ -72,8 +72,8 @@ class Job:
         return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
 
     def label(self, varying: Iterable[str] = ()) -> str:
-        keys = [k for k in varying if k in self.parameters] or sorted(self.parameters)
-        return " ".join(f"{k}={self.parameters[k]}" for k in keys)
+        """The parameters in ``varying`` (those that differ between jobs of this notebook)."""
+        return " ".join(f"{k}={self.parameters[k]}" for k in varying if k in self.parameters)
 
 
 # --- grid files ---------------------------------------------------------------------------------
@@ -292,6 +292,13 @@ def _run_submitit(records: list[dict], cluster: str, folder: Path, options: Mapp
 
 
 # --- the sweep ----------------------------------------------------------------------------------
+def _varying(jobs: list[Job]) -> list[str]:
+    """Parameter names whose values differ between ``jobs``."""
+    keys = sorted({k for j in jobs for k in j.parameters})
+    return [k for k in keys
+            if len({json.dumps(j.parameters.get(k), sort_keys=True, default=str) for j in jobs}) > 1]
+
+
 @dataclass
 class SweepResult:
     folder: Path
@@ -350,8 +357,6 @@ def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: 
     spec = read_grid(grid) if not isinstance(grid, Mapping) else dict(grid)
     jobs = expand(spec, notebooks_folder, overrides)
     folder = paths.ensure(Path(out) if out else paths.runs_dir() / f"sweep-{grid_name}")
-    varying = sorted({k for j in jobs for k in j.parameters
-                      if len({json.dumps(o.parameters.get(k), sort_keys=True, default=str) for o in jobs}) > 1})
     done, todo = [], []
     for job in jobs:
         before = None if force else finished_before(job, folder / "jobs" / job.id)
@@ -374,7 +379,7 @@ def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: 
     by_id = {m["job"]: m for m in done + ran}
     manifests = [by_id[j.id] for j in jobs]
     for j, m in zip(jobs, manifests):
-        m["label"] = j.label(varying)
+        m["label"] = j.label(_varying([o for o in jobs if o.notebook == j.notebook]))
     tables = merge_tables(folder, manifests)
     summary = {"grid": str(grid) if not isinstance(grid, Mapping) else spec, "executor": executor,
                "scheduler": scheduler, "workers": workers if executor == "dask" and not scheduler else None,
