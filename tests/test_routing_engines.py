@@ -235,7 +235,7 @@ def test_jsonl_errors_name_file_and_line(tmp_path):
     bad.write_text(text[: len(text) - 200])  # the last line cut off
     with pytest.raises(ValueError, match=r"cut.jsonl:3: not valid JSON"):
         import_jsonl(bad, "vllm", num_experts=16)
-    with pytest.raises(ValueError, match=r"cut2.jsonl: vllm request 'r1'"):
+    with pytest.raises(ValueError, match=r"cut2.jsonl: vLLM request 'r1'"):
         lines = text.splitlines()
         rec = json.loads(lines[1])
         rec["outputs"][0]["routed_experts"][0][1][0] = 99
@@ -257,3 +257,14 @@ def test_cli_import_routing(tmp_path, capsys):
                    "--num-experts", "16", "--out", str(tmp_path / "x.npz")])
     assert rc == 1 and "pass num_layers and top_k" in capsys.readouterr().err
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_sglang_batched_generate():
+    """/generate with a batch of prompts answers a list; per-item request fields are lists."""
+    records = fx.sglang_generate_records()
+    batch = {"request": {"rid": ["g0", "g1"], "routed_experts_start_len": [0, 3], "return_routed_experts": True},
+             "response": [records[0], records[1]["response"]]}
+    trace = from_sglang([batch], config=fx.SMALL_CONFIG)
+    for doc, ids in _docs(trace).items():
+        np.testing.assert_array_equal(ids, fx.sglang_truth()[doc][0])
+    assert trace.meta["first_position"] == [0, 3]

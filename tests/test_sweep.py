@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import nbformat
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,15 +15,7 @@ import engine_fixtures as fx
 from moespec import sweep
 from moespec.cli import main as cli_main
 from moespec.routing import import_jsonl, reuse
-
-
-def _notebook(path, params_src: str, body_src: str):
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(params_src)
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(body_src)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, str(path))
+from test_runner import _notebook  # the runner tests' stand-in notebooks
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ import numpy as np
 from moespec.routing.trace import RoutingTrace
 
 ENGINES = ("vllm", "sglang")
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 TOKENS = ("all", "prompt", "generated")
 VLLM_LAYOUTS = ("auto", "full", "split")
 
@@ -210,9 +211,9 @@ def _sglang_items(record: Any) -> list[tuple[dict, dict]]:
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise ValueError(f"SGLang response item {i}: expected a JSON object, found {type(item).__name__}")
-        req = request
-        if isinstance(request.get("rid"), list):  # batched request: per-item fields
-            req = {**request, "rid": request["rid"][i]}
+        # a batched request gives per-item values as lists
+        req = {k: (v[i] if k in ("rid", "routed_experts_start_len") and isinstance(v, list) else v)
+               for k, v in request.items()}
         out.append((req, item))
     return out
 
@@ -259,6 +260,7 @@ def _sglang_sequences(responses: Iterable[Any], num_layers: int, top_k: int) -> 
 # --- from engine sequences to a RoutingTrace ----------------------------------------------------
 def _dense_layers(seqs: Sequence[EngineSequence], L: int, dense_layers, spec, engine: str) -> tuple[list[int], list[int]]:
     """(dense layers to drop, decoder index of each kept layer)."""
+    who = ENGINE_NAMES.get(engine, engine)
     zero = [l for l in range(L) if all(not s.ids[:, l, :].any() for s in seqs)]
     if dense_layers is None or dense_layers == "none":
         return [], list(range(L))
@@ -266,17 +268,17 @@ def _dense_layers(seqs: Sequence[EngineSequence], L: int, dense_layers, spec, en
         moe = list(spec.extra.get("moe_layers", range(spec.num_layers)))
         if L == len(moe) and L != spec.num_layers:  # the engine returned the MoE layers only
             if zero:
-                raise ValueError(f"{engine}: routing has {L} layers, as many as the config's MoE layers {moe}, "
+                raise ValueError(f"{who}: routing has {L} layers, as many as the config's MoE layers {moe}, "
                                  f"but layer(s) {zero} are all zeros (dense placeholders?): the model config "
                                  f"does not match this routing")
             return [], moe
         if L != spec.num_layers:
-            raise ValueError(f"{engine}: routing has {L} layers; the model config has num_hidden_layers "
+            raise ValueError(f"{who}: routing has {L} layers; the model config has num_hidden_layers "
                              f"{spec.num_layers}, {len(moe)} of them MoE")
         dense = [l for l in range(L) if l not in moe]
         routed = [l for l in dense if l not in zero]
         if routed:
-            raise ValueError(f"{engine}: the model config makes layer(s) {routed} dense, but the engine "
+            raise ValueError(f"{who}: the model config makes layer(s) {routed} dense, but the engine "
                              f"returned nonzero expert ids there")
         return dense, moe
     if dense_layers == "auto":
@@ -288,10 +290,10 @@ def _dense_layers(seqs: Sequence[EngineSequence], L: int, dense_layers, spec, en
             raise ValueError(f"dense_layers {bad} outside [0, {L}) (the engine returned {L} layers)")
         routed = [l for l in dense if l not in zero]
         if routed:
-            raise ValueError(f"{engine}: dense_layers {routed} hold nonzero expert ids; a dense layer's "
+            raise ValueError(f"{who}: dense_layers {routed} hold nonzero expert ids; a dense layer's "
                              f"placeholder rows are all zero")
     if len(dense) == L:
-        raise ValueError(f"{engine}: every one of the {L} layers is all zeros: no routed layer left")
+        raise ValueError(f"{who}: every one of the {L} layers is all zeros: no routed layer left")
     return dense, [l for l in range(L) if l not in dense]
 
 
@@ -302,26 +304,27 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
     """A :class:`RoutingTrace` of engine sequences (see :func:`from_vllm` for the arguments)."""
     from moespec.models import spec_from_config
 
+    who = ENGINE_NAMES.get(engine, engine)
     if tokens not in TOKENS:
         raise ValueError(f"tokens must be one of {TOKENS}, found {tokens!r}")
     if not seqs:
-        raise ValueError(f"{engine}: no requests given")
+        raise ValueError(f"{who}: no requests given")
     empty = [s.doc_id for s in seqs if not s.ids.shape[0]]  # no routed token: no shape, no document
     seqs = [s for s in seqs if s.ids.shape[0]]
     if not seqs:
-        raise ValueError(f"{engine}: no routed token in any of the {len(empty)} requests")
+        raise ValueError(f"{who}: no routed token in any of the {len(empty)} requests")
     first = seqs[0]
     L, k = first.ids.shape[1:]
     for s in seqs[1:]:
         if s.ids.shape[1:] != (L, k):
-            raise ValueError(f"{engine} request {s.doc_id!r}: routing has (layers, top_k) = {s.ids.shape[1:]}, "
+            raise ValueError(f"{who} request {s.doc_id!r}: routing has (layers, top_k) = {s.ids.shape[1:]}, "
                              f"request {first.doc_id!r} has {(L, k)}: inconsistent layer counts across requests")
     spec = spec_from_config(config, name=model) if config is not None else None
     if spec is not None and spec.top_k != k:
-        raise ValueError(f"{engine}: routing has top_k = {k}; the model config has num_experts_per_tok {spec.top_k}")
+        raise ValueError(f"{who}: routing has top_k = {k}; the model config has num_experts_per_tok {spec.top_k}")
     N = num_experts if num_experts is not None else (spec.num_experts if spec is not None else None)
     if N is None:
-        raise ValueError(f"{engine}: the number of experts N is unknown: pass num_experts or the model config")
+        raise ValueError(f"{who}: the number of experts N is unknown: pass num_experts or the model config")
     dense, layer_index = _dense_layers(seqs, L, dense_layers, spec, engine)
     keep = [l for l in range(L) if l not in dense]
 
@@ -339,7 +342,7 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
             t, l, slot = (int(i) for i in np.argwhere(bad)[0])
             pos = s.first_position + lo + t
             part = "prompt" if lo + t < s.prompt_rows else "generated"
-            raise ValueError(f"{engine} request {s.doc_id!r}: expert id {int(rows[t, l, slot])} at token {pos} "
+            raise ValueError(f"{who} request {s.doc_id!r}: expert id {int(rows[t, l, slot])} at token {pos} "
                              f"({part}), layer {layer_index[l]}, slot {slot} is outside [0, N) with N = {N} "
                              f"({int(bad.sum())} such ids)")
         docs.append(rows)
@@ -348,7 +351,7 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
         generated.append(rows.shape[0] - prompt[-1])
         firsts.append(s.first_position + lo)
     if not docs:
-        raise ValueError(f"{engine}: no {tokens} tokens in any of the {len(seqs)} requests")
+        raise ValueError(f"{who}: no {tokens} tokens in any of the {len(seqs)} requests")
 
     w = expert_bytes
     fmt_used = fmt
@@ -362,7 +365,7 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
             "engine_layers": int(L), "prompt_tokens": prompt, "generated_tokens": generated,
             "first_position": firsts, "skipped_requests": skipped,
             "expert_bytes_format": fmt_used if w is not None else None, **(meta or {})}
-    label = source or f"imported from {engine}" + (f": {name}" if name else "")
+    label = source or f"imported from {who}" + (f": {name}" if name else "")
     try:
         return RoutingTrace(docs, N, w, ids, model=name, source=label, meta=info)
     except ValueError as exc:
@@ -376,7 +379,7 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
         text = re.sub(r"token (\d+), layer (\d+)",
                       lambda t: f"token {firsts[d] + int(t.group(1))}, layer {layer_index[int(t.group(2))]}",
                       m.group(2))
-        raise ValueError(f"{engine} request {ids[d]!r}: {text}") from None
+        raise ValueError(f"{who} request {ids[d]!r}: {text}") from None
 
 
 def from_vllm(outputs: Iterable[Any], *, num_experts: int | None = None, config=None, expert_bytes=None,
