@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.moespec-installed
 PROFILE ?= full
 
-.PHONY: install test reproduce quick bench bench-kernels clean-build
+.PHONY: install test test-browser reproduce quick bench bench-kernels clean-build
 
 install: $(STAMP)
 
@@ -22,6 +22,13 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# JupyterLab driven by Playwright in Debian's Chromium (installed here if missing: apt-get); a missing
+# browser fails this target (MOESPEC_REQUIRE_BROWSER=1), while a plain pytest run leaves the test out.
+# The screenshot goes to runs/browser-test/.
+test-browser: $(STAMP)
+	scripts/install_chromium.sh
+	MOESPEC_REQUIRE_BROWSER=1 MOESPEC_BROWSER_ARTIFACTS=$(CURDIR)/runs/browser-test $(BIN)/python -m pytest -q -m browser tests/test_browser.py
 
 reproduce: $(STAMP)
 	$(BIN)/moespec reproduce --profile $(PROFILE)

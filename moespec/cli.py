@@ -1,6 +1,7 @@
 """Command line: ``moespec reproduce`` (papermill over the notebooks), ``moespec notebooks``,
-``moespec import-routing`` (traces from vLLM/SGLang dumps) and ``moespec sweep`` (notebook grids
-on a Dask cluster or Slurm)."""
+``moespec import-routing`` (traces from vLLM/SGLang dumps), ``moespec sweep`` (notebook grids
+on a Dask cluster or Slurm) and ``moespec advise`` (expert kernel and draft length from a run or
+a bandwidth table)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,68 @@ def _sweep(args) -> int:
     return 1 if result.failed else 0
 
 
+def _advise(args) -> int:
+    import json
+
+    from moespec import advice
+
+    if args.schema:
+        print(json.dumps(advice.ADVICE_SCHEMA, indent=2))
+        return 0
+    try:
+        result = advice.advise(args.run, args.acceptance, acceptance_table=args.acceptance_table,
+                               bandwidth=args.bandwidth, engine=args.engine, model=args.model, trace=args.trace,
+                               eps=args.eps, use=args.use, version=args.version, depth=args.depth,
+                               dense_ratio=args.dense_ratio, draft_ms=args.draft_ms, fmt=args.format,
+                               target=args.target, draft=args.draft)
+    except (advice.AdviceInputError, ValueError, KeyError, OSError) as exc:
+        print(f"moespec advise: {exc}", file=sys.stderr)
+        return 1
+    if args.json == "-":
+        print(json.dumps(result, indent=2))
+        return 0
+    written = advice.write_json(result, args.json)
+    print(advice.format_text(result))
+    print(f"\nJSON: {written}")
+    return 0
+
+
+def _add_advise(sub) -> None:
+    adv = sub.add_parser("advise", help="expert kernel and draft length for speculative decoding, from a run "
+                                        "folder (notebooks 03/06) or a bandwidth table",
+                         description="Decide from which pass size the deduplicating expert kernel is faster, "
+                                     "the best draft length k*(a) per kernel with the error bands of paper 1's "
+                                     "bounds (17)-(21), the throughput a wrong choice loses, and settings for "
+                                     "vLLM, SGLang and llama.cpp. Prints a table and writes JSON.")
+    adv.add_argument("run", nargs="?", type=Path, help="run folder with notebook 06's or 03's tables")
+    adv.add_argument("-a", "--acceptance", nargs="+", type=float, metavar="A",
+                     help="acceptance rate(s) a in [0, 1)")
+    adv.add_argument("--acceptance-table", type=Path, metavar="CSV",
+                     help="measured acceptance: columns accepted,rejections (pooled) or a column a")
+    adv.add_argument("--bandwidth", type=Path, metavar="CSV",
+                     help="a bandwidth table instead of a run (Table-1 layout or one row per n)")
+    adv.add_argument("--engine", help="row of the bandwidth table (e.g. 'llama.cpp CUDA')")
+    adv.add_argument("--model", help="row of the bandwidth table / model preset (e.g. OLMoE)")
+    adv.add_argument("--format", help="storage format for the preset's expert bytes (default: the paper's)")
+    adv.add_argument("--trace", type=Path, metavar="NPZ", help="routing trace whose union/byte share is used")
+    adv.add_argument("--eps", type=float, help="bandwidth error of the table's engine (published rows: the paper's)")
+    adv.add_argument("--use", choices=["auto", "engine", "expert-op"], default="auto",
+                     help="which fits of the run: notebook 06's engine chain or notebook 03's (auto: 06 if present)")
+    adv.add_argument("--version", default="prediction",
+                     help="version of notebook 06's chain: prediction, text, measured-time, calibrated, measured")
+    adv.add_argument("--depth", type=int, help="context depth of notebook 06's runs (default: the first)")
+    adv.add_argument("--dense-ratio", type=float, default=0.5,
+                     help="dense bytes per pass as a multiple of m W where the source has none (default 0.5)")
+    adv.add_argument("--draft-ms", type=float,
+                     help="draft time per drafted token, ms (default: measured h(k) of notebook 06, else 0)")
+    adv.add_argument("--target", default="<target-model>", help="target model name/path in the settings")
+    adv.add_argument("--draft", default="<draft-model>", help="draft model name/path in the settings")
+    adv.add_argument("--json", default="advice.json", metavar="PATH",
+                     help="where to write the JSON (default advice.json; '-' prints the JSON instead of the table)")
+    adv.add_argument("--schema", action="store_true", help="print the JSON Schema of the output and exit")
+    adv.set_defaults(func=_advise)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="moespec", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -155,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--force", action="store_true", help="run finished jobs again")
     swp.add_argument("--no-progress", action="store_true", help="no progress bar")
     swp.set_defaults(func=_sweep)
+    _add_advise(sub)
     return parser
 
 

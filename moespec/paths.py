@@ -33,6 +33,12 @@ def figures_dir() -> Path:
     return _env_path("MOESPEC_FIGURES", ROOT / "figures")
 
 
+def committed_figures_dir() -> Path:
+    """The checkout's ``figures/``: the committed full run's figures and tables, whatever
+    ``MOESPEC_FIGURES`` says (notebooks read it as the fallback input of a run without its own)."""
+    return ROOT / "figures"
+
+
 def runs_dir() -> Path:
     """``runs/``: one folder per ``moespec reproduce`` run (executed notebooks, manifest)."""
     return _env_path("MOESPEC_RUNS", ROOT / "runs")

@@ -34,7 +34,7 @@
 # (r, ū, re-read cost) from one interleaved run, not absolute GB/s across runs.
 
 # %% tags=["parameters"]
-profile = "full"
+profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
 device = "cpu"
 seed = 0
 model = "olmoe"       # a preset (olmoe, qwen3, gpt-oss, deepseek-v2-lite) or a registered model
@@ -143,3 +143,20 @@ fig = figure3_distinct_share(shares, title="U/(n·m) of windows (right panel of 
 io.save_figure(fig, figures / "02_fig3_distinct_share.png")
 for r in shares.itertuples():
     print(f"distinct share n={r.n}: {r.share:.3f}  ({r.label})")
+
+
+# %% [markdown]
+# ## What this shows
+# (computed from this run's outputs above)
+
+# %%
+from IPython.display import Markdown, display
+
+at2, at8 = bw[bw["n"] == 2].iloc[0], bw[bw["n"] == 8].iloc[0]
+display(Markdown(
+    f"**{profile} profile, {machine}.** Effective bandwidth per kernel ({model}, {fmt}, backend {rows['backend'].iloc[0]}): "
+    f"r(2) = {at2['r']:.3f} against ū(2) = {at2['ubar']:.3f}, r(8) = {at8['r']:.3f} against ū(8) = {at8['ubar']:.3f}: "
+    f"deduplication is {'faster' if at2['ubar'] < at2['r'] else 'slower'} at n = 2 and "
+    f"{'faster' if at8['ubar'] < at8['r'] else 'slower'} at n = 8 (eq. (7): faster where ū(n) < r(n))."
+    + ("" if profile == "full" else " The quick profile times shrunk shapes for seconds; set `profile = \"full\"` for "
+                                    "OLMoE's shapes (several minutes, with a progress bar; an interrupted run resumes).")))
