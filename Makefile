@@ -1,11 +1,11 @@
 # Two commands do all the set-up on a fresh machine:
-#   make reproduce   # installs what is missing, then runs every notebook (full profile) -> figures/
+#   make reproduce   # installs what is missing, then runs every notebook (full profile) and
+#                    # refreshes the committed figures/ (the only run that writes outside runs/)
 #   make test        # installs what is missing, then runs the test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.moespec-installed
-PROFILE ?= full
 
 .PHONY: install build-ext test reproduce quick bench bench-kernels clean-build
 
@@ -32,13 +32,15 @@ build-ext: $(STAMP)
 test: $(STAMP) build-ext
 	$(BIN)/python -m pytest -q
 
+# the publishing run: full profile, every notebook; its measurements stay in data/ (so a second
+# make reproduce resumes them) and, once every notebook has run, its figures replace figures/
 reproduce: $(STAMP)
-	$(BIN)/moespec reproduce --profile $(PROFILE)
+	$(BIN)/moespec reproduce --publish
 
-# quick profile: a smoke run in seconds per notebook; its figures go to runs/quick/figures so that
-# the full run's figures/ are not overwritten by tiny-model results
+# quick profile: a smoke run in seconds per notebook, entirely inside runs/quick/ (figures/ and
+# data/ there; the committed figures/ are never touched)
 quick: $(STAMP)
-	MOESPEC_FIGURES=$(CURDIR)/runs/quick/figures $(BIN)/moespec reproduce --profile quick --out runs/quick
+	$(BIN)/moespec reproduce --profile quick --out runs/quick
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_routing_stats.py
