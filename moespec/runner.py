@@ -298,54 +298,37 @@ def _new_run_folder(profile: str) -> Path:
 def _notebook_environment(run_dir: Path, publish: bool) -> Iterator[None]:
     """Point the notebooks' :mod:`moespec.paths` at the run folder (the kernel inherits the
     environment); the publishing run keeps its measurements in ``data/``."""
+    def apply(values: dict) -> None:   # a value None removes the variable
+        for k, v in values.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
     wanted = {paths.RUN_DIR_ENV: str(run_dir), paths.RUN_DATA_ENV: str(paths.data_dir()) if publish else None}
     saved = {k: os.environ.get(k) for k in wanted}
     try:
-        for k, v in wanted.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(wanted)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(saved)
 
 
 @contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM raise :class:`_Stop` in the main thread while the run goes on (papermill
-    then shuts the kernel down on the way out); the previous handlers come back afterwards."""
+def _on_signals(handler) -> Iterator[None]:
+    """SIGINT and SIGTERM go to ``handler`` (a function, or ``signal.SIG_IGN``) inside the block,
+    in the main thread (elsewhere nothing changes); the previous handlers come back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def stop(signum, frame):
-        raise _Stop(signum)
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        for s, old in previous.items():
+            signal.signal(s, old)
 
 
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    """Ignore SIGINT/SIGTERM for the moment it takes to write the manifest and mark the notebook."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+def _raise_stop(signum, frame):
+    """While notebooks run: stop the run (papermill then shuts the kernel down on the way out)."""
+    raise _Stop(signum)
 
 
 def publish_figures(run_dir: Path, manifest: Path) -> list[str]:
@@ -438,14 +421,14 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
     bar = tqdm(notebooks, desc=f"moespec reproduce ({profile})", unit="notebook", disable=not progress)
     current = None
     try:
-        with _stop_on_signals(), _notebook_environment(run_dir, publish):
+        with _on_signals(_raise_stop), _notebook_environment(run_dir, publish):
             for nb in bar:
                 current = nb
                 bar.set_postfix_str(nb.stem)
                 try:
                     result = run_notebook(nb, run_dir, params_of[nb])
                 except NotebookError:
-                    with _signals_held():
+                    with _on_signals(signal.SIG_IGN):   # a moment to write down where it stopped
                         manifest.update(status="failed", failed=nb.stem,
                                         finished=_dt.datetime.now().isoformat(timespec="seconds"))
                         io.write_json(manifest_path, manifest)
@@ -458,7 +441,7 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         name = signal.Signals(signum).name
-        with _signals_held():
+        with _on_signals(signal.SIG_IGN):   # a moment to write down where it stopped
             where = mark_interrupted(run_dir / current.name, name) if current is not None else None
             manifest.update(status="interrupted", finished=_dt.datetime.now().isoformat(timespec="seconds"),
                             interrupted={"signal": name, "notebook": current.stem if current else None,
@@ -473,7 +456,7 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
         manifest["published"] = {"figures": str(paths.committed_figures_dir())}
     io.write_json(manifest_path, manifest)
     if publish:
-        with _signals_held():
+        with _on_signals(signal.SIG_IGN):   # a moment to write down where it stopped
             removed = publish_figures(run_dir, manifest_path)
         if removed:
             print(f"moespec reproduce: removed from figures/ (not produced by this run): {removed}", file=sys.stderr)
