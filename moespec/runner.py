@@ -283,15 +283,24 @@ def hold_folder(folder: Path, what: str = "--out") -> Iterator[Path]:
         os.close(fd)   # releases the lock (the file stays, naming the last holder)
 
 
-def _new_run_folder(profile: str) -> Path:
-    """``runs/<time>-<profile>``, with a suffix when a run of the same second already made it."""
+@contextmanager
+def _hold_new_run_folder(profile: str) -> Iterator[Path]:
+    """Create and hold ``runs/<time>-<profile>``, with a suffix ``-2``, ``-3``, ... when a run of
+    the same second made (or holds) it already: a default run folder is never shared."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = paths.runs_dir() / f"{stamp}-{profile}"
-    folder, k = base, 1
-    while folder.exists():
-        k += 1
-        folder = base.with_name(f"{base.name}-{k}")
-    return folder
+    with ExitStack() as stack:
+        for k in range(1, 1000):
+            folder = base if k == 1 else base.with_name(f"{base.name}-{k}")
+            if folder.exists():
+                continue
+            try:
+                held = stack.enter_context(hold_folder(folder, "run folder"))
+            except RunFolderBusy:   # another run made it between the check and the lock
+                continue
+            yield held
+            return
+    raise NotebookError(f"no free run folder named {base.name}[-k] in {paths.runs_dir()}")
 
 
 @contextmanager
@@ -400,9 +409,8 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
         if missing:
             raise UnknownParameterError(f"{nb.name} does not declare the parameter(s) {missing}")
         params_of[nb] = params
-    folder = Path(out) if out else _new_run_folder(profile)
     with ExitStack() as held:
-        run_dir = held.enter_context(hold_folder(folder, "--out" if out else "run folder"))
+        run_dir = held.enter_context(hold_folder(Path(out), "--out") if out else _hold_new_run_folder(profile))
         if publish:  # one publishing run at a time: it writes data/ and figures/
             held.enter_context(hold_folder(paths.runs_dir(), "the publishing runs' folder"))
         return _run(notebooks, params_of, run_dir, profile, publish, progress)

@@ -95,9 +95,13 @@ def test_a_parameter_given_twice_differently_is_refused(folder, tmp_path):
     assert runner.parse_assignments(["width=1", "width=1"]) == {"width": 1}
 
 
-def test_cli_refuses_conflicting_profile(capsys):
-    assert cli.main(["reproduce", "--profile", "quick", "-p", "profile=full", "--no-progress"]) == 1
+def test_cli_refuses_conflicting_profile(folder, tmp_path, monkeypatch, capsys):
+    """(Before, this ran every notebook with the full profile under a manifest saying quick.)"""
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: folder)
+    assert cli.main(["reproduce", "--profile", "quick", "-p", "profile=full", "--no-progress",
+                     "--out", str(tmp_path / "run")]) == 1
     assert "profile given twice with different values" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_unknown_parameter_is_an_error_before_running(folder, tmp_path):
@@ -218,12 +222,13 @@ def test_a_folder_held_by_a_live_run_is_refused(folder, tmp_path):
     ("a file", r"--out {}: exists and is not a folder"),
     ("/proc/moespec-run", r"--out /proc/moespec-run: cannot create or write the run folder"),
 ])
-def test_a_bad_out_is_a_clear_error_before_anything_runs(folder, tmp_path, bad, message, capsys):
+def test_a_bad_out_is_a_clear_error_before_anything_runs(folder, tmp_path, bad, message, capsys, monkeypatch):
     out = tmp_path / "file.txt" if bad == "a file" else Path(bad)
     if bad == "a file":
         out.write_text("not a folder")
     with pytest.raises(runner.NotebookError, match=message.format(out)):
         runner.reproduce("quick", out=out, progress=False, notebooks_folder=folder)
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: folder)
     assert cli.main(["reproduce", "--profile", "quick", "--out", str(out), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("moespec reproduce: --out") and "Traceback" not in err and err.count("\n") == 1
