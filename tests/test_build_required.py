@@ -28,6 +28,7 @@ def broken_build(monkeypatch):
         raise build.ExtensionBuildError(f"building moespec extension {name!r} failed: expert_ops.cpp:1: error")
 
     monkeypatch.setattr(build, "_loaded", {})
+    monkeypatch.setattr(build, "_errors", {})
     monkeypatch.setattr(build, "_build", fail)
     monkeypatch.setattr(dispatch, "_auto_cache", {})
     return fail
@@ -51,6 +52,15 @@ def test_optional_build_failure_skips_and_warns_with_the_reason(broken_build, mo
         skip_if_absent("cpp")
     with pytest.warns(RuntimeWarning, match="uses the torch backend: the cpp extension is not available here"):
         assert dispatch.resolve_backend("auto", torch.device("cpu")) == "torch"
+
+
+def test_a_failed_build_is_not_tried_again(broken_build, monkeypatch):
+    """One failed build per process: every later test of the C++ kernels gets the same error at
+    once instead of compiling the broken source again."""
+    calls = []
+    monkeypatch.setattr(build, "_build", lambda *a, **k: calls.append(1) or broken_build(*a, **k))
+    monkeypatch.setenv(build.REQUIRE_ENV, "0")
+    assert [build.available("cpp") for _ in range(3)] == [False, False, False] and len(calls) == 1
 
 
 def test_require_variable_is_checked(monkeypatch):

@@ -201,6 +201,7 @@ def test_from_tensors_quantizes_within_half_a_step():
 
 def test_missing_compiler_gives_clear_error(monkeypatch, case):
     monkeypatch.setattr(build, "_loaded", {})
+    monkeypatch.setattr(build, "_errors", {})
     monkeypatch.setattr(dispatch, "_auto_cache", {})
     monkeypatch.setenv("CXX", "no-such-compiler-moespec")
     with pytest.raises(ExtensionBuildError, match="missing C\\+\\+ compiler 'no-such-compiler-moespec'"):

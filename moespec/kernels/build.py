@@ -207,13 +207,17 @@ def build_error(backend: str) -> str | None:
 
 def available(backend: str) -> bool:
     """Whether ``backend`` ('cpp' or 'cuda') builds and loads here (builds it if needed). A failed
-    build is remembered (:func:`build_error`) and answers False, unless the backend is
-    :func:`required`: then the :class:`ExtensionBuildError` is raised."""
+    build is remembered for the process (:func:`build_error`; it is not tried again) and answers
+    False, unless the backend is :func:`required`: then the :class:`ExtensionBuildError` is raised."""
     import torch
 
     if backend not in ("cpp", "cuda"):
         return backend == "torch"
+    if _loaded.get("cpu" if backend == "cpp" else "cuda"):
+        return True
     try:
+        if backend in _errors:
+            raise ExtensionBuildError(_errors[backend])
         if backend == "cpp":
             load_cpu()
         else:
