@@ -20,8 +20,8 @@ def _reproduce(args) -> int:
     except runner.RunInterrupted as exc:  # SIGINT/SIGTERM: one line, 128 + the signal number
         print(f"moespec reproduce: {exc}", file=sys.stderr)
         return exc.exit_status
-    except KeyboardInterrupt:  # Ctrl-C while the notebooks were being read: nothing ran
-        print("moespec reproduce: interrupted by SIGINT before any notebook ran", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C outside the notebooks (while they were being read)
+        print("moespec reproduce: interrupted by SIGINT", file=sys.stderr)
         return 130
     print(f"moespec reproduce: done; manifest {manifest}")
     return 0

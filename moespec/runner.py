@@ -464,7 +464,7 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
         manifest["published"] = {"figures": str(paths.committed_figures_dir())}
     io.write_json(manifest_path, manifest)
     if publish:
-        with _on_signals(signal.SIG_IGN):   # a moment to write down where it stopped
+        with _on_signals(signal.SIG_IGN):   # figures/ is never left half-refreshed
             removed = publish_figures(run_dir, manifest_path)
         if removed:
             print(f"moespec reproduce: removed from figures/ (not produced by this run): {removed}", file=sys.stderr)
