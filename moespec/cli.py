@@ -16,10 +16,16 @@ def _reproduce(args) -> int:
     try:
         manifest = runner.reproduce(profile=args.profile, only=args.only, out=args.out,
                                     extra=runner.parse_assignments(args.param or []),
-                                    device=args.device, progress=not args.no_progress)
+                                    device=args.device, progress=not args.no_progress, publish=args.publish)
     except runner.NotebookError as exc:
         print(f"moespec reproduce: {exc}", file=sys.stderr)
         return 1
+    except runner.RunInterrupted as exc:  # SIGINT/SIGTERM: one line, 128 + the signal number
+        print(f"moespec reproduce: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:  # Ctrl-C outside the notebooks (while they were being read)
+        print("moespec reproduce: interrupted by SIGINT", file=sys.stderr)
+        return 130
     print(f"moespec reproduce: done; manifest {manifest}")
     return 0
 
@@ -168,14 +174,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="moespec", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("reproduce", help="run every notebook through papermill, in order")
-    rep.add_argument("--profile", choices=runner.PROFILES, default="full",
-                     help="quick: seconds per notebook (tests); full: the measurements behind the figures")
+    rep.add_argument("--profile", choices=runner.PROFILES, default=None,
+                     help="quick: seconds per notebook (tests); full (default): the measurements behind the figures")
     rep.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks (e.g. 01 or 01_routing_reuse)")
-    rep.add_argument("--out", type=Path, help="run folder for executed notebooks and the manifest (default runs/<time>-<profile>)")
+    rep.add_argument("--out", type=Path, help="run folder: executed notebooks, manifest, figures/ and data/ "
+                                              "(default runs/<time>-<profile>); refused while a live run holds it")
     rep.add_argument("--device", help="device parameter for every notebook (cpu, cuda, cuda:1, ...)")
     rep.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                      help="extra notebook parameter (repeatable); unknown names are an error")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rep.add_argument("--publish", action="store_true",
+                     help="the make reproduce run: full profile, every notebook, defaults only; measurements in data/ "
+                          "and, at the end, the run's figures copied into the committed figures/")
     rep.set_defaults(func=_reproduce)
     bld = sub.add_parser("build-models", help="train the embedded default MoE, draft and tokenizer "
                                               "into data/models (skips what is cached)")

@@ -5,7 +5,8 @@ executed by :func:`moespec.runner.run_notebook` (papermill) on a Dask cluster (a
 ``LocalCluster`` on this machine by default, or the scheduler at an address) or on Slurm through
 submitit (its local executor runs the same jobs as subprocesses here). Each job has its own
 folder ``<sweep>/jobs/<job id>/`` holding the executed notebook, the figures and tables it wrote
-(``MOESPEC_FIGURES`` points there while it runs), a folder for a notebook's ``out_dir``
+(``MOESPEC_RUN_DIR`` points at the job folder while it runs, so ``paths.figures_dir()`` and
+``paths.run_data_dir()`` are inside it), a folder for a notebook's ``out_dir``
 parameter when it declares one, and ``manifest.json`` (parameters, status, wall time, the
 worker's hardware and package versions). A rerun skips the jobs whose manifest says finished
 with the same parameters; a failing job is reported with its notebook and cell while the others
@@ -169,12 +170,13 @@ _ENV_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
+def _environment(values: Mapping[str, str | None]) -> Iterator[None]:
     """Set environment variables for the notebook kernel this process starts, then restore them.
     The kernel inherits the environment when it starts, so one job at a time per process
     (:data:`_ENV_LOCK`)."""
     saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+    for k, v in values.items():  # None: unset (e.g. the publishing run's data folder)
+        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     try:
         yield
     finally:
@@ -208,7 +210,7 @@ def run_job(record: Mapping) -> dict:
     io.write_json(folder / "manifest.json", manifest)
     start = time.perf_counter()
     try:
-        with _ENV_LOCK, _environment({"MOESPEC_FIGURES": str(folder / "figures")}):
+        with _ENV_LOCK, _environment({paths.RUN_DIR_ENV: str(folder), paths.RUN_DATA_ENV: None}):
             result = runner.run_notebook(notebook, folder, params)
         manifest.update(status="finished", output=str(result.output))
     except runner.NotebookError as exc:

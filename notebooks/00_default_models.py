@@ -28,7 +28,8 @@
 #
 # This notebook builds (or loads) the models, reports their validation perplexity, training
 # curves, the draft's greedy agreement with the MoE and the MoE's expert load, records both routing
-# sources on the 60 WikiText test articles and the 60 validation articles into `data/traces/`,
+# sources on the 60 WikiText test articles and the 60 validation articles (saved into the run's
+# `data/traces/`; `make reproduce` keeps them in the shared `data/traces/`),
 # and compares their reuse $\hat\rho(2)$, $\hat\rho(9)$ on the 32 fit articles (paper 1, Sec. 2
 # and App. D.2) with uniform routing and with the paper's published OLMoE/Qwen3/gpt-oss values.
 #
@@ -47,7 +48,7 @@ group_top_k = 8                    # clusters selected per token (m)
 calibration_articles = 8           # WikiText-2 *train* articles used to fit the clusters
 calibration_tokens = 512           # tokens per calibration article
 resamples = 2000                   # document bootstrap resamples for the reuse intervals
-write_traces = True                # save the traces into data/traces (full profile only)
+write_traces = True                # save the traces into the run's data/traces (full profile only)
 threads = 0                        # torch intra-op threads (0: torch's default; 1 is far faster on busy shared cores)
 
 # %%
@@ -74,7 +75,7 @@ torch.manual_seed(seed)
 if threads > 0:
     torch.set_num_threads(threads)
 if quick:
-    models_dir = paths.data_dir() / "cache" / "smoke-models"   # never the real cache
+    models_dir = paths.run_data_dir() / "smoke-models"   # inside the run folder, never the real cache
     n_articles, moe_max_tokens, eval_words = 4, 300, 80
     smollm2_tokens_per_article, calibration_articles, calibration_tokens = 64, 2, 64
     resamples, write_traces, use_smollm2 = min(resamples, 50), False, False

@@ -27,9 +27,10 @@
 # $\rho(2)$ and $\rho(9)$*. Their $\hat\rho(2)$ and $\hat\rho(9)$ therefore reproduce the calibration
 # targets by construction and are not a measurement; the shape of the curve between them and
 # $\bar u(n)$ follow from the process. The published values are drawn as labelled reference points.
-# Any trace saved as `*.npz` in `data/traces/` (e.g. by `moespec.routing.record`) is loaded and shown
-# beside them, labelled by its `source`, and so is `trace_file` (e.g. a trace imported from vLLM or
-# SGLang with `moespec import-routing`).
+# Any trace saved as `*.npz` in the run's `data/traces/` or the shared `data/traces/` (e.g. by
+# `moespec.routing.record`; `paths.trace_files()`) is loaded and shown beside them, labelled by its
+# `source`, and so is `trace_file` (e.g. a trace imported from vLLM or SGLang with
+# `moespec import-routing`).
 
 # %% tags=["parameters"]
 profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
@@ -41,7 +42,7 @@ model = "synthetic"     # "synthetic": OLMoE, Qwen3 and gpt-oss; a preset name: 
 resamples = 2000        # document-level bootstrap resamples (paper 1, App. D.2)
 n_max = 9
 calibrate_n9 = True     # calibrate the synthetic traces to rho(9) as well as rho(2)
-load_recorded = True    # also show the traces saved in data/traces/*.npz
+load_recorded = True    # also show the saved traces (paths.trace_files(): the run's, then data/traces/*.npz)
 recorded_split = "test"  # which saved traces: "test" (cut to the 32 fit articles, as Figure 1), "valid", or "all"
 trace_file = ""         # also show this trace file (e.g. one `moespec import-routing` wrote from vLLM/SGLang)
 
@@ -87,7 +88,7 @@ if checkpoint:  # moespec.zoo.sources.record_checkpoint: raw WikiText test artic
         model, device, max_tokens=None if profile == "full" else 64)))
 if not traces:
     raise ValueError("no traces: set model to 'synthetic' or a preset, give trace_file, or record traces into "
-                     f"{paths.traces_dir()}")
+                     f"{[str(d) for d in paths.trace_dirs()]}")
 for tr in traces:
     print(tr)
 

@@ -40,7 +40,7 @@ model = "olmoe"
 fmt = "f32"
 backend = "auto"
 trace_file = ""
-out_dir = ""
+out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
 transfer_models = ["qwen3", "gpt-oss", "deepseek-v2-lite"]
 reuse_transfer_runs = False   # True: reuse complete runs of the transfer models instead of measuring
 
@@ -54,7 +54,7 @@ from moespec.bench import expert_op
 from moespec.plots.bandwidth import figure7_transfer
 from moespec.tables.bandwidth import fit_table
 
-bench_out = Path(out_dir) if out_dir else paths.bench_dir() / "expert_op"
+bench_out = Path(out_dir) if out_dir else paths.expert_op_dir()
 figures = paths.ensure(paths.figures_dir())
 main_config = expert_op.profile_config(profile, model, fmt, backend, device, seed, role="main")
 doc_len = 64 if profile == "quick" else 512

@@ -37,7 +37,7 @@ device = "cpu"
 seed = 0
 threads = 1
 backend = "auto"
-out_dir = ""
+out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
 
 # %%
 import json

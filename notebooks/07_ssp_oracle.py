@@ -60,7 +60,7 @@ assumed_slot_GBps = 10.0
 assumed_dedup_GBps = 8.0
 draft_scale = 0.1
 reuse = True
-out_dir = ""
+out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
 
 # %%
 import datetime as dt
@@ -85,7 +85,7 @@ from moespec.tables import oracle as tables
 if device != "cpu":
     raise ValueError(f"device={device!r}: the engine and the junk-tail passes run on the CPU here")
 started = dt.datetime.now(dt.timezone.utc)
-out = Path(out_dir) if out_dir else paths.data_dir() / "oracle" / profile
+out = Path(out_dir) if out_dir else paths.run_data_dir() / "oracle" / profile
 fig_dir = paths.ensure(paths.figures_dir())
 rng = np.random.default_rng(seed)
 if profile == "quick":

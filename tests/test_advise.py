@@ -245,7 +245,6 @@ def test_quick_run_of_notebook_03(tmp_path, monkeypatch):
     few percent; on a loaded one they can err by more than the bounds allow (eps >= 1/2) or predict
     a non-positive time, and advise must then refuse, saying which. Both outcomes are checked."""
     run = tmp_path / "run"
-    monkeypatch.setenv("MOESPEC_FIGURES", str(run / "figures"))
     runner.reproduce(profile="quick", only=["03"], out=run, progress=False,
                      extra={"backend": "torch", "out_dir": str(tmp_path / "bench")})
     eps = float(pd.read_csv(run / "figures" / "03_epsilon.csv")["eps_engine"].iloc[0])
@@ -284,8 +283,7 @@ def test_cli_refuses_a_missing_run(tmp_path):
 def test_notebook_08_on_this_runs_tables(tmp_path, monkeypatch):
     """Notebook 08 reads the tables of the run it is part of (here notebook 03's, written by hand),
     writes advise's answer as JSON and a figure, and ends with its summary."""
-    figures = _fake_expert_op_run(tmp_path / "figures")
-    monkeypatch.setenv("MOESPEC_FIGURES", str(figures))
+    figures = _fake_expert_op_run(tmp_path / "run08" / "figures")  # the run's own tables
     runner.reproduce(profile="quick", only=["08"], out=tmp_path / "run08", progress=False)
     written = json.loads((figures / "08_advice.json").read_text())
     assert written == json.loads(json.dumps(advice.advise(figures, [0.5, 0.7, 0.9])))
@@ -296,9 +294,8 @@ def test_notebook_08_on_this_runs_tables(tmp_path, monkeypatch):
 
 @pytest.mark.notebook
 def test_notebook_08_without_tables_reads_the_committed_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOESPEC_FIGURES", str(tmp_path / "figures"))
     runner.reproduce(profile="quick", only=["08"], out=tmp_path / "run08", progress=False)
     text = notebook_text(tmp_path / "run08" / "08_advise.ipynb")
     assert "give no decision" in text and "reading the committed full run's instead" in text
-    written = json.loads((tmp_path / "figures" / "08_advice.json").read_text())
+    written = json.loads((tmp_path / "run08" / "figures" / "08_advice.json").read_text())
     assert written == json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9])))

@@ -68,7 +68,7 @@ def jupyterlab(tmp_path):
                                                                           "checkForUpdates": False}))
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(paths.ROOT), os.environ.get("PYTHONPATH")])),
-           "MOESPEC_FIGURES": str(tmp_path / "figures"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+           "MOESPEC_RUN_DIR": str(tmp_path / "run"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
            "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
     log = open(tmp_path / "jupyterlab.log", "w")

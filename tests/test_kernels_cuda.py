@@ -1,6 +1,6 @@
 """CUDA-specific checks of the CUDA backend. The accuracy of every backend, CUDA included, against
 the fp64 reference on random, odd, published and edge shapes is in ``test_kernels_correctness.py``
-(its BACKENDS include cuda); here, on top of that accuracy check (same helper and tolerance):
+(its BACKENDS include cuda); here, on top of that accuracy check (same helper and ceilings):
 
 * the per-slot and dedup CUDA kernels run every (token, slot) pair through the same arithmetic, so
   their outputs are bitwise equal: on the small and odd shapes, with every token on the same experts
@@ -35,7 +35,7 @@ def cuda_extension():
 
 
 def both_kernels(x, ids, w, gates):
-    """Each CUDA kernel within the shared tolerance of the fp64 reference; the two bitwise equal."""
+    """Each CUDA kernel within the format's fixed ceiling of the fp64 reference; the two bitwise equal."""
     ys = {k: check(x, ids, w, gates, "cuda", DEV, k)[0] for k in KERNELS}
     assert torch.equal(ys["slot"], ys["dedup"]), f"{w.fmt}: slot and dedup CUDA outputs differ"
 

@@ -82,7 +82,7 @@ def test_grid_files(tmp_path, folder):
 def test_dask_local_cluster_two_workers(tmp_path, monkeypatch):
     """Notebook 04 (quick) at two kmax, and one job whose Table-1 file does not exist: that one is
     reported with its notebook and cell, the others finish; a rerun skips them."""
-    monkeypatch.setenv("MOESPEC_FIGURES", str(tmp_path / "not-here"))  # jobs write in their own folders
+    monkeypatch.setenv("MOESPEC_RUN_DIR", str(tmp_path / "not-here"))  # jobs write in their own folders
     grid = {"parameters": {"profile": "quick"},
             "jobs": [{"notebook": "04", "grid": {"kmax": [3, 4]}},
                      {"notebook": "04", "parameters": {"bandwidth_csv": str(tmp_path / "missing.csv")}}]}

@@ -56,7 +56,7 @@ def record_trace(engine, docs: list, context: int, source: str):
 def bench_engine(engine, name: str, trace, out_dir=None, progress: bool = True, **config):
     """Run :func:`moespec.bench.expert_op.run` on the engine's layers with their real weights and
     the windows of ``trace``; ``config`` overrides :class:`BenchConfig` fields; ``out_dir``: the
-    benchmark's folder (default ``data/bench/expert_op``). Returns the run folder."""
+    benchmark's folder (default ``paths.expert_op_dir()``, the run's). Returns the run folder."""
     from moespec.bench.expert_op import BenchConfig, run
 
     engine_spec(engine, name)

@@ -12,7 +12,8 @@ QUICK_MOE = dict(seed=1, vocab_size=256, num_experts=16, top_k=4, num_layers=2, 
 def setup(profile: str, device: str, threads: int, out_dir: str = "") -> Path:
     """Check the device (the engine runs on the CPU here), set torch's threads (one thread: batch-one
     passes of a small model on a shared CPU, where more threads wait on descheduled ones), and
-    return the results folder (``out_dir`` or ``data/engine/<profile>``)."""
+    return the results folder (``out_dir`` or ``<run data>/engine/<profile>``, see
+    :func:`moespec.paths.run_data_dir`)."""
     import torch
 
     if profile not in ("quick", "full"):
@@ -20,7 +21,7 @@ def setup(profile: str, device: str, threads: int, out_dir: str = "") -> Path:
     if device != "cpu":
         raise ValueError(f"device={device!r}: the whole-model engine runs on the CPU here (kernels: torch/cpp)")
     torch.set_num_threads(int(threads))
-    return Path(out_dir) if out_dir else paths.data_dir() / "engine" / profile
+    return Path(out_dir) if out_dir else paths.run_data_dir() / "engine" / profile
 
 
 def target_model(profile: str):

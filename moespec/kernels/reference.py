@@ -82,6 +82,20 @@ def _expert_mlp(v: torch.Tensor, weights: ExpertWeights, e: int) -> torch.Tensor
     return _expert_linear(h, weights, "down", e)
 
 
+def non_finite_rows_to_nan(y: torch.Tensor, x: torch.Tensor, gates: torch.Tensor | None) -> torch.Tensor:
+    """The non-finite rule every backend follows (docs/kernels.md): a token whose ``x`` row or
+    gates hold NaN or +-inf, or whose float32 computation overflowed (a non-finite value anywhere in
+    its output row), gets an output row of NaN only; every other row is left as computed. Without
+    it the same input gave NaN on one backend, +-inf on another (an infinite gate) and a finite row
+    on a third (int8 with NaN activations). In place; returns ``y``."""
+    bad = ~torch.isfinite(y).all(dim=1) | ~torch.isfinite(x).all(dim=1)
+    if gates is not None:
+        bad |= ~torch.isfinite(gates).all(dim=1)
+    if bool(bad.any()):
+        y[bad] = float("nan")
+    return y
+
+
 def torch_slot(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
                gates: torch.Tensor | None = None) -> torch.Tensor:
     """Per-slot kernel in torch: one product per (token, slot) pair (n*m expert reads)."""
@@ -91,7 +105,7 @@ def torch_slot(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
     for t in range(n):
         for s in range(m):
             y[t] += g[t, s] * _expert_mlp(x[t:t + 1], weights, int(ids[t, s]))[0]
-    return y
+    return non_finite_rows_to_nan(y, x, gates)
 
 
 def torch_dedup(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
@@ -101,4 +115,4 @@ def torch_dedup(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for e, toks, slots in groups_by_expert(ids):
         y.index_add_(0, toks, _expert_mlp(x[toks], weights, e) * g[toks, slots].unsqueeze(1))
-    return y
+    return non_finite_rows_to_nan(y, x, gates)

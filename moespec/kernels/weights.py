@@ -47,15 +47,21 @@ def quantize_blocks(t: torch.Tensor, block: int = BLOCK) -> tuple[torch.Tensor, 
     """Symmetric int8 quantization with one scale per ``block`` values of the last dimension.
 
     Returns ``(q int8 [..., K], scale float32 [..., K/block])`` with ``scale = max|t| / 127`` per
-    block and ``q = round(t / scale)`` (round half to even); an all-zero block gets scale 0.
+    block and ``q = round(t / scale)`` (round half to even); an all-zero block gets scale 0. A block
+    holding NaN or +-inf gets values 0 and scale NaN, so that it dequantizes to NaN and every
+    product with it is NaN (the non-finite rule of docs/kernels.md; the C++ and CUDA quantizers
+    do the same).
     """
     k = t.shape[-1]
     if k % block:
         raise ValueError(f"last dimension {k} is not a multiple of the block size {block}")
     tb = t.float().reshape(*t.shape[:-1], k // block, block)
+    finite = torch.isfinite(tb).all(dim=-1)
+    tb = torch.where(finite.unsqueeze(-1), tb, torch.zeros_like(tb))
     scale = tb.abs().amax(dim=-1) / 127.0
     inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
     q = torch.round(tb * inv.unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
+    scale = torch.where(finite, scale, torch.full_like(scale, float("nan")))
     return q.reshape(t.shape), scale.float()
 
 
