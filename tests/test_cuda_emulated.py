@@ -4,79 +4,37 @@ shared memory, the launch limits), so the standalone harness checks the kernels'
 grouping, staging layouts and reductions against its host reference without a GPU.
 
 It checks logic, not timing or memory-model details a GPU adds (races between real concurrent
-threads are invisible to fibers that switch only at sync points). The kernel file is used as is,
-except two mechanical rewrites a host compiler needs: ``kern<<<grid, block, smem, stream>>>(args)``
-becomes ``emu::launch(kern, grid, block, smem, stream, args)`` and ``extern __shared__`` becomes the
-emulator's per-block dynamic shared memory.
+threads are invisible to fibers that switch only at sync points). The kernel files are used as
+they are, except two mechanical rewrites a host compiler needs (``tests/cuda_emu/emulation.py``).
+What a GPU does later the emulator does later (cp.async copies land at their wait; a kernel launched
+with programmatic dependent launch runs up to its griddepcontrol.wait before the kernel it depends
+on), so code that relies on either too early fails here. ``scripts/cuda_emu_mutants.py`` checks
+that deliberate bugs make the harness fail.
 """
 
 from __future__ import annotations
 
 import ctypes
-import re
-import shutil
 import subprocess
-from pathlib import Path
+import sys
 
 import pytest
 
 from moespec import paths
-from moespec.kernels.build import CSRC
+from moespec.kernels import cuda_api
 
-CUDA_DIR = CSRC / "cuda"
-EMU_DIR = paths.ROOT / "tests" / "cuda_emu"
-EMU_INCLUDE = EMU_DIR / "include"
-
-
-def emulated_source(text: str) -> str:
-    """One kernel source file with its launches and dynamic shared memory in the emulator's terms."""
-    text = re.sub(r"extern __shared__ int4 (\w+)\[\];", r"int4* \1 = static_cast<int4*>(emu::dyn_smem());", text)
-    return re.sub(r"(\w+)<<<(.*?)>>>\((.*?)\);", r"emu::launch(\1, \2, \3);", text)
-
-
-def write_emulated_sources(dest: Path) -> Path:
-    """Every kernel source (``.cu``, ``.cuh``, ``.h`` of csrc/cuda) rewritten into ``dest``;
-    returns the rewritten ``expert_kernels.cu``."""
-    n_shared = n_launch = 0
-    for src in sorted(CUDA_DIR.glob("*")):
-        if src.suffix in (".cu", ".cuh", ".h"):
-            text = src.read_text()
-            n_shared += len(re.findall(r"extern __shared__ int4 \w+\[\];", text))
-            n_launch += len(re.findall(r"\w+<<<.*?>>>\(.*?\);", text))
-            (dest / src.name).write_text(emulated_source(text))
-    assert n_shared >= 4 and n_launch >= 2, (n_shared, n_launch)  # legacy and fused kernels
-    return dest / "expert_kernels.cu"
-
-
-def build_emulated(out: Path, sources: Path | None = None) -> tuple[Path, Path]:
-    """Compile the (rewritten) kernels for the CPU: the standalone harness linked against them,
-    and a shared library for ctypes (with the emulator's controls, ``emu_api.cpp``). ``sources``:
-    a folder of already rewritten sources (mutation checks), else the repository's."""
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("g++ not found")
-    src_dir = sources or out / "src"
-    if sources is None:
-        src_dir.mkdir(exist_ok=True)
-        write_emulated_sources(src_dir)
-    # _FORTIFY_SOURCE's longjmp check rejects the emulator's jumps between fiber stacks
-    flags = ["-std=c++20", "-O2", "-U_FORTIFY_SOURCE", "-w", "-fPIC", f"-I{EMU_INCLUDE}", f"-I{src_dir}"]
-    obj, api, exe, lib = out / "kernels.o", out / "emu_api.o", out / "standalone_check_emu", out / "libmoespec_cuda_emu.so"
-    for cmd in ([cxx, *flags, "-x", "c++", "-c", str(src_dir / "expert_kernels.cu"), "-o", str(obj)],
-                [cxx, *flags, "-c", str(EMU_DIR / "emu_api.cpp"), "-o", str(api)],
-                [cxx, *flags, "-x", "c++", str(CUDA_DIR / "tools" / "standalone_check.cu"), "-x", "none", str(obj),
-                 "-o", str(exe)],
-                [cxx, "-shared", str(obj), str(api), "-o", str(lib)]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-    return exe, lib
+sys.path.insert(0, str(paths.ROOT / "tests" / "cuda_emu"))
+from emulation import build_emulated, emulated_source  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def emulated_build(tmp_path_factory):
     """The kernels compiled once for the CPU (position-independent), linked into the standalone
     harness and into a shared library for ctypes. Returns (harness executable, library path)."""
-    return build_emulated(tmp_path_factory.mktemp("cuda_emu"))
+    try:
+        return build_emulated(tmp_path_factory.mktemp("cuda_emu"))
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +47,14 @@ def test_kernels_pass_the_harness_under_emulation(emulated_harness):
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     out = proc.stdout
     assert "ALL PASSED" in out
-    # every small case ran both kernels and compared them bitwise
-    assert out.count("slot and dedup outputs bitwise equal") >= 10
+    # every small case ran both kernels on every path and compared the six outputs bitwise
+    assert out.count("slot and dedup outputs bitwise equal on every path") >= 16
     for name in ("scalar path", "same experts n=20", "all distinct m=1", "N=m+1", "invalid id -> NaN",
-                 "ragged", "smem opt-in"):
+                 "ragged", "smem opt-in", "NaN in x", "+inf in x", "-inf gate", "NaN gate"):
         assert name in out, f"case {name!r} did not run"
+    # the fused path (with and without PDL) ran wherever the shape allows it: all but the two scalar cases
+    for label in ("dedup fused+pdl", "slot fused+pdl", "dedup fused ", "dedup legacy"):
+        assert out.count(label) >= 14, label
 
 
 def test_emulated_source_rewrites():
@@ -104,29 +65,6 @@ def test_emulated_source_rewrites():
 
 
 # --- the emulated CUDA kernels against the C++ CPU kernels (same numerics, docs/kernels.md) -----
-class _Args(ctypes.Structure):
-    """``moespec_expert_args`` of moespec_cuda.h, field for field."""
-    _fields_ = [("n", ctypes.c_int), ("m", ctypes.c_int), ("N", ctypes.c_int), ("H", ctypes.c_int),
-                ("I", ctypes.c_int), ("x", ctypes.c_void_p), ("ids", ctypes.c_void_p), ("gates", ctypes.c_void_p),
-                ("w_fmt", ctypes.c_int), ("w_gate", ctypes.c_void_p), ("w_up", ctypes.c_void_p),
-                ("w_down", ctypes.c_void_p), ("s_gate", ctypes.c_void_p), ("s_up", ctypes.c_void_p),
-                ("s_down", ctypes.c_void_p), ("y", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
-                ("workspace_bytes", ctypes.c_size_t)]
-
-
-class _Tuning(ctypes.Structure):
-    """``moespec_cuda_tuning``."""
-    _fields_ = [(f, ctypes.c_int) for f in ("path", "pdl", "ring_gu", "ring_dn", "dn_warps", "gu_blocks_per_sm")]
-
-
-class _Plan(ctypes.Structure):
-    """``moespec_cuda_plan``."""
-    _fields_ = [(f, ctypes.c_int) for f in (
-        "path", "launches", "tile", "grid_gu_x", "grid_gu_y", "iters_gu", "grid_dn_x", "grid_dn_y", "iters_dn",
-        "threads_dn", "smem_gu", "smem_dn", "ring_gu", "ring_dn", "pdl")]
-
-
-PATHS = {"auto": 0, "legacy": 1, "fused": 2}
 #: Fixed error ceilings against the fp64 reference, per format, independent of any backend's own
 #: error (measured under emulation: at most 3e-7 f32, 3e-3 bf16, 1e-2 int8 on these shapes).
 CEILING = {"f32": 1e-5, "bf16": 1e-2, "int8_b32": 3e-2}
@@ -138,31 +76,17 @@ def emulated_lib(emulated_build):
     dll.moespec_cuda_status_string.restype = ctypes.c_char_p
     yield dll
     dll.moespec_emu_set_device(9, 0, 2)
-    dll.moespec_cuda_set_tuning(ctypes.byref(_Tuning(pdl=-1)))
+    set_tuning(dll)
 
 
 def set_tuning(dll, path="auto", pdl=-1, **kw) -> int:
-    return dll.moespec_cuda_set_tuning(ctypes.byref(_Tuning(path=PATHS[path], pdl=pdl, **kw)))
+    """Set the emulated library's tuning; returns the C status."""
+    return dll.moespec_cuda_set_tuning(ctypes.byref(cuda_api.TuningChoice(path, pdl, **kw).struct()))
 
 
-def _args(x, ids, w, gates, y):
-    fmt = {"f32": 0, "bf16": 1, "int8_b32": 2}[w.fmt]
-    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-    return _Args(n=x.shape[0], m=ids.shape[1], N=w.num_experts, H=w.hidden_size, I=w.intermediate_size,
-                 x=ptr(x), ids=ptr(ids), gates=ptr(gates), w_fmt=fmt, w_gate=ptr(w.gate), w_up=ptr(w.up),
-                 w_down=ptr(w.down), s_gate=ptr(w.gate_scale), s_up=ptr(w.up_scale), s_down=ptr(w.down_scale),
-                 y=ptr(y))
-
-
-def emulated_plan(dll, x, ids, w, kernel: str) -> _Plan:
+def emulated_plan(dll, x, ids, w, kernel: str) -> cuda_api.Plan:
     """The plan (path, launch shapes) of a call under the current tuning."""
-    import torch
-
-    a = _args(x.float().contiguous(), ids.to(torch.int64).contiguous(), w, None, x)
-    plan = _Plan()
-    st = dll.moespec_cuda_get_plan(ctypes.byref(a), {"slot": 0, "dedup": 1}[kernel], ctypes.byref(plan))
-    assert st == 0, dll.moespec_cuda_status_string(st)
-    return plan
+    return cuda_api.get_plan(dll, x, ids, w, kernel)
 
 
 def emulated_forward(dll, x, ids, w, gates, kernel: str, path: str = "auto", pdl: int = -1, **tuning):
@@ -174,7 +98,7 @@ def emulated_forward(dll, x, ids, w, gates, kernel: str, path: str = "auto", pdl
     x, ids = x.float().contiguous(), ids.to(torch.int64).contiguous()
     gates = None if gates is None else gates.float().contiguous()
     y = torch.empty_like(x).view(torch.uint8).fill_(0xCD).view(torch.float32)
-    a = _args(x, ids, w, gates, y)
+    a = cuda_api.expert_args(x, ids, w, gates, y)
     k = {"slot": 0, "dedup": 1}[kernel]
     size = ctypes.c_size_t(0)
     st = dll.moespec_cuda_workspace_bytes(ctypes.byref(a), k, ctypes.byref(size))
@@ -218,7 +142,7 @@ def test_emulated_kernels_match_cpp_kernels_and_reference(emulated_lib, fmt):
         y_cpp = expert_forward(x, ids, w, gates, kernel="dedup", backend="cpp")
         vector = H % (4 if fmt == "f32" else 8) == 0 and I % (4 if fmt == "f32" else 8) == 0
         assert set_tuning(emulated_lib) == 0
-        assert emulated_plan(emulated_lib, x, ids, w, "dedup").path == (PATHS["fused"] if vector else PATHS["legacy"])
+        assert emulated_plan(emulated_lib, x, ids, w, "dedup").path == (cuda_api.PATHS["fused"] if vector else cuda_api.PATHS["legacy"])
         fused_seen += vector
         ys = {(k, path): emulated_forward(emulated_lib, x, ids, w, gates, k, path)
               for k in ("slot", "dedup") for path in ("auto", "legacy")}
@@ -282,13 +206,13 @@ def test_plan_chooses_path_pdl_and_rings(emulated_lib):
     try:
         assert set_tuning(dll) == 0
         plan = emulated_plan(dll, x, ids, w, "dedup")
-        assert (plan.path, plan.launches, plan.pdl, plan.tile) == (PATHS["fused"], 2, 1, 9)
+        assert (plan.path, plan.launches, plan.pdl, plan.tile) == (cuda_api.PATHS["fused"], 2, 1, 9)
         assert (plan.ring_gu, plan.ring_dn, plan.threads_dn, plan.grid_dn_x) == (4, 6, 128, 256 // 8)
         assert emulated_plan(dll, x, ids, w, "slot").tile == 1
         assert set_tuning(dll, pdl=0) == 0 and emulated_plan(dll, x, ids, w, "dedup").pdl == 0
         assert set_tuning(dll, "legacy") == 0
         plan = emulated_plan(dll, x, ids, w, "dedup")
-        assert (plan.path, plan.launches, plan.pdl) == (PATHS["legacy"], 3, 0)
+        assert (plan.path, plan.launches, plan.pdl) == (cuda_api.PATHS["legacy"], 3, 0)
         assert set_tuning(dll, ring_gu=3, ring_dn=8, dn_warps=2) == 0
         plan = emulated_plan(dll, x, ids, w, "slot")
         assert (plan.ring_gu, plan.ring_dn, plan.threads_dn, plan.grid_dn_x) == (3, 8, 64, 256 // 4)
@@ -296,15 +220,15 @@ def test_plan_chooses_path_pdl_and_rings(emulated_lib):
         dll.moespec_emu_set_device(8, 0, 2)  # sm_80: fused without PDL
         assert (emulated_plan(dll, x, ids, w, "dedup").path, emulated_plan(dll, x, ids, w, "dedup").pdl) == (2, 0)
         dll.moespec_emu_set_device(7, 0, 2)  # no cp.async below sm_80: legacy
-        assert emulated_plan(dll, x, ids, w, "dedup").path == PATHS["legacy"]
+        assert emulated_plan(dll, x, ids, w, "dedup").path == cuda_api.PATHS["legacy"]
         dll.moespec_emu_set_device(9, 0, 2)
         big = random_ids(257, 4, 16, np.random.default_rng(2))  # 1028 pairs > 1024
-        assert emulated_plan(dll, torch.randn(257, 256), big, w, "slot").path == PATHS["legacy"]
+        assert emulated_plan(dll, torch.randn(257, 256), big, w, "slot").path == cuda_api.PATHS["legacy"]
         odd = ExpertWeights.random((16, 260, 128), "bf16", seed=1)  # 260 bf16: rows not 16-byte multiples
-        assert emulated_plan(dll, torch.randn(9, 260), ids, odd, "slot").path == PATHS["legacy"]
+        assert emulated_plan(dll, torch.randn(9, 260), ids, odd, "slot").path == cuda_api.PATHS["legacy"]
         for bad in ({"path": 3}, {"pdl": 2}, {"ring_gu": 1}, {"ring_dn": 9}, {"dn_warps": 9}, {"gu_blocks_per_sm": -1}):
-            tn = _Tuning(**{"pdl": -1, **bad})
-            assert dll.moespec_cuda_set_tuning(ctypes.byref(tn)) == -9, bad
+            tn = cuda_api.Tuning(**{"pdl": -1, **bad})
+            assert dll.moespec_cuda_set_tuning(ctypes.byref(tn)) == cuda_api.ERR_TUNING, bad
     finally:
         dll.moespec_emu_set_device(9, 0, 2)
         set_tuning(dll)
