@@ -42,11 +42,12 @@ def write_emulated_sources(dest: Path, replace: dict[str, str] | None = None) ->
     return dest / "expert_kernels.cu"
 
 
-def build_emulated(out: Path, replace: dict[str, str] | None = None) -> tuple[Path, Path]:
+def build_emulated(out: Path, replace: dict[str, str] | None = None, bench: bool = False) -> tuple[Path, Path]:
     """Compile the rewritten kernels for the CPU: the standalone harness linked against them, and a
-    shared library for ctypes (with the emulator's controls, ``emu_api.cpp``). Returns (harness,
-    library). Raises RuntimeError with the compiler's message when a step fails, FileNotFoundError
-    when g++ is missing."""
+    shared library for ctypes (with the emulator's controls, ``emu_api.cpp``); with ``bench`` also
+    the standalone benchmark (``out/bench_standalone_emu``). Returns (harness, library). Raises
+    RuntimeError with the compiler's message when a step fails, FileNotFoundError when g++ is
+    missing."""
     cxx = shutil.which("g++")
     if cxx is None:
         raise FileNotFoundError("g++ not found")
@@ -56,11 +57,17 @@ def build_emulated(out: Path, replace: dict[str, str] | None = None) -> tuple[Pa
     # _FORTIFY_SOURCE's longjmp check rejects the emulator's jumps between fiber stacks
     flags = ["-std=c++20", "-O2", "-U_FORTIFY_SOURCE", "-w", "-fPIC", f"-I{EMU_INCLUDE}", f"-I{src_dir}"]
     obj, api, exe, lib = out / "kernels.o", out / "emu_api.o", out / "standalone_check_emu", out / "libmoespec_cuda_emu.so"
-    for cmd in ([cxx, *flags, "-x", "c++", "-c", str(src_dir / "expert_kernels.cu"), "-o", str(obj)],
-                [cxx, *flags, "-c", str(EMU_DIR / "emu_api.cpp"), "-o", str(api)],
-                [cxx, *flags, "-x", "c++", str(CUDA_DIR / "tools" / "standalone_check.cu"), "-x", "none", str(obj),
-                 "-o", str(exe)],
-                [cxx, "-shared", str(obj), str(api), "-o", str(lib)]):
+    cmds = [[cxx, *flags, "-x", "c++", "-c", str(src_dir / "expert_kernels.cu"), "-o", str(obj)],
+            [cxx, *flags, "-c", str(EMU_DIR / "emu_api.cpp"), "-o", str(api)],
+            [cxx, *flags, "-x", "c++", str(CUDA_DIR / "tools" / "standalone_check.cu"), "-x", "none", str(obj),
+             "-o", str(exe)],
+            [cxx, "-shared", str(obj), str(api), "-o", str(lib)]]
+    if bench:  # the benchmark launches kernels of its own: rewritten too
+        bench_src = src_dir / "bench_standalone.cu"
+        bench_src.write_text(emulated_source((CUDA_DIR / "tools" / "bench_standalone.cu").read_text()))
+        cmds.append([cxx, *flags, f"-I{CUDA_DIR / 'tools'}", "-x", "c++", str(bench_src), "-x", "none", str(obj),
+                     "-o", str(out / "bench_standalone_emu")])
+    for cmd in cmds:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd[:2])} ... failed:\n{proc.stderr[-4000:]}")

@@ -38,6 +38,7 @@
 #include <setjmp.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 
 #ifdef __cplusplus
@@ -70,7 +71,14 @@ struct float4 { float x, y, z, w; };
 
 typedef int cudaError_t;
 typedef void* cudaStream_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNoDevice = 100, cudaErrorLaunchFailure = 719 };
+namespace emu { struct Graph; struct Event; }
+typedef emu::Graph* cudaGraph_t;
+typedef emu::Graph* cudaGraphExec_t;
+typedef emu::Event* cudaEvent_t;
+enum { cudaStreamNonBlocking = 1 };
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNoDevice = 100, cudaErrorLaunchFailure = 719,
+       cudaErrorStreamCaptureInvalidated = 901 };
 enum cudaDeviceAttr {
   cudaDevAttrMultiProcessorCount = 16,
   cudaDevAttrComputeCapabilityMajor = 75,
@@ -131,7 +139,16 @@ struct Launch {
   bool pdl = false;
 };
 
+// A captured sequence of launches (stream capture), replayed by cudaGraphLaunch.
+struct Graph {
+  std::vector<Launch> launches;
+};
+struct Event {
+  double ms = 0;
+};
+
 struct State {
+  Graph* capturing = nullptr;  // between cudaStreamBeginCapture and cudaStreamEndCapture
   Block* blk = nullptr;
   int cur = 0;
   const Launch* launch = nullptr;
@@ -321,6 +338,10 @@ inline void run_dependent(const Launch& L) {
 
 inline void enqueue(std::unique_ptr<Launch> L) {
   State& s = st();
+  if (s.capturing) {  // stream capture: recorded, not run
+    s.capturing->launches.push_back(*L);
+    return;
+  }
   if (L->pdl && s.pending) {
     run_dependent(*L);
     return;
@@ -517,6 +538,58 @@ inline cudaError_t cudaMemset(void* d, int v, size_t n) {
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() { emu::flush(); return cudaSuccess; }
+
+// Streams: one in-order queue (every stream is the same one here).
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = (void*)1; return cudaSuccess; }
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { emu::flush(); return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::flush(); return cudaSuccess; }
+
+// Events: the host's wall clock when the stream reaches them (the emulation has no GPU time).
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new emu::Event; return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  if (emu::st().capturing) return cudaErrorStreamCaptureInvalidated;
+  emu::flush();
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  e->ms = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::flush(); return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  *ms = (float)(b->ms - a->ms);
+  return cudaSuccess;
+}
+
+// Stream capture and graphs: captured launches are replayed in order, with their attributes
+// (a programmatic dependent launch stays one).
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+  emu::flush();
+  if (emu::st().capturing) return cudaErrorInvalidValue;
+  emu::st().capturing = new emu::Graph;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
+  *g = emu::st().capturing;
+  emu::st().capturing = nullptr;
+  return *g ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long = 0) {
+  *exec = new emu::Graph(*g);
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t g) { delete g; return cudaSuccess; }
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t) {
+  for (const emu::Launch& L : g->launches) emu::enqueue(std::unique_ptr<emu::Launch>(new emu::Launch(L)));
+  return cudaSuccess;
+}
+
+// clock64: a counter that runs fast, so that spin kernels end at once.
+inline long long clock64() {
+  static long long c = 0;
+  return c += 1 << 20;
+}
 #endif  // __cplusplus
 
 #endif  // MOESPEC_CUDA_EMU_RUNTIME_H

@@ -161,8 +161,9 @@ size_t fused_dn_smem(const moespec_expert_args* a, int kernel, int ring, int war
   return dn_layout<F>(ring, warps, a->n * a->m, a->n, a->N, kernel == MOESPEC_DEDUP).total;
 }
 
-// The fused path's ring depths and shared memory: the requested depth, lowered (not below 2)
-// until two blocks fit per SM, and to what one block may have at all. False: does not fit.
+// The fused path's ring depths and shared memory. A default depth (4 gate/up, 6 down stages) is
+// lowered (not below 2) until two blocks fit per SM; a depth the tuning asks for is kept unless
+// one block could not have that much shared memory at all. False: does not fit.
 template <class F>
 bool plan_fused(const moespec_expert_args* a, int kernel, const Device& d, const moespec_cuda_tuning& t, Plan* pl) {
   moespec_cuda_plan& q = pl->pub;
@@ -171,8 +172,9 @@ bool plan_fused(const moespec_expert_args* a, int kernel, const Device& d, const
   const int warps = t.dn_warps ? t.dn_warps : 4;
   auto gu = [&](int r) { return fused_gu_smem<F>(a, kernel, r, q.tile, q.iters_gu); };
   auto dn = [&](int r) { return fused_dn_smem<F>(a, kernel, r, warps); };
-  while (rg > 2 && (gu(rg) > per_block || 2 * (gu(rg) + kStaticSmemReserve) > per_sm)) --rg;
-  while (rd > 2 && (dn(rd) > per_block || 2 * (dn(rd) + kStaticSmemReserve) > per_sm)) --rd;
+  auto two_fit = [&](size_t bytes) { return 2 * (bytes + kStaticSmemReserve) <= per_sm; };
+  while (rg > 2 && (gu(rg) > per_block || (!t.ring_gu && !two_fit(gu(rg))))) --rg;
+  while (rd > 2 && (dn(rd) > per_block || (!t.ring_dn && !two_fit(dn(rd))))) --rd;
   if (gu(rg) > per_block || dn(rd) > per_block) return false;
   q.ring_gu = rg;
   q.ring_dn = rd;
