@@ -32,6 +32,10 @@ every n. Rows go to ``rows.csv`` as measured (resumable); ``provenance.json`` at
 
     python benchmarks/bench_kernels_cuda.py --out reports/gpu/bench      # all presets, all formats
     python benchmarks/bench_kernels_cuda.py --quick --out /tmp/b          # shrunk shapes, seconds
+    python3 benchmarks/bench_kernels_cuda.py --summarize rows.csv         # goals + tables of any rows CSV
+
+``--summarize`` needs only the Python standard library: it also reads the CSV of the torch-free
+benchmark (``tools/bench_standalone.cu``, same columns), e.g. on a lent GPU without a CUDA torch.
 """
 
 from __future__ import annotations
@@ -288,7 +292,27 @@ def plan_text(plan) -> str:
     return text
 
 
+def summarize(csv_path: Path, title: str = "") -> str:
+    """The report of an existing rows CSV (this benchmark's or bench_standalone's); stdlib only."""
+    import csv
+
+    with Path(csv_path).open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        raise ValueError(f"{csv_path}: no rows")
+    missing = {"model", "fmt", "n", "protocol", "variant", "kernel", "graph", "of_read", "t_s"} - set(rows[0])
+    if missing:
+        raise ValueError(f"{csv_path}: not a rows CSV of the CUDA benchmarks (missing columns {sorted(missing)})")
+    return report_markdown(rows, {"rows": title or str(csv_path)})
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--summarize"]:
+        if len(argv) != 2:
+            sys.exit("usage: bench_kernels_cuda.py --summarize ROWS.csv")
+        print(summarize(Path(argv[1])))
+        return 0
     args = parse_args(argv)
     import numpy as np
     import torch

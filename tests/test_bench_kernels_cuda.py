@@ -102,3 +102,29 @@ def test_cli_help_and_clear_error_without_gpu(tmp_path):
     out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)], capture_output=True,
                          text=True)
     assert out.returncode != 0 and "no GPU visible to torch" in out.stderr
+
+
+def test_summarize_reads_standalone_csv(bench, tmp_path):
+    """--summarize (stdlib only) turns a CSV with bench_standalone's columns into the goals table."""
+    import csv
+
+    cols = ["model", "fmt", "n", "m", "N", "H", "I", "U", "expert_bytes", "protocol", "variant", "kernel", "graph",
+            "bytes", "t_s", "t_q25_s", "t_q75_s", "beta_GBps", "t_read_s", "beta_read_GBps", "of_read", "plan",
+            "reps", "gpu", "flags"]
+    path = tmp_path / "standalone.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, cols)
+        w.writeheader()
+        for kernel, share in (("slot", 0.9), ("dedup", 0.8)):
+            w.writerow({"model": "olmoe", "fmt": "int8_b32", "n": 1, "m": 8, "N": 64, "H": 2048, "I": 1024, "U": 8,
+                        "expert_bytes": 7e6, "protocol": "rotate", "variant": "fused", "kernel": kernel, "graph": 0,
+                        "bytes": 56e6, "t_s": 1e-5, "t_q25_s": 1e-5, "t_q75_s": 1e-5, "beta_GBps": share * 4000,
+                        "t_read_s": 2.5e-4, "beta_read_GBps": 4000, "of_read": share, "plan": "fused", "reps": 5,
+                        "gpu": "X", "flags": ""})
+    text = bench.summarize(path)
+    assert "| olmoe | int8_b32 | rotate | 0.90 | 0.80 (short) | n/a (short) | n/a (short) | n/a |" in text
+    with pytest.raises(ValueError, match="missing columns"):
+        (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+        bench.summarize(tmp_path / "bad.csv")
+    out = subprocess.run([sys.executable, str(SCRIPT), "--summarize", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0 and "## Goals" in out.stdout
