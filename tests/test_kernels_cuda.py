@@ -154,3 +154,96 @@ def test_ops_capture_in_a_cuda_graph(fmt):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, eager)
+
+
+# --- the execution paths (moespec.kernels.cuda_api): legacy three launches, fused two launches ----
+@pytest.fixture
+def tuning():
+    """Set the CUDA library's tuning for one test (``tuning(path, pdl)``); restored afterwards."""
+    from moespec.kernels import cuda_api
+
+    lib = cuda_api.loaded_library()
+    saved = cuda_api.get_tuning(lib)
+
+    def use(path="auto", pdl=-1, **kw):
+        cuda_api.set_tuning(lib, cuda_api.TuningChoice(path, pdl, **kw))
+        return lib
+
+    yield use
+    lib.moespec_cuda_set_tuning(__import__("ctypes").byref(saved))
+
+
+PATH_CHOICES = {"legacy": ("legacy", 0), "fused": ("fused", -1), "fused-nopdl": ("fused", 0)}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("model", sorted(published_shapes()))
+def test_paths_agree_bitwise_at_published_shapes(model, fmt, tuning):
+    """Legacy, fused and fused without PDL, per-slot and dedup: six bitwise-equal outputs at the
+    published H, I, m for n = 1, 4, 9, and the fused path really ran (its plan)."""
+    from moespec.kernels import cuda_api
+
+    _, H, I, m = published_shapes()[model]
+    w = ExpertWeights.random((2 * m + 2, H, I), fmt, seed=8, device=DEV)
+    rng = np.random.default_rng(9)
+    for n in (1, 4, 9):
+        g = torch.Generator(device=DEV).manual_seed(n)
+        x = torch.randn((n, H), generator=g, device=DEV)
+        ids = random_ids(n, m, w.num_experts, rng).to(DEV)
+        gates = torch.rand((n, m), generator=g, device=DEV)
+        outs = {}
+        for name, (path, pdl) in PATH_CHOICES.items():
+            lib = tuning(path, pdl)
+            plan = cuda_api.get_plan(lib, x, ids, w, "dedup")
+            assert plan.as_dict()["path"] == path, (name, plan.as_dict())
+            for k, op in (("slot", torch.ops.moespec.expert_slot), ("dedup", torch.ops.moespec.expert_dedup)):
+                outs[name, k] = op(x, ids, gates, *w.tensors())
+        ref = outs["legacy", "slot"]
+        for key, y in outs.items():
+            assert torch.equal(y, ref), (model, fmt, n, key)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("path", sorted(PATH_CHOICES))
+def test_nonfinite_inputs_give_nan_rows_on_gpu(fmt, path, tuning):
+    """NaN / inf in x or the gates: exactly those tokens' rows NaN on every path and kernel (int8
+    too); the other rows are bitwise those of the clean pass."""
+    tuning(*PATH_CHOICES[path])
+    x, ids, gates, w = _inputs(fmt, N=8, H=256, I=128, m=3, n=6)
+    bad_x, bad_g = x.clone(), gates.clone()
+    bad_x[1, 37], bad_x[2, 200], bad_x[3, 0] = float("nan"), float("inf"), -float("inf")
+    bad_g[4, 2], bad_g[5, 0] = float("nan"), float("inf")
+    for op in (torch.ops.moespec.expert_slot, torch.ops.moespec.expert_dedup):
+        clean = op(x, ids, gates, *w.tensors())
+        y = op(bad_x, ids, bad_g, *w.tensors())
+        assert torch.isfinite(clean).all() and torch.isnan(y[1:]).all()
+        assert torch.equal(y[0], clean[0])
+
+
+@pytest.mark.parametrize("path", sorted(PATH_CHOICES))
+def test_each_path_captures_in_a_cuda_graph(path, tuning):
+    """Both ops capture on every path (the fused path's programmatic dependent launch included)
+    and a replay gives the eager result."""
+    tuning(*PATH_CHOICES[path])
+    x, ids, gates, w = _inputs("bf16", N=16, H=2048, I=256, m=4, n=9)
+    for op in (torch.ops.moespec.expert_slot, torch.ops.moespec.expert_dedup):
+        eager = op(x, ids, gates, *w.tensors())
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = op(x, ids, gates, *w.tensors())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager)
+
+
+def test_default_plan_on_this_gpu(tuning):
+    """By default the fused path runs wherever it applies, with PDL on sm_90 and newer."""
+    from moespec.kernels import cuda_api
+
+    lib = tuning()
+    x, ids, _, w = _inputs("bf16", N=16, H=2048, I=1024, m=4, n=2)
+    plan = cuda_api.get_plan(lib, x, ids, w, "slot").as_dict()
+    major = torch.cuda.get_device_capability()[0]
+    assert plan["path"] == ("fused" if major >= 8 else "legacy")
+    assert plan["pdl"] == int(major >= 9) and plan["launches"] == (2 if major >= 8 else 3)

@@ -154,7 +154,7 @@ int elem_bytes(int w_fmt) { return w_fmt == MOESPEC_W_F32 ? 4 : (w_fmt == MOESPE
 
 template <class F>
 size_t fused_gu_smem(const moespec_expert_args* a, int kernel, int ring, int tile, int iters) {
-  return gu_layout<F>(ring, tile, a->H, a->N, kGuRowsPerIter * iters, kernel == MOESPEC_DEDUP).total;
+  return gu_layout<F>(ring, tile, a->H, a->N, a->n * a->m, kGuRowsPerIter * iters, kernel == MOESPEC_DEDUP).total;
 }
 template <class F>
 size_t fused_dn_smem(const moespec_expert_args* a, int kernel, int ring, int warps) {

@@ -51,14 +51,16 @@ struct Tile {
 };
 
 // Dedup routing prep for tile w: group pairs by expert (experts in id order, pairs in pair order
-// within an expert, `tile` pairs per tile). Every thread of the block must call it.
-__device__ inline void resolve_dedup_tile(const Params& p, int w, int* hist, Tile& ts) {
+// within an expert, `tile` pairs per tile). id(q): pair q's expert or -1 (load_id from global
+// memory, or ids the block staged in shared memory). Every thread of the block must call it.
+template <class Id>
+__device__ inline void resolve_dedup_tile(const Params& p, int w, int* hist, Tile& ts, Id id) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int e = tid; e < p.N; e += blockDim.x) hist[e] = 0;
   if (tid == 0) { ts.e = -1; ts.cnt = 0; ts.total = 0; }
   __syncthreads();
   for (int q = tid; q < p.P; q += blockDim.x) {
-    const int e = load_id(p, q);
+    const int e = id(q);
     if (e >= 0) atomicAdd(&hist[e], 1);
   }
   __syncthreads();
@@ -95,7 +97,7 @@ __device__ inline void resolve_dedup_tile(const Params& p, int w, int* hist, Til
     int seen = 0;
     for (int q0 = 0; q0 < p.P && seen < hi; q0 += 32) {
       const int q = q0 + lane;
-      const bool match = q < p.P && load_id(p, q) == e;
+      const bool match = q < p.P && id(q) == e;
       const unsigned b = __ballot_sync(0xffffffffu, match);
       const int rank = seen + __popc(b & ((1u << lane) - 1u));
       if (match && rank >= lo && rank < hi) ts.pairs[rank - lo] = q;
@@ -107,12 +109,19 @@ __device__ inline void resolve_dedup_tile(const Params& p, int w, int* hist, Til
 
 // The gate/up block's tile: per-slot, pair w; dedup, the w-th (expert, token group). Every thread
 // calls it; it ends with a barrier. Zeroes flags[0..MOESPEC_TILE_MAX) (shared memory) for the
-// staging that follows.
+// staging that follows. sids: null (dedup reads the ids from global memory, several dependent
+// rounds) or shared memory for P ints, into which the ids are staged first (one round).
 template <bool DEDUP>
-__device__ inline void resolve_tile(const Params& p, int w, int* hist, Tile& ts, int* flags) {
+__device__ inline void resolve_tile(const Params& p, int w, int* hist, Tile& ts, int* flags, int* sids = nullptr) {
   if (threadIdx.x < MOESPEC_TILE_MAX) flags[threadIdx.x] = 0;
   if constexpr (DEDUP) {
-    resolve_dedup_tile(p, w, hist, ts);
+    if (sids) {
+      for (int q = threadIdx.x; q < p.P; q += blockDim.x) sids[q] = load_id(p, q);
+      __syncthreads();
+      resolve_dedup_tile(p, w, hist, ts, [&](int q) { return sids[q]; });
+    } else {
+      resolve_dedup_tile(p, w, hist, ts, [&](int q) { return load_id(p, q); });
+    }
   } else {
     if (threadIdx.x == 0) { ts.e = load_id(p, w); ts.cnt = 1; ts.pairs[0] = w; ts.total = p.P; }
     __syncthreads();

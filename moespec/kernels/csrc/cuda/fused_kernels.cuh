@@ -40,23 +40,24 @@ using DnRing = Ring<F, kFusedDnRows, F::kInt8 ? 1 : 2>;
 __host__ __device__ inline size_t align16(size_t v) { return (v + 15) / 16 * 16; }
 
 // Dynamic shared memory of the fused gate/up kernel: per-warp rings, the tile's activations,
-// (int8) the block's h values before quantization, (dedup) the expert histogram.
+// (int8) the block's h values before quantization, (dedup) the expert histogram and the pass's ids.
 struct GuLayout {
-  size_t acts, hbuf, hist, total;
+  size_t acts, hbuf, hist, ids, total;
 };
 template <class F>
-__host__ __device__ inline GuLayout gu_layout(int ring, int tile, int H, int N, int rows_per_block, bool dedup) {
+__host__ __device__ inline GuLayout gu_layout(int ring, int tile, int H, int N, int P, int rows_per_block, bool dedup) {
   GuLayout L;
   L.acts = (size_t)kWarps * ring * GuRing<F>::kStageBytes;
   L.hbuf = align16(L.acts + act_ring_bytes<F>(tile, H));
   L.hist = align16(L.hbuf + (F::kInt8 ? 4 * (size_t)tile * rows_per_block : 0));
-  L.total = L.hist + (dedup ? 4 * (size_t)N : 0);
+  L.ids = L.hist + (dedup ? 4 * (size_t)N : 0);
+  L.total = L.ids + (dedup ? 4 * (size_t)P : 0);
   return L;
 }
 
 // Dynamic shared memory of the down + combine kernel: per-warp rings, per-pair results of the
 // block's rows, the tile list (expert, first position, count per tile; pairs by position; count),
-// per-token NaN marks, (dedup) per-expert counts and cursors.
+// per-token NaN marks, (dedup) per-expert counts and cursors, and the pass's ids.
 struct DnLayout {
   size_t obuf, tiles, bad, work, total;
 };
@@ -67,7 +68,7 @@ __host__ __device__ inline DnLayout dn_layout(int ring, int warps, int P, int n,
   L.tiles = align16(L.obuf + 4 * (size_t)P * warps * kFusedDnRows);
   L.bad = align16(L.tiles + 4 * (4 * (size_t)P + 1));
   L.work = align16(L.bad + 4 * (size_t)n);
-  L.total = L.work + (dedup ? 8 * (size_t)N : 0);
+  L.total = L.work + (dedup ? 8 * (size_t)N + 4 * (size_t)P : 0);
   return L;
 }
 
@@ -81,12 +82,13 @@ __global__ void __launch_bounds__(kThreads) gate_up_ring_kernel(Params p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int K = p.H, S = p.ring_gu, rows_blk = kGuRowsPerIter * p.iters_gu, row0 = rb * rows_blk;
   char* sm = reinterpret_cast<char*>(smem4);
-  const GuLayout L = gu_layout<F>(S, p.tile, K, p.N, rows_blk, DEDUP);
+  const GuLayout L = gu_layout<F>(S, p.tile, K, p.N, p.P, rows_blk, DEDUP);
   const GuRing<F> ring{sm + (size_t)warp * S * GuRing<F>::kStageBytes};
   void* xs = sm + L.acts;
 
   pdl_launch_dependents();  // the down kernel may be scheduled once every gate/up block runs
-  resolve_tile<DEDUP>(p, w, reinterpret_cast<int*>(sm + L.hist), ts, flags);
+  // dedup: the ids staged in shared memory first, one round instead of several dependent ones
+  resolve_tile<DEDUP>(p, w, reinterpret_cast<int*>(sm + L.hist), ts, flags, reinterpret_cast<int*>(sm + L.ids));
   if (ts.e < 0) return;  // block-uniform: no tile, or an invalid id (the down kernel writes NaN)
   const int e = ts.e, T = ts.cnt;
 
@@ -208,11 +210,12 @@ __device__ inline void build_tile_list(const Params& p, int* tl, int* work) {
     if (tid == 0) tl[4 * P] = P;
     __syncthreads();
   } else {
-    int *cnt = work, *cur = work + p.N;
+    int *cnt = work, *cur = work + p.N, *sids = work + 2 * p.N;
     for (int e = tid; e < p.N; e += blockDim.x) cnt[e] = 0;
+    for (int q = tid; q < P; q += blockDim.x) sids[q] = load_id(p, q);
     __syncthreads();
     for (int q = tid; q < P; q += blockDim.x) {
-      const int e = load_id(p, q);
+      const int e = sids[q];
       if (e >= 0) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
@@ -245,7 +248,7 @@ __device__ inline void build_tile_list(const Params& p, int* tl, int* work) {
     }
     __syncthreads();
     for (int q = tid; q < P; q += blockDim.x) {
-      const int e = load_id(p, q);
+      const int e = sids[q];
       if (e >= 0) sorted[atomicAdd(&cur[e], 1)] = q;
     }
     __syncthreads();
