@@ -140,28 +140,10 @@ def split_name(name: str) -> tuple[str, str, bool]:
 
 
 def device_random_weights(shape, fmt: str, device: str, seed: int):
-    """Random experts ``(N, H, I)`` generated on the device (a published layer in f32 is up to
-    3.2 GB: generating it on the host would dominate the run). Same value law as
-    ``ExpertWeights.random``: N(0, 1/K) floats; int8 uniform in [-127, 127] with positive scales."""
-    import torch
+    """Random experts ``(N, H, I)`` drawn on the device (``ExpertWeights.random(on_device=True)``)."""
+    from moespec.kernels import ExpertWeights
 
-    from moespec.kernels import BLOCK, KERNEL_FORMATS, ExpertWeights
-
-    N, H, I = shape
-    gen = torch.Generator(device=device).manual_seed(seed)
-
-    def make(rows, k):
-        if fmt == "int8_b32":
-            q = torch.randint(-127, 128, (N, rows, k), generator=gen, device=device, dtype=torch.int8)
-            s = (torch.rand((N, rows, k // BLOCK), generator=gen, device=device) + 0.5) * (math.sqrt(3.0) / (127 * math.sqrt(k)))
-            return q, s
-        w = torch.empty((N, rows, k), dtype=KERNEL_FORMATS[fmt], device=device)
-        for e in range(N):
-            w[e] = torch.randn((rows, k), generator=gen, device=device).mul_(1.0 / math.sqrt(k))
-        return w, None
-
-    (g, gs), (u, us), (d, ds) = make(I, H), make(I, H), make(H, I)
-    return ExpertWeights(fmt, g, u, d, gs, us, ds)
+    return ExpertWeights.random(shape, fmt, seed=seed, device=device, on_device=True)
 
 
 def rows_for(model, fmt, n, shape, m, U, b, timings, read_bytes, protocol, plans, state, flags=()) -> list[dict]:

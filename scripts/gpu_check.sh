@@ -27,7 +27,9 @@
 #   5. the CUDA tests (pytest -m cuda; files: $GPU_CHECK_TESTS);
 #   6. the torch benchmark (benchmarks/bench_kernels_cuda.py: our kernels on both paths, CUDA-graph
 #      replay, the torch peers: per-expert matmuls and torch._grouped_mm; extra args:
-#      $GPU_CHECK_BENCH_ARGS) -> bench_kernels_cuda.csv;
+#      $GPU_CHECK_BENCH_ARGS) -> bench_kernels_cuda.csv; then the expert layers of a verify pass
+#      (benchmarks/bench_layers_cuda.py: OLMoE's 16 layers, replayed routing, eager and CUDA
+#      graph) -> layers/;
 #   7. OUT_DIR/REPORT.md: goals met or short (from every benchmark CSV), tables, test results.
 # GPU_CHECK_SKIP_STANDALONE=1 skips step 2, GPU_CHECK_SKIP_BENCH=1 every benchmark. A failed
 # check does not stop the later steps: the report says what failed and the script exits 1 at the
@@ -244,6 +246,9 @@ else
   if limited 420 "$PY" benchmarks/bench_kernels_cuda.py --out "$BENCH_DIR" --reps "$REPS" --ns "$NS" --graph \
        ${GPU_CHECK_BENCH_ARGS:-}; then :; else FAILED+=("torch benchmark"); fi
   [ -f "$BENCH_DIR/rows.csv" ] && cp "$BENCH_DIR/rows.csv" "$OUT_DIR/bench_kernels_cuda.csv"
+  echo "--- 6b the expert layers of a verify pass (OLMoE, bf16, eager and CUDA graph)"
+  if limited 240 "$PY" benchmarks/bench_layers_cuda.py --out "$OUT_DIR/layers" --ns "$NS" --windows 4 \
+       --reps "$([ "$QUICK" = 1 ] && echo 5 || echo 10)"; then :; else FAILED+=("layer-stack benchmark"); fi
 fi
 
 # --- 7. report ----------------------------------------------------------------------------
@@ -303,6 +308,10 @@ summary() {  # the goals and tables of one benchmark CSV (stdlib only)
   echo '```'
   if [ -s "$OUT_DIR/pytest_cuda.txt" ]; then tail -n 40 "$OUT_DIR/pytest_cuda.txt"; else echo "(not run)"; fi
   echo '```'
+  echo
+  echo "## Expert layers of a verify pass (layers/rows.csv)"
+  echo
+  if [ -s "$OUT_DIR/layers/report.md" ]; then sed 's/^# /### /' "$OUT_DIR/layers/report.md"; else echo "(not run or failed)"; fi
   echo
   if [ -f "$BENCH_DIR/report.md" ]; then
     echo "## Torch benchmark with the peers (bench_kernels_cuda.csv; provenance: bench/provenance.json)"
