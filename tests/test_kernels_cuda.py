@@ -6,6 +6,8 @@ the fp64 reference on random, odd, published and edge shapes is in ``test_kernel
   their outputs are bitwise equal: on the small and odd shapes, with every token on the same experts
   (n = 20 splits an expert's tokens over several 9-token tiles), all pairs distinct, and at the
   published shapes for n = 1..9;
+* the execution paths (legacy, fused, fused without PDL): bitwise equal at the published shapes,
+  NaN rows for non-finite inputs, CUDA-graph capture on each, the default plan on this GPU;
 * gates absent equal unit gates; ``auto`` picks cuda on a GPU;
 * the op's own input checks (dtype, layout, device, shape, int8 scales, the CPU-packed int8 layout)
   and ids out of range (expert_forward raises; the op gives NaN rows, never an out-of-bounds read).
@@ -140,22 +142,6 @@ def test_out_of_range_ids():
         assert torch.isnan(y[1]).all() and torch.isfinite(y[[0, 2]]).all()
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_ops_capture_in_a_cuda_graph(fmt):
-    """Both ops are capturable (no host sync, no attribute calls once warmed up) and a replay
-    gives the eager result, including the dedup kernel's 72 KB shared-memory opt-in."""
-    x, ids, gates, w = _inputs(fmt, N=16, H=2048, I=256, m=4, n=9)
-    for op in (torch.ops.moespec.expert_slot, torch.ops.moespec.expert_dedup):
-        eager = op(x, ids, gates, *w.tensors())  # warm-up: opt-ins happen here, outside the capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = op(x, ids, gates, *w.tensors())
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, eager)
-
-
 # --- the execution paths (moespec.kernels.cuda_api): legacy three launches, fused two launches ----
 @pytest.fixture
 def tuning():
@@ -220,14 +206,16 @@ def test_nonfinite_inputs_give_nan_rows_on_gpu(fmt, path, tuning):
         assert torch.equal(y[0], clean[0])
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("path", sorted(PATH_CHOICES))
-def test_each_path_captures_in_a_cuda_graph(path, tuning):
-    """Both ops capture on every path (the fused path's programmatic dependent launch included)
-    and a replay gives the eager result."""
+def test_ops_capture_in_a_cuda_graph(path, fmt, tuning):
+    """Both ops capture on every path (the fused path's programmatic dependent launch included;
+    no host sync, no attribute calls once warmed up) and a replay gives the eager result,
+    including the dedup kernel's 72 KB shared-memory opt-in."""
     tuning(*PATH_CHOICES[path])
-    x, ids, gates, w = _inputs("bf16", N=16, H=2048, I=256, m=4, n=9)
+    x, ids, gates, w = _inputs(fmt, N=16, H=2048, I=256, m=4, n=9)
     for op in (torch.ops.moespec.expert_slot, torch.ops.moespec.expert_dedup):
-        eager = op(x, ids, gates, *w.tensors())
+        eager = op(x, ids, gates, *w.tensors())  # warm-up: opt-ins happen here, outside the capture
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
