@@ -161,20 +161,51 @@ size_t fused_dn_smem(const moespec_expert_args* a, int kernel, int ring, int war
   return dn_layout<F>(ring, warps, a->n * a->m, a->n, a->N, kernel == MOESPEC_DEDUP).total;
 }
 
-// The fused path's ring depths and shared memory. A default depth (4 gate/up, 6 down stages) is
-// lowered (not below 2) until two blocks fit per SM; a depth the tuning asks for is kept unless
-// one block could not have that much shared memory at all. False: does not fit.
+// Weight bytes each SM should keep in flight (Little's law: an H200 reads ~4.4 TB/s over 132
+// SMs, 33 KB per SM per microsecond of memory latency; ~1.5x that). docs/cuda.md.
+constexpr size_t kInflightTargetPerSm = 48 * 1024;
+
+// A ring depth for one kernel: the one that keeps the most weight bytes in flight per SM
+// (resident blocks x warps x (depth - 1) stages; resident blocks as shared memory, the 2048
+// threads of an SM and the grid's blocks per SM allow), among the depths <= max_depth that fit
+// one block; but the smallest depth that keeps two blocks resident and reaches the in-flight
+// target, where one does (two blocks overlap each other's start-up).
+template <class Smem>
+int choose_ring(Smem smem, int max_depth, size_t per_block, size_t per_sm, int warps, size_t stage_bytes,
+                size_t grid_blocks, int sms) {
+  const size_t by_grid = (grid_blocks + sms - 1) / sms, by_threads = 2048 / (32 * (size_t)warps);
+  int best = 2;
+  size_t best_inflight = 0;
+  for (int r = 2; r <= max_depth; ++r) {
+    if (smem(r) > per_block) break;
+    size_t blocks = per_sm / (smem(r) + kStaticSmemReserve);
+    blocks = blocks < by_grid ? blocks : by_grid;
+    blocks = blocks < by_threads ? blocks : by_threads;
+    const size_t inflight = blocks * warps * (r - 1) * stage_bytes;
+    if (blocks >= 2 && inflight >= kInflightTargetPerSm) return r;
+    if (inflight > best_inflight) { best = r; best_inflight = inflight; }
+  }
+  return best;
+}
+
+// The fused path's ring depths and shared memory: a depth the tuning asks for is kept unless one
+// block could not have that much shared memory at all; by default choose_ring picks it (gate/up
+// up to 6 stages, down up to 8). False: does not fit.
 template <class F>
 bool plan_fused(const moespec_expert_args* a, int kernel, const Device& d, const moespec_cuda_tuning& t, Plan* pl) {
   moespec_cuda_plan& q = pl->pub;
   const size_t per_block = (size_t)d.smem_optin - kStaticSmemReserve, per_sm = (size_t)d.smem_per_sm;
-  int rg = t.ring_gu ? t.ring_gu : 4, rd = t.ring_dn ? t.ring_dn : 6;
   const int warps = t.dn_warps ? t.dn_warps : 4;
   auto gu = [&](int r) { return fused_gu_smem<F>(a, kernel, r, q.tile, q.iters_gu); };
   auto dn = [&](int r) { return fused_dn_smem<F>(a, kernel, r, warps); };
-  auto two_fit = [&](size_t bytes) { return 2 * (bytes + kStaticSmemReserve) <= per_sm; };
-  while (rg > 2 && (gu(rg) > per_block || (!t.ring_gu && !two_fit(gu(rg))))) --rg;
-  while (rd > 2 && (dn(rd) > per_block || (!t.ring_dn && !two_fit(dn(rd))))) --rd;
+  const size_t gu_blocks = pl->ntiles * (size_t)((a->I + kGuRowsPerIter * q.iters_gu - 1) / (kGuRowsPerIter * q.iters_gu));
+  const size_t dn_blocks = (a->H + kFusedDnRows * warps - 1) / (kFusedDnRows * warps);
+  int rg = t.ring_gu ? t.ring_gu
+                     : choose_ring(gu, 6, per_block, per_sm, kWarps, GuRing<F>::kStageBytes, gu_blocks, d.sms);
+  int rd = t.ring_dn ? t.ring_dn
+                     : choose_ring(dn, 8, per_block, per_sm, warps, DnRing<F>::kStageBytes, dn_blocks, d.sms);
+  while (rg > 2 && gu(rg) > per_block) --rg;
+  while (rd > 2 && dn(rd) > per_block) --rd;
   if (gu(rg) > per_block || dn(rd) > per_block) return false;
   q.ring_gu = rg;
   q.ring_dn = rd;

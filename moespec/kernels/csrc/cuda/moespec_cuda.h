@@ -111,8 +111,9 @@ int moespec_cuda_expert_forward(const moespec_expert_args* a, int kernel, cudaSt
 typedef struct moespec_cuda_tuning {
   int path;             /* enum moespec_path; AUTO: fused wherever it applies (see the plan) */
   int pdl;              /* -1 auto (on for sm_90+), 0 off, 1 on (ignored below sm_90) */
-  int ring_gu, ring_dn; /* fused: cp.async ring depth per warp in stages, 2..8 (0: 4 and 6, lowered
-                           until two blocks fit per SM; a depth given here is kept where it fits) */
+  int ring_gu, ring_dn; /* fused: cp.async ring depth per warp in stages, 2..8 (0: chosen for the
+                           weight bytes in flight per SM, docs/cuda.md; a depth given here is kept
+                           where one block can have its shared memory) */
   int dn_warps;         /* fused: warps per down block, 1..8 (0: 4) */
   int gu_blocks_per_sm; /* both: gate/up row iterations are the most that leave this many blocks
                            per SM (0: 4) */
