@@ -65,7 +65,7 @@ __device__ __forceinline__ void cp_async_wait_n() {
 #endif
 }
 
-// wait_group takes an immediate: the ring depths used at run time are 2..8 stages (newest 0..6).
+// wait_group takes an immediate: the ring depths used at run time are 2..8 stages (newest 1..7).
 __device__ __forceinline__ void cp_async_wait(int newest) {
   switch (newest) {
     case 0: cp_async_wait_n<0>(); break;
@@ -74,7 +74,8 @@ __device__ __forceinline__ void cp_async_wait(int newest) {
     case 3: cp_async_wait_n<3>(); break;
     case 4: cp_async_wait_n<4>(); break;
     case 5: cp_async_wait_n<5>(); break;
-    default: cp_async_wait_n<6>(); break;
+    case 6: cp_async_wait_n<6>(); break;
+    default: cp_async_wait_n<7>(); break;
   }
 }
 
