@@ -28,7 +28,8 @@
 # targets by construction and are not a measurement; the shape of the curve between them and
 # $\bar u(n)$ follow from the process. The published values are drawn as labelled reference points.
 # Any trace saved as `*.npz` in `data/traces/` (e.g. by `moespec.routing.record`) is loaded and shown
-# beside them, labelled by its `source`.
+# beside them, labelled by its `source`, and so is `trace_file` (e.g. a trace imported from vLLM or
+# SGLang with `moespec import-routing`).
 
 # %% tags=["parameters"]
 profile = "full"
@@ -42,6 +43,7 @@ n_max = 9
 calibrate_n9 = True     # calibrate the synthetic traces to rho(9) as well as rho(2)
 load_recorded = True    # also show the traces saved in data/traces/*.npz
 recorded_split = "test"  # which saved traces: "test" (cut to the 32 fit articles, as Figure 1), "valid", or "all"
+trace_file = ""         # also show this trace file (e.g. one `moespec import-routing` wrote from vLLM/SGLang)
 
 # %%
 import numpy as np
@@ -50,7 +52,7 @@ from tqdm.auto import tqdm
 from moespec import io, paths
 from moespec.models import PRESETS, get_spec
 from moespec.plots.routing import figure1_reuse
-from moespec.routing import synthetic
+from moespec.routing import RoutingTrace, synthetic
 from moespec.routing.published import published_reuse, reuse_targets
 from moespec.tables.routing import reuse_curves, reuse_table
 from moespec.zoo import sources
@@ -78,11 +80,13 @@ for i, name in enumerate(tqdm(synthetic_models, desc="synthetic traces")):
     traces.append(synthetic.calibrated(spec, targets, num_docs, doc_len, seed=seed + i))
 if load_recorded:
     traces += sources.saved_traces(None if recorded_split == "all" else recorded_split)
+if trace_file:
+    traces.append(RoutingTrace.load(trace_file))
 if checkpoint:  # moespec.zoo.sources.record_checkpoint: raw WikiText test articles, context-length pieces
     traces.append(sources.fit_subset(sources.record_checkpoint(
         model, device, max_tokens=None if profile == "full" else 64)))
 if not traces:
-    raise ValueError("no traces: set model to 'synthetic' or a preset, or record traces into "
+    raise ValueError("no traces: set model to 'synthetic' or a preset, give trace_file, or record traces into "
                      f"{paths.traces_dir()}")
 for tr in traces:
     print(tr)
