@@ -172,6 +172,18 @@ def cuda_sources() -> list[Path]:
     return sorted((CSRC / "cuda").glob("*.cu")) + sorted((CSRC / "cuda").glob("*.cpp"))
 
 
+def cuda_headers_digest() -> str:
+    """A digest of the CUDA headers (``*.cuh``, ``*.h``). torch's extension builder decides whether
+    to rebuild from the source files and flags only, so the digest goes into the flags: an edited
+    header then rebuilds the extension instead of loading a stale one."""
+    import zlib
+
+    digest = 0
+    for h in sorted((CSRC / "cuda").glob("*.cuh")) + sorted((CSRC / "cuda").glob("*.h")):
+        digest = zlib.crc32(h.name.encode() + h.read_bytes(), digest)
+    return f"{digest:08x}"
+
+
 def load_cuda() -> None:
     """Build (first time) and load the CUDA implementations of the same ops (needs a GPU build of
     torch and nvcc). Loads the CPU extension first: it defines the op schemas."""
@@ -182,8 +194,9 @@ def load_cuda() -> None:
         sources = cuda_sources()
         if not sources:
             raise ExtensionBuildError(f"no CUDA sources under {CSRC / 'cuda'}")
-        _build("moespec_cuda", sources, cuda=True, extra_cflags=["-O3", "-std=c++17"],
-               extra_cuda_cflags=["-O3", "-std=c++17"])
+        stamp = f"-DMOESPEC_CUDA_HEADERS={cuda_headers_digest()}"
+        _build("moespec_cuda", sources, cuda=True, extra_cflags=["-O3", "-std=c++17", stamp],
+               extra_cuda_cflags=["-O3", "-std=c++17", stamp])
         _loaded["cuda"] = True
 
 

@@ -77,7 +77,9 @@ def _expert_linear(v: torch.Tensor, weights: ExpertWeights, which: str, e: int) 
     return F.linear(dequantize_blocks(q, s), wf)
 
 
-def _expert_mlp(v: torch.Tensor, weights: ExpertWeights, e: int) -> torch.Tensor:
+def expert_mlp(v: torch.Tensor, weights: ExpertWeights, e: int) -> torch.Tensor:
+    """Expert ``e`` applied to the rows of ``v`` at the format's precision, as a torch user would
+    write it (three ``F.linear``); float32 ``[rows, H]``."""
     h = F.silu(_expert_linear(v, weights, "gate", e)) * _expert_linear(v, weights, "up", e)
     return _expert_linear(h, weights, "down", e)
 
@@ -104,7 +106,7 @@ def torch_slot(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
     n, m = ids.shape
     for t in range(n):
         for s in range(m):
-            y[t] += g[t, s] * _expert_mlp(x[t:t + 1], weights, int(ids[t, s]))[0]
+            y[t] += g[t, s] * expert_mlp(x[t:t + 1], weights, int(ids[t, s]))[0]
     return non_finite_rows_to_nan(y, x, gates)
 
 
@@ -114,5 +116,5 @@ def torch_dedup(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
     g = _gates(ids, gates, torch.float32)
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for e, toks, slots in groups_by_expert(ids):
-        y.index_add_(0, toks, _expert_mlp(x[toks], weights, e) * g[toks, slots].unsqueeze(1))
+        y.index_add_(0, toks, expert_mlp(x[toks], weights, e) * g[toks, slots].unsqueeze(1))
     return non_finite_rows_to_nan(y, x, gates)

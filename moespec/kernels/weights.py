@@ -201,29 +201,34 @@ class ExpertWeights:
 
     @classmethod
     def random(cls, spec_or_shape, fmt: str = "f32", seed: int = 0, device="cpu",
-               num_experts: int | None = None) -> "ExpertWeights":
+               num_experts: int | None = None, on_device: bool = False) -> "ExpertWeights":
         """Random experts with the shape of a model spec (or ``(N, H, I)``), for timing and tests.
 
         Values are N(0, 1/K) for reduction length K, so outputs stay O(1) for O(1) inputs;
         int8 values are drawn directly (uniform in [-127, 127], scales positive and O(1/(127 sqrt K)))
         so that a 1.6 GB layer needs no float copy. ``num_experts`` overrides N (tests use fewer).
+        ``on_device``: draw them on ``device`` with its own generator (a published layer in f32 is
+        up to 3.2 GB; drawing it on the host would dominate a GPU benchmark); the values then differ
+        from the host-drawn ones of the same seed.
         """
         fmt = normalize_format(fmt)
         n, h, i = _shape_of(spec_or_shape)
         if num_experts is not None:
             n = int(num_experts)
-        gen = torch.Generator().manual_seed(int(seed))
+        where = torch.device(device) if on_device else torch.device("cpu")
+        gen = torch.Generator(device=where).manual_seed(int(seed))
 
         def make(rows, k):
             if fmt == "int8_b32":
                 if k % BLOCK:
                     raise ValueError(f"int8_b32 needs the reduction size {k} to be a multiple of {BLOCK}")
-                q = torch.randint(-127, 128, (n, rows, k), generator=gen, dtype=torch.int8)
-                s = (torch.rand((n, rows, k // BLOCK), generator=gen) + 0.5) * (math.sqrt(3.0) / (127 * math.sqrt(k)))
+                q = torch.randint(-127, 128, (n, rows, k), generator=gen, dtype=torch.int8, device=where)
+                s = ((torch.rand((n, rows, k // BLOCK), generator=gen, device=where) + 0.5)
+                     * (math.sqrt(3.0) / (127 * math.sqrt(k))))
                 return q, s
-            w = torch.empty((n, rows, k), dtype=KERNEL_FORMATS[fmt])
+            w = torch.empty((n, rows, k), dtype=KERNEL_FORMATS[fmt], device=where)
             for e in range(n):  # one expert at a time keeps the float32 temporary small
-                w[e] = torch.randn((rows, k), generator=gen).mul_(1.0 / math.sqrt(k))
+                w[e] = torch.randn((rows, k), generator=gen, device=where).mul_(1.0 / math.sqrt(k))
             return w, None
 
         (g, gs), (u, us), (d, ds) = make(i, h), make(i, h), make(h, i)
