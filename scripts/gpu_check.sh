@@ -229,7 +229,7 @@ fi
 
 # --- 5. CUDA tests ------------------------------------------------------------------------
 step "5/7 CUDA tests"
-TESTS=${GPU_CHECK_TESTS:-tests/test_kernels_cuda.py tests/test_kernels_correctness.py tests/test_cuda_compile.py}
+TESTS=${GPU_CHECK_TESTS:-tests/test_kernels_cuda.py tests/test_kernels_correctness.py tests/test_kernels_nonfinite.py tests/test_cuda_compile.py}
 # shellcheck disable=SC2086
 if [ "$EXT_OK" != 1 ]; then
   echo "skipped: no usable Python/torch or extension"
