@@ -29,8 +29,9 @@ class Engine:
         self.prefill_chunk = int(prefill_chunk)
         self.cache = None
         self.last_logits: torch.Tensor | None = None
-        #: called as ``listener(start, n)`` before every pass of ``n`` tokens appended at cache
-        #: position ``start`` (replayed routing, :mod:`moespec.engine.replay`, reads positions there)
+        #: called as ``listener(start, ids)`` before every pass of the token ids ``ids`` (1-D tensor)
+        #: appended at cache position ``start`` (replayed routing, :mod:`moespec.engine.replay`,
+        #: reads the positions there)
         self.pass_listeners: list = []
 
     @property
@@ -65,7 +66,7 @@ class Engine:
     @torch.inference_mode()
     def _run(self, ids: torch.Tensor) -> torch.Tensor:
         for listener in self.pass_listeners:
-            listener(self.length, int(ids.numel()))
+            listener(self.length, ids)
         out = self.model(input_ids=ids.view(1, -1), cache=self.cache, use_cache=True)
         return out.logits[0]
 
