@@ -20,7 +20,7 @@ from moespec.bench.timing import read_bandwidth_callable, timer_for
 #: Bytes of the reference read: large against the caches, short against a timed round (~5-8 ms here).
 REF_BYTES = 2**28
 #: Two groups of readings count as two regimes when their centres differ at least this much.
-MIN_RATIO = 1.25
+MIN_RATIO = 1.4
 LOW, HIGH, ONE = "low", "high", "one"
 
 
@@ -32,7 +32,7 @@ class ReferenceRead:
         self.timer = timer or timer_for(str(device))
 
     def __call__(self) -> float:
-        return self.nbytes / self.timer(self.fn) / 1e9
+        return self.nbytes / self.timer(self.fn)  # bytes per ns = GB/s (the timers return ns)
 
 
 def split_point(bandwidth, min_ratio: float = MIN_RATIO) -> float | None:

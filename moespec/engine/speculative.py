@@ -252,4 +252,5 @@ def summarize_steps(steps: list[Step]) -> dict:
             "time_s": t_total, "throughput": emitted / t_total if t_total > 0 else float("nan"),
             "t_step_median_s": float(np.median([s.t_step_s for s in steps])),
             "t_verify_median_s": float(np.median([s.t_verify_s for s in steps])),
+            "t_draft_median_s": float(np.median([s.t_draft_s for s in steps])),
             "h_median_s": float(np.median([s.t_step_s - s.t_verify_s for s in steps]))}

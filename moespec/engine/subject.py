@@ -89,6 +89,55 @@ class Subject:
     def preregistered(self) -> bool:
         return self.kind in ("byte-faithful", "default")
 
+    def depth_prompts(self, depth: int, count: int, seed: int = 0) -> list:
+        """``count`` prompts of ``depth`` tokens: WikiText validation articles cut to ``depth``
+        (paper 1, Section 4) when the subject has a tokenizer; for a replayed subject one prompt
+        per trace document (:meth:`moespec.engine.replay.ReplayRouting.prompt`); else seeded
+        random ids (the quick profile's random models)."""
+        import numpy as np
+
+        from moespec.engine import prompts as P
+
+        if self.replay is not None:
+            if count > self.replay.trace.num_docs:
+                raise ValueError(f"the replayed trace has {self.replay.trace.num_docs} documents; {count} prompts asked")
+            return [self.replay.prompt(i, depth, self.vocab_size) for i in range(count)]
+        if self.tokenizer is not None:
+            return P.validation_prompts(self.tokenizer, depth, count=count)[0]
+        rng = np.random.default_rng([seed, depth])
+        return [rng.integers(1, self.vocab_size, size=depth) for _ in range(count)]
+
+    def chat_prompts(self, count: int, max_tokens: int, seed: int = 0) -> list:
+        """``count`` MT-Bench first turns (evenly spaced over the 80, so every category is
+        represented; paper 1, Appendix D.3) cut to ``max_tokens``, or seeded random ids of 12..max
+        tokens without a tokenizer."""
+        import numpy as np
+
+        from moespec.engine import prompts as P
+
+        if self.tokenizer is not None:
+            turns = P.mt_bench_first_turns()
+            picked = [turns[i] for i in np.linspace(0, len(turns) - 1, count).round().astype(int)]
+            return P.tokenize_prompts(picked, self.tokenizer, max_tokens=max_tokens)
+        rng = np.random.default_rng([seed, 1])
+        return [rng.integers(1, self.vocab_size, size=min(12, max_tokens)) for _ in range(count)]
+
+    def question_prompts(self, texts: list, max_tokens: int, seed: int = 0) -> list:
+        """Prompts for the given question texts (paper 2's Spec-Bench first turns), cut to
+        ``max_tokens``: tokenized with the subject's tokenizer; for a replayed subject question i
+        replays trace document i mod D; else seeded random ids of ``max_tokens`` tokens."""
+        import numpy as np
+
+        from moespec.engine import prompts as P
+
+        if self.replay is not None:
+            D = self.replay.trace.num_docs
+            return [self.replay.prompt(i % D, max_tokens, self.vocab_size) for i in range(len(texts))]
+        if self.tokenizer is not None:
+            return P.tokenize_prompts(texts, self.tokenizer, max_tokens=max_tokens)
+        rng = np.random.default_rng([seed, 2])
+        return [rng.integers(1, self.vocab_size, size=max_tokens) for _ in texts]
+
     def expert_bytes_per_token(self) -> float:
         """Bytes the experts of one token read over all MoE layers at n = 1 (L m b)."""
         from moespec.engine.operation import layer_weights
@@ -307,3 +356,23 @@ def _checkpoint_subject(path, draft_path, device, backend, fmt, dtype, seed, dra
     if drafter is not None and draft_cost > 0:
         sub.description.update(widen_draft(drafter, sub.expert_bytes_per_token(), draft_cost, seed=seed + 1))
     return sub
+
+
+#: The arguments of :func:`load_subject` that define a subject (written to a run's run.json).
+SUBJECT_ARGS = ("model", "like", "fmt", "dtype", "draft", "trace_file", "layers", "draft_cost", "layout")
+
+
+def subject_args_from_run(run: dict, **given) -> dict:
+    """The subject arguments recorded by notebook 05 in ``run`` (its run.json ``subject_args``),
+    checked against those ``given`` to a later notebook: a given value that is set (not '' / 0)
+    must equal the recorded one, so that notebook 06 predicts the runs of the subject it times."""
+    rec = run.get("subject_args")
+    if rec is None:
+        raise ValueError("the run record has no subject_args (written by notebook 05 of this version); rerun notebook 05")
+    for name, value in given.items():
+        if name not in SUBJECT_ARGS:
+            raise ValueError(f"{name!r} is not a subject argument; known {SUBJECT_ARGS}")
+        if value not in ("", 0, 0.0, None) and value != rec.get(name):
+            raise ValueError(f"{name}={value!r} differs from notebook 05's run ({name}={rec.get(name)!r}); "
+                             "run notebook 05 on this subject first, or leave the parameter empty")
+    return dict(rec)
