@@ -184,6 +184,10 @@ io.save_figure(plots.fig_rounds_by_k(spec_rounds, headline.per_k, title=f"T_T vs
 a_d, b_d = R.coefficient(headline.draft, "K")[0], R.coefficient(headline.draft, "Intercept")[0]
 io.save_figure(plots.fig_draft_time(spec_rounds, a_d, b_d), fig_dir / "07_figA6_draft_time.png")
 print(regression.drop(columns="subject").round(4).T.to_string())
+for f in fits.values():
+    print(f"[{f.label}] eq. (4) in-sample R2 = {f.categorical.r2:.4f}, GroupKFold MAPE = "
+          f"{f.categorical.cv.mape_pct.mean():.2f}%; draft (A4): T_D = {R.coefficient(f.draft, 'K')[0]:.4f} K + "
+          f"{R.coefficient(f.draft, 'Intercept')[0]:.4f} ms")
 print(headline.per_k[["K", "alpha_ms_per_expert", "alpha_se", "beta0_ms", "c_ms_per_token", "r2_in", "cv_mape_pct"]]
       .round(5).to_string(index=False))
 print(headline.factors.round(4).to_string(index=False))
@@ -241,7 +245,8 @@ for name, cm in models.items():
     analyses[name] = A.analyse(items, cm, train, test, P["lmax"], kernel_models(
         cm, sub.engine.num_layers, expert_bytes, cfg.num_experts_per_tok, bw_kernels["slot_GBps"],
         bw_kernels["dedup_GBps"]), label=name)
-    prefix = "07_" if name == headline.label else "07_" + name.replace(": ", "_").replace(" ", "_").replace(",", "") + "_"
+    prefix = ("07_" if name == headline.label else "07_cf_" if name.startswith("sensitivity")
+              else "07_" + name.replace(" ", "_") + "_")
     for tname, table in analyses[name].tables().items():
         if isinstance(table, dict):
             io.write_json(fig_dir / f"{prefix}{tname}.json", {**table, "subject": label, "cost_model": name})
@@ -278,6 +283,8 @@ for name, prefix, what in ((headline.label, "07_", f"measured cost ({headline.la
                    fig_dir / f"{prefix}fig3_delta_space.png")
     io.save_figure(plots.fig_online_policy(r.online, title=f"Online early exit vs oracle, {what} (held-out)"),
                    fig_dir / f"{prefix}online_policy.png")
+    print(f"[{what}] oracle speedup (Lmax={P['lmax']}): {r.totals['speedup']:.3f}; mean draft length "
+          f"{r.totals['mean_draft_length']:.2f}; mean accepted length {r.totals['mean_accepted_length']:.2f}")
     print(f"[{what}] Lmax sweep:")
     print(r.sweep.round(3).to_string(index=False))
     print(f"[{what}] quadrant I {r.quadrants['I']}, II {r.quadrants['II']}, III {r.quadrants['III']}, IV "

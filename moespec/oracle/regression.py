@@ -223,8 +223,13 @@ def fit_rounds(rounds: pd.DataFrame, label: str = "all rows", n_splits: int = 5)
     """Every regression of paper 2 on ``rounds``: the speculative rounds (K >= 1) for Table A4,
     eq. (4), (A3), (A4) and Table A2; all rounds (K = 0 too) for the oracle's t_target."""
     spec = rounds[rounds.K >= 1]
-    if spec.gen_id.nunique() < n_splits:
-        raise ValueError(f"{label}: {spec.gen_id.nunique()} generations, fewer than the {n_splits} GroupKFold folds")
-    return RoundFits(label, int(len(spec)), fit_per_k(spec, n_splits), fit_categorical(spec, n_splits),
-                     fit_pooled(spec, n_splits), fit_target_cost(rounds, n_splits), fit_draft(spec, n_splits),
-                     factor_importance(spec, n_splits=n_splits))
+    few = {int(K): int(g.gen_id.nunique()) for K, g in spec.groupby("K") if g.gen_id.nunique() < n_splits or len(g) <= 4}
+    if spec.empty or few:
+        raise ValueError(f"{label}: too few rounds to fit (generations per K below {n_splits} or 4 rounds or fewer: "
+                         f"{few or 'no speculative rounds'})")
+    try:
+        return RoundFits(label, int(len(spec)), fit_per_k(spec, n_splits), fit_categorical(spec, n_splits),
+                         fit_pooled(spec, n_splits), fit_target_cost(rounds, n_splits), fit_draft(spec, n_splits),
+                         factor_importance(spec, n_splits=n_splits))
+    except (ZeroDivisionError, np.linalg.LinAlgError) as exc:   # as many parameters as rounds somewhere
+        raise ValueError(f"{label}: the rounds do not determine the regressions ({type(exc).__name__}: {exc})") from None
