@@ -19,12 +19,7 @@ from moespec.engine.verify import measure_verify_times, regime_summaries
 from moespec.theory import expected_tokens
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread on the shared cores
 
 
 @pytest.fixture(scope="module")

@@ -25,12 +25,7 @@ TOL = {"f32": 1e-5, "bf16": 1e-5, "int8_b32": 1e-5}
 FORMATS = ("f32", "bf16", "int8_b32")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread on the shared cores
 
 
 def _layer(fmt, n=6, h=32, i=32, seed=0):
