@@ -287,7 +287,8 @@ def _byte_faithful(target, drafter, tok, origin, like, fmt, layout, device, back
             "expert_bytes": w.bytes_per_expert, "published_expert_bytes": spec.expert_bytes(fmt),
             "expert_bytes_per_token_per_layer": int(cfg.num_experts_per_tok) * w.bytes_per_expert,
             "published_expert_bytes_per_token_per_layer": spec.top_k * spec.expert_bytes(fmt)}
-    label = f"{origin}, experts at {spec.paper_label or spec.name}'s expert bytes ({fmt}, byte-faithful)"
+    how = "byte-faithful" if layout == "published" else "byte-faithful, only I widened"
+    label = f"{origin}, experts at {spec.paper_label or spec.name}'s expert bytes ({fmt}, {how})"
     return Subject("byte-faithful", label, engine, drafter, tok, device, desc)
 
 
