@@ -86,6 +86,7 @@ from moespec import io, paths, predict, provenance
 from moespec.bench.regimes import ReferenceRead
 from moespec.engine import breakdown as B
 from moespec.engine import draftcost as DC
+from moespec.engine import goals as G
 from moespec.engine import summaries as SM
 from moespec.engine.profiles import default_depths, resolve, setup
 from moespec.engine.runs import greedy_agreement, oracle_sweep
@@ -269,6 +270,9 @@ else:
     print(f"drafting stops paying from draft cost {stop['stop_cost_measured']} (measured), "
           f"{stop['stop_cost_predicted']} (predicted): {stop['grid_steps_apart']} grid steps apart; "
           f"cost ratios {np.round(stop['cost_ratio'], 3).tolist()}")
+    goals = G.draft_cost_goals(pred, stop).assign(subject=label)
+    io.write_dataframe(fig_dir / "05_goals.csv", goals)
+    print(goals.drop(columns="subject").to_string(index=False))
     print(f"draft cost {rep['draft_cost']:g}: plain decoding fastest on {rep['plain_fastest']} of {rep['prompts']} prompts")
     print(f"median speedup over plain decoding: k=1 {rep['speedup_k1']:.3f}, k={rep['k_last']} {rep['speedup_k_last']:.3f}")
 

@@ -64,6 +64,7 @@ import numpy as np
 import pandas as pd
 from moespec import corpus, fit, io, paths, predict
 from moespec.bench.expert_op import load_rows
+from moespec.engine import goals as G
 from moespec.engine.operation import bench_engine, record_trace
 from moespec.engine.profiles import resolve, setup
 from moespec.engine.subject import load_subject, subject_args_from_run
@@ -172,6 +173,9 @@ for v in rules["versions_scored"]:
     ok = bool(scores.loc[scores["version"] == v, "holds_all"].all())
     ok_all = bool(scores_all.loc[scores_all["version"] == v, "holds_all"].all())
     print(f"{v}: meets all six pre-registered rules at every depth: {ok} (on all rows: {ok_all})")
+goals = pd.concat([G.chain_goals(metrics), G.rules_goal(scores)], ignore_index=True).assign(subject=label)
+io.write_dataframe(fig_dir / "06_goals.csv", goals)
+print(goals.drop(columns="subject").to_string(index=False))
 print(f"rules file {rules_prov['path']} read unchanged; commit {rules_prov['commit']}, "
       f"committed {rules_prov['committed_at']}; speculative runs started {run['started']['oracle']}")
 

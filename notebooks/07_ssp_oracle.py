@@ -82,6 +82,7 @@ import pandas as pd
 from moespec import io, paths, provenance
 from moespec.bench.regimes import ReferenceRead, classify, dominant, split_point
 from moespec.engine import OracleDraft
+from moespec.engine import goals as G
 from moespec.engine.profiles import resolve, setup
 from moespec.engine.subject import load_subject
 from moespec.oracle import analysis as A
@@ -319,4 +320,7 @@ ours = {"alpha_ms_per_expert_m_le_4": f"{per_k[per_k.m <= 4].alpha_ms_per_expert
 cmp = tables.ours_vs_paper(ours).assign(subject=label, rows=headline.label)
 io.write_dataframe(fig_dir / "07_paper2_comparison.csv", cmp)
 print(cmp.to_string(index=False))
+goals = G.paper2_goals(headline.summary(), hl.online_info).assign(subject=label)
+io.write_dataframe(fig_dir / "07_goals.csv", goals)
+print(goals.drop(columns="subject").to_string(index=False))
 print(f"machine: {hw['cpu'].get('cpu_model', 'unknown CPU')}; finished {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")

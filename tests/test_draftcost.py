@@ -209,3 +209,20 @@ def test_analyse_bundles_paper2s_analysis():
     assert list(res.sweep.lmax) == [1, 2, 3, 4] and res.sweep.speedup.iloc[-1] == pytest.approx(direct["speedup"])
     assert res.online_info["oracle"] >= res.online_info["online"] - 1e-12
     assert set(res.tables()) >= {"fig2_lmax_sweep", "online_policy", "alpha0_summary"} and res.kernels is None
+
+
+def test_goals_are_decided_from_the_numbers():
+    from moespec.engine import goals as G
+
+    metrics = {("prediction", 64): {"sign_correct": 5, "sign_total": 5, "tau_err": 0.08},
+               ("prediction", 198): {"sign_correct": 4, "sign_total": 6, "tau_err": 0.12}}
+    g = G.chain_goals(metrics)
+    assert list(g.met) == [True, True, False, False]
+    scores = pd.DataFrame({"version": ["measured-time"] * 6, "holds_all": [True] * 5 + [False]})
+    assert not G.rules_goal(scores).met.iloc[0] and G.rules_goal(scores.assign(holds_all=True)).met.iloc[0]
+    pred = pd.DataFrame({"rel_error": [0.05, -0.09, 0.11]})
+    d = G.draft_cost_goals(pred, {"stop_cost_measured": 0.2, "stop_cost_predicted": 0.3, "grid_steps_apart": 1})
+    assert list(d.met) == [False, True]
+    p2 = G.paper2_goals({"rows": "regime high", "eq4_r2_in": 0.93, "eq4_cv_mape_pct": 11.0},
+                        {"online": 0.95, "oracle": 1.0})
+    assert list(p2.met) == [True, False, True]
