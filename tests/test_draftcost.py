@@ -69,7 +69,7 @@ def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3) -
     rows = []
     for p in range(prompts):
         rows.append({"prompt": p, "draft_cost": np.nan, "k": 0, "accepted": 0, "rejections": 0, "tokens_per_step": 1.0,
-                     "t_verify_median_s": t_verify[0], "t_draft_median_s": 0.0, "t_step_median_s": t_verify[0] + h,
+                     "t_verify_mean_s": t_verify[0], "t_draft_mean_s": 0.0, "t_step_mean_s": t_verify[0] + h,
                      "throughput": 1 / (t_verify[0] + h), "speedup": 1.0})
         for r, (ad, bd) in t_draft.items():
             for k in (1, 2, 4):
@@ -77,8 +77,8 @@ def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3) -
                 V = ad * k + bd + t_verify[k] + h
                 acc = 1000 * a                              # accepted / (accepted + rejections) = a
                 rows.append({"prompt": p, "draft_cost": r, "k": k, "accepted": acc, "rejections": 1000 - acc,
-                             "tokens_per_step": G, "t_verify_median_s": t_verify[k], "t_draft_median_s": ad * k + bd,
-                             "t_step_median_s": V, "throughput": G / V, "speedup": G / V * (t_verify[0] + h)})
+                             "tokens_per_step": G, "t_verify_mean_s": t_verify[k], "t_draft_mean_s": ad * k + bd,
+                             "t_step_mean_s": V, "throughput": G / V, "speedup": G / V * (t_verify[0] + h)})
     return pd.DataFrame(rows)
 
 

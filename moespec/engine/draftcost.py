@@ -15,8 +15,9 @@ sweep proposes the same tokens and the acceptance is the same at every cost: onl
 * :func:`predict_speedups`: the theory's prediction (paper 1, eq. (9)):
   speedup(k) = G_a(k) V(0) / V(k) with a the acceptance measured at k (geometric estimate,
   pooled over drafts and prompts) and V(k) = t_draft(k) + tau(k + 1) + h, each part measured
-  separately (t_draft(k) = a_d k + b_d fitted per draft, paper 2's (A4); tau the median verify
-  time at k + 1 tokens; h the median time of a plain step outside its verify pass);
+  separately (t_draft(k) = a_d k + b_d fitted per draft, paper 2's (A4); tau the mean verify time
+  at k + 1 tokens; h the mean time of a plain step outside its verify pass). Means, not medians:
+  a run's throughput is its tokens over its total time, so the expected step time is the mean;
 * :func:`stop_paying`: the first cost on the grid from which drafting no longer pays (the best
   median speedup over k >= 1 at most 1), measured and predicted.
 """
@@ -117,11 +118,11 @@ def acceptance_by_k(runs: pd.DataFrame) -> pd.Series:
 
 
 def draft_time_fit(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per draft: t_draft(k) = a_d k + b_d (s), least squares over k of the median draft time per
+    """Per draft: t_draft(k) = a_d k + b_d (s), least squares over k of the mean draft time per
     step at each k (paper 2, eq. (A4))."""
     rows = []
     for r, g in runs[runs.k >= 1].groupby("draft_cost"):
-        med = g.groupby("k")["t_draft_median_s"].median()
+        med = g.groupby("k")["t_draft_mean_s"].mean()
         k = med.index.to_numpy(float)
         if len(k) >= 2:
             a, b = np.polyfit(k, med.to_numpy(float), 1)
@@ -139,9 +140,9 @@ def predict_speedups(runs: pd.DataFrame) -> pd.DataFrame:
     from moespec.theory import expected_tokens
 
     a_k = acceptance_by_k(runs)
-    tau = runs.groupby("k")["t_verify_median_s"].median()          # verify of k + 1 tokens, any draft
+    tau = runs.groupby("k")["t_verify_mean_s"].mean()              # verify of k + 1 tokens, any draft
     plain = runs[runs.k == 0]
-    h0 = float((plain["t_step_median_s"] - plain["t_verify_median_s"]).median())
+    h0 = float((plain["t_step_mean_s"] - plain["t_verify_mean_s"]).mean())
     V0 = float(tau[0]) + h0
     fits = draft_time_fit(runs).set_index("draft_cost")
     out = []

@@ -253,4 +253,7 @@ def summarize_steps(steps: list[Step]) -> dict:
             "t_step_median_s": float(np.median([s.t_step_s for s in steps])),
             "t_verify_median_s": float(np.median([s.t_verify_s for s in steps])),
             "t_draft_median_s": float(np.median([s.t_draft_s for s in steps])),
+            "t_step_mean_s": float(np.mean([s.t_step_s for s in steps])),
+            "t_verify_mean_s": float(np.mean([s.t_verify_s for s in steps])),
+            "t_draft_mean_s": float(np.mean([s.t_draft_s for s in steps])),
             "h_median_s": float(np.median([s.t_step_s - s.t_verify_s for s in steps]))}
