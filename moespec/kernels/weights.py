@@ -73,6 +73,28 @@ def dequantize_blocks(q: torch.Tensor, scale: torch.Tensor, dtype=torch.float32)
     return v.reshape(q.shape)
 
 
+def random_values(n: int, rows: int, k: int, fmt: str, gen: torch.Generator):
+    """Random ``[n, rows, k]`` weights in format ``fmt`` and their scales (``None`` for the float
+    formats), drawn on the generator's device: N(0, 1/k) values for the float formats; for
+    ``int8_b32`` int8 values drawn directly (uniform in [-127, 127]) with positive scales of order
+    1/(127 sqrt k), so that a large tensor needs no float copy. Used by
+    :meth:`ExpertWeights.random` and by the function-preserving widening of
+    :mod:`moespec.engine.widen`."""
+    fmt = normalize_format(fmt)
+    where = gen.device
+    if fmt == "int8_b32":
+        if k % BLOCK:
+            raise ValueError(f"int8_b32 needs the reduction size {k} to be a multiple of {BLOCK}")
+        q = torch.randint(-127, 128, (n, rows, k), generator=gen, dtype=torch.int8, device=where)
+        s = ((torch.rand((n, rows, k // BLOCK), generator=gen, device=where) + 0.5)
+             * (math.sqrt(3.0) / (127 * math.sqrt(k))))
+        return q, s
+    w = torch.empty((n, rows, k), dtype=KERNEL_FORMATS[fmt], device=where)
+    for e in range(n):  # one expert at a time keeps the float32 temporary small
+        w[e] = torch.randn((rows, k), generator=gen, device=where).mul_(1.0 / math.sqrt(k))
+    return w, None
+
+
 def _shape_of(spec_or_shape) -> tuple[int, int, int]:
     """(N, H, I) from a MoESpec, a preset name or a tuple ``(N, H, I)``."""
     if isinstance(spec_or_shape, str):
@@ -217,20 +239,7 @@ class ExpertWeights:
             n = int(num_experts)
         where = torch.device(device) if on_device else torch.device("cpu")
         gen = torch.Generator(device=where).manual_seed(int(seed))
-
-        def make(rows, k):
-            if fmt == "int8_b32":
-                if k % BLOCK:
-                    raise ValueError(f"int8_b32 needs the reduction size {k} to be a multiple of {BLOCK}")
-                q = torch.randint(-127, 128, (n, rows, k), generator=gen, dtype=torch.int8, device=where)
-                s = ((torch.rand((n, rows, k // BLOCK), generator=gen, device=where) + 0.5)
-                     * (math.sqrt(3.0) / (127 * math.sqrt(k))))
-                return q, s
-            w = torch.empty((n, rows, k), dtype=KERNEL_FORMATS[fmt], device=where)
-            for e in range(n):  # one expert at a time keeps the float32 temporary small
-                w[e] = torch.randn((rows, k), generator=gen, device=where).mul_(1.0 / math.sqrt(k))
-            return w, None
-
+        make = lambda rows, k: random_values(n, rows, k, fmt, gen)  # noqa: E731
         (g, gs), (u, us), (d, ds) = make(i, h), make(i, h), make(h, i)
         w = cls(fmt, g, u, d, gs, us, ds)
         return w.to(device)
