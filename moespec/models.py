@@ -171,3 +171,100 @@ def get_spec(name: str) -> MoESpec:
     if key in _REGISTRY:
         return _REGISTRY[key]()
     raise KeyError(f"unknown model {name!r}; presets: {sorted(PRESETS)}, registered: {sorted(_REGISTRY)}")
+
+
+# --- specs from a model's own config.json ------------------------------------------------------
+#: config.json keys that hold N, m and the routed expert's intermediate size, in the order they are
+#: tried (transformers' names: OLMoE/Qwen-MoE ``num_experts``, Mixtral/gpt-oss ``num_local_experts``,
+#: DeepSeek ``n_routed_experts``; Qwen/DeepSeek ``moe_intermediate_size``, else ``intermediate_size``).
+_CONFIG_KEYS = {
+    "num_experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+    "top_k": ("num_experts_per_tok", "experts_per_token", "top_k_experts"),
+    "expert_intermediate": ("moe_intermediate_size", "intermediate_size"),
+}
+#: torch_dtype in config.json -> storage format of :data:`FORMATS`.
+_CONFIG_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+
+def read_config(config) -> dict:
+    """A transformers ``config.json`` as a dict: ``config`` is a dict, a path to the file, or a
+    checkpoint folder holding it. Multimodal configs are reduced to their ``text_config``."""
+    import json
+    from pathlib import Path
+
+    if isinstance(config, dict):
+        cfg = dict(config)
+    else:
+        path = Path(config)
+        path = path / "config.json" if path.is_dir() else path
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no model config.json")
+        try:
+            cfg = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON: {exc}") from None
+        cfg.setdefault("_name_or_path", str(path.parent))
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path")}
+    return cfg
+
+
+def _required(cfg: dict, key: str) -> int:
+    if cfg.get(key) is None:
+        raise ValueError(f"model config lacks {key!r}")
+    return int(cfg[key])
+
+
+def _config_value(cfg: dict, what: str):
+    for key in _CONFIG_KEYS[what]:
+        if cfg.get(key) is not None:
+            return int(cfg[key])
+    raise ValueError(f"model config has none of {list(_CONFIG_KEYS[what])} (needed for {what})")
+
+
+def config_moe_layers(config) -> list[int]:
+    """Decoder indices of the layers with routed experts, from the config's own rules:
+    DeepSeek-V2/V3 ``first_k_dense_replace`` and ``moe_layer_freq`` (layer i is MoE iff
+    i >= first_k_dense_replace and i % moe_layer_freq == 0); Qwen2/Qwen3-MoE ``mlp_only_layers``
+    and ``decoder_sparse_step`` (MoE iff i not in mlp_only_layers and (i + 1) % step == 0); every
+    layer otherwise (OLMoE, Mixtral, gpt-oss)."""
+    cfg = read_config(config)
+    n = _required(cfg, "num_hidden_layers")
+    first_dense = int(cfg.get("first_k_dense_replace") or 0)
+    freq = int(cfg.get("moe_layer_freq") or 1)
+    mlp_only = set(cfg.get("mlp_only_layers") or [])
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    return [i for i in range(n) if i >= first_dense and i % freq == 0
+            and i not in mlp_only and (i + 1) % step == 0]
+
+
+def config_format(config) -> str:
+    """The storage format of the checkpoint's experts: MXFP4 when ``quantization_config`` says so
+    (gpt-oss), else its ``torch_dtype`` (default bf16)."""
+    cfg = read_config(config)
+    quant = cfg.get("quantization_config") or {}
+    if str(quant.get("quant_method", "")).lower() == "mxfp4":
+        return "mxfp4"
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").replace("torch.", "")
+    if dtype not in _CONFIG_DTYPES:
+        raise ValueError(f"model config: torch_dtype {dtype!r} has no storage format here; "
+                         f"known: {sorted(_CONFIG_DTYPES)} (pass a format explicitly)")
+    return _CONFIG_DTYPES[dtype]
+
+
+def spec_from_config(config, name: str | None = None) -> MoESpec:
+    """A :class:`MoESpec` from a transformers ``config.json`` (dict, file or checkpoint folder):
+    N, m, the MoE layers (:func:`config_moe_layers`), H, the routed expert's intermediate size,
+    shared experts, and the default format (:func:`config_format`)."""
+    cfg = read_config(config)
+    moe = config_moe_layers(cfg)
+    shared = int(cfg.get("n_shared_experts") or 0)
+    label = name or cfg.get("_name_or_path") or cfg.get("model_type") or "model"
+    return MoESpec(name=str(label), paper_label=str(label), num_experts=_config_value(cfg, "num_experts"),
+                   top_k=_config_value(cfg, "top_k"), num_layers=_required(cfg, "num_hidden_layers"),
+                   num_moe_layers=len(moe), hidden_size=_required(cfg, "hidden_size"),
+                   expert_intermediate=_config_value(cfg, "expert_intermediate"),
+                   num_shared_experts=shared,
+                   shared_intermediate=int(cfg.get("moe_intermediate_size") or 0) if shared else 0,
+                   default_format=config_format(cfg), source="model config.json",
+                   extra={"moe_layers": moe})

@@ -350,3 +350,79 @@ def curves(d: int, chains: dict, meas: Measured) -> pd.DataFrame:
                          "tau_dedup_ms": c.tau["dedup"][i] * 1e3, "S_ms": c.saving[i] * 1e3,
                          "band_ms": band[i] * 1e3})
     return pd.DataFrame(rows)
+
+
+# --- the chain per depth (notebook 06) --------------------------------------------------------
+def measured_at(summary: pd.DataFrame, oracle: pd.DataFrame, d: int, eps: float) -> Measured:
+    """One depth's measurements: verify times and saving from ``summary``
+    (:func:`moespec.engine.verify.summarize_verify`), h(k) and the throughput grid from the oracle
+    runs at that depth (:mod:`moespec.engine.runs`)."""
+    from moespec.engine.runs import step_overhead, throughput_grid
+
+    s = summary[summary["d"] == d].sort_values("n")
+    if s.empty:
+        raise ValueError(f"no verify times at depth d={d}")
+    runs_d = oracle[oracle["d"] == d]
+    a_vals, _, T_runs = throughput_grid(runs_d)
+    return Measured(tau={"slot": s["tau_slot_s"].to_numpy(), "dedup": s["tau_dedup_s"].to_numpy()},
+                    S=s["S_s"].to_numpy(), S_lo=s["S_lo_s"].to_numpy(), S_hi=s["S_hi_s"].to_numpy(),
+                    h=step_overhead(runs_d), a_values=a_vals, T_runs=T_runs, eps=eps)
+
+
+def evaluate_depths(summary: pd.DataFrame, oracle: pd.DataFrame, fits: pd.DataFrame, windows: pd.DataFrame,
+                    wiki_union: np.ndarray, text_union: dict, num_layers: int, m: int, expert_bytes,
+                    eps: float) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """The chain (22) in its four versions at every depth of ``summary``, each scored by
+    :func:`evaluate` (paper 1, Section 4; Tables 3, 4, 7, 8; Figures 4-6).
+
+    ``windows``: the expert-operation timings on windows of recorded routing (rows of
+    :mod:`moespec.bench.expert_op` of kind ``window``, time in ``t_s``), for the measured-time
+    version; ``fits`` (:func:`moespec.fit.fit_layers`) with ``wiki_union`` (the WikiText windows'
+    mean union per layer and n, :func:`moespec.routing.mean_union`) for the prediction version
+    and ``text_union[d]`` (the verified text's) for the text version; ``expert_bytes``: b.
+
+    Returns ``(metrics, curves, h)``: ``{(version, d): evaluate(...)}``, the tidy per-n rows of
+    :func:`curves` for every depth, and the measured h(k) per depth (``d, k, h_s``).
+    """
+    optimes = layer_times(windows, num_layers)
+    wiki_times = fitted_layer_times(fits, wiki_union, m, expert_bytes)
+    metrics, parts, h_parts = {}, [], []
+    for d in sorted(int(x) for x in summary["d"].unique()):
+        meas = measured_at(summary, oracle, d, eps)
+        tau1 = float(meas.tau["slot"][0])
+        measured_time = chain("measured-time", tau1, optimes)
+        chains = {"prediction": chain("prediction", tau1, wiki_times),
+                  "text": chain("text", tau1, fitted_layer_times(fits, text_union[d], m, expert_bytes)),
+                  "measured-time": measured_time,
+                  "calibrated": calibrate(measured_time, meas.tau["slot"])}
+        for v, c in chains.items():
+            metrics[(v, d)] = evaluate(c, meas)
+        parts.append(curves(d, chains, meas))
+        h_parts.append(pd.DataFrame({"d": d, "k": np.arange(len(meas.h)), "h_s": meas.h}))
+    return metrics, pd.concat(parts, ignore_index=True), pd.concat(h_parts, ignore_index=True)
+
+
+def bench_regimes(rows: pd.DataFrame, threshold: float | None) -> pd.Series:
+    """The bandwidth regime of every row of an expert-operation benchmark run
+    (:mod:`moespec.bench.expert_op`): that of its group's read-bandwidth row (``kind == membw``,
+    the same interleaved group), classified at ``threshold`` (GB/s; None: one regime)."""
+    from moespec.bench.regimes import classify
+
+    reads = rows[rows["kind"] == "membw"]
+    if threshold is None or reads.empty:
+        return pd.Series("one", index=rows.index)
+    bw = reads["requested_bytes"].astype(float) / reads["t_median_s"].astype(float) / 1e9
+    label = dict(zip(reads["layer"].astype(int), classify(bw.to_numpy(), threshold)))
+    if reads["n"].astype(int).nunique() > 1:   # interleave="n": one read per (layer, n)
+        label = dict(zip(zip(reads["layer"].astype(int), reads["n"].astype(int)), classify(bw.to_numpy(), threshold)))
+        return pd.Series([label.get((int(l), int(n)), "") for l, n in zip(rows["layer"], rows["n"])], index=rows.index)
+    return rows["layer"].astype(int).map(label).fillna("")
+
+
+def in_regime(frame: pd.DataFrame, regimes: pd.Series, regime: str, min_share: float = 0.0) -> tuple[pd.DataFrame, bool]:
+    """(the rows of ``frame`` in ``regime``, True), or (all rows, False) when that regime holds
+    none of them or less than ``min_share`` of them (the caller says so)."""
+    sel = regimes == regime
+    if sel.sum() == 0 or sel.mean() < min_share:
+        return frame, False
+    return frame[sel.to_numpy()], True

@@ -2,31 +2,81 @@
 
 Every notebook in ``notebooks/`` named ``NN_name.ipynb`` runs in order of ``NN``. Each has a
 cell tagged ``parameters`` holding literal values, among them ``profile`` ("quick" or "full") and
-``device``. Parameters the notebook does not declare are an error before anything runs. A run
-writes the executed notebooks and a provenance manifest (``manifest.json``) into its run folder;
-figures and tables go to ``figures/`` (``MOESPEC_FIGURES``), written by the notebooks themselves.
+``device``. Parameters the notebook does not declare, or one given twice with different values,
+are an error before anything runs.
+
+A run writes only into its run folder (default ``runs/<time>-<profile>/``, ``--out`` moves it):
+the executed notebooks, ``manifest.json`` (provenance, the parameters each notebook ran with, its
+status), and, through :func:`moespec.paths.figures_dir` / :func:`moespec.paths.run_data_dir`,
+which this module points at the run folder for every notebook, the figures, tables and
+measurements. The folder is held by the run (a lock file, released when the process ends,
+however it ends): a second run into a folder a live run holds is refused. The publishing run
+(``make reproduce``: full profile, every notebook, ``publish=True``) alone keeps its measurements
+in the shared ``data/`` caches and, once every notebook has run, copies its figures into the
+committed ``figures/``.
+
+SIGINT (Ctrl-C) or SIGTERM during a run stops it cleanly: the notebook's kernel is shut down, the
+partial executed notebook is marked interrupted (its metadata, the interrupted cell, a banner
+cell), the manifest says ``"status": "interrupted"`` with the notebook and cell, and
+:class:`RunInterrupted` carries the exit status (130, 143) to the command line.
 """
 
 from __future__ import annotations
 
+import ast
 import datetime as _dt
+import fcntl
+import json
 import os
+import shutil
+import signal
+import socket
+import sys
+import threading
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from . import io, paths, provenance
 
 PROFILES = ("quick", "full")
+LOCK_NAME = ".moespec-run.lock"
+#: Tags of cells that papermill or this module add to an executed notebook (not the author's cells).
+ADDED_CELL_TAGS = {"injected-parameters", "papermill-error-cell-tag", "moespec-interrupted"}
 
 
 class NotebookError(RuntimeError):
-    """A notebook could not run: unknown parameters, missing file, or a failing cell."""
+    """A notebook could not run: unknown parameters, missing file, a failing cell, a bad run folder."""
 
 
 class UnknownParameterError(NotebookError):
     pass
+
+
+class RunFolderBusy(NotebookError):
+    """The run folder is held by another live run."""
+
+
+class RunInterrupted(Exception):
+    """The run was stopped by a signal; the manifest and the partial notebook say where.
+    ``exit_status`` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, signal_name: str, exit_status: int, notebook: str | None, where: str | None,
+                 manifest: Path):
+        self.signal_name, self.exit_status = signal_name, exit_status
+        self.notebook, self.where, self.manifest = notebook, where, manifest
+        at = f" in {notebook}" + (f", {where}" if where else "") if notebook else ""
+        super().__init__(f"interrupted by {signal_name}{at}; manifest {manifest} (status: interrupted)")
+
+
+class _Stop(KeyboardInterrupt):
+    """Raised in the main thread by the run's SIGINT/SIGTERM handler."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 @dataclass
@@ -60,6 +110,14 @@ def select(notebooks: list[Path], only: Iterable[str] | None) -> list[Path]:
     return chosen
 
 
+def _literal(value):
+    """A parameter value as papermill reports it (source text) read as a Python literal."""
+    try:
+        return ast.literal_eval(value) if isinstance(value, str) else value
+    except (ValueError, SyntaxError):
+        return value
+
+
 def declared_parameters(notebook: Path) -> dict[str, Any]:
     """The parameters (name -> default) of the notebook's cell tagged ``parameters``."""
     import papermill as pm
@@ -67,16 +125,7 @@ def declared_parameters(notebook: Path) -> dict[str, Any]:
     declared = pm.inspect_notebook(str(notebook))
     if not declared:
         raise NotebookError(f"{notebook.name} has no cell tagged 'parameters'")
-    import ast
-
-    out = {}
-    for name, info in declared.items():
-        default = info.get("default")
-        try:  # papermill reports defaults as source text; the cell holds literals only
-            out[name] = ast.literal_eval(default) if isinstance(default, str) else default
-        except (ValueError, SyntaxError):
-            out[name] = default
-    return out
+    return {name: _literal(info.get("default")) for name, info in declared.items()}
 
 
 def check_parameters(notebook: Path, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -89,104 +138,352 @@ def check_parameters(notebook: Path, parameters: dict[str, Any]) -> dict[str, An
     return declared
 
 
+def _kernel_manager_logging_to(log) -> type:
+    """A kernel manager class whose kernels write their own stdout/stderr (start-up warnings, the
+    noise of a shutdown in the middle of a cell) into the open file ``log`` instead of the
+    terminal of ``moespec reproduce``."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class LoggedKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            kw.setdefault("stdout", log)
+            kw.setdefault("stderr", log)
+            return await super().start_kernel(**kw)
+
+    return LoggedKernelManager
+
+
 def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any]) -> NotebookRun:
     """Execute one notebook with papermill into ``out_dir``; raise :class:`NotebookError` naming
-    the notebook and the failing cell."""
+    the notebook and the failing cell. ``NotebookRun.parameters`` are the values the notebook ran
+    with: its declared defaults overridden by what papermill injected. The kernel's own output
+    goes to ``out_dir/logs/<notebook>.kernel.log``."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    check_parameters(notebook, parameters)
+    declared = check_parameters(notebook, parameters)
     out = paths.ensure(Path(out_dir)) / notebook.name
     start = time.perf_counter()
     try:
-        pm.execute_notebook(str(notebook), str(out), parameters=parameters, progress_bar=False,
-                            cwd=str(notebook.parent), kernel_name="python3")
+        with open(paths.ensure(Path(out_dir) / "logs") / f"{notebook.stem}.kernel.log", "ab") as log:
+            pm.execute_notebook(str(notebook), str(out), parameters=parameters, progress_bar=False,
+                                cwd=str(notebook.parent), kernel_name="python3",
+                                kernel_manager_class=_kernel_manager_logging_to(log))
     except PapermillExecutionError as exc:
-        where = _describe_cell(out, exc.cell_index)
+        if exc.ename == "KeyboardInterrupt":   # the kernel itself was interrupted (SIGINT to it)
+            raise _Stop(signal.SIGINT) from None
+        where = _describe_cell(out)
         raise NotebookError(
-            f"{notebook.name} failed in {where}: {exc.ename}: {exc.evalue}. "
+            f"{notebook.name} failed in {where or f'cell index {exc.cell_index}'}: {exc.ename}: {exc.evalue}. "
             f"Executed notebook with the traceback: {out}") from None
-    return NotebookRun(notebook.stem, dict(parameters), time.perf_counter() - start, out)
+    return NotebookRun(notebook.stem, {**declared, **_injected(out)}, time.perf_counter() - start, out)
 
 
-def _describe_cell(executed: Path, index: int) -> str:
-    """Name the failing cell as the author sees it: its 1-based number among the notebook's own
-    cells (papermill's injected-parameters and error-banner cells not counted) and its first line."""
-    import json
-
-    added = {"injected-parameters", "papermill-error-cell-tag"}
+def _injected(executed: Path) -> dict[str, Any]:
+    """The parameters papermill injected into an executed notebook (its metadata)."""
     try:
-        cells = json.loads(executed.read_text())["cells"]
-        own = [c for c in cells if not added & set(c.get("metadata", {}).get("tags", []))]
+        injected = json.loads(executed.read_text())["metadata"]["papermill"].get("parameters") or {}
+    except (OSError, ValueError, KeyError):
+        return {}
+    return dict(injected)
+
+
+def _own_cells(cells: list[dict]) -> list[dict]:
+    """The author's cells of an executed notebook (without the cells papermill or moespec add)."""
+    return [c for c in cells if not ADDED_CELL_TAGS & set(c.get("metadata", {}).get("tags", []))]
+
+
+def _cell_label(number: int, cell: dict) -> str:
+    """How a cell is named to the user: its 1-based number among the author's cells, first line."""
+    first = next((line.strip() for line in "".join(cell.get("source", "")).splitlines() if line.strip()), "")
+    return f"cell {number} ({first[:60]!r})"
+
+
+def _describe_cell(executed: Path) -> str | None:
+    """Name the failing cell as the author sees it (see :func:`_cell_label`); None if unknown."""
+    try:
+        own = _own_cells(json.loads(executed.read_text())["cells"])
         number, cell = next((i + 1, c) for i, c in enumerate(own)
                             if c.get("metadata", {}).get("papermill", {}).get("exception"))
-        first = next((line.strip() for line in "".join(cell["source"]).splitlines() if line.strip()), "")
-        return f"cell {number} ({first[:60]!r})"
+        return _cell_label(number, cell)
     except (OSError, ValueError, KeyError, StopIteration):
-        return f"cell index {index}"
+        return None
 
 
-def reproduce(profile: str = "full", only: Iterable[str] | None = None, out: Path | None = None,
-              extra: dict[str, Any] | None = None, device: str | None = None,
-              progress: bool = True, notebooks_folder: Path | None = None) -> Path:
-    """Run the notebooks in order; return the path of the run's ``manifest.json``.
+def mark_interrupted(executed: Path, signal_name: str) -> str | None:
+    """Mark a partially executed notebook as interrupted, so that it cannot pass for a finished
+    run: papermill, stopped by a signal, records ``exception: None`` and marks its unrun cells
+    completed. The last cell that started is marked ``interrupted``, the cells after it
+    ``pending`` (never run), the notebook's metadata gets ``exception: true`` and
+    ``moespec: {"status": "interrupted", ...}``, and a banner cell on top says so. Returns the
+    interrupted cell's label, or None when the notebook was not written yet or no cell had started."""
+    try:
+        nb = json.loads(executed.read_text())
+    except (OSError, ValueError):
+        return None
+    cells = nb.get("cells", [])
+    started = [i for i, c in enumerate(cells) if c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    where = None
+    if started:
+        k = started[-1]
+        own = _own_cells(cells)
+        number = next((i + 1 for i, c in enumerate(own) if c is cells[k]), None)
+        where = _cell_label(number, cells[k]) if number else "the injected parameters"
+        cells[k]["metadata"]["papermill"].update(status="interrupted", exception=True)
+        for c in cells[k + 1:]:
+            c.setdefault("metadata", {})["papermill"] = dict(exception=None, start_time=None, end_time=None,
+                                                             duration=None, status="pending")
+    meta = nb.setdefault("metadata", {})
+    meta.setdefault("papermill", {})["exception"] = True
+    meta["moespec"] = {"status": "interrupted", "signal": signal_name, "cell": where,
+                       "at": _dt.datetime.now().isoformat(timespec="seconds")}
+    text = (f"**moespec: this run was interrupted by {signal_name}"
+            + (f" in {where}" if where else " before its first cell") + "; the cells after it did not run.**")
+    cells.insert(0, {"cell_type": "markdown", "id": "moespec-interrupted", "source": text,
+                     "metadata": {"tags": ["moespec-interrupted"]}})
+    io.write_json(executed, nb)
+    return where
 
-    ``extra`` parameters go to every notebook that declares them; a name that no selected
-    notebook declares is an error.
-    """
+
+# --- the run folder ------------------------------------------------------------------------------
+@contextmanager
+def hold_folder(folder: Path, what: str = "--out") -> Iterator[Path]:
+    """Create ``folder`` if needed and hold it for this process: a lock file ``.moespec-run.lock``
+    with an exclusive ``flock``, which the kernel releases when the process ends however it ends
+    (no stale lock after a crash). Raises :class:`NotebookError` naming ``folder`` when it is a
+    file, cannot be created or is not writable, and :class:`RunFolderBusy` naming the live run
+    that holds it."""
+    folder = Path(folder).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise NotebookError(f"{what} {folder}: exists and is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise NotebookError(f"{what} {folder}: cannot create or write the run folder ({exc.strerror or exc})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            try:
+                info = json.loads(holder)
+                who = f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}: {info.get('command')}"
+            except ValueError:
+                who = "another process"
+            raise RunFolderBusy(f"{what} {folder} is held by a live run ({who}); wait for it to finish or "
+                                "choose another folder") from None
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "started": _dt.datetime.now().isoformat(timespec="seconds"),
+                             "command": " ".join(sys.argv)}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+        yield folder
+    finally:
+        os.close(fd)   # releases the lock (the file stays, naming the last holder)
+
+
+@contextmanager
+def _hold_new_run_folder(profile: str) -> Iterator[Path]:
+    """Create and hold ``runs/<time>-<profile>``, with a suffix ``-2``, ``-3``, ... when a run of
+    the same second made (or holds) it already: a default run folder is never shared."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = paths.runs_dir() / f"{stamp}-{profile}"
+    with ExitStack() as stack:
+        for k in range(1, 1000):
+            folder = base if k == 1 else base.with_name(f"{base.name}-{k}")
+            if folder.exists():
+                continue
+            try:
+                held = stack.enter_context(hold_folder(folder, "run folder"))
+            except RunFolderBusy:   # another run made it between the check and the lock
+                continue
+            yield held
+            return
+    raise NotebookError(f"no free run folder named {base.name}[-k] in {paths.runs_dir()}")
+
+
+@contextmanager
+def _notebook_environment(run_dir: Path, publish: bool) -> Iterator[None]:
+    """Point the notebooks' :mod:`moespec.paths` at the run folder (the kernel inherits the
+    environment); the publishing run keeps its measurements in ``data/``."""
+    def apply(values: dict) -> None:   # a value None removes the variable
+        for k, v in values.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+    wanted = {paths.RUN_DIR_ENV: str(run_dir), paths.RUN_DATA_ENV: str(paths.data_dir()) if publish else None}
+    saved = {k: os.environ.get(k) for k in wanted}
+    try:
+        apply(wanted)
+        yield
+    finally:
+        apply(saved)
+
+
+@contextmanager
+def _on_signals(handler) -> Iterator[None]:
+    """SIGINT and SIGTERM go to ``handler`` (a function, or ``signal.SIG_IGN``) inside the block,
+    in the main thread (elsewhere nothing changes); the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+def _raise_stop(signum, frame):
+    """While notebooks run: stop the run (papermill then shuts the kernel down on the way out)."""
+    raise _Stop(signum)
+
+
+def publish_figures(run_dir: Path, manifest: Path) -> list[str]:
+    """Copy the run's figures into the committed ``figures/`` (each file atomically), remove the
+    committed files the run did not produce (``README.md`` stays) and copy ``manifest`` as
+    ``figures/MANIFEST.json``. Returns the names removed."""
+    source, target = run_dir / "figures", paths.committed_figures_dir()
+    produced = sorted(p for p in source.iterdir() if p.is_file()) if source.is_dir() else []
+    if not produced:
+        raise NotebookError(f"the publishing run wrote no figures into {source}; figures/ left as it was")
+    target.mkdir(parents=True, exist_ok=True)
+    for p in produced:
+        with io.atomic_path(target / p.name) as tmp:
+            shutil.copyfile(p, tmp)
+    keep = {p.name for p in produced} | {"README.md", "MANIFEST.json"}
+    removed = sorted(p.name for p in target.iterdir() if p.is_file() and p.name not in keep and not p.name.startswith("."))
+    for name in removed:
+        (target / name).unlink()
+    with io.atomic_path(target / "MANIFEST.json") as tmp:
+        shutil.copyfile(manifest, tmp)
+    return removed
+
+
+def _resolve_parameters(profile: str | None, device: str | None, extra: dict[str, Any]) -> tuple[str, dict]:
+    """The profile and the parameters for every notebook; a parameter given both as an option and
+    as ``-p`` with different values is refused."""
+    extra = dict(extra)
+    for name, option in (("profile", profile), ("device", device)):
+        if option is not None and name in extra and extra[name] != option:
+            raise NotebookError(f"{name} given twice with different values: --{name} {option} and "
+                                f"-p {name}={extra[name]!r}; give it once")
+    profile = profile if profile is not None else extra.pop("profile", "full")
+    extra.pop("profile", None)
     if profile not in PROFILES:
         raise NotebookError(f"unknown profile {profile!r}; choose one of {PROFILES}")
+    if device is not None:
+        extra["device"] = device
+    return profile, extra
+
+
+def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out: Path | None = None,
+              extra: dict[str, Any] | None = None, device: str | None = None,
+              progress: bool = True, notebooks_folder: Path | None = None, publish: bool = False) -> Path:
+    """Run the notebooks in order into one run folder; return the path of its ``manifest.json``.
+
+    ``profile``: "quick" or "full" (default full, or ``extra["profile"]``). ``extra`` parameters
+    go to every notebook that declares them; a name that no selected notebook declares, or one
+    that contradicts ``profile``/``device``, is an error before anything runs. ``out``: the run
+    folder (default ``runs/<time>-<profile>``); it must be creatable and writable, and no live run
+    may hold it. ``publish``: the ``make reproduce`` run (full profile, every notebook, no
+    overrides): measurements into the shared ``data/``, figures copied into the committed
+    ``figures/`` at the end. Raises :class:`NotebookError` (bad input, a failing cell: the manifest
+    says ``failed``) or :class:`RunInterrupted` (SIGINT/SIGTERM: ``interrupted``).
+    """
+    profile, extra = _resolve_parameters(profile, device, dict(extra or {}))
+    if publish and (profile != "full" or only or extra):
+        raise NotebookError("--publish refreshes the committed figures/ from the full run of every notebook with "
+                            "its default parameters; it takes no --only, -p or --device and only the full profile")
     notebooks = select(discover(notebooks_folder), only)
-    extra = dict(extra or {})
     declared = {nb: declared_parameters(nb) for nb in notebooks}
     orphan = sorted(k for k in extra if not any(k in d for d in declared.values()))
     if orphan:
         raise UnknownParameterError(
             f"unknown parameter(s) {orphan}: no selected notebook declares them")
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = paths.ensure(Path(out) if out else paths.runs_dir() / f"{stamp}-{profile}")
-    manifest = {"started": _dt.datetime.now().isoformat(timespec="seconds"), "profile": profile,
-                "figures_dir": str(paths.figures_dir()), **provenance.full_record(), "notebooks": []}
+    params_of = {}
+    for nb in notebooks:
+        params = {"profile": profile, **{k: v for k, v in extra.items() if k in declared[nb]}}
+        missing = [k for k in params if k not in declared[nb]]
+        if missing:
+            raise UnknownParameterError(f"{nb.name} does not declare the parameter(s) {missing}")
+        params_of[nb] = params
+    with ExitStack() as held:
+        run_dir = held.enter_context(hold_folder(Path(out), "--out") if out else _hold_new_run_folder(profile))
+        if publish:  # one publishing run at a time: it writes data/ and figures/
+            held.enter_context(hold_folder(paths.runs_dir(), "the publishing runs' folder"))
+        return _run(notebooks, params_of, run_dir, profile, publish, progress)
+
+
+def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progress: bool) -> Path:
+    manifest_path = run_dir / "manifest.json"
+    manifest = {"status": "running", "started": _dt.datetime.now().isoformat(timespec="seconds"),
+                "profile": profile, "publish": publish, "run_dir": str(run_dir),
+                "figures_dir": str(run_dir / "figures"),
+                "data_dir": str(paths.data_dir() if publish else run_dir / "data"),
+                "command": " ".join(sys.argv), **provenance.full_record(), "notebooks": []}
+    io.write_json(manifest_path, manifest)
     from tqdm.auto import tqdm
 
     bar = tqdm(notebooks, desc=f"moespec reproduce ({profile})", unit="notebook", disable=not progress)
-    for nb in bar:
-        bar.set_postfix_str(nb.stem)
-        params = {"profile": profile}
-        if device is not None:
-            params["device"] = device
-        params.update({k: v for k, v in extra.items() if k in declared[nb]})
-        for required in params:
-            if required not in declared[nb]:
-                raise UnknownParameterError(f"{nb.name} does not declare the parameter {required!r}")
-        try:
-            result = run_notebook(nb, run_dir, params)
-        except NotebookError:
-            manifest["failed"] = nb.stem
-            io.write_json(run_dir / "manifest.json", manifest)
-            raise
-        effective = {**declared[nb], **params}
-        manifest["notebooks"].append({"name": result.name, "parameters": effective,
-                                      "seed": effective.get("seed"),
-                                      "wall_s": round(result.wall_s, 2), "output": str(result.output)})
-        io.write_json(run_dir / "manifest.json", manifest)
-    manifest["finished"] = _dt.datetime.now().isoformat(timespec="seconds")
-    return io.write_json(run_dir / "manifest.json", manifest)
+    current = None
+    try:
+        with _on_signals(_raise_stop), _notebook_environment(run_dir, publish):
+            for nb in bar:
+                current = nb
+                bar.set_postfix_str(nb.stem)
+                try:
+                    result = run_notebook(nb, run_dir, params_of[nb])
+                except NotebookError:
+                    with _on_signals(signal.SIG_IGN):   # a moment to write down where it stopped
+                        manifest.update(status="failed", failed=nb.stem,
+                                        finished=_dt.datetime.now().isoformat(timespec="seconds"))
+                        io.write_json(manifest_path, manifest)
+                    raise
+                current = None   # finished: an interrupt from here on falls between notebooks
+                manifest["notebooks"].append({"name": result.name, "parameters": result.parameters,
+                                              "seed": result.parameters.get("seed"),
+                                              "wall_s": round(result.wall_s, 2), "output": str(result.output)})
+                io.write_json(manifest_path, manifest)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        name = signal.Signals(signum).name
+        with _on_signals(signal.SIG_IGN):   # a moment to write down where it stopped
+            where = mark_interrupted(run_dir / current.name, name) if current is not None else None
+            manifest.update(status="interrupted", finished=_dt.datetime.now().isoformat(timespec="seconds"),
+                            interrupted={"signal": name, "notebook": current.stem if current else None,
+                                         "cell": where, "output": str(run_dir / current.name) if current else None})
+            io.write_json(manifest_path, manifest)
+        raise RunInterrupted(name, 128 + int(signum), current.stem if current else None, where,
+                             manifest_path) from None
+    finally:
+        bar.close()
+    manifest.update(status="complete", finished=_dt.datetime.now().isoformat(timespec="seconds"))
+    if publish:
+        manifest["published"] = {"figures": str(paths.committed_figures_dir())}
+    io.write_json(manifest_path, manifest)
+    if publish:
+        with _on_signals(signal.SIG_IGN):   # figures/ is never left half-refreshed
+            removed = publish_figures(run_dir, manifest_path)
+        if removed:
+            print(f"moespec reproduce: removed from figures/ (not produced by this run): {removed}", file=sys.stderr)
+    return manifest_path
 
 
 def parse_assignments(items: Iterable[str]) -> dict[str, Any]:
-    """Parse ``KEY=VALUE`` strings; values are read as Python literals where possible."""
-    import ast
-
+    """Parse ``KEY=VALUE`` strings; values are read as Python literals where possible. A key given
+    twice with different values is refused (the same value twice is fine)."""
     out = {}
     for item in items:
         if "=" not in item:
             raise NotebookError(f"parameter {item!r} is not KEY=VALUE")
         key, value = item.split("=", 1)
-        try:
-            out[key.strip()] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key.strip()] = value
+        key = key.strip()
+        value = _literal(value)
+        if key in out and out[key] != value:
+            raise NotebookError(f"parameter {key!r} given twice with different values: {out[key]!r} and {value!r}")
+        out[key] = value
     return out
 
 

@@ -34,8 +34,9 @@
 #
 # This notebook builds (or loads) the models, reports their validation perplexity against the
 # quality goals, training curves, the draft's greedy agreement with the MoE and the MoE's expert
-# load, records both routing
-# sources on the 60 WikiText test articles and the 60 validation articles into `data/traces/`,
+# load, records both routing sources on the 60 WikiText test articles and the 60 validation
+# articles (saved into the run's `data/traces/`; `make reproduce` keeps them in the shared
+# `data/traces/`),
 # and compares their reuse $\hat\rho(2)$, $\hat\rho(9)$ on the 32 fit articles (paper 1, Sec. 2
 # and App. D.2) with uniform routing and with the paper's published OLMoE/Qwen3/gpt-oss values.
 #
@@ -43,7 +44,7 @@
 # place of SmolLM2; its numbers only check the plumbing.
 
 # %% tags=["parameters"]
-profile = "full"
+profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
 device = "cpu"
 seed = 0
 retrain = False                    # True: train the models from scratch (about an hour) instead of loading the committed build
@@ -55,7 +56,7 @@ group_top_k = 8                    # clusters selected per token (m)
 calibration_articles = 8           # WikiText-2 *train* articles used to fit the clusters
 calibration_tokens = 512           # tokens per calibration article
 resamples = 2000                   # document bootstrap resamples for the reuse intervals
-write_traces = True                # save the traces into data/traces (full profile only)
+write_traces = True                # save the traces into the run's data/traces (full profile only)
 threads = 0                        # torch intra-op threads (0: torch's default; 1 is far faster on busy shared cores)
 
 # %%
@@ -82,7 +83,7 @@ torch.manual_seed(seed)
 if threads > 0:
     torch.set_num_threads(threads)
 if quick:
-    models_dir = paths.data_dir() / "cache" / "smoke-models"   # never the real cache
+    models_dir = paths.run_data_dir() / "smoke-models"   # inside the run folder, never the real cache
     n_articles, moe_max_tokens, eval_words = 4, 300, 80
     smollm2_tokens_per_article, calibration_articles, calibration_tokens = 64, 2, 64
     resamples, write_traces, use_smollm2 = min(resamples, 50), False, False
@@ -258,3 +259,23 @@ for _, r in quality.iterrows():
 io.write_json(paths.figures_dir() / "00_provenance.json",
               {"profile": profile, "seed": seed, "build": summary, "record": provenance.full_record()})
 table
+
+
+# %% [markdown]
+# ## What this shows
+# (computed from this run's outputs above)
+
+# %%
+from IPython.display import Markdown, display
+
+display(Markdown(
+    f"**{profile} profile.** The default MoE and its dense draft ({'trained here' if profile == 'full' else 'smoke-sized, for a quick look'}): "
+    + "; ".join(f"{r['model']} validation perplexity {r['ppl_token']:.1f} per token" for _, r in quality.iterrows())
+    + f"; the draft agrees with the MoE's greedy token at {agreement['agreement']:.3f} of positions. "
+    + "Reuse of consecutive tokens: "
+    + "; ".join(f"{r['source']}: ρ̂(2) = {r['rho_hat_2']:.3f}, ρ̂(9) = {r['rho_hat_9']:.3f}"
+                for _, r in table[table['tokens'].notna()].iterrows())
+    + ". The more consecutive tokens share experts, the fewer distinct expert bytes a verify pass reads "
+      "(what the deduplicating kernel saves)."
+    + ("" if profile == "full" else " Set `profile = \"full\"` for the trained models (a first build trains for tens of minutes "
+                                    "on two cores; cached in data/models/ afterwards).")))

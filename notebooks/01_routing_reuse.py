@@ -27,11 +27,13 @@
 # $\rho(2)$ and $\rho(9)$*. Their $\hat\rho(2)$ and $\hat\rho(9)$ therefore reproduce the calibration
 # targets by construction and are not a measurement; the shape of the curve between them and
 # $\bar u(n)$ follow from the process. The published values are drawn as labelled reference points.
-# Any trace saved as `*.npz` in `data/traces/` (e.g. by `moespec.routing.record`) is loaded and shown
-# beside them, labelled by its `source`.
+# Any trace saved as `*.npz` in the run's `data/traces/` or the shared `data/traces/` (e.g. by
+# `moespec.routing.record`; `paths.trace_files()`) is loaded and shown beside them, labelled by its
+# `source`, and so is `trace_file` (e.g. a trace imported from vLLM or SGLang with
+# `moespec import-routing`).
 
 # %% tags=["parameters"]
-profile = "full"
+profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
 device = "cpu"          # statistics run on the CPU; kept for the common notebook interface
 seed = 0
 model = "synthetic"     # "synthetic": OLMoE, Qwen3 and gpt-oss; a preset name: that one; "none": recorded only;
@@ -40,8 +42,9 @@ model = "synthetic"     # "synthetic": OLMoE, Qwen3 and gpt-oss; a preset name: 
 resamples = 2000        # document-level bootstrap resamples (paper 1, App. D.2)
 n_max = 9
 calibrate_n9 = True     # calibrate the synthetic traces to rho(9) as well as rho(2)
-load_recorded = True    # also show the traces saved in data/traces/*.npz
+load_recorded = True    # also show the saved traces (paths.trace_files(): the run's, then data/traces/*.npz)
 recorded_split = "test"  # which saved traces: "test" (cut to the 32 fit articles, as Figure 1), "valid", or "all"
+trace_file = ""         # also show this trace file (e.g. one `moespec import-routing` wrote from vLLM/SGLang)
 
 # %%
 import numpy as np
@@ -50,7 +53,7 @@ from tqdm.auto import tqdm
 from moespec import io, paths
 from moespec.models import PRESETS, get_spec
 from moespec.plots.routing import figure1_reuse
-from moespec.routing import synthetic
+from moespec.routing import RoutingTrace, synthetic
 from moespec.routing.published import published_reuse, reuse_targets
 from moespec.tables.routing import reuse_curves, reuse_table
 from moespec.zoo import sources
@@ -78,12 +81,14 @@ for i, name in enumerate(tqdm(synthetic_models, desc="synthetic traces")):
     traces.append(synthetic.calibrated(spec, targets, num_docs, doc_len, seed=seed + i))
 if load_recorded:
     traces += sources.saved_traces(None if recorded_split == "all" else recorded_split)
+if trace_file:
+    traces.append(RoutingTrace.load(trace_file))
 if checkpoint:  # moespec.zoo.sources.record_checkpoint: raw WikiText test articles, context-length pieces
     traces.append(sources.fit_subset(sources.record_checkpoint(
         model, device, max_tokens=None if profile == "full" else 64)))
 if not traces:
-    raise ValueError("no traces: set model to 'synthetic' or a preset, or record traces into "
-                     f"{paths.traces_dir()}")
+    raise ValueError("no traces: set model to 'synthetic' or a preset, give trace_file, or record traces into "
+                     f"{[str(d) for d in paths.trace_dirs()]}")
 for tr in traces:
     print(tr)
 
@@ -113,3 +118,19 @@ for _, r in table[table["tokens"].notna()].iterrows():
           f"rho_hat(9) = {r['rho_hat_9']:.4f} [{r['rho_hat_9_low']:.4f}, {r['rho_hat_9_high']:.4f}], "
           f"ubar(2) = {r['ubar_2']:.4f}, ubar(8) = {r['ubar_8']:.4f}, uniform m/N = {r['uniform_m_over_N']:.4f}")
 table
+
+
+# %% [markdown]
+# ## What this shows
+# (computed from this run's outputs above)
+
+# %%
+from IPython.display import Markdown, display
+
+rec = table[table["tokens"].notna()]
+display(Markdown(
+    f"**{profile} profile.** Layer-mean reuse ρ̂(n), the share of a token's experts already chosen by one of the "
+    f"n − 1 tokens before it: " + "; ".join(f"{r['source']}: ρ̂(2) = {r['rho_hat_2']:.3f}, ρ̂(9) = {r['rho_hat_9']:.3f}, "
+                                           f"byte share ū(8) = {r['ubar_8']:.3f}" for _, r in rec.iterrows())
+    + ". Reuse above the independent-uniform curve is routing memory that deduplication can turn into fewer bytes."
+    + ("" if profile == "full" else " Set `profile = \"full\"` for 60 documents of 4096 tokens and 2000 bootstrap resamples.")))

@@ -28,20 +28,20 @@
 # **What differs from the paper.** Weights are random at the model's published shapes (kernel time
 # depends on shapes and format, not on values); the kernels are moespec's own (`moespec.kernels`:
 # torch, C++ CPU, CUDA), not llama.cpp's or MLX's; the machine is this one (recorded in the run's
-# `provenance.json`). Windows come from recorded routing when `data/traces/` holds a trace of the
+# `provenance.json`). Windows come from recorded routing when a trace folder holds a trace of the
 # model, else from a synthetic trace calibrated to the paper's published reuse, labelled as such.
 # On a shared CPU the read bandwidth drifts by tens of percent within minutes: compare ratios
 # (r, ū, re-read cost) from one interleaved run, not absolute GB/s across runs.
 
 # %% tags=["parameters"]
-profile = "full"
+profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
 device = "cpu"
 seed = 0
 model = "olmoe"       # a preset (olmoe, qwen3, gpt-oss, deepseek-v2-lite) or a registered model
 fmt = "f32"           # f32, bf16 or int8_b32 (moespec.kernels formats)
 backend = "auto"      # auto, torch, cpp or cuda
-trace_file = ""       # "" : a recorded trace of the model in data/traces/, else synthetic
-out_dir = ""          # "" : data/bench/expert_op
+trace_file = ""       # "" : a recorded trace of the model (paths.trace_files()), else synthetic
+out_dir = ""          # "" : the run's data/bench/expert_op (paths.expert_op_dir())
 resume = True         # continue an interrupted run of the same configuration
 
 # %%
@@ -57,7 +57,7 @@ from moespec.routing import RoutingTrace
 from moespec.tables.bandwidth import distinct_share, table1
 
 config = expert_op.profile_config(profile, model, fmt, backend, device, seed, role="main")
-bench_out = Path(out_dir) if out_dir else paths.bench_dir() / "expert_op"
+bench_out = Path(out_dir) if out_dir else paths.expert_op_dir()
 figures = paths.ensure(paths.figures_dir())
 print(f"profile={profile}: model={model} fmt={fmt} backend={backend} device={device}; "
       f"layers {config.layers}, n = {config.ns[0]}..{config.ns[-1]}, {config.u_count} values of U and "
@@ -130,12 +130,12 @@ print("re-read cost c_re/c_u per layer: " + ", ".join(f"layer {int(r.layer)}: {r
 # %% [markdown]
 # ## Figure 3, right panel: share of distinct slots U/(n·m) of windows
 # The paper compares the windows its whole-model runs verified with WikiText-103 windows. Here: the
-# traces available — the one timed above and every recorded trace in `data/traces/` — each labelled
+# traces available — the one timed above and every recorded trace (`paths.trace_files()`) — each labelled
 # by its source. **The left panel (DRAM bytes read per union byte) needs a GPU profiler (Nsight
 # Compute) and is omitted here.**
 
 # %%
-traces = [trace] + [t for t in (RoutingTrace.load(p) for p in sorted(paths.traces_dir().glob("*.npz")))
+traces = [trace] + [t for t in (RoutingTrace.load(p) for p in paths.trace_files())
                     if t.label != trace.label]
 shares = distinct_share(traces)
 io.write_dataframe(figures / "02_fig3_distinct_share.csv", shares)
@@ -143,3 +143,20 @@ fig = figure3_distinct_share(shares, title="U/(n·m) of windows (right panel of 
 io.save_figure(fig, figures / "02_fig3_distinct_share.png")
 for r in shares.itertuples():
     print(f"distinct share n={r.n}: {r.share:.3f}  ({r.label})")
+
+
+# %% [markdown]
+# ## What this shows
+# (computed from this run's outputs above)
+
+# %%
+from IPython.display import Markdown, display
+
+at2, at8 = bw[bw["n"] == 2].iloc[0], bw[bw["n"] == 8].iloc[0]
+display(Markdown(
+    f"**{profile} profile, {machine}.** Effective bandwidth per kernel ({model}, {fmt}, backend {rows['backend'].iloc[0]}): "
+    f"r(2) = {at2['r']:.3f} against ū(2) = {at2['ubar']:.3f}, r(8) = {at8['r']:.3f} against ū(8) = {at8['ubar']:.3f}: "
+    f"deduplication is {'faster' if at2['ubar'] < at2['r'] else 'slower'} at n = 2 and "
+    f"{'faster' if at8['ubar'] < at8['r'] else 'slower'} at n = 8 (eq. (7): faster where ū(n) < r(n))."
+    + ("" if profile == "full" else " The quick profile times shrunk shapes for seconds; set `profile = \"full\"` for "
+                                    "OLMoE's shapes (several minutes, with a progress bar; an interrupted run resumes).")))

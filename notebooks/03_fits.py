@@ -33,14 +33,14 @@
 # runs, so the printed read bandwidths say how comparable the absolute numbers are.
 
 # %% tags=["parameters"]
-profile = "full"
+profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
 device = "cpu"
 seed = 0
 model = "olmoe"
 fmt = "f32"
 backend = "auto"
 trace_file = ""
-out_dir = ""
+out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
 transfer_models = ["qwen3", "gpt-oss", "deepseek-v2-lite"]
 reuse_transfer_runs = False   # True: reuse complete runs of the transfer models instead of measuring
 
@@ -54,7 +54,7 @@ from moespec.bench import expert_op
 from moespec.plots.bandwidth import figure7_transfer
 from moespec.tables.bandwidth import fit_table
 
-bench_out = Path(out_dir) if out_dir else paths.bench_dir() / "expert_op"
+bench_out = Path(out_dir) if out_dir else paths.expert_op_dir()
 figures = paths.ensure(paths.figures_dir())
 main_config = expert_op.profile_config(profile, model, fmt, backend, device, seed, role="main")
 doc_len = 64 if profile == "quick" else 512
@@ -142,3 +142,20 @@ io.write_dataframe(figures / "03_fig7_transfer_normalized.csv", transfer_norm)
 for name, g in transfer_norm.groupby("model", sort=False):
     print(f"transfer on bandwidth / read bandwidth, held out {name}: |error| of beta median "
           f"{g[['beta_slot_rel_err', 'beta_dedup_rel_err']].abs().stack().median():.3f}; of r median {g['r_rel_err'].abs().median():.3f}")
+
+
+# %% [markdown]
+# ## What this shows
+# (computed from this run's outputs above)
+
+# %%
+from IPython.display import Markdown, display
+
+e = eps.iloc[0]
+display(Markdown(
+    f"**{profile} profile.** Fits (4) and (E.1) per layer; on routing windows they did not see they err by "
+    f"ε = {e['eps_slot']:.3f} (per-slot) and {e['eps_dedup']:.3f} (deduplicating): the engine's ε = {e['eps_engine']:.3f} "
+    f"is what bounds (17)-(21) of notebook 04 and `moespec advise` (notebook 08) carry. Transfer to a held-out model, "
+    f"median |error| of r: " + ", ".join(f"{name} {g['r_rel_err'].abs().median():.2f}"
+                                        for name, g in transfer.groupby('model', sort=False)) + "."
+    + ("" if profile == "full" else " Set `profile = \"full\"` for OLMoE's shapes and the four published models.")))

@@ -1,51 +1,74 @@
 #!/usr/bin/env bash
-# gpu_check.sh: build and check moespec's CUDA expert kernels on a machine with an NVIDIA GPU,
-# measure them, and write a report (markdown + CSV) into one folder.
+# gpu_check.sh: build, check and measure moespec's CUDA expert kernels on a machine with an NVIDIA
+# GPU, in one run of a few minutes, and write a report (markdown + CSV) into one folder.
 #
 #   scripts/gpu_check.sh [OUT_DIR]
 #
-# OUT_DIR: where everything goes; default $OUT if set, else reports/gpu/<UTC time>.
-# Steps (each printed as it starts; the log is OUT_DIR/gpu_check.log):
-#   1. GPU (nvidia-smi) and CUDA toolkit (nvcc) present;
-#   2. torch-free: the standalone harness (kernels vs a host reference) and the standalone
-#      bandwidth benchmark (tools/bench_standalone.cu; shapes from moespec.models.PRESETS, read with
-#      plain python3) -- these need only nvcc and the GPU, so they run even where no CUDA torch is
-#      installed (e.g. a lent machine without network);
-#   3. Python: $GPU_CHECK_PYTHON if set (an interpreter that already has a CUDA torch 2.13.0 and
-#      moespec's dependencies), else the repo's .venv via `make install`; if that torch is
-#      CPU-only, replace it by the CUDA build of torch 2.13.0 for nvcc's CUDA version:
-#        .venv/bin/pip uninstall -y torch
-#        .venv/bin/pip install "torch==2.13.0+cu130" \
-#            --index-url https://download.pytorch.org/whl/cu130 --extra-index-url https://pypi.org/simple
-#      (tag from nvcc: cu<major><minor>, e.g. cu130 for CUDA 13.0; override with TORCH_CUDA_INDEX=cu128;
-#      torch's extension builder needs the same CUDA major version as nvcc). Both need network.
-#      Without a usable torch, steps 4-6 are skipped (reported as not run);
+# OUT_DIR: where everything goes; default $OUT/<stamp> when $OUT is set (the lent machines copy
+# $OUT back), else benchmarks/results/gpu/<stamp>, <stamp> = UTC time and GPU name. Copy a folder
+# made under $OUT to benchmarks/results/gpu/ and commit it.
+# Steps, most important first, each printed as it starts (log: OUT_DIR/gpu_check.log), each with
+# a time limit so the whole run stays within minutes (GPU_CHECK_QUICK=1 trims the measurements):
+#   1. GPU (nvidia-smi, clocks and power to nvidia_smi.txt) and CUDA toolkit (nvcc);
+#   2. torch-free (nvcc and the GPU only; runs where no CUDA torch is installed):
+#      a. the standalone harness (tools/standalone_check.cu): every case on every execution path
+#         (legacy, fused, fused without PDL) against a host reference, all bitwise equal;
+#      b. the standalone benchmark (tools/bench_standalone.cu) at every preset of
+#         moespec.models.PRESETS (read with plain python3), all formats, n = 1..9, protocol rotate,
+#         variants legacy / fused / fused-nopdl / fused-graph -> bench_standalone.csv;
+#      c. the cache protocols side by side at OLMoE (flush, clean, rotate) -> bench_protocols.csv;
+#      d. a tuning sweep of the fused path at OLMoE and Qwen3 -> bench_sweep.csv;
+#   3. Python: $GPU_CHECK_PYTHON if set (an interpreter that already has a CUDA torch and moespec's
+#      dependencies; moespec is taken from the checkout via PYTHONPATH), else the repo's .venv via
+#      `make install`; if that torch is CPU-only, replace it by the CUDA build of torch 2.13.0 for
+#      nvcc's CUDA version (needs network; TORCH_CUDA_INDEX=cu128 overrides the tag). Without a
+#      usable torch, steps 4-6 are skipped (reported as not run);
 #   4. build the CUDA extension (moespec.kernels.build.load_cuda, into build/);
-#   5. the CUDA tests (pytest -m cuda; files: $GPU_CHECK_TESTS, default the CUDA kernel tests);
-#   6. the torch benchmark (benchmarks/bench_kernels_cuda.py; extra args: $GPU_CHECK_BENCH_ARGS,
-#      skipped with GPU_CHECK_SKIP_BENCH=1, which also skips the standalone benchmark);
-#      (GPU_CHECK_SKIP_STANDALONE=1 skips step 2.)
-#   7. OUT_DIR/REPORT.md (+ bench_standalone.csv, bench_kernels_cuda.csv, pytest_cuda.txt/.xml,
-#      standalone_check.txt).
-# A failed check does not stop the later steps: the report says what failed and the script exits 1
-# at the end. A missing GPU or toolkit stops it at once with the reason.
+#   5. the CUDA tests (pytest -m cuda; files: $GPU_CHECK_TESTS);
+#   6. the torch benchmark (benchmarks/bench_kernels_cuda.py: our kernels on both paths, CUDA-graph
+#      replay, the torch peers: per-expert matmuls and torch._grouped_mm; extra args:
+#      $GPU_CHECK_BENCH_ARGS) -> bench_kernels_cuda.csv; then the expert layers of a verify pass
+#      (benchmarks/bench_layers_cuda.py: OLMoE's 16 layers, replayed routing, eager and CUDA
+#      graph) -> layers/;
+#   7. OUT_DIR/REPORT.md: goals met or short (from every benchmark CSV), tables, test results.
+# GPU_CHECK_SKIP_STANDALONE=1 skips step 2, GPU_CHECK_SKIP_BENCH=1 every benchmark. A failed
+# check does not stop the later steps: the report says what failed and the script exits 1 at the
+# end. A missing GPU or toolkit stops it at once with the reason.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-OUT_DIR=${1:-${OUT:-reports/gpu/$(date -u +%Y%m%dT%H%M%SZ)}}
+STAMP=$(date -u +%Y%m%dT%H%MZ)
+if [ -n "${1:-}" ]; then
+  OUT_DIR=$1
+elif [ -n "${OUT:-}" ]; then
+  OUT_DIR=$OUT/$STAMP
+else
+  OUT_DIR=benchmarks/results/gpu/$STAMP
+fi
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 exec > >(tee -a "$OUT_DIR/gpu_check.log") 2>&1
 
-step() { printf '\n=== [%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+T0=$(date +%s)
+step() { printf '\n=== [%s, +%ss] %s\n' "$(date -u +%H:%M:%S)" "$(( $(date +%s) - T0 ))" "$*"; }
 die() { printf '\ngpu_check: ERROR: %s\n' "$*" >&2; exit 1; }
 on_error() { printf '\ngpu_check: stopped (exit %s) at line %s: %s\n' "$1" "$2" "$3" >&2; }
 trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
 
 FAILED=()
 failed_list() { local IFS=';' joined; joined="${FAILED[*]}"; echo "${joined//;/; }"; }
-echo "gpu_check: repo $ROOT, output $OUT_DIR"
+# limited LIMIT_S CMD...: run CMD with a time limit (exit 124 on timeout, named in the log)
+limited() {
+  local lim=$1; shift
+  local rc=0
+  timeout --signal=TERM --kill-after=10 "$lim" "$@" || rc=$?
+  [ "$rc" -ne 124 ] || printf 'gpu_check: time limit of %ss reached: %s\n' "$lim" "$*"
+  return "$rc"
+}
+QUICK=${GPU_CHECK_QUICK:-0}
+if [ "$QUICK" = 1 ]; then REPS=10; NS=1,2,4,8,9; else REPS=30; NS=1,2,3,4,5,6,7,8,9; fi
+echo "gpu_check: repo $ROOT, output $OUT_DIR (reps $REPS, n in $NS)"
 
 # --- 1. GPU and toolkit -------------------------------------------------------------------
 step "1/7 GPU and CUDA toolkit"
@@ -54,6 +77,7 @@ nvidia-smi -L || die "nvidia-smi lists no GPU"
 GPU_QUERY=$(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader | head -n 1) \
   || die "nvidia-smi cannot query the GPU"
 echo "GPU 0: $GPU_QUERY"
+nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT_DIR/nvidia_smi.txt" 2>&1 || true
 COMPUTE_CAP=$(echo "$GPU_QUERY" | cut -d, -f2 | tr -d ' ')
 # CUDA_HOME: $CUDA_HOME if it holds nvcc, else /usr/local/cuda, else the folder above the real nvcc
 if [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then
@@ -75,36 +99,52 @@ CUDA_VER=$("$NVCC" --version | sed -n 's/.*release \([0-9][0-9]*\)\.\([0-9][0-9]
 [ -n "$CUDA_VER" ] || die "cannot read the CUDA version from $NVCC --version"
 echo "nvcc: $NVCC (CUDA $CUDA_VER), CUDA_HOME=$CUDA_HOME"
 
-# --- 2. torch-free harness and benchmark -------------------------------------------------
-step "2/7 torch-free: standalone harness and standalone benchmark"
+# --- 2. torch-free harness and benchmarks ------------------------------------------------
+step "2/7 torch-free: standalone harness and benchmarks"
 SM=sm_$(echo "$COMPUTE_CAP" | tr -d .)
+SHAPES=""
 if [ "${GPU_CHECK_SKIP_STANDALONE:-0}" = 1 ]; then
   echo "skipped (GPU_CHECK_SKIP_STANDALONE=1)"
 else
   mkdir -p "$ROOT/build"
   CUDA_SRC=moespec/kernels/csrc/cuda
+  KOBJ="$ROOT/build/expert_kernels_$SM.o"
   HARNESS_BIN="$ROOT/build/standalone_check"
-  if "$NVCC" -std=c++17 -O2 -arch="$SM" -I"$CUDA_SRC" "$CUDA_SRC/tools/standalone_check.cu" "$CUDA_SRC/expert_kernels.cu" \
-       -o "$HARNESS_BIN"; then
-    if "$HARNESS_BIN" | tee "$OUT_DIR/standalone_check.txt"; then :; else FAILED+=("standalone harness"); fi
-  else
-    FAILED+=("standalone harness (compile)")
-  fi
-  if [ "${GPU_CHECK_SKIP_BENCH:-0}" = 1 ]; then
-    echo "standalone benchmark skipped (GPU_CHECK_SKIP_BENCH=1)"
-  elif ! SHAPES=$(PYTHONPATH="$ROOT" python3 -c 'from moespec.models import PRESETS; print(" ".join(
-      f"{k}:{s.num_experts},{s.hidden_size},{s.expert_intermediate},{s.top_k}" for k, s in PRESETS.items()))'); then
-    FAILED+=("standalone benchmark (python3 cannot read moespec.models.PRESETS)")
-  else
-    BENCH_BIN="$ROOT/build/bench_standalone"
-    echo "shapes: $SHAPES"
-    # shellcheck disable=SC2086
-    if "$NVCC" -std=c++17 -O3 -arch="$SM" -I"$CUDA_SRC" "$CUDA_SRC/tools/bench_standalone.cu" "$CUDA_SRC/expert_kernels.cu" \
-         -o "$BENCH_BIN" && "$BENCH_BIN" "$OUT_DIR/bench_standalone.csv" $SHAPES | tee "$OUT_DIR/bench_standalone.md"; then
-      :
+  BENCH_BIN="$ROOT/build/bench_standalone"
+  if limited 300 "$NVCC" -std=c++17 -O3 -arch="$SM" -I"$CUDA_SRC" -c "$CUDA_SRC/expert_kernels.cu" -o "$KOBJ" \
+     && limited 120 "$NVCC" -std=c++17 -O2 -arch="$SM" -I"$CUDA_SRC" "$CUDA_SRC/tools/standalone_check.cu" "$KOBJ" \
+          -o "$HARNESS_BIN" \
+     && limited 120 "$NVCC" -std=c++17 -O3 -arch="$SM" -I"$CUDA_SRC" "$CUDA_SRC/tools/bench_standalone.cu" "$KOBJ" \
+          -o "$BENCH_BIN"; then
+    echo "--- 2a harness"
+    if limited 240 "$HARNESS_BIN" | tee "$OUT_DIR/standalone_check.txt"; [ "${PIPESTATUS[0]}" -eq 0 ]; then :; else
+      FAILED+=("standalone harness"); fi
+    if [ "${GPU_CHECK_SKIP_BENCH:-0}" = 1 ]; then
+      echo "standalone benchmarks skipped (GPU_CHECK_SKIP_BENCH=1)"
+    elif ! SHAPES=$(PYTHONPATH="$ROOT" python3 -c 'from moespec.models import PRESETS; print(" ".join(
+        f"{k}:{s.num_experts},{s.hidden_size},{s.expert_intermediate},{s.top_k}" for k, s in PRESETS.items()))'); then
+      FAILED+=("standalone benchmarks (python3 cannot read moespec.models.PRESETS)")
     else
-      FAILED+=("standalone benchmark")
+      echo "shapes: $SHAPES"
+      OLMOE=$(echo "$SHAPES" | tr ' ' '\n' | grep '^olmoe:' || true)
+      QWEN=$(echo "$SHAPES" | tr ' ' '\n' | grep '^qwen3:' || true)
+      echo "--- 2b every preset, protocol rotate, all variants"
+      # shellcheck disable=SC2086
+      if limited 300 "$BENCH_BIN" "$OUT_DIR/bench_standalone.csv" --reps "$REPS" --ns "$NS" --protocols rotate \
+           $SHAPES | tee "$OUT_DIR/bench_standalone.md"; [ "${PIPESTATUS[0]}" -eq 0 ]; then :; else
+        FAILED+=("standalone benchmark"); fi
+      echo "--- 2c cache protocols at OLMoE"
+      if [ -n "$OLMOE" ] && limited 120 "$BENCH_BIN" "$OUT_DIR/bench_protocols.csv" --reps "$REPS" --ns 1,2,8 \
+           --protocols flush,clean,rotate --variants legacy,fused "$OLMOE" | tee "$OUT_DIR/bench_protocols.md"; \
+         [ "${PIPESTATUS[0]}" -eq 0 ]; then :; else FAILED+=("standalone protocol comparison"); fi
+      echo "--- 2d tuning sweep of the fused path"
+      # shellcheck disable=SC2086
+      if limited 180 "$BENCH_BIN" "$OUT_DIR/bench_sweep.csv" --sweep --reps "$REPS" --ns 1,2,8 --protocols rotate \
+           $OLMOE $QWEN | tee "$OUT_DIR/bench_sweep.md"; [ "${PIPESTATUS[0]}" -eq 0 ]; then :; else
+        FAILED+=("standalone tuning sweep"); fi
     fi
+  else
+    FAILED+=("standalone harness and benchmarks (compile)")
   fi
 fi
 
@@ -176,7 +216,7 @@ echo "TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST MAX_JOBS=$MAX_JOBS"
 EXT_OK=0
 if [ "$PY_OK" != 1 ]; then
   echo "skipped: no usable Python/torch"
-elif MOESPEC_BUILD_VERBOSE=1 "$PY" -c '
+elif MOESPEC_BUILD_VERBOSE=1 limited 600 "$PY" -c '
 from moespec.kernels import build
 build.load_cuda()
 import torch
@@ -189,36 +229,47 @@ fi
 
 # --- 5. CUDA tests ------------------------------------------------------------------------
 step "5/7 CUDA tests"
-TESTS=${GPU_CHECK_TESTS:-tests/test_kernels_cuda.py tests/test_kernels_correctness.py tests/test_cuda_compile.py}
+TESTS=${GPU_CHECK_TESTS:-tests/test_kernels_cuda.py tests/test_kernels_correctness.py tests/test_kernels_nonfinite.py tests/test_cuda_compile.py}
 # shellcheck disable=SC2086
 if [ "$EXT_OK" != 1 ]; then
   echo "skipped: no usable Python/torch or extension"
-elif "$PY" -m pytest -q -m cuda -rA --junitxml="$OUT_DIR/pytest_cuda.xml" $TESTS 2>&1 | tee "$OUT_DIR/pytest_cuda.txt"; \
-   [ "${PIPESTATUS[0]}" -eq 0 ]; then :; else FAILED+=("CUDA tests"); fi
+elif limited 420 "$PY" -m pytest -q -m cuda -rA --junitxml="$OUT_DIR/pytest_cuda.xml" $TESTS 2>&1 \
+       | tee "$OUT_DIR/pytest_cuda.txt"; [ "${PIPESTATUS[0]}" -eq 0 ]; then :; else FAILED+=("CUDA tests"); fi
 
-# --- 6. benchmark -------------------------------------------------------------------------
-step "6/7 torch benchmark"
+# --- 6. torch benchmark with the peers ----------------------------------------------------
+step "6/7 torch benchmark (both paths, CUDA graphs, torch peers)"
 BENCH_DIR="$OUT_DIR/bench"
 if [ "${GPU_CHECK_SKIP_BENCH:-0}" = 1 ] || [ "$EXT_OK" != 1 ]; then
   echo "skipped (GPU_CHECK_SKIP_BENCH=1, or no usable Python/torch or extension)"
 else
   # shellcheck disable=SC2086
-  if "$PY" benchmarks/bench_kernels_cuda.py --out "$BENCH_DIR" ${GPU_CHECK_BENCH_ARGS:-}; then
-    cp "$BENCH_DIR/rows.csv" "$OUT_DIR/bench_kernels_cuda.csv"
-  else
-    FAILED+=("benchmark")
-  fi
+  if limited 420 "$PY" benchmarks/bench_kernels_cuda.py --out "$BENCH_DIR" --reps "$REPS" --ns "$NS" --graph \
+       ${GPU_CHECK_BENCH_ARGS:-}; then :; else FAILED+=("torch benchmark"); fi
+  [ -f "$BENCH_DIR/rows.csv" ] && cp "$BENCH_DIR/rows.csv" "$OUT_DIR/bench_kernels_cuda.csv"
+  echo "--- 6b the expert layers of a verify pass (OLMoE, bf16, eager and CUDA graph)"
+  if limited 240 "$PY" benchmarks/bench_layers_cuda.py --out "$OUT_DIR/layers" --ns "$NS" --windows 4 \
+       --reps "$([ "$QUICK" = 1 ] && echo 5 || echo 10)"; then :; else FAILED+=("layer-stack benchmark"); fi
 fi
 
 # --- 7. report ----------------------------------------------------------------------------
 step "7/7 report"
 REPORT="$OUT_DIR/REPORT.md"
+SUMMARY_PY=${PY:-python3}
+[ "$PY_OK" = 1 ] || SUMMARY_PY=python3
+summary() {  # the goals and tables of one benchmark CSV (stdlib only)
+  if [ -s "$1" ]; then
+    "$SUMMARY_PY" benchmarks/bench_kernels_cuda.py --summarize "$1" | sed 's/^# /### /; s/^## /#### /' \
+      || echo "(summary of $1 failed)"
+  else
+    echo "(not run or failed)"
+  fi
+}
 {
   echo "# moespec GPU check"
   echo
-  echo "- date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "- date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ); duration $(( $(date +%s) - T0 )) s"
   echo "- host: $(hostname)"
-  echo "- GPU 0: $GPU_QUERY"
+  echo "- GPU 0: $GPU_QUERY (clocks and power: nvidia_smi.txt)"
   if [ "$PY_OK" = 1 ]; then
     echo "- nvcc: CUDA $CUDA_VER; torch: $("$PY" -c 'import torch; print(torch.__version__)') (CUDA $TORCH_CUDA); C++ compiler for the extensions: ${CXX:-c++}"
   else
@@ -230,17 +281,27 @@ REPORT="$OUT_DIR/REPORT.md"
     COMMIT="unknown (no git checkout)"
   fi
   echo "- commit: $COMMIT"
+  echo "- measurements: $REPS repetitions, n in {$NS}"
   echo "- result: $([ ${#FAILED[@]} -eq 0 ] && echo 'all checks passed' || echo "FAILED: $(failed_list)")"
   echo
-  echo "## Standalone harness (torch-free)"
+  echo "## Standalone harness (torch-free; every case on every path)"
   echo
   echo '```'
-  if [ -s "$OUT_DIR/standalone_check.txt" ]; then cat "$OUT_DIR/standalone_check.txt"; else echo "(not run)"; fi
+  if [ -s "$OUT_DIR/standalone_check.txt" ]; then grep -v '^ok  ' "$OUT_DIR/standalone_check.txt" || true; \
+    echo "($(grep -c '^ok  ' "$OUT_DIR/standalone_check.txt") checks ok; all lines: standalone_check.txt)"; else echo "(not run)"; fi
   echo '```'
   echo
-  echo "## Standalone benchmark (torch-free; rows with quartiles: bench_standalone.csv)"
+  echo "## Standalone benchmark: every preset, protocol rotate (bench_standalone.csv)"
   echo
-  if [ -s "$OUT_DIR/bench_standalone.md" ]; then cat "$OUT_DIR/bench_standalone.md"; else echo "(not run or failed)"; fi
+  summary "$OUT_DIR/bench_standalone.csv"
+  echo
+  echo "## Cache protocols at OLMoE (bench_protocols.csv)"
+  echo
+  summary "$OUT_DIR/bench_protocols.csv"
+  echo
+  echo "## Tuning sweep of the fused path (bench_sweep.csv; table: bench_sweep.md)"
+  echo
+  if [ -s "$OUT_DIR/bench_sweep.md" ]; then grep '^|' "$OUT_DIR/bench_sweep.md" || true; else echo "(not run or failed)"; fi
   echo
   echo "## CUDA tests"
   echo
@@ -248,17 +309,21 @@ REPORT="$OUT_DIR/REPORT.md"
   if [ -s "$OUT_DIR/pytest_cuda.txt" ]; then tail -n 40 "$OUT_DIR/pytest_cuda.txt"; else echo "(not run)"; fi
   echo '```'
   echo
+  echo "## Expert layers of a verify pass (layers/rows.csv)"
+  echo
+  if [ -s "$OUT_DIR/layers/report.md" ]; then sed 's/^# /### /' "$OUT_DIR/layers/report.md"; else echo "(not run or failed)"; fi
+  echo
   if [ -f "$BENCH_DIR/report.md" ]; then
-    sed 's/^# /## /; s/^## \([a-z]\)/### \1/' "$BENCH_DIR/report.md"
+    echo "## Torch benchmark with the peers (bench_kernels_cuda.csv; provenance: bench/provenance.json)"
     echo
-    echo "Rows: bench_kernels_cuda.csv; provenance: bench/provenance.json."
+    sed 's/^# /### /; s/^## /#### /' "$BENCH_DIR/report.md"
   else
     echo "## Torch benchmark"
     echo
-    echo "(not run or failed)"
+    if [ -s "$OUT_DIR/bench_kernels_cuda.csv" ]; then summary "$OUT_DIR/bench_kernels_cuda.csv"; else echo "(not run or failed)"; fi
   fi
 } > "$REPORT"
-echo "wrote $REPORT"
+echo "wrote $REPORT ($(( $(date +%s) - T0 )) s in all)"
 if [ ${#FAILED[@]} -ne 0 ]; then
   echo "gpu_check: FAILED: $(failed_list)"
   exit 1

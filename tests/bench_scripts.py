@@ -1,5 +1,5 @@
-"""Loading a benchmark script (benchmarks/*.py, not a package) as a module, for the tests of its
-GPU-free and data-free parts."""
+"""Loading a benchmark or helper script (benchmarks/*.py, scripts/*.py: not packages) as a
+module, for the tests of its GPU-free and data-free parts."""
 
 from __future__ import annotations
 
@@ -9,9 +9,18 @@ from types import ModuleType
 from moespec import paths
 
 
-def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` imported under the module name ``name``."""
-    spec = importlib.util.spec_from_file_location(name, paths.ROOT / "benchmarks" / f"{name}.py")
+def _load(folder: str, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, paths.ROOT / folder / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported under the module name ``name``."""
+    return _load("benchmarks", name)
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` imported under the module name ``name``."""
+    return _load("scripts", name)

@@ -35,21 +35,48 @@ def notebook_text(nb_path: Path) -> str:
     return "\n".join(parts)
 
 
+@pytest.fixture(autouse=True)
+def _run_folder_outside_the_repository(tmp_path_factory, monkeypatch):
+    """Every test has its own run folder (``MOESPEC_RUN_DIR``) under pytest's temporary folders,
+    so that nothing a test runs (a notebook, a benchmark, a saved trace) lands in the repository's
+    runs/scratch, data/ or figures/."""
+    monkeypatch.setenv(paths.RUN_DIR_ENV, str(tmp_path_factory.mktemp("run")))
+    monkeypatch.delenv(paths.RUN_DATA_ENV, raising=False)
+
+
+def repository_snapshot() -> dict[str, tuple[int, int]]:
+    """(mtime, size) of every file under the repository's figures/, data/ and runs/ (what a run
+    must never write outside the publishing ``make reproduce``)."""
+    out = {}
+    for top in (paths.committed_figures_dir(), paths.ROOT / "data", paths.ROOT / "runs"):
+        for f in top.rglob("*") if top.is_dir() else []:
+            if f.is_file():
+                st = f.stat()
+                out[str(f)] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
 @pytest.fixture
 def run_notebook(tmp_path, monkeypatch):
     """Run ``notebooks/<name>.ipynb`` with the quick profile; return (executed path, figures dir, text).
 
-    Figures go to a temporary ``figures/`` so tests never touch the repository's.
+    The run folder is ``tmp_path/run`` (``MOESPEC_RUN_DIR``, as ``moespec reproduce`` sets it), so
+    figures and measurements go to ``tmp_path/run/figures`` and ``tmp_path/run/data``: tests never
+    touch the repository's folders.
     """
     from moespec import runner
 
     def _run(name: str, **params):
-        figures = tmp_path / "figures"
-        monkeypatch.setenv("MOESPEC_FIGURES", str(figures))
+        run_dir = tmp_path / "run"
+        monkeypatch.setenv(paths.RUN_DIR_ENV, str(run_dir))
+        monkeypatch.delenv(paths.RUN_DATA_ENV, raising=False)
         nb = paths.notebooks_dir() / f"{name}.ipynb"
-        (tmp_path / "run").mkdir(exist_ok=True)  # papermill does not create the output folder
-        result = runner.run_notebook(nb, tmp_path / "run", {"profile": "quick", **params})
-        return result.output, figures, notebook_text(result.output)
+        run_dir.mkdir(exist_ok=True)  # papermill does not create the output folder
+        before = repository_snapshot()
+        result = runner.run_notebook(nb, run_dir, {"profile": "quick", **params})
+        changed = sorted(set(repository_snapshot().items()) ^ set(before.items()))
+        assert not changed, f"{name} wrote outside its run folder: {sorted({c[0] for c in changed})[:10]}"
+        return result.output, paths.figures_dir(), notebook_text(result.output)
 
     return _run
 

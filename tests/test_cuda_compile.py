@@ -20,7 +20,7 @@ import pytest
 from moespec.kernels.build import CSRC
 
 CUDA_DIR = CSRC / "cuda"
-KERNEL_SOURCES = [CUDA_DIR / "expert_kernels.cu", CUDA_DIR / "expert_common.cuh", CUDA_DIR / "moespec_cuda.h"]
+KERNEL_SOURCES = sorted(p for p in CUDA_DIR.glob("*") if p.suffix in (".cu", ".cuh", ".h"))
 HARNESS = CUDA_DIR / "tools" / "standalone_check.cu"
 BENCH = CUDA_DIR / "tools" / "bench_standalone.cu"
 ARCHS = ("80", "90")
@@ -54,9 +54,11 @@ def cuda_build(tmp_path_factory):
         gencode += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
     gencode += ["-gencode", f"arch=compute_{ARCHS[-1]},code=compute_{ARCHS[-1]}"]  # PTX for newer GPUs
     obj = out / "expert_kernels.o"
-    kern = _run([NVCC, "-std=c++17", "-O3", "-Xptxas", "-v", *gencode, "-c", str(CUDA_DIR / "expert_kernels.cu"),
-                 "-o", str(obj)])
-    res = {"obj": obj, "kernels": kern}
+    keep = out / "keep"  # the PTX of each architecture stays here
+    keep.mkdir()
+    kern = _run([NVCC, "-std=c++17", "-O3", "-Xptxas", "-v", *gencode, "-keep", "-keep-dir", str(keep), "-c",
+                 str(CUDA_DIR / "expert_kernels.cu"), "-o", str(obj)])
+    res = {"obj": obj, "kernels": kern, "ptx": {a: keep / f"expert_kernels.compute_{a}.ptx" for a in ARCHS}}
     if kern.returncode == 0:
         exe = out / "standalone_check"
         res["harness"] = _run([NVCC, "-std=c++17", "-O2", f"-arch=sm_{ARCHS[-1]}", f"-I{CUDA_DIR}", str(HARNESS),
@@ -79,10 +81,30 @@ def test_kernels_compile_for_sm80_and_sm90(cuda_build):
     for arch in ARCHS:  # ptxas reports every kernel it compiled, per architecture
         assert re.search(rf"Compiling entry function '\w*gate_up_kernel\w*' for 'sm_{arch}'", log), arch
         assert re.search(rf"Compiling entry function '\w*down_kernel\w*' for 'sm_{arch}'", log), arch
-    # 3 formats x 2 kernels, each phase with its vector and (f32/bf16) scalar variants
+        assert re.search(rf"Compiling entry function '\w*gate_up_ring_kernel\w*' for 'sm_{arch}'", log), arch
+        assert re.search(rf"Compiling entry function '\w*down_combine_kernel\w*' for 'sm_{arch}'", log), arch
+    # legacy: 3 formats x 2 kernels, each phase with its vector and (f32/bf16) scalar variants
     entries = set(re.findall(r"Compiling entry function '(\w+)' for 'sm_90'", log))
     assert len([e for e in entries if "gate_up_kernel" in e]) >= 3 * 2 + 2 * 2, sorted(entries)
+    # fused: 3 formats x 2 kernels, vector path only
+    assert len([e for e in entries if "gate_up_ring_kernel" in e]) == 3 * 2, sorted(entries)
+    assert len([e for e in entries if "down_combine_kernel" in e]) == 3 * 2, sorted(entries)
     assert cuda_build["obj"].stat().st_size > 0
+
+
+@needs_nvcc
+def test_fused_path_ptx_uses_async_copies_and_pdl(cuda_build):
+    """The fused path's PTX wrappers (async_copy.cuh) reach the code: cp.async with L1 bypass and
+    wait_group on sm_80 and sm_90; griddepcontrol (programmatic dependent launch) on sm_90 only,
+    in every down + combine kernel (wait) and every fused gate/up kernel (launch_dependents)."""
+    assert cuda_build["kernels"].returncode == 0
+    ptx = {a: cuda_build["ptx"][a].read_text() for a in ARCHS}
+    for arch, text in ptx.items():
+        assert "cp.async.cg.shared.global" in text and "cp.async.wait_group" in text, arch
+        assert "cp.async.commit_group" in text, arch
+    assert ptx["90"].count("griddepcontrol.wait") == 6
+    assert ptx["90"].count("griddepcontrol.launch_dependents") == 6
+    assert "griddepcontrol" not in ptx["80"]
 
 
 @needs_nvcc
@@ -170,3 +192,58 @@ def test_load_cuda_names_what_is_missing(monkeypatch):
         build.load_cuda()
     assert "a CUDA build of torch" in " ".join(build.missing_requirements(cuda=True))
     assert not torch.cuda.is_initialized()
+
+
+def _struct_fields(header: str, name: str) -> list[str]:
+    """Field names of ``typedef struct name {...} name;`` in declaration order."""
+    body = re.search(rf"typedef struct {name} \{{(.*?)\}} {name};", header, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    names = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if decl:
+            names += [v.strip().lstrip("*") for v in re.sub(r"^(const )?[\w ]+?[ *]+(?=\w+\s*(,|$))", "", decl).split(",")]
+    return names
+
+
+def test_ctypes_mirror_matches_header():
+    """moespec.kernels.cuda_api declares the C structs field for field (a reordered field would
+    silently pass wrong values through ctypes)."""
+    from moespec.kernels import cuda_api
+
+    header = (CUDA_DIR / "moespec_cuda.h").read_text()
+    for cname, cls in (("moespec_expert_args", cuda_api.ExpertArgs), ("moespec_cuda_tuning", cuda_api.Tuning),
+                       ("moespec_cuda_plan", cuda_api.Plan)):
+        assert _struct_fields(header, cname) == [f for f, _ in cls._fields_], cname
+    assert re.search(r"MOESPEC_ERR_TUNING = (-\d+)", header).group(1) == str(cuda_api.ERR_TUNING)
+    for name, value in cuda_api.PATHS.items():
+        assert f"MOESPEC_PATH_{name.upper()} = {value}" in header
+
+
+def test_pdl_kernel_keeps_shared_state_dynamic():
+    """The down + combine kernel is a programmatic dependent launch: its blocks may be resident
+    beside gate/up's, and under the CPU emulation they are alive together while gate/up runs, so
+    it may use only dynamic shared memory (a static __shared__ variable would be one object for
+    all blocks there)."""
+    text = (CUDA_DIR / "fused_kernels.cuh").read_text()
+    body = text[text.index("__device__ inline void build_tile_list"):]
+    assert body.count("__shared__") == 1 and "extern __shared__ int4 smem4[];" in body
+
+
+def test_headers_digest_follows_every_header(tmp_path, monkeypatch):
+    """torch rebuilds an extension only when its sources or flags change; the headers' digest is in
+    the flags, so editing any kernel header changes them."""
+    import shutil as sh
+
+    from moespec.kernels import build
+
+    sh.copytree(CUDA_DIR, tmp_path / "cuda")
+    monkeypatch.setattr(build, "CSRC", tmp_path)
+    before = build.cuda_headers_digest()
+    assert before == build.cuda_headers_digest()
+    for name in ("fused_kernels.cuh", "moespec_cuda.h"):
+        f = tmp_path / "cuda" / name
+        f.write_text(f.read_text() + "\n// edited\n")
+        after = build.cuda_headers_digest()
+        assert after != before, name
+        before = after

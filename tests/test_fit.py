@@ -103,12 +103,28 @@ def test_transfer_recovers_exact_power_law():
     ("t_median_s", -1.0, "t_median_s must be > 0"),
     ("t_median_s", 0.0, "t_median_s must be > 0"),
     ("U", 100, "outside"),
+    ("t_median_s", np.inf, r"column 't_median_s' must be finite; row 5 has inf"),
+    ("t_median_s", -np.inf, r"column 't_median_s' must be finite; row 5 has -inf"),
+    ("expert_bytes", np.inf, r"column 'expert_bytes' must be finite; row 5 has inf"),
+    ("t_median_s", "inf", r"column 't_median_s' must be finite; row 5 has inf"),   # as read from a CSV
 ])
 def test_bad_rows_rejected(col, value, match):
     rows = synthetic_rows(noise=0.0, layers=(0,))
+    rows[col] = rows[col].astype(object if isinstance(value, str) else float)
     rows.loc[5, col] = value
     with pytest.raises(ValueError, match=match):
         fit.fit_layers(rows)
+
+
+def test_infinite_window_timing_is_named_before_epsilon():
+    """An inf in a window row (which the fits do not use) stops window_errors, naming the row,
+    instead of giving epsilon NaN."""
+    rows = synthetic_rows(noise=0.0, layers=(0,))
+    fits = fit.fit_layers(rows)
+    i = rows.index[rows["kind"] == "window"][3]
+    rows.loc[i, "t_median_s"] = np.inf
+    with pytest.raises(ValueError, match=rf"'t_median_s' must be finite; row {i} has inf"):
+        fit.window_errors(fits, rows)
 
 
 def test_missing_column_rejected():

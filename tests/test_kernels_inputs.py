@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_cases import cpp_present
+from kernel_cases import cpp_present, skip_if_absent
 from moespec.kernels import (ExpertWeights, ExtensionBuildError, build, dequantize_blocks, dispatch,
                              expert_forward, quantize_blocks)
 from moespec.models import PRESETS
@@ -28,8 +28,7 @@ def case():
 
 
 def _skip(backend):
-    if backend == "cpp" and not cpp_present():
-        pytest.skip("C++ extension not built")
+    skip_if_absent(backend)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -88,8 +87,7 @@ def test_cpp_fast_path_still_checks_and_converts(case):
     """Once a first call has kept the C++ function on the weights (expert_forward's fast path), the
     arguments go straight to it; what it refuses still gets the checked path's conversion or
     message."""
-    if not cpp_present():
-        pytest.skip("C++ extension not built")
+    skip_if_absent("cpp")
     x, ids, _ = case
     w = ExpertWeights.random((6, 64, 32), "f32", seed=0)
     for kernel in ("slot", "dedup"):
@@ -128,8 +126,7 @@ def test_direct_op_calls_check_their_inputs(case, entry):
     """The compiled op (called without expert_forward) rejects bad ids and layouts with a message,
     through the dispatcher (torch.ops.moespec) and through the extension module's direct entry
     points alike."""
-    if not cpp_present():
-        pytest.skip("C++ extension not built")
+    skip_if_absent("cpp")
     x, ids, w = case
     op = torch.ops.moespec.expert_dedup if entry == "torch.ops" else build.load_cpu().expert_dedup
     args = (w.gate, w.up, w.down, None, None, None)
@@ -154,8 +151,7 @@ def test_direct_op_calls_check_their_inputs(case, entry):
 def test_module_entry_points_equal_the_registered_ops(case):
     """expert_forward's cpp backend calls the extension module's functions; they run the same code
     as torch.ops.moespec.* (results bit-identical, gates present and absent, both kernels)."""
-    if not cpp_present():
-        pytest.skip("C++ extension not built")
+    skip_if_absent("cpp")
     x, ids, _ = case
     module = build.load_cpu()
     for fmt in ("f32", "bf16", "int8_b32"):
@@ -205,6 +201,7 @@ def test_from_tensors_quantizes_within_half_a_step():
 
 def test_missing_compiler_gives_clear_error(monkeypatch, case):
     monkeypatch.setattr(build, "_loaded", {})
+    monkeypatch.setattr(build, "_errors", {})
     monkeypatch.setattr(dispatch, "_auto_cache", {})
     monkeypatch.setenv("CXX", "no-such-compiler-moespec")
     with pytest.raises(ExtensionBuildError, match="missing C\\+\\+ compiler 'no-such-compiler-moespec'"):
@@ -213,8 +210,14 @@ def test_missing_compiler_gives_clear_error(monkeypatch, case):
     w = ExpertWeights.random((6, 64, 32), "f32", seed=0)  # fresh: no cpp call plan kept on it yet
     with pytest.raises(ExtensionBuildError, match="C\\+\\+ compiler"):
         expert_forward(x, ids, w, backend="cpp")
-    # auto falls back to the torch backend, which still computes the right thing
-    y = expert_forward(x, ids, w, backend="auto")
+    # where the extension is required (CI), auto refuses; elsewhere it falls back to the torch
+    # backend, which still computes the right thing, and says why once
+    monkeypatch.setenv(build.REQUIRE_ENV, "cpp")
+    with pytest.raises(ExtensionBuildError, match="MOESPEC_REQUIRE_BUILD=cpp requires"):
+        expert_forward(x, ids, w, backend="auto")
+    monkeypatch.setenv(build.REQUIRE_ENV, "0")
+    with pytest.warns(RuntimeWarning, match="backend='auto' uses the torch backend: .*C\\+\\+ compiler"):
+        y = expert_forward(x, ids, w, backend="auto")
     torch.testing.assert_close(y, expert_forward(x, ids, w, backend="torch"))
 
 

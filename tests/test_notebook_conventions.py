@@ -45,6 +45,19 @@ def test_paired_py_in_sync(nb_path):
     assert a == b, f"{nb_path.name} and {py.name} differ; run: jupytext --sync {nb_path}"
 
 
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebooks_write_only_through_the_run_folder(nb_path):
+    """A notebook names no folder to write into: figures go to paths.figures_dir() and
+    measurements to paths.run_data_dir() (or paths.expert_op_dir()), which moespec reproduce
+    points at the run folder and which default to runs/scratch/ when a notebook is opened by hand."""
+    src = "\n".join("".join(c["source"]) for c in json.loads(nb_path.read_text())["cells"] if c["cell_type"] == "code")
+    # paths.committed_figures_dir() may be read (notebook 08 falls back to the committed run's
+    # tables); that nothing is written there is checked by every notebook test (repository unchanged)
+    for banned in ("paths.data_dir()", "paths.bench_dir()", "paths.traces_dir()",
+                   "paths.ROOT", "MOESPEC_", '"figures/', "'figures/"):
+        assert banned not in src, f"{nb_path.name} writes through {banned}; use paths.figures_dir() / paths.run_data_dir()"
+
+
 def test_unknown_parameter_is_an_error():
     if not NOTEBOOKS:
         pytest.skip("no notebooks yet")

@@ -1,5 +1,6 @@
 """Notebooks 05 (whole-model runs) and 06 (prediction chain, Tables 3/4/7/8, Figures 4/5/6),
-quick profile: the files they write and the numbers they print."""
+quick profile, on the byte-faithful default subject and on a replayed published shape: the files
+they write and the numbers they print."""
 
 from __future__ import annotations
 
@@ -9,41 +10,60 @@ import re
 import pandas as pd
 import pytest
 
-from moespec import predict
+from moespec import paths, predict
 
 pytestmark = pytest.mark.notebook
+RULES = paths.data_dir() / "preregistration" / "scoring_rules_byte_faithful.json"
 
 
 def test_whole_model_then_predictions(run_notebook, tmp_path):
     out = tmp_path / "engine"
     _, figs, text = run_notebook("05_whole_model", out_dir=str(out), backend="torch")
-    for f in ("05_verify_time.png", "05_oracle_acceptance.png", "05_real_draft.png", "05_agreement.csv",
-              "05_verify_summary.csv", "05_real_draft.csv", "05_oracle_cells.csv"):
+    for f in ("05_breakdown.png", "05_breakdown.csv", "05_verify_time.png", "05_oracle_acceptance.png",
+              "05_real_draft.png", "05_draft_cost.png", "05_agreement.csv", "05_function_preserved.csv",
+              "05_verify_summary.csv", "05_verify_summary_all_rows.csv", "05_real_draft.csv", "05_oracle_cells.csv",
+              "05_draft_cost_ratios.csv", "05_draft_cost_predictions.csv", "05_draft_cost_stop.json"):
         assert (figs / f).stat().st_size > 0, f
-    # the dedup switch changes no output on the tiny model
+    assert re.search(r"^subject: .*byte-faithful", text, re.M)
+    # every table names the subject it was made on
+    label = pd.read_csv(figs / "05_breakdown.csv")["label"].iloc[0]
+    for f in ("05_verify_summary.csv", "05_oracle_cells.csv", "05_draft_cost_predictions.csv"):
+        assert (pd.read_csv(figs / f)["subject"] == label).all(), f
+    # the dedup switch changes no output, and the widening changes no token
     g = re.search(r"greedy tokens equal with dedup off and on: (\d+) of (\d+)", text)
     v = re.search(r"verify argmax equal with dedup off and on: (\d+) of (\d+) rows", text)
+    w = re.search(r"greedy tokens equal to the unwidened model in int8_b32: (\d+) of (\d+)", text)
     assert g and g.group(1) == g.group(2) == "48"
     assert v and v.group(1) == v.group(2)
-    prov = predict.rules_provenance()
+    assert w and w.group(1) == w.group(2) == "48"
+    prov = predict.rules_provenance(RULES)
     if prov["commit"]:
-        assert f"scoring rules: commit {prov['commit']}" in text and "unchanged on disk: True" in text
+        assert f"commit {prov['commit']}" in text and "unchanged on disk: True" in text
         assert re.search(r"before the speculative runs started .*: True", text)
     summary = pd.read_csv(out / "verify_summary.csv")
     assert sorted(summary["n"].unique()) == list(range(1, 10)) and sorted(summary["d"].unique()) == [24, 48]
+    rows = pd.read_csv(out / "verify_rows.csv")
+    assert (rows["ref_GBps"] > 0).all()
     runs = pd.read_csv(out / "oracle_runs.csv")
     assert len(runs) == 2 * 2 * 4 * 3 and (runs.loc[runs["k"] == 0, "tokens_per_step"] == 1).all()
     real = pd.read_csv(out / "real_draft.csv")
-    assert set(real["k"]) == {0, 1, 2}
+    assert set(real["k"]) == {0, 1, 2} and set(real["draft_cost"].dropna()) == {0.0, 0.3}
+    pred = pd.read_csv(figs / "05_draft_cost_predictions.csv")
+    assert len(pred) == 2 * 2
+    n_ok = int((pred.rel_error.abs() <= 0.10).sum())
+    assert f"prediction within 10 % at {n_ok} of 4 (cost, k) points" in text
     assert re.search(r"plain decoding fastest on \d of 2 prompts", text)
+    record = json.loads((out / "run.json").read_text())
+    assert record["subject_args"]["model"] == "byte-faithful" and "verify_reps" in record["from_profile"]
 
     _, figs, text = run_notebook("06_predictions", out_dir=str(out), backend="torch")
     for f in ("06_fig4_saving.png", "06_fig5_kstar_bounds.png", "06_fig6_preregistered.png", "06_fits.csv",
-              "06_curves.csv"):
+              "06_curves.csv", "06_step_overhead.csv", "06_table8_rules_all_rows.csv"):
         assert (figs / f).stat().st_size > 0, f
     t3 = pd.read_csv(figs / "06_table3_predictions.csv")
     assert set(t3["source"]) == {"this run", "paper 1, published (their hardware)"}
     assert (t3["source"] == "this run").sum() == 2 and (t3["source"] != "this run").sum() == 12
+    assert (t3.loc[t3["source"] == "this run", "model"] == label).all()
     t4 = pd.read_csv(figs / "06_table4_preregistered.csv")
     assert set(t4.loc[t4["source"] == "this run", "version"]) == {"measured-time", "calibrated", "prediction"}
     t8 = pd.read_csv(figs / "06_table8_rules.csv")
@@ -55,9 +75,27 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         # the proved bounds (20), (21) hold wherever the version predicts positive step times
         assert (m["loss_inside_bound20"] and m["speedup_inside_bound21"]) or not m["valid_step_times"], key
         assert m["kstar_values"] == 3 and 0 <= m["implied_eps"] < 1
-    # the printed count matches the metrics on disk
     n20 = sum(m["loss_inside_bound20"] for m in metrics.values())
     assert f"throughput lost inside bound (20): {n20} of 8" in text
     if prov["commit"]:
         assert f"read unchanged; commit {prov['commit']}" in text
     assert re.search(r"engine eps = \d+\.\d{3}", text)
+    # notebook 06 refuses to predict another subject than notebook 05 ran
+    with pytest.raises(Exception, match="differs from notebook 05's run"):
+        run_notebook("06_predictions", out_dir=str(out), backend="torch", model="default")
+
+
+def test_replayed_published_shape_through_05_06_07(run_notebook, tmp_path):
+    out = tmp_path / "replay"
+    small = dict(verify_reps=2, oracle_ks=[0, 2], a_values=[0.8])
+    _, figs, text = run_notebook("05_whole_model", out_dir=str(out), backend="torch", model="replay", **small)
+    assert re.search(r"^subject: .*routing replayed from synthetic sticky routing", text, re.M)
+    assert "no real draft for this subject" in text and "pre-registered for this subject: False" in text
+    assert not (figs / "05_draft_cost.png").exists()
+    _, figs, text = run_notebook("06_predictions", out_dir=str(out), backend="torch")
+    assert "routing of the fits: the replayed trace itself" in text
+    assert len(json.loads((out / "metrics.json").read_text())) == 4 * 2
+    _, figs, text = run_notebook("07_ssp_oracle", out_dir=str(tmp_path / "oracle"), backend="torch", model="replay",
+                                 oracle_a=0.6)
+    assert "replayed routing: U from the trace, draft confidence a = 0.6" in text
+    assert (figs / "07_fig2_lmax_sweep.csv").is_file()

@@ -134,10 +134,24 @@ def test_unused_cost_entries_may_be_nan_but_used_ones_may_not():
 
 
 def test_bad_policy_rejected():
-    with pytest.raises(ValueError, match="1..2"):
+    with pytest.raises(ValueError, match=r"draft lengths must be integers in \[1, 2\]; found 3 at state 1"):
         evaluate_policy(np.full(3, 0.5), np.ones((3, 2, 3)), np.array([1, 3, 1]))
+    with pytest.raises(ValueError, match=r"integers in \[1, 2\]; found dtype float64"):
+        evaluate_policy(np.full(3, 0.5), np.ones((3, 2, 3)), np.array([1.0, 2.0, 1.0]))
     with pytest.raises(ValueError, match="shape"):
         evaluate_policy(np.full(3, 0.5), np.ones((3, 2, 3)), np.array([1, 1]))
+
+
+def test_empty_sequence_costs_nothing():
+    """N = 0 states: the oracle's dp is [0], and any policy (the empty one) has zero totals and
+    undefined (NaN) mean lengths, instead of numpy's zero-size reduction error."""
+    p, cost = np.zeros(0), np.zeros((0, 3, 4))
+    dp, policy = bellman(p, cost)
+    assert dp.tolist() == [0.0] and policy.shape == (0,)
+    for pol in (np.zeros(0, dtype=np.int64), fixed_policy(0, 2)):
+        value = evaluate_policy(p, cost, pol)
+        assert (value.cost, value.rounds, value.drafted, value.accepted) == (0.0, 0.0, 0.0, 0.0)
+        assert math.isnan(value.mean_draft_length) and math.isnan(value.mean_accepted_length)
 
 
 def test_compiled_and_numpy_backward_agree():

@@ -12,10 +12,11 @@ FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.cs
          "07_tableA2_factors.csv", "07_coefficients.csv", "07_fig1_rounds_by_k.png", "07_figA6_draft_time.png",
          "07_oracle_sequences.csv", "07_fig2_lmax_sweep.csv", "07_fig2_lmax_sweep.png", "07_fig3_delta_quadrants.csv",
          "07_fig3_delta_space.png", "07_alpha0_changed_positions.csv", "07_alpha0_summary.json", "07_alpha0_selected.csv",
-         "07_online_policy.csv", "07_online_policy.json", "07_online_policy.png", "07_kernel_cost_models.csv",
+         "07_online_policy.csv", "07_online_policy_info.json", "07_online_policy.png", "07_kernel_cost_models.csv",
          "07_kernel_policy_differences.csv", "07_paper2_comparison.csv", "07_cf_fig2_lmax_sweep.csv",
-         "07_cf_fig2_lmax_sweep.png", "07_cf_fig3_delta_space.png", "07_cf_online_policy.png", "07_cf_online_policy.json",
-         "07_cf_kernel_cost_models.csv", "07_cf_alpha0_summary.json"]
+         "07_cf_fig2_lmax_sweep.png", "07_cf_fig3_delta_space.png", "07_cf_online_policy.png", "07_cf_online_policy_info.json",
+         "07_cf_kernel_cost_models.csv", "07_cf_alpha0_summary.json", "07_regression_by_regime.csv",
+         "07_cost_models_overview.csv"]
 
 
 @pytest.mark.notebook
@@ -26,19 +27,27 @@ def test_notebook_07_quick(run_notebook, tmp_path):
     sweep = pd.read_csv(figures / "07_fig2_lmax_sweep.csv")
     assert list(sweep.lmax) == [1, 2, 3, 4]
     assert (sweep.speedup.diff().dropna() >= -1e-12).all()
-    # the printed oracle speedup is the sweep's last row
-    m = re.search(r"oracle speedup \(Lmax=4\): ([0-9.]+)", text)
+    assert re.search(r"^subject: .*byte-faithful", text, re.M)
+    assert (sweep.subject == sweep.subject.iloc[0]).all() and "byte-faithful" in sweep.subject.iloc[0]
+    # the printed oracle speedup of the measured cost model is the sweep's last row
+    m = re.search(r"\[measured cost \([^)]*\)\] oracle speedup \(Lmax=4\): ([0-9.]+)", text)
     assert m and float(m.group(1)) == pytest.approx(sweep.speedup.iloc[-1], abs=1e-3)
     q = re.search(r"quadrant I (\d+), II (\d+), III (\d+), IV (\d+)", text)
     assert q, "quadrant counts not printed"
-    online = json.loads((figures / "07_online_policy.json").read_text())
+    online = json.loads((figures / "07_online_policy_info.json").read_text())
     assert online["oracle"] >= online["online"] - 1e-12 and online["oracle"] >= online["fixed_best_hindsight"] - 1e-12
-    cf = json.loads((figures / "07_cf_online_policy.json").read_text())
-    m = re.search(r"counterfactual held-out: oracle ([0-9.]+)", text)
+    cf = json.loads((figures / "07_cf_online_policy_info.json").read_text())
+    m = re.search(r"\[sensitivity analysis: draft time x0.1, not a measurement\] held-out \(\d+ sequences\): oracle "
+                  r"([0-9.]+)", text)
     assert m and float(m.group(1)) == pytest.approx(cf["oracle"], abs=1e-3)
     assert cf["oracle"] >= cf["online"] - 1e-12
+    regression = pd.read_csv(figures / "07_regression_by_regime.csv")
+    assert "all rows" in set(regression["rows"]) and (regression["eq4_r2_in"] <= 1).all()
+    rounds = pd.read_csv(tmp_path / "oracle" / "rounds.csv")
+    assert (rounds["ref_GBps"] > 0).all()
     per_k = pd.read_csv(figures / "07_tableA4_per_k.csv")
-    assert list(per_k.K) == [1, 2, 3, 4, 5]
+    assert list(per_k[per_k["rows"] == "all rows"].K) == [1, 2, 3, 4, 5]
     assert "paper 2, published (their hardware)" in pd.read_csv(figures / "07_paper2_comparison.csv").columns
-    assert re.search(r"draft \(A4\): T_D = [-0-9.]+ K", text)
-    assert re.search(r"autoregressive passes \(K = 0\): measured median T_T [0-9.]+ ms", text)
+    assert re.search(r"\[all rows\] eq. \(4\) in-sample R2 = [0-9.]+, GroupKFold MAPE = [0-9.]+%; draft \(A4\): "
+                     r"T_D = [-0-9.]+ K", text)
+    assert re.search(r"autoregressive passes \(K = 0, [^)]*\): measured median T_T [0-9.]+ ms", text)

@@ -100,6 +100,20 @@ def test_bad_metadata():
         RoutingTrace([GOOD, GOOD], 4, doc_ids=["a", "a"])
 
 
+def test_doc_ids_must_be_a_sequence_of_ids():
+    """A bare string is not three ids; each id is a string or an integer (kept as a string)."""
+    with pytest.raises(ValueError, match=r"doc_ids: expected a sequence .* found str 'abc'"):
+        RoutingTrace([GOOD, GOOD, GOOD], 4, doc_ids="abc")
+    with pytest.raises(ValueError, match=r"doc_ids\[1\]: an id must be a string or an integer; found float 1.5"):
+        RoutingTrace([GOOD, GOOD], 4, doc_ids=[0, 1.5])
+    with pytest.raises(ValueError, match=r"doc_ids\[0\]: an id must be a string or an integer; found NoneType"):
+        RoutingTrace([GOOD], 4, doc_ids=[None])
+    with pytest.raises(ValueError, match=r"doc_ids: expected a sequence"):
+        RoutingTrace([GOOD, GOOD], 4, doc_ids={"a", "b"})    # a set has no order
+    assert RoutingTrace([GOOD, GOOD], 4, doc_ids=[7, np.int64(9)]).doc_ids == ["7", "9"]
+    assert RoutingTrace([GOOD, GOOD], 4, doc_ids=np.array(["x", "y"])).doc_ids == ["x", "y"]
+
+
 def test_truncated_file(trace, tmp_path):
     path = trace.save(tmp_path / "t.npz")
     data = path.read_bytes()

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from moespec import paths
 from moespec.routing import RoutingTrace
 from moespec.zoo import sources
 
@@ -42,9 +43,24 @@ def test_saved_traces_filters_split_and_cuts_test_to_fit_articles(tmp_path, monk
     assert sorted(t.num_docs for t in test) == [2, 3]  # the test trace cut to test/000's two pieces
     assert sorted(t.num_docs for t in sources.saved_traces("valid")) == [3, 3]
     assert sorted(t.num_docs for t in sources.saved_traces(None, fit_only=False)) == [3, 3, 3]
-    (tmp_path / "traces" / "broken.npz").write_bytes(b"not a trace")
+    (paths.run_traces_dir() / "broken.npz").write_bytes(b"not a trace")
     with pytest.raises(ValueError, match="broken.npz"):
         sources.saved_traces("test")
+
+
+def test_traces_are_saved_in_the_run_folder_and_shadow_shared_ones(tmp_path, monkeypatch):
+    """A run saves the traces it records into its own folder, never into the shared data/traces;
+    it reads its own first, and a shared trace of the same name is not read twice."""
+    monkeypatch.setenv("MOESPEC_DATA", str(tmp_path / "data"))
+    shared = _trace({"split": "test"})
+    shared.save(tmp_path / "data" / "traces" / "src-wikitext-test.npz")
+    other = _trace({"split": "test"})
+    other.save(tmp_path / "data" / "traces" / "other-wikitext-test.npz")
+    own = sources.save_trace(_trace({"split": "test", "mine": True}), "src", "test")
+    assert own.parent == paths.run_traces_dir() and own.parent != paths.traces_dir()
+    assert sources.find_trace("src", "test") == own
+    assert paths.trace_files() == [tmp_path / "data" / "traces" / "other-wikitext-test.npz", own]
+    assert sorted(bool(t.meta.get("mine")) for t in sources.saved_traces("test")) == [False, True]
 
 
 def test_record_checkpoint_from_a_local_folder(tmp_path):

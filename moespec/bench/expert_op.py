@@ -103,18 +103,20 @@ def synthetic_routing(model: str, seed: int = 0, num_docs: int = 8, doc_len: int
 
 
 def routing_for(model: str, trace_file: str = "", seed: int = 0, num_docs: int = 8, doc_len: int = 256):
-    """The routing whose windows are timed: ``trace_file`` (a path, or a name in ``data/traces/``)
-    if given; else the first recorded trace in ``data/traces/`` whose ``model`` is ``model``; else
-    :func:`synthetic_routing`. Each trace's ``label`` says which it is."""
+    """The routing whose windows are timed: ``trace_file`` (a path, or a name in the trace folders
+    of :func:`moespec.paths.trace_dirs`) if given; else the first recorded trace there whose
+    ``model`` is ``model``; else :func:`synthetic_routing`. Each trace's ``label`` says which it is."""
     from moespec.routing import RoutingTrace
 
     if trace_file:
         path = Path(trace_file)
-        path = path if path.is_absolute() or path.exists() else paths.traces_dir() / path
+        if not (path.is_absolute() or path.exists()):
+            path = next((d / path for d in paths.trace_dirs() if (d / path).exists()), path)
         if not path.exists():
-            raise FileNotFoundError(f"trace file {trace_file!r} not found (also looked in {paths.traces_dir()})")
+            raise FileNotFoundError(f"trace file {trace_file!r} not found (also looked in "
+                                    f"{[str(d) for d in paths.trace_dirs()]})")
         return RoutingTrace.load(path)
-    for path in sorted(paths.traces_dir().glob("*.npz")):
+    for path in paths.trace_files():
         tr = RoutingTrace.load(path)
         if tr.model == model:
             return tr
@@ -179,9 +181,9 @@ def _config_hash(config: BenchConfig, trace_source: str) -> str:
 
 
 def find_runs(out_dir: Path | None = None) -> list[dict]:
-    """Sidecars of every run under ``out_dir`` (default ``bench_dir()/expert_op``), oldest first,
+    """Sidecars of every run under ``out_dir`` (default :func:`moespec.paths.expert_op_dir`), oldest first,
     each with ``run_dir`` added."""
-    out_dir = Path(out_dir or paths.bench_dir() / "expert_op")
+    out_dir = Path(out_dir or paths.expert_op_dir())
     runs = []
     for side in sorted(out_dir.glob("*/provenance.json")):
         rec = json.loads(side.read_text())
@@ -197,7 +199,7 @@ def latest_run(out_dir: Path | None = None, complete: bool = True, **match) -> P
              and all(r["config"].get(k) == v for k, v in match.items())]
     if not cands:
         raise FileNotFoundError(f"no {'complete ' if complete else ''}expert-op run matching {match} "
-                                f"under {out_dir or paths.bench_dir() / 'expert_op'}")
+                                f"under {out_dir or paths.expert_op_dir()}")
     return Path(cands[-1]["run_dir"])
 
 
@@ -270,7 +272,7 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
     """
     spec = config.spec()
     _check_inputs(spec, trace, config)
-    out_dir = Path(out_dir or paths.bench_dir() / "expert_op")
+    out_dir = Path(out_dir or paths.expert_op_dir())
     trace_source = "" if trace is None else (trace.label if hasattr(trace, "label") else str(trace.source))
     chash = _config_hash(config, trace_source)
     run_dir = None

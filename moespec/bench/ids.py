@@ -65,11 +65,13 @@ def distinct(ids: np.ndarray) -> int:
     return int(np.unique(np.asarray(ids)).size)
 
 
-def trace_windows(docs, layer: int, n: int, count: int, rng: np.random.Generator) -> list[tuple[int, int, np.ndarray]]:
+def trace_windows(docs, layer: int | None, n: int, count: int,
+                  rng: np.random.Generator) -> list[tuple[int, int, np.ndarray]]:
     """``count`` windows of ``n`` consecutive tokens of MoE layer ``layer``, drawn uniformly from
     every window position in ``docs`` (a list of ``[T, L, m]`` arrays: a RoutingTrace's docs).
 
-    Returns ``(doc, start, ids [n, m])`` triples. Raises if no document has n tokens.
+    Returns ``(doc, start, ids [n, m])`` triples; with ``layer=None`` the window of every layer,
+    ``ids [n, L, m]`` (a whole pass). Raises if no document has n tokens.
     """
     positions = [(d, s) for d, arr in enumerate(docs) for s in range(max(0, len(arr) - n + 1))]
     if not positions:
@@ -79,6 +81,9 @@ def trace_windows(docs, layer: int, n: int, count: int, rng: np.random.Generator
     for i in sorted(picks):
         d, s = positions[i]
         arr = np.asarray(docs[d])
+        if layer is None:
+            out.append((d, s, arr[s:s + n].astype(np.int64)))
+            continue
         if not 0 <= layer < arr.shape[1]:
             raise ValueError(f"layer {layer} is outside the trace's {arr.shape[1]} MoE layers")
         out.append((d, s, arr[s:s + n, layer, :].astype(np.int64)))

@@ -13,13 +13,26 @@ from moespec.models import MoESpec, register
 
 
 def engine_spec(engine, name: str) -> MoESpec:
-    """Register (under ``name``) and return the MoESpec of the engine's model (f32 experts)."""
+    """Register (under ``name``) and return the MoESpec of the engine's model as its kernels run
+    it: N, H, I and the format from the installed expert weights (so Qwen3-MoE's and DeepSeek-V2's
+    ``moe_intermediate_size``, not their dense ``intermediate_size``, and a widened expert's own
+    shape), m and the layer counts from the config; DeepSeek's shared experts and dense FFN size
+    from :func:`moespec.models.spec_from_config` when the config names them."""
     cfg = engine.model.config
-    spec = MoESpec(name=name, paper_label=f"{name} (engine model)", num_experts=cfg.num_experts,
+    w = layer_weights(engine)[0]
+    n_exp, hidden, inter = w.shape
+    shared, shared_i, dense_i = 0, 0, 0
+    if getattr(cfg, "n_shared_experts", None):
+        from moespec.models import spec_from_config
+
+        full = spec_from_config(cfg.to_dict())
+        shared, shared_i = full.num_shared_experts, full.shared_intermediate
+        dense_i = int(getattr(cfg, "intermediate_size", 0) or 0)
+    spec = MoESpec(name=name, paper_label=f"{name} (engine model)", num_experts=n_exp,
                    top_k=cfg.num_experts_per_tok, num_layers=cfg.num_hidden_layers,
-                   num_moe_layers=engine.num_layers, hidden_size=cfg.hidden_size,
-                   expert_intermediate=cfg.intermediate_size, default_format="f32",
-                   source="moespec.engine.operation.engine_spec")
+                   num_moe_layers=engine.num_layers, hidden_size=hidden, expert_intermediate=inter,
+                   num_shared_experts=shared, shared_intermediate=shared_i, dense_intermediate=dense_i,
+                   default_format=w.fmt, source="moespec.engine.operation.engine_spec (installed expert weights)")
     register(name, lambda: spec)
     return spec
 
@@ -48,15 +61,15 @@ def record_trace(engine, docs: list, context: int, source: str):
                 continue
             engine.reset()
             out.append(engine.record_routing(seg))
-    cfg = engine.model.config
-    b = [w.bytes_per_expert for w in layer_weights(engine).values()]
-    return RoutingTrace(out, num_experts=cfg.num_experts, expert_bytes=b, source=source)
+    weights = layer_weights(engine)
+    b = [w.bytes_per_expert for w in weights.values()]
+    return RoutingTrace(out, num_experts=weights[0].num_experts, expert_bytes=b, source=source)
 
 
 def bench_engine(engine, name: str, trace, out_dir=None, progress: bool = True, **config):
     """Run :func:`moespec.bench.expert_op.run` on the engine's layers with their real weights and
     the windows of ``trace``; ``config`` overrides :class:`BenchConfig` fields; ``out_dir``: the
-    benchmark's folder (default ``data/bench/expert_op``). Returns the run folder."""
+    benchmark's folder (default ``paths.expert_op_dir()``, the run's). Returns the run folder."""
     from moespec.bench.expert_op import BenchConfig, run
 
     engine_spec(engine, name)
@@ -64,5 +77,6 @@ def bench_engine(engine, name: str, trace, out_dir=None, progress: bool = True, 
     if unknown := set(config) - fields:
         raise ValueError(f"unknown BenchConfig field(s) {sorted(unknown)}")
     config.setdefault("layers", tuple(range(engine.num_layers)))
-    cfg = BenchConfig(model=name, fmt="f32", **config)
+    config.setdefault("device", str(layer_weights(engine)[0].device))
+    cfg = BenchConfig(model=name, fmt=layer_weights(engine)[0].fmt, **config)
     return run(cfg, out_dir=out_dir, weights=layer_weights(engine), trace=trace, progress=progress)

@@ -1,4 +1,11 @@
-"""What notebooks 05 and 06 share: the model of each profile, the results folder, the CPU set-up."""
+"""What the whole-model notebooks (05, 06, 07) share: the results folder and the CPU set-up, and
+each notebook's run sizes per profile.
+
+A notebook parameter left at ``None`` takes its profile's value (:data:`DEFAULTS`); a value the
+caller set is kept as set, in either profile (:func:`resolve`), and the notebook prints which
+values came from where. ``quick`` sizes finish in seconds on tiny models; ``full`` sizes are
+those ``make reproduce`` runs.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +13,75 @@ from pathlib import Path
 
 from moespec import paths
 
-QUICK_MOE = dict(seed=1, vocab_size=256, num_experts=16, top_k=4, num_layers=2, hidden_size=32)
+#: notebook -> profile -> parameter -> value (None: derived in the notebook from the subject,
+#: e.g. the depths from its context, or read from the pre-registered rules).
+DEFAULTS = {
+    "05": {
+        "quick": dict(depths=[24, 48], prompts_per_depth=2, verify_reps=3, n_boot=200, oracle_ks=[0, 1, 2, 3],
+                      a_values=[0.5, 0.8, 0.95], n_tokens=10, oracle_prompts=2, oracle_reps=1, real_ks=[1, 2],
+                      real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3], agree_tokens=12, breakdown_reps=5,
+                      ratio_reps=5),
+        "full": dict(depths=None, prompts_per_depth=6, verify_reps=20, n_boot=2000, oracle_ks=list(range(9)),
+                     a_values=None, n_tokens=48, oracle_prompts=3, oracle_reps=2, real_ks=list(range(1, 9)),
+                     real_tokens=32, real_prompts=16, draft_costs=None, agree_tokens=64, breakdown_reps=30,
+                     ratio_reps=30),
+    },
+    "06": {
+        "quick": dict(wiki_docs=3, context=32, bench_reps=2, u_count=3, windows_per_n=2, flush_bytes=2**20,
+                      membw_bytes=2**22),
+        "full": dict(wiki_docs=None, context=None, bench_reps=5, u_count=6, windows_per_n=6, flush_bytes=None,
+                     membw_bytes=None),
+    },
+    "07": {
+        "quick": dict(round_questions_per_category=1, round_categories=5, round_tokens=8, round_ks=[0, 1, 2, 3, 4, 5],
+                      repeats=1, prompt_tokens=8, oracle_questions=4, oracle_tokens=12, lmax=4, reuse=False),
+        "full": dict(round_questions_per_category=2, round_categories=None, round_tokens=32,
+                     round_ks=list(range(11)), repeats=3, prompt_tokens=96, oracle_questions=24, oracle_tokens=96,
+                     lmax=12, reuse=True),
+    },
+}
+
+
+def resolve(notebook: str, profile: str, **given) -> tuple[dict, list[str]]:
+    """(values, from_profile): every parameter of ``notebook``'s :data:`DEFAULTS` as ``given``
+    where it is not None, else the profile's value; ``from_profile`` names the parameters that
+    took the profile's value. Unknown parameters are refused."""
+    if profile not in ("quick", "full"):
+        raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
+    table = DEFAULTS[notebook][profile]
+    if unknown := set(given) - set(table):
+        raise ValueError(f"notebook {notebook}: no profile default for {sorted(unknown)}; known {sorted(table)}")
+    values, defaulted = {}, []
+    for name, default in table.items():
+        value = given.get(name)
+        if value is None:
+            values[name] = default
+            defaulted.append(name)
+        else:
+            values[name] = value
+    return values, defaulted
 
 
 def setup(profile: str, device: str, threads: int, out_dir: str = "") -> Path:
-    """Check the device (the engine runs on the CPU here), set torch's threads (one thread: batch-one
-    passes of a small model on a shared CPU, where more threads wait on descheduled ones), and
-    return the results folder (``out_dir`` or ``data/engine/<profile>``)."""
+    """Check the profile and device, set torch's threads (one thread: batch-one passes on a
+    shared CPU, where more threads wait on descheduled ones), and return the results folder
+    (``out_dir`` or ``<run data>/engine/<profile>``, see :func:`moespec.paths.run_data_dir`)."""
     import torch
 
     if profile not in ("quick", "full"):
         raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
-    if device != "cpu":
-        raise ValueError(f"device={device!r}: the whole-model engine runs on the CPU here (kernels: torch/cpp)")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:i]', found {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: torch sees no CUDA device here")
     torch.set_num_threads(int(threads))
-    return Path(out_dir) if out_dir else paths.data_dir() / "engine" / profile
+    return Path(out_dir) if out_dir else paths.run_data_dir() / "engine" / profile
 
 
-def target_model(profile: str):
-    """(model, label): a tiny random OLMoE (quick) or the trained default MoE (full)."""
-    from moespec import zoo
-
-    if profile == "quick":
-        return zoo.tiny_moe(**QUICK_MOE), "tiny random OLMoE (quick profile)"
-    return zoo.load_default_moe(), "default MoE (trained here)"
+def default_depths(context: int, n_tokens: int) -> list[int]:
+    """The two context depths of the whole-model runs: a quarter of the context and the deepest
+    that leaves room for ``n_tokens`` generated tokens and a draft of 9 (paper 1 used 512 and 4096)."""
+    deep = context - n_tokens - 10
+    if deep <= context // 4:
+        raise ValueError(f"a context of {context} positions leaves no room for two depths with {n_tokens} tokens")
+    return [context // 4, deep]

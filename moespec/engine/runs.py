@@ -44,7 +44,7 @@ def greedy_agreement(engine, prompts: list, n_tokens: int) -> pd.DataFrame:
 
 def oracle_sweep(engine, prompts: list, ks, a_values, n_tokens: int, reps: int = 1, seed: int = 0,
                  depth: int | None = None, dedup: bool = True, vocab: int | None = None,
-                 progress: bool = True, routing_out: list | None = None) -> pd.DataFrame:
+                 progress: bool = True, routing_out: list | None = None, reference=None) -> pd.DataFrame:
     """Speculative decoding with the oracle draft over every (k, a), on every prompt, ``reps``
     times (paper 1, Section 4 and Appendix D.2), with deduplication ``dedup``.
 
@@ -53,6 +53,7 @@ def oracle_sweep(engine, prompts: list, ks, a_values, n_tokens: int, reps: int =
     order. One row per run: the fields of :func:`summarize_steps` plus prompt, d, k, a, rep.
     ``routing_out``: a list that receives, per prompt, the routing ``[n_tokens, L, m]`` of the greedy
     continuation the runs verify (teacher-forced, untimed): the "text" routing of Table 3.
+    ``reference``: a :class:`moespec.bench.regimes.ReferenceRead` timed before each run (``ref_GBps``).
     """
     vocab = vocab or engine.model.config.vocab_size
     ks, a_values = list(ks), list(a_values)
@@ -61,21 +62,23 @@ def oracle_sweep(engine, prompts: list, ks, a_values, n_tokens: int, reps: int =
     rows = []
     bar = tqdm(total=len(prompts) * reps * len(grid), desc=f"oracle d={depth}", disable=not progress)
     engine.dedup = dedup
+    reference_read = reference
     for pi, prompt in enumerate(prompts):
         first = engine.prefill(prompt)
-        reference = [first] + engine.greedy(first, n_tokens + max(ks) + 1)
+        greedy_text = [first] + engine.greedy(first, n_tokens + max(ks) + 1)
         engine.crop(len(prompt))
         if routing_out is not None:
-            routing_out.append(engine.record_routing(reference[:n_tokens]))
+            routing_out.append(engine.record_routing(greedy_text[:n_tokens]))
         for rep in range(reps):
             for gi in rng.permutation(len(grid)):
                 k, a = grid[gi]
                 run_seed = [seed, pi, rep, k, int(round(a * 1000))]
                 drafter = OracleDraft(engine, a, vocab, seed=run_seed)
+                bw = reference_read() if reference_read is not None else float("nan")
                 _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first,
-                                                reference=reference)
+                                                reference=greedy_text)
                 rows.append({"prompt": pi, "d": depth if depth is not None else len(prompt), "k": k,
-                             "a": a, "rep": rep, **summarize_steps(steps)})
+                             "a": a, "rep": rep, "ref_GBps": bw, **summarize_steps(steps)})
                 bar.update()
     bar.close()
     engine.dedup = False

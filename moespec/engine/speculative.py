@@ -84,13 +84,15 @@ class ModelDraft:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model.eval()
+        self.device = model.get_input_embeddings().weight.device  # token ids are built there
         self.cache = None
         self.cached: list[int] = []  # the tokens the draft cache holds
         self.last_corrupted: list[bool] = []
 
     @torch.inference_mode()
     def _feed(self, ids: list[int]) -> int:
-        out = self.model(input_ids=torch.tensor([ids], dtype=torch.long), cache=self.cache, use_cache=True)
+        out = self.model(input_ids=torch.tensor([ids], dtype=torch.long, device=self.device), cache=self.cache,
+                         use_cache=True)
         self.cached += ids  # the DynamicCache grew in place
         return int(out.logits[0, -1].argmax())
 
@@ -250,4 +252,8 @@ def summarize_steps(steps: list[Step]) -> dict:
             "time_s": t_total, "throughput": emitted / t_total if t_total > 0 else float("nan"),
             "t_step_median_s": float(np.median([s.t_step_s for s in steps])),
             "t_verify_median_s": float(np.median([s.t_verify_s for s in steps])),
+            "t_draft_median_s": float(np.median([s.t_draft_s for s in steps])),
+            "t_step_mean_s": float(np.mean([s.t_step_s for s in steps])),
+            "t_verify_mean_s": float(np.mean([s.t_verify_s for s in steps])),
+            "t_draft_mean_s": float(np.mean([s.t_draft_s for s in steps])),
             "h_median_s": float(np.median([s.t_step_s - s.t_verify_s for s in steps]))}

@@ -51,32 +51,65 @@ class KernelExperts(nn.Module):
     """Drop-in for ``OlmoeExperts``: the layer's experts as :class:`moespec.kernels.ExpertWeights`,
     run by one :func:`moespec.kernels.expert_forward` call per forward."""
 
-    def __init__(self, experts: nn.Module, switch: Switch, layer: int):
+    def __init__(self, experts: nn.Module, switch: Switch, layer: int, fmt: str | None = None):
         super().__init__()
         from moespec.kernels import ExpertWeights
 
+        check_expert_layout(experts, layer)
         gate_up, down = experts.gate_up_proj.detach(), experts.down_proj.detach()
-        n_exp, two_i, hidden = gate_up.shape
-        if two_i % 2 or tuple(down.shape) != (n_exp, hidden, two_i // 2):
-            raise ValueError(f"layer {layer}: expected gate_up_proj [N, 2I, H] and down_proj [N, H, I]; "
-                             f"found {tuple(gate_up.shape)} and {tuple(down.shape)}")
-        inter = two_i // 2
+        inter = gate_up.shape[1] // 2
+        if fmt is None:  # the checkpoint's own precision where a kernel format has it, else f32
+            fmt = {torch.bfloat16: "bf16"}.get(gate_up.dtype, "f32")
         # OlmoeExperts computes linear(x, gate_up).chunk(2): the first I rows are the gate.
         self.weights = ExpertWeights.from_tensors(gate_up[:, :inter].contiguous(),
-                                                  gate_up[:, inter:].contiguous(), down.contiguous())
+                                                  gate_up[:, inter:].contiguous(), down.contiguous(), fmt=fmt)
         self.switch = switch
         self.layer = layer
+
+    @classmethod
+    def from_weights(cls, weights, switch: Switch, layer: int) -> "KernelExperts":
+        """A layer's experts given directly as :class:`moespec.kernels.ExpertWeights` (e.g. widened
+        or random weights at a published shape), with no transformers module behind them."""
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.weights, self.switch, self.layer = weights, switch, int(layer)
+        return self
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
         from moespec.kernels import expert_forward
 
-        n = hidden_states.shape[0]
+        n, hidden = hidden_states.shape
         if self.switch.record is not None:
             self.switch.record.append((self.layer, top_k_index.detach().cpu().numpy().copy()))
-        out = expert_forward(hidden_states, top_k_index, self.weights, gates=top_k_weights,
+        x = hidden_states
+        if self.weights.hidden_size > hidden:  # experts embedded in a larger shape (moespec.engine.widen)
+            x = torch.nn.functional.pad(x, (0, self.weights.hidden_size - hidden))
+        out = expert_forward(x, top_k_index, self.weights, gates=top_k_weights,
                              kernel=self.switch.kernel_for(n), backend=self.switch.backend)
+        if self.weights.hidden_size > hidden:
+            out = out[:, :hidden]
         return out.to(hidden_states.dtype)
+
+
+def check_expert_layout(experts: nn.Module, layer: int = 0) -> None:
+    """Refuse, naming the problem, an experts module whose layout the kernels do not compute:
+    they take transformers' OLMoE / Qwen-MoE / Mixtral / DeepSeek layout (``gate_up_proj
+    [N, 2I, H]`` with the gate first, ``down_proj [N, H, I]``, no biases, ``silu(gate) * up``)."""
+    name = type(experts).__name__
+    if hasattr(experts, "gate_up_proj_bias") or hasattr(experts, "down_proj_bias"):
+        raise ValueError(f"layer {layer}: {name} has gate/up and down biases, interleaved gate/up columns "
+                         "(gate_up_proj [N, H, 2I], gate = [..., ::2]) and a clamped SwiGLU (gpt-oss); "
+                         "moespec's kernels compute silu(gate) * up without biases, so this expert layout is not "
+                         "supported by the switch (run the model with Engine(install_kernels=False), its own experts)")
+    if not (hasattr(experts, "gate_up_proj") and hasattr(experts, "down_proj")):
+        raise ValueError(f"layer {layer}: {name} has no gate_up_proj / down_proj tensors (transformers 5 fused "
+                         "expert layout); the switch cannot read its weights")
+    gate_up, down = experts.gate_up_proj, experts.down_proj
+    if gate_up.dim() != 3 or gate_up.shape[1] % 2 or tuple(down.shape) != (gate_up.shape[0], gate_up.shape[2],
+                                                                           gate_up.shape[1] // 2):
+        raise ValueError(f"layer {layer}: {name}: expected gate_up_proj [N, 2I, H] and down_proj [N, H, I]; "
+                         f"found {tuple(gate_up.shape)} and {tuple(down.shape)}")
 
 
 def moe_layers(model: nn.Module) -> list[nn.Module]:
@@ -90,18 +123,30 @@ def moe_layers(model: nn.Module) -> list[nn.Module]:
     return found
 
 
-def install(model: nn.Module, backend: str = "auto", slot_max: int = SLOT_MAX) -> Switch:
+def install(model: nn.Module, backend: str = "auto", slot_max: int = SLOT_MAX, fmt: str | None = None,
+            transform=None) -> Switch:
     """Replace every MoE layer's experts module by a :class:`KernelExperts` sharing one
     :class:`Switch`; return the switch (``switch.dedup = True`` turns deduplication on).
 
-    Installing twice returns the existing switch (the weights are converted once).
+    ``fmt``: the kernels' storage format (``f32``, ``bf16``, ``int8_b32``; default: bf16 for a bf16
+    checkpoint, else f32). ``transform(weights, layer) -> weights`` may replace each layer's
+    :class:`moespec.kernels.ExpertWeights` once converted (the widening of
+    :mod:`moespec.engine.widen`). Installing twice returns the existing switch (the weights are
+    converted once; ``fmt`` and ``transform`` then must be left out).
     """
     layers = moe_layers(model)
     first = layers[0].mlp.experts
     if isinstance(first, KernelExperts):
+        if fmt is not None or transform is not None:
+            raise ValueError("the kernels are already installed on this model; fmt and transform apply at the first install")
         first.switch.backend = backend
         return first.switch
+    for idx, layer in enumerate(layers):  # refuse before converting anything
+        check_expert_layout(layer.mlp.experts, idx)
     switch = Switch(backend=backend, slot_max=slot_max)
     for idx, layer in enumerate(layers):
-        layer.mlp.experts = KernelExperts(layer.mlp.experts, switch, idx)
+        experts = KernelExperts(layer.mlp.experts, switch, idx, fmt=fmt)
+        if transform is not None:
+            experts.weights = transform(experts.weights, idx)
+        layer.mlp.experts = experts
     return switch

@@ -22,13 +22,22 @@ class Engine:
     """
 
     def __init__(self, model: torch.nn.Module, backend: str = "auto", install_kernels: bool = True,
-                 prefill_chunk: int = 512):
+                 prefill_chunk: int = 512, fmt: str | None = None, transform=None):
         self.model = model.eval()
-        self.switch = install(model, backend) if install_kernels else None
+        self.switch = install(model, backend, fmt=fmt, transform=transform) if install_kernels else None
         self.num_layers = len(moe_layers(model))
         self.prefill_chunk = int(prefill_chunk)
         self.cache = None
         self.last_logits: torch.Tensor | None = None
+        #: called as ``listener(start, ids)`` before every pass of the token ids ``ids`` (1-D tensor)
+        #: appended at cache position ``start`` (replayed routing, :mod:`moespec.engine.replay`,
+        #: reads the positions there)
+        self.pass_listeners: list = []
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's input embedding: token ids are built there."""
+        return self.model.get_input_embeddings().weight.device
 
     # --- the switch -----------------------------------------------------------------------
     @property
@@ -56,8 +65,16 @@ class Engine:
 
     @torch.inference_mode()
     def _run(self, ids: torch.Tensor) -> torch.Tensor:
+        for listener in self.pass_listeners:
+            listener(self.length, ids)
         out = self.model(input_ids=ids.view(1, -1), cache=self.cache, use_cache=True)
         return out.logits[0]
+
+    def _ids(self, ids) -> torch.Tensor:
+        """Token ids as a 1-D long tensor on the model's device."""
+        if isinstance(ids, torch.Tensor):
+            return ids.to(device=self.device, dtype=torch.long).view(-1)
+        return torch.as_tensor(np.asarray(ids, dtype=np.int64), device=self.device).view(-1)
 
     def reset(self) -> None:
         """Start an empty sequence (an empty KV cache)."""
@@ -68,9 +85,10 @@ class Engine:
     @torch.inference_mode()
     def prefill(self, ids) -> int:
         """Start a sequence with the prompt ``ids`` (in chunks); return its greedy next token."""
-        ids = torch.as_tensor(np.asarray(ids), dtype=torch.long)
-        if ids.ndim != 1 or ids.numel() == 0:
-            raise ValueError(f"prefill needs a non-empty 1-D token list, got shape {tuple(ids.shape)}")
+        shape = tuple(np.shape(ids))
+        if len(shape) != 1 or shape[0] == 0:
+            raise ValueError(f"prefill needs a non-empty 1-D token list, got shape {shape}")
+        ids = self._ids(ids)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None and ids.numel() > limit:
             raise ValueError(f"prompt of {ids.numel()} tokens exceeds the model's max_position_embeddings={limit}")
@@ -85,8 +103,7 @@ class Engine:
         """One pass over ``ids`` appended to the cache; the argmax token at each position."""
         if self.cache is None:
             raise ValueError("call prefill() before forward()")
-        ids = torch.as_tensor(np.asarray(ids), dtype=torch.long).view(-1)
-        logits = self._run(ids)
+        logits = self._run(self._ids(ids))
         self.last_logits = logits
         return logits.argmax(-1).tolist()
 

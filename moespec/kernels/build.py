@@ -9,7 +9,15 @@ Layout (as in pytorch/extension-cpp): ``csrc/cpu/expert_ops.cpp`` defines the op
 (``TORCH_LIBRARY(moespec, m)``) and the CPU implementations (``csrc/cpu/read_probe.cpp``: a memory
 read probe for benchmarks, in the same module); ``csrc/cuda/*.cu`` hold plain CUDA
 kernels and ``csrc/cuda/*.cpp`` a thin binding with ``TORCH_LIBRARY_IMPL(moespec, CUDA, m)``. The
-CUDA library is loaded after the CPU one, which owns the schemas.
+CUDA library is loaded after the CPU one, which owns the schemas. Fake (meta) implementations
+of the ops (:mod:`moespec.kernels.fake`) are registered with the schemas, so the ops also run under
+FakeTensor and ``torch.compile``.
+
+Where an extension is not optional (CI, ``make test``), ``MOESPEC_REQUIRE_BUILD=cpp`` (or
+``cpp,cuda``) turns a failed build into an error everywhere: :func:`available` raises instead of
+answering False, so no test can skip it and ``backend="auto"`` cannot fall back to torch.
+``python -m moespec.kernels [cpp|cuda]`` builds up front and exits non-zero, with the
+reason, when it cannot.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ CPU_SOURCES = [CSRC / "cpu" / "expert_ops.cpp", CSRC / "cpu" / "read_probe.cpp"]
 CPU_CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-fno-math-errno"]  # ISA paths use target attributes
 _lock = threading.Lock()
 _loaded: dict = {}  # "cpu": the extension module, "cuda": True once loaded
+_errors: dict[str, str] = {}  # backend -> why it did not build or load (the last failure)
+REQUIRE_ENV = "MOESPEC_REQUIRE_BUILD"
 
 
 class ExtensionBuildError(RuntimeError):
@@ -149,13 +159,29 @@ def load_cpu():
         return module
     with _lock:
         if _loaded.get("cpu") is None:
-            _loaded["cpu"] = _build("moespec_cpu", CPU_SOURCES, cuda=False, python_module=True,
-                                    extra_cflags=CPU_CFLAGS, extra_ldflags=["-fopenmp"])
+            module = _build("moespec_cpu", CPU_SOURCES, cuda=False, python_module=True,
+                            extra_cflags=CPU_CFLAGS, extra_ldflags=["-fopenmp"])
+            from moespec.kernels import fake
+
+            fake.register()
+            _loaded["cpu"] = module
         return _loaded["cpu"]
 
 
 def cuda_sources() -> list[Path]:
     return sorted((CSRC / "cuda").glob("*.cu")) + sorted((CSRC / "cuda").glob("*.cpp"))
+
+
+def cuda_headers_digest() -> str:
+    """A digest of the CUDA headers (``*.cuh``, ``*.h``). torch's extension builder decides whether
+    to rebuild from the source files and flags only, so the digest goes into the flags: an edited
+    header then rebuilds the extension instead of loading a stale one."""
+    import zlib
+
+    digest = 0
+    for h in sorted((CSRC / "cuda").glob("*.cuh")) + sorted((CSRC / "cuda").glob("*.h")):
+        digest = zlib.crc32(h.name.encode() + h.read_bytes(), digest)
+    return f"{digest:08x}"
 
 
 def load_cuda() -> None:
@@ -168,24 +194,77 @@ def load_cuda() -> None:
         sources = cuda_sources()
         if not sources:
             raise ExtensionBuildError(f"no CUDA sources under {CSRC / 'cuda'}")
-        _build("moespec_cuda", sources, cuda=True, extra_cflags=["-O3", "-std=c++17"],
-               extra_cuda_cflags=["-O3", "-std=c++17"])
+        stamp = f"-DMOESPEC_CUDA_HEADERS={cuda_headers_digest()}"
+        _build("moespec_cuda", sources, cuda=True, extra_cflags=["-O3", "-std=c++17", stamp],
+               extra_cuda_cflags=["-O3", "-std=c++17", stamp])
         _loaded["cuda"] = True
 
 
+def required() -> set[str]:
+    """The backends that must build here: ``MOESPEC_REQUIRE_BUILD`` (comma-separated ``cpp``,
+    ``cuda``; set by ``.ci/run`` and ``make test`` to ``cpp``). Unset or ``0``: none."""
+    value = os.environ.get(REQUIRE_ENV, "").strip().lower()
+    if value in ("", "0", "no", "none"):
+        return set()
+    names = {v.strip() for v in value.split(",") if v.strip()}
+    unknown = names - {"cpp", "cuda"}
+    if unknown:
+        raise ValueError(f"{REQUIRE_ENV} must list cpp and/or cuda (comma-separated) or be 0; found {value!r}")
+    return names
+
+
+def build_error(backend: str) -> str | None:
+    """Why ``backend`` did not build or load in this process (None if it did or was not tried)."""
+    return _errors.get(backend)
+
+
 def available(backend: str) -> bool:
-    """Whether ``backend`` ('cpp' or 'cuda') builds and loads here (builds it if needed)."""
+    """Whether ``backend`` ('cpp' or 'cuda') builds and loads here (builds it if needed). A failed
+    build is remembered for the process (:func:`build_error`; it is not tried again) and answers
+    False, unless the backend is :func:`required`: then the :class:`ExtensionBuildError` is raised."""
     import torch
 
+    if backend not in ("cpp", "cuda"):
+        return backend == "torch"
+    if _loaded.get("cpu" if backend == "cpp" else "cuda"):
+        return True
     try:
+        if backend in _errors:
+            raise ExtensionBuildError(_errors[backend])
         if backend == "cpp":
             load_cpu()
-        elif backend == "cuda":
-            if not torch.cuda.is_available():
-                return False
-            load_cuda()
         else:
-            return backend == "torch"
-    except ExtensionBuildError:
+            if not torch.cuda.is_available():
+                raise ExtensionBuildError("no NVIDIA GPU visible to torch (torch.cuda.is_available() is False)")
+            load_cuda()
+    except ExtensionBuildError as exc:
+        _errors[backend] = str(exc)
+        if backend in required():
+            raise ExtensionBuildError(f"{exc} ({REQUIRE_ENV}={os.environ.get(REQUIRE_ENV)} requires the {backend} "
+                                      "extension)") from exc
         return False
+    _errors.pop(backend, None)
     return True
+
+
+def main(argv=None) -> int:
+    """``python -m moespec.kernels [cpp|cuda]``: build (or load the cached build) now; print
+    where it is, or the reason it failed, and exit 1 then. CI runs this before the tests."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m moespec.kernels", description="build the moespec extension now")
+    parser.add_argument("backend", nargs="?", choices=("cpp", "cuda"), default="cpp")
+    args = parser.parse_args(argv)
+    try:
+        if args.backend == "cpp":
+            module = load_cpu()
+            print(f"moespec: C++ extension ready: {module.__file__}")
+        else:
+            load_cuda()
+            print(f"moespec: CUDA extension ready in {paths.build_dir() / 'moespec_cuda'}")
+    except ExtensionBuildError as exc:
+        print(f"moespec: the {args.backend} extension does not build: {exc}", file=sys.stderr)
+        return 1
+    return 0
+

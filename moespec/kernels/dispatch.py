@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -87,13 +89,17 @@ def _op_weights(weights: ExpertWeights) -> tuple:
 
 def resolve_backend(backend: str, device: torch.device) -> str:
     """The concrete backend for ``backend`` on ``device``; ``auto`` picks the fastest one that
-    builds here: ``cpp`` on CPU (else ``torch``), ``cuda`` on a GPU (else ``torch``)."""
+    builds here: ``cpp`` on CPU, ``cuda`` on a GPU, else ``torch`` with a ``RuntimeWarning`` naming
+    why the extension is missing (an error instead where ``MOESPEC_REQUIRE_BUILD`` requires it)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
     if backend == "auto":
         want = "cuda" if device.type == "cuda" else "cpp"
         if want not in _auto_cache:
             _auto_cache[want] = want if build.available(want) else "torch"
+            if _auto_cache[want] == "torch":  # said once per process, not at every call
+                warnings.warn(f"backend='auto' uses the torch backend: the {want} extension is not available here "
+                              f"({build.build_error(want)})", RuntimeWarning, stacklevel=3)
         return _auto_cache[want]
     if backend == "cpp" and device.type != "cpu":
         raise ValueError(f"backend 'cpp' runs on CPU tensors; the weights are on {device}")

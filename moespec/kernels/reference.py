@@ -77,9 +77,25 @@ def _expert_linear(v: torch.Tensor, weights: ExpertWeights, which: str, e: int) 
     return F.linear(dequantize_blocks(q, s), wf)
 
 
-def _expert_mlp(v: torch.Tensor, weights: ExpertWeights, e: int) -> torch.Tensor:
+def expert_mlp(v: torch.Tensor, weights: ExpertWeights, e: int) -> torch.Tensor:
+    """Expert ``e`` applied to the rows of ``v`` at the format's precision, as a torch user would
+    write it (three ``F.linear``); float32 ``[rows, H]``."""
     h = F.silu(_expert_linear(v, weights, "gate", e)) * _expert_linear(v, weights, "up", e)
     return _expert_linear(h, weights, "down", e)
+
+
+def non_finite_rows_to_nan(y: torch.Tensor, x: torch.Tensor, gates: torch.Tensor | None) -> torch.Tensor:
+    """The non-finite rule every backend follows (docs/kernels.md): a token whose ``x`` row or
+    gates hold NaN or +-inf, or whose float32 computation overflowed (a non-finite value anywhere in
+    its output row), gets an output row of NaN only; every other row is left as computed. Without
+    it the same input gave NaN on one backend, +-inf on another (an infinite gate) and a finite row
+    on a third (int8 with NaN activations). In place; returns ``y``."""
+    bad = ~torch.isfinite(y).all(dim=1) | ~torch.isfinite(x).all(dim=1)
+    if gates is not None:
+        bad |= ~torch.isfinite(gates).all(dim=1)
+    if bool(bad.any()):
+        y[bad] = float("nan")
+    return y
 
 
 def torch_slot(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
@@ -90,8 +106,8 @@ def torch_slot(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
     n, m = ids.shape
     for t in range(n):
         for s in range(m):
-            y[t] += g[t, s] * _expert_mlp(x[t:t + 1], weights, int(ids[t, s]))[0]
-    return y
+            y[t] += g[t, s] * expert_mlp(x[t:t + 1], weights, int(ids[t, s]))[0]
+    return non_finite_rows_to_nan(y, x, gates)
 
 
 def torch_dedup(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
@@ -100,5 +116,5 @@ def torch_dedup(x: torch.Tensor, ids: torch.Tensor, weights: ExpertWeights,
     g = _gates(ids, gates, torch.float32)
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for e, toks, slots in groups_by_expert(ids):
-        y.index_add_(0, toks, _expert_mlp(x[toks], weights, e) * g[toks, slots].unsqueeze(1))
-    return y
+        y.index_add_(0, toks, expert_mlp(x[toks], weights, e) * g[toks, slots].unsqueeze(1))
+    return non_finite_rows_to_nan(y, x, gates)

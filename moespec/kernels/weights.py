@@ -47,15 +47,21 @@ def quantize_blocks(t: torch.Tensor, block: int = BLOCK) -> tuple[torch.Tensor, 
     """Symmetric int8 quantization with one scale per ``block`` values of the last dimension.
 
     Returns ``(q int8 [..., K], scale float32 [..., K/block])`` with ``scale = max|t| / 127`` per
-    block and ``q = round(t / scale)`` (round half to even); an all-zero block gets scale 0.
+    block and ``q = round(t / scale)`` (round half to even); an all-zero block gets scale 0. A block
+    holding NaN or +-inf gets values 0 and scale NaN, so that it dequantizes to NaN and every
+    product with it is NaN (the non-finite rule of docs/kernels.md; the C++ and CUDA quantizers
+    do the same).
     """
     k = t.shape[-1]
     if k % block:
         raise ValueError(f"last dimension {k} is not a multiple of the block size {block}")
     tb = t.float().reshape(*t.shape[:-1], k // block, block)
+    finite = torch.isfinite(tb).all(dim=-1)
+    tb = torch.where(finite.unsqueeze(-1), tb, torch.zeros_like(tb))
     scale = tb.abs().amax(dim=-1) / 127.0
     inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
     q = torch.round(tb * inv.unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
+    scale = torch.where(finite, scale, torch.full_like(scale, float("nan")))
     return q.reshape(t.shape), scale.float()
 
 
@@ -65,6 +71,28 @@ def dequantize_blocks(q: torch.Tensor, scale: torch.Tensor, dtype=torch.float32)
     block = k // scale.shape[-1]
     v = q.to(dtype).reshape(*q.shape[:-1], scale.shape[-1], block) * scale.to(dtype).unsqueeze(-1)
     return v.reshape(q.shape)
+
+
+def random_values(n: int, rows: int, k: int, fmt: str, gen: torch.Generator):
+    """Random ``[n, rows, k]`` weights in format ``fmt`` and their scales (``None`` for the float
+    formats), drawn on the generator's device: N(0, 1/k) values for the float formats; for
+    ``int8_b32`` int8 values drawn directly (uniform in [-127, 127]) with positive scales of order
+    1/(127 sqrt k), so that a large tensor needs no float copy. Used by
+    :meth:`ExpertWeights.random` and by the function-preserving widening of
+    :mod:`moespec.engine.widen`."""
+    fmt = normalize_format(fmt)
+    where = gen.device
+    if fmt == "int8_b32":
+        if k % BLOCK:
+            raise ValueError(f"int8_b32 needs the reduction size {k} to be a multiple of {BLOCK}")
+        q = torch.randint(-127, 128, (n, rows, k), generator=gen, dtype=torch.int8, device=where)
+        s = ((torch.rand((n, rows, k // BLOCK), generator=gen, device=where) + 0.5)
+             * (math.sqrt(3.0) / (127 * math.sqrt(k))))
+        return q, s
+    w = torch.empty((n, rows, k), dtype=KERNEL_FORMATS[fmt], device=where)
+    for e in range(n):  # one expert at a time keeps the float32 temporary small
+        w[e] = torch.randn((rows, k), generator=gen, device=where).mul_(1.0 / math.sqrt(k))
+    return w, None
 
 
 def _shape_of(spec_or_shape) -> tuple[int, int, int]:
@@ -195,31 +223,23 @@ class ExpertWeights:
 
     @classmethod
     def random(cls, spec_or_shape, fmt: str = "f32", seed: int = 0, device="cpu",
-               num_experts: int | None = None) -> "ExpertWeights":
+               num_experts: int | None = None, on_device: bool = False) -> "ExpertWeights":
         """Random experts with the shape of a model spec (or ``(N, H, I)``), for timing and tests.
 
         Values are N(0, 1/K) for reduction length K, so outputs stay O(1) for O(1) inputs;
         int8 values are drawn directly (uniform in [-127, 127], scales positive and O(1/(127 sqrt K)))
         so that a 1.6 GB layer needs no float copy. ``num_experts`` overrides N (tests use fewer).
+        ``on_device``: draw them on ``device`` with its own generator (a published layer in f32 is
+        up to 3.2 GB; drawing it on the host would dominate a GPU benchmark); the values then differ
+        from the host-drawn ones of the same seed.
         """
         fmt = normalize_format(fmt)
         n, h, i = _shape_of(spec_or_shape)
         if num_experts is not None:
             n = int(num_experts)
-        gen = torch.Generator().manual_seed(int(seed))
-
-        def make(rows, k):
-            if fmt == "int8_b32":
-                if k % BLOCK:
-                    raise ValueError(f"int8_b32 needs the reduction size {k} to be a multiple of {BLOCK}")
-                q = torch.randint(-127, 128, (n, rows, k), generator=gen, dtype=torch.int8)
-                s = (torch.rand((n, rows, k // BLOCK), generator=gen) + 0.5) * (math.sqrt(3.0) / (127 * math.sqrt(k)))
-                return q, s
-            w = torch.empty((n, rows, k), dtype=KERNEL_FORMATS[fmt])
-            for e in range(n):  # one expert at a time keeps the float32 temporary small
-                w[e] = torch.randn((rows, k), generator=gen).mul_(1.0 / math.sqrt(k))
-            return w, None
-
+        where = torch.device(device) if on_device else torch.device("cpu")
+        gen = torch.Generator(device=where).manual_seed(int(seed))
+        make = lambda rows, k: random_values(n, rows, k, fmt, gen)  # noqa: E731
         (g, gs), (u, us), (d, ds) = make(i, h), make(i, h), make(h, i)
         w = cls(fmt, g, u, d, gs, us, ds)
         return w.to(device)

@@ -188,3 +188,57 @@ def compare_cost_models(items: list[OracleInputs], models: dict) -> tuple[pd.Dat
                                       for x, y in zip(solved[a], solved[b])) / n}
             for i, a in enumerate(names) for b in names[i + 1:]]
     return pd.DataFrame(rows), pd.DataFrame(diff)
+
+
+@dataclass
+class Paper2Analysis:
+    """Everything notebook 07 reports for one cost model (:func:`analyse`)."""
+    label: str
+    model: object
+    solved: list
+    summary: pd.DataFrame
+    totals: dict
+    sweep: pd.DataFrame
+    points: pd.DataFrame
+    quadrants: dict
+    bound: dict
+    changed: pd.DataFrame
+    ablation: dict
+    selected: pd.DataFrame
+    online: pd.DataFrame
+    online_info: dict
+    kernels: pd.DataFrame | None = None
+    kernel_differences: pd.DataFrame | None = None
+
+    def tables(self) -> dict:
+        """name -> table (or dict) of this analysis, as the notebook writes them."""
+        out = {"oracle_sequences": self.summary, "fig2_lmax_sweep": self.sweep,
+               "fig3_delta_quadrants": pd.DataFrame([{**self.quadrants, **self.bound}]),
+               "alpha0_changed_positions": self.changed, "alpha0_summary": self.ablation,
+               "alpha0_selected": self.selected, "online_policy": self.online, "online_policy_info": self.online_info}
+        if self.kernels is not None:
+            out["kernel_cost_models"] = self.kernels
+            out["kernel_policy_differences"] = self.kernel_differences
+        return out
+
+
+def analyse(items: list[OracleInputs], model, train: list[OracleInputs], test: list[OracleInputs],
+            lmax: int, kernel_models: dict | None = None, label: str = "") -> Paper2Analysis:
+    """Paper 2's analysis of the oracle inputs under one cost model: the oracle (Bellman (8)) per
+    sequence and in total, the Lmax sweep (Figure 2), delta space (Figure 3), the alpha = 0
+    ablation (Appendix B.4) with the four changed positions whose added token is likeliest, the
+    online early-exit policy learned on ``train`` and scored on ``test``, and, with
+    ``kernel_models`` (name -> cost model, e.g. :func:`moespec.oracle.kernels.kernel_models`), the
+    oracle under paper 1's per-kernel costs beside this one."""
+    solved = [solve(it, model) for it in items]
+    points, quad, bound = delta_space(solved)
+    changed, abl = alpha0_ablation(items, model)
+    online, info = online_evaluation(train, test, model)
+    kern = kdiff = None
+    if kernel_models:
+        kern, kdiff = compare_cost_models(items, {"one alpha (fitted)": model, **kernel_models})
+    return Paper2Analysis(label or getattr(model, "label", ""), model, solved, oracle_summary(solved),
+                          totals([s.value for s in solved], [s.cost_ar for s in solved]),
+                          lmax_sweep(items, model, range(1, lmax + 1)), points, quad, bound, changed, abl,
+                          changed[changed.k_alpha0 == changed.k_full + 1].nlargest(4, "p_added"),
+                          online, info, kern, kdiff)

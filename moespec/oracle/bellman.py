@@ -150,11 +150,13 @@ class PolicyValue:
 
     @property
     def mean_draft_length(self) -> float:
-        return self.drafted / self.rounds
+        """Drafted tokens per round; NaN for a sequence without rounds (N = 0)."""
+        return self.drafted / self.rounds if self.rounds else float("nan")
 
     @property
     def mean_accepted_length(self) -> float:
-        return self.accepted / self.rounds
+        """Accepted draft tokens per round; NaN for a sequence without rounds (N = 0)."""
+        return self.accepted / self.rounds if self.rounds else float("nan")
 
 
 def evaluate_policy(p, cost, policy) -> PolicyValue:
@@ -162,14 +164,20 @@ def evaluate_policy(p, cost, policy) -> PolicyValue:
 
     Backward induction of the policy's own value, v[i] = sum_a P(a|k_i)(Cost(i,k_i,a) + v[next]);
     used for the oracle's mean draft / accepted length (Figure 2), fixed k and the online policy.
+    A sequence of N = 0 states costs nothing: every total is 0 (its mean lengths are NaN).
     """
     cost = _check_cost(cost, _p_states(p))
     n, lmax = cost.shape[0], cost.shape[1]
     policy = np.asarray(policy)
     if policy.shape != (n,):
         raise ValueError(f"policy: expected shape [{n}]; got {policy.shape}")
-    if not np.issubdtype(policy.dtype, np.integer) or policy.min() < 1 or policy.max() > lmax:
-        raise ValueError(f"policy: draft lengths must be integers in 1..{lmax}")
+    if n and not np.issubdtype(policy.dtype, np.integer):
+        raise ValueError(f"policy: draft lengths must be integers in [1, {lmax}]; found dtype {policy.dtype}")
+    if n and (policy.min() < 1 or policy.max() > lmax):
+        bad = int(np.argmax((policy < 1) | (policy > lmax)))
+        raise ValueError(f"policy: draft lengths must be integers in [1, {lmax}]; found {policy[bad]} at state {bad}")
+    if n == 0:
+        return PolicyValue(0.0, 0.0, 0.0, 0.0)
     P = acceptance_probs(p, lmax)
     rows = np.arange(n)
     Pk = P[rows, policy - 1]                                    # [N, Lmax+1]

@@ -99,6 +99,7 @@ def full_cache(model, ids):
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=torch.as_tensor(np.asarray(ids), dtype=torch.long).view(1, -1),
+    device = model.get_input_embeddings().weight.device
+    out = model(input_ids=torch.as_tensor(np.asarray(ids, dtype=np.int64), device=device).view(1, -1),
                 cache=cache, use_cache=True)
     return out.logits[0], cache

@@ -74,20 +74,21 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
         raise ValueError(f"need a prompt of >= 2 tokens and a non-empty reference; got {len(prompt)}, {len(ref)}")
     S = prompt + ref
     Lp, N, B = len(prompt), len(ref), lmax + 1
-    gen = torch.Generator().manual_seed(seed)
+    dev = target.get_input_embeddings().weight.device
+    gen = torch.Generator(device=dev).manual_seed(seed)   # draws are made where the draft's probabilities are
     _, t_cache = full_cache(target, S)
     _, d_cache = full_cache(draft, S)
     p = np.empty(N)
     q = np.empty((N, lmax))
     U = np.full((N, lmax, lmax + 1), np.nan)
-    a_idx = torch.arange(B)                              # chain a (a = lmax: the greedy chain for the draft)
+    a_idx = torch.arange(B, device=dev)                  # chain a (a = lmax: the greedy chain for the draft)
     with RouterTap(target) as tap:
         for i in tqdm(range(N), desc=f"junk tails {seq_id}", disable=not progress, leave=False):
             ctx = Lp + i - 1                             # cached positions before the verification input
             cur = S[ctx]
             dc = cache_prefix(d_cache, ctx, B, draft.config)
-            tokens = torch.full((B, 1), cur, dtype=torch.long)
-            chains = torch.empty((B, lmax), dtype=torch.long)
+            tokens = torch.full((B, 1), cur, dtype=torch.long, device=dev)
+            chains = torch.empty((B, lmax), dtype=torch.long, device=dev)
             for j in range(lmax):
                 probs = torch.softmax(draft(input_ids=tokens, cache=dc, use_cache=True).logits[:, -1].float(), -1)
                 free = torch.multinomial(probs, 1, generator=gen)[:, 0]
@@ -110,8 +111,8 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
             # target rows: chain a for a < lmax; the all-reference chain as row lmax
             rows = chains.clone()
             ref_part = [ref[i + j] if i + j < N else int(chains[lmax - 1, j]) for j in range(lmax)]
-            rows[lmax] = torch.tensor(ref_part)
-            rows = torch.cat([torch.full((B, 1), cur, dtype=torch.long), rows], dim=1)
+            rows[lmax] = torch.tensor(ref_part, device=dev)
+            rows = torch.cat([torch.full((B, 1), cur, dtype=torch.long, device=dev), rows], dim=1)
             tc = cache_prefix(t_cache, ctx, B, target.config)
             tap.clear()
             target(input_ids=rows, cache=tc, use_cache=True)
@@ -175,3 +176,30 @@ def synthetic_inputs(n: int = 200, lmax: int = 12, num_experts: int = 64, top_k:
                 U[i, k - 1, a] = cum[k]
     return OracleInputs(seq_id, category, p, q, U, np.arange(n) + prompt_len, top_k, num_experts,
                         {"seed": seed, "synthetic": True})
+
+
+def replayed_inputs(routing, prompt_len: int, n: int, lmax: int, a: float, seq_id: str = "",
+                    category: str = "") -> OracleInputs:
+    """Oracle inputs for a subject whose routing is replayed from a trace
+    (:class:`moespec.engine.replay.ReplayRouting`, its current document) and whose draft is the
+    oracle draft of acceptance ``a``: every draft token matches with probability ``a``
+    (p = q = a), and a verification pass at state i covers the positions prompt_len + i - 1 ..
+    prompt_len + i - 1 + k whatever the tokens (the routing is a function of the position), so
+    U(i, k, a') is the layer-averaged union of the trace's experts there, the same for every a'."""
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"acceptance a must lie in [0, 1], got {a}")
+    ids = routing.ids.numpy()
+    last = prompt_len - 1 + n - 1 + lmax
+    if prompt_len < 2 or last >= ids.shape[0]:
+        raise ValueError(f"trace document {routing.doc} has {ids.shape[0]} positions; states 0..{n - 1} with "
+                         f"Lmax = {lmax} after a prompt of {prompt_len} need {last + 1}")
+    U = np.full((n, lmax, lmax + 1), np.nan)
+    for i in range(n):
+        ctx = prompt_len + i - 1
+        cum = union_sizes(ids[ctx:ctx + lmax + 1], routing.trace.num_experts).mean(axis=-1)   # [lmax + 1]
+        for k in range(1, lmax + 1):
+            U[i, k - 1, :k + 1] = cum[k]
+    p = np.full(n, float(a))
+    return OracleInputs(seq_id, category, p, np.full((n, lmax), float(a)), U, prompt_len + np.arange(n),
+                        routing.trace.top_k, routing.trace.num_experts,
+                        {"replayed": routing.trace.label, "doc": routing.doc, "a": float(a)})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -82,7 +83,7 @@ def reference_sequences(target, prompts, n_tokens: int, backend: str = "auto", t
 
 def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens: int = 64,
                   repeats: int = 3, threads: int | None = 1, backend: str = "auto", dedup: bool = True,
-                  progress: bool = True):
+                  progress: bool = True, reference=None, drafter=None):
     """Speculative runs of every prompt at every K; returns ``(rounds, outputs)``.
 
     Each round is the engine's step (``moespec.engine.speculative_step``, the step
@@ -97,6 +98,11 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     reads each selected expert once (as fused MoE kernels do), so verification time can follow the union.
     ``target_model`` may be a model or an existing ``moespec.engine.Engine``.
 
+    ``reference``: a :class:`moespec.bench.regimes.ReferenceRead` timed before each generation;
+    its rounds carry the reading (``ref_GBps``), from which the bandwidth regime follows.
+    ``drafter``: a drafter object to use instead of ``ModelDraft(draft_model)`` (e.g. an
+    :class:`moespec.engine.OracleDraft` for a subject without a draft model; then ``repeats`` must be 1).
+
     prompts: list of dicts with ``question_id``, ``category`` and ``ids`` (prompt token ids).
     rounds: the validated rounds table (``rounds.ROUND_COLUMNS``). outputs: ``{question_id: tokens}``,
     the emitted tokens of the first K's run (greedy verification reproduces the target's greedy
@@ -107,7 +113,7 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     engine = _engine(target_model, backend)
     engine.dedup = dedup
     target_model = engine.model
-    drafter = ModelDraft(draft_model)
+    drafter = drafter if drafter is not None else ModelDraft(draft_model)
     max_pos = int(getattr(target_model.config, "max_position_embeddings", 0) or 0)
     records, outputs = [], {}
     with torch_threads(threads):
@@ -118,6 +124,7 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
                 if max_pos and len(prompt) + n_tokens + K + 1 > max_pos:
                     raise ValueError(f"question {p['question_id']}: prompt {len(prompt)} + {n_tokens} tokens "
                                      f"exceeds max_position_embeddings={max_pos}")
+                bw = reference() if reference is not None else None
                 current = engine.prefill(prompt)
                 drafter.begin(prompt, current)
                 generated: list[int] = []
@@ -128,11 +135,11 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
                     ids = tap.take()                                   # the last verify pass's routing
                     tap.clear()
                     u = union_sizes(ids[0], tap.num_experts)[-1]       # [layers]: union over the m positions
-                    records.append(RoundRecord(f"q{p['question_id']}-K{K}", int(p["question_id"]), p["category"],
-                                               int(K), int(K) + 1, r, st.length, 1e3 * st.t_verify_s,
-                                               1e3 * st.t_draft_s, float(u.mean()), float(u.max()), st.accepted,
-                                               (st.length + K + 1) / max_pos if max_pos else float("nan"),
-                                               "measured"))
+                    rec = RoundRecord(f"q{p['question_id']}-K{K}", int(p["question_id"]), p["category"],
+                                      int(K), int(K) + 1, r, st.length, 1e3 * st.t_verify_s,
+                                      1e3 * st.t_draft_s, float(u.mean()), float(u.max()), st.accepted,
+                                      (st.length + K + 1) / max_pos if max_pos else float("nan"), "measured")
+                    records.append(rec if bw is None else {**asdict(rec), "ref_GBps": bw})
                     generated += [current] + st.emitted
                     current = st.next_token
                     r += 1

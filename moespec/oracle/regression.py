@@ -190,3 +190,46 @@ def factor_importance(df: pd.DataFrame, factors=tuple(FACTORS), base: str = "uba
             row.update({"rmse_reduction_over_base_ms": 0.0, "rmse_reduction_ci": 0.0})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+@dataclass
+class RoundFits:
+    """Paper 2's regressions on one set of rounds (all, or one bandwidth regime): Table A4 per K,
+    eq. (4), (A3), the oracle's t_target, (A4) and Table A2's factors."""
+    label: str
+    rounds: int
+    per_k: pd.DataFrame
+    categorical: Fit
+    pooled: Fit
+    target_cost: Fit
+    draft: Fit
+    factors: pd.DataFrame
+
+    def summary(self) -> dict:
+        """The headline numbers: eq. (4)'s in-sample R2 and GroupKFold MAPE, per-K ranges, (A3), (A4)."""
+        return {"rows": self.label, "rounds": self.rounds, "eq4_r2_in": self.categorical.r2,
+                "eq4_cv_mape_pct": float(self.categorical.cv.mape_pct.mean()),
+                "per_k_r2_min": float(self.per_k.r2_in.min()), "per_k_r2_max": float(self.per_k.r2_in.max()),
+                "per_k_cv_mape_min": float(self.per_k.cv_mape_pct.min()),
+                "per_k_cv_mape_max": float(self.per_k.cv_mape_pct.max()),
+                "pooled_alpha": coefficient(self.pooled, "ubar")[0], "pooled_gamma": coefficient(self.pooled, "K")[0],
+                "pooled_c": coefficient(self.pooled, "L")[0], "pooled_beta0": coefficient(self.pooled, "Intercept")[0],
+                "target_alpha": coefficient(self.target_cost, "ubar")[0],
+                "target_r2_in": self.target_cost.r2,
+                "draft_a_ms": coefficient(self.draft, "K")[0], "draft_b_ms": coefficient(self.draft, "Intercept")[0]}
+
+
+def fit_rounds(rounds: pd.DataFrame, label: str = "all rows", n_splits: int = 5) -> RoundFits:
+    """Every regression of paper 2 on ``rounds``: the speculative rounds (K >= 1) for Table A4,
+    eq. (4), (A3), (A4) and Table A2; all rounds (K = 0 too) for the oracle's t_target."""
+    spec = rounds[rounds.K >= 1]
+    few = {int(K): int(g.gen_id.nunique()) for K, g in spec.groupby("K") if g.gen_id.nunique() < n_splits or len(g) <= 4}
+    if spec.empty or few:
+        raise ValueError(f"{label}: too few rounds to fit (generations per K below {n_splits} or 4 rounds or fewer: "
+                         f"{few or 'no speculative rounds'})")
+    try:
+        return RoundFits(label, int(len(spec)), fit_per_k(spec, n_splits), fit_categorical(spec, n_splits),
+                         fit_pooled(spec, n_splits), fit_target_cost(rounds, n_splits), fit_draft(spec, n_splits),
+                         factor_importance(spec, n_splits=n_splits))
+    except (ZeroDivisionError, np.linalg.LinAlgError) as exc:   # as many parameters as rounds somewhere
+        raise ValueError(f"{label}: the rounds do not determine the regressions ({type(exc).__name__}: {exc})") from None

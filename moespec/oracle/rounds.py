@@ -34,6 +34,9 @@ class RoundRecord:
 
 
 ROUND_COLUMNS = [f.name for f in fields(RoundRecord)]
+#: Columns kept when present: ``ref_GBps``, the bandwidth of a same-round reference read
+#: (:mod:`moespec.bench.regimes`) taken before the round's generation.
+OPTIONAL_COLUMNS = ["ref_GBps"]
 _FLOAT = ["T_T_ms", "T_D_ms", "ubar", "umax", "kv_use"]
 _INT = ["question_id", "K", "m", "round_idx", "L", "accepted"]
 
@@ -65,7 +68,8 @@ def ubar(ids, num_experts: int) -> float:
 def rounds_frame(records) -> pd.DataFrame:
     """A validated table of rounds from ``RoundRecord`` objects or dicts with the same fields."""
     rows = [asdict(r) if isinstance(r, RoundRecord) else dict(r) for r in records]
-    return validate_rounds(pd.DataFrame(rows, columns=ROUND_COLUMNS))
+    extra = [c for c in OPTIONAL_COLUMNS if any(c in r for r in rows)]
+    return validate_rounds(pd.DataFrame(rows, columns=ROUND_COLUMNS + extra))
 
 
 def validate_rounds(df: pd.DataFrame, where: str = "rounds") -> pd.DataFrame:
@@ -73,7 +77,7 @@ def validate_rounds(df: pd.DataFrame, where: str = "rounds") -> pd.DataFrame:
     missing = [c for c in ROUND_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{where}: missing columns {missing}; expected {ROUND_COLUMNS}")
-    df = df[ROUND_COLUMNS].copy()
+    df = df[ROUND_COLUMNS + [c for c in OPTIONAL_COLUMNS if c in df.columns]].copy()
     for c in _FLOAT:
         df[c] = pd.to_numeric(df[c], errors="raise").astype(float)
         if not np.isfinite(df[c]).all():

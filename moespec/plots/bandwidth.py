@@ -6,8 +6,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-KERNEL_STYLE = {"slot": dict(ls="-", marker="o", mfc=None, label="per-slot, on n·m·b"),
-                "dedup": dict(ls="--", marker="o", mfc="white", label="deduplicating, on U·b")}
+from moespec.plots._layout import add_caption, legend_outside
+
+#: Each kernel, named by the bytes its effective bandwidth counts (paper 1, Sec. 2).
+KERNEL_STYLE = {"slot": dict(ls="-", marker="o", mfc=None,
+                             label="per-slot kernel: bytes of every token's experts (n·m·b) / time"),
+                "dedup": dict(ls="--", marker="o", mfc="white",
+                              label="deduplicating kernel: bytes of the distinct experts (U·b) / time")}
+#: The symbols of the bandwidth figures.
+BYTES_TEXT = ("n: tokens in the pass; m: experts each token selects; b: bytes of one expert of the layer; U: distinct "
+              "experts the n tokens select. Median and interquartile range over layers and windows of routing.")
 
 
 def figure2_bandwidth(passes: pd.DataFrame, read_bw: dict | None = None, title: str = "") -> plt.Figure:
@@ -17,7 +25,7 @@ def figure2_bandwidth(passes: pd.DataFrame, read_bw: dict | None = None, title: 
     read_GBps)} of the machine's read bandwidth measured inside the interleaved groups of the same
     run (dotted; :func:`moespec.bench.expert_op.read_bandwidth` with ``by_n``)."""
     models = list(dict.fromkeys(passes["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 4.0, 3.8), squeeze=False)
     for ax, model in zip(axes[0], models):
         g = passes[passes["model"] == model]
         for kernel, style in KERNEL_STYLE.items():
@@ -30,15 +38,14 @@ def figure2_bandwidth(passes: pd.DataFrame, read_bw: dict | None = None, title: 
         if ref is not None and len(ref):
             ax.plot(ref["n"], ref["read_GBps"], ":", marker="x", color="0.3",
                     label=f"read bandwidth, same groups (median {ref['read_GBps'].median():.1f} GB/s)")
-        ax.set_title(model, fontsize=10)
+        ax.set_title(f"model shape: {model}", fontsize=10)
         ax.set_xlabel("tokens per pass n")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("effective bandwidth (GB/s)")
-    axes[0][0].legend(fontsize=7, loc="best")
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    legend_outside(axes[0][-1])
+    fig.suptitle(title or "Effective bandwidth of the two expert kernels", fontsize=9)
+    add_caption(fig, BYTES_TEXT, width=110)
     return fig
 
 
@@ -53,12 +60,13 @@ def figure3_distinct_share(shares: pd.DataFrame, title: str = "") -> plt.Figure:
     ax.plot(n, 1 / n, ":", color="0.4", label="1/n (full repetition)")
     ax.axhline(1.0, ls=":", color="0.6", label="1 (no repetition)")
     ax.set_xlabel("tokens per pass n")
-    ax.set_ylabel("distinct share U/(n·m)")
+    ax.set_ylabel("distinct share of expert selections U/(n·m)")
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6.5, loc="lower left")
+    legend_outside(ax, fontsize=6.5)
     ax.set_title(title or "Distinct share of windows of n consecutive tokens", fontsize=9)
-    fig.tight_layout()
+    add_caption(fig, "U: distinct experts the n tokens of a window select in a layer; m: experts per token; "
+                     "mean over windows and layers.", width=90)
     return fig
 
 
@@ -79,20 +87,20 @@ def figure7_transfer(tr: pd.DataFrame, ns=(2, 4, 6, 8), title: str = "") -> plt.
     left.plot([lo, hi], [lo, hi], ":", color="0.4")
     left.set_xscale("log")
     left.set_yscale("log")
-    left.set_xlabel("measured on the model (GB/s)")
-    left.set_ylabel("predicted from other models (GB/s)")
-    left.set_title(f"bandwidth beta_p(n), n = {', '.join(map(str, ns))}", fontsize=9)
+    left.set_xlabel("effective bandwidth measured on the model (GB/s)")
+    left.set_ylabel("predicted from the other models (GB/s)")
+    left.set_title(f"effective bandwidth of each kernel at n = {', '.join(map(str, ns))}", fontsize=9)
     left.legend(fontsize=6.5)
     rv = tr[["r_meas", "r_pred"]].to_numpy(float)
     rlo, rhi = min(0.0, np.nanmin(rv)), max(1.0, np.nanmax(rv)) * 1.05
     right.plot([rlo, rhi], [rlo, rhi], ":", color="0.4")
     right.set_xlabel("measured r(n)")
     right.set_ylabel("predicted r(n)")
-    right.set_title("ratio r(n)", fontsize=9)
-    right.legend(fontsize=7)
+    right.set_title("bandwidth ratio r(n) = deduplicating / per-slot", fontsize=9)
+    right.legend(fontsize=7, title="held-out model", title_fontsize=7)
     for ax in (left, right):
         ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.suptitle(title or "Transfer of the bandwidth to a held-out model", fontsize=9)
+    add_caption(fig, "Each held-out model's bandwidths predicted by a fit of log bandwidth linear in log n and "
+                     "log b (b: bytes of one expert) on the other models; dotted: prediction = measurement.", width=120)
     return fig

@@ -8,9 +8,12 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 #: (kernel, backend) -> label and style; ggml's MUL_MAT_ID is a deduplicating kernel.
-SERIES = {("slot", "cpp"): dict(label="moespec per-slot, on n·m·b", color="C0", ls="-", marker="o"),
-          ("dedup", "cpp"): dict(label="moespec dedup, on U·b", color="C3", ls="--", marker="o", mfc="white"),
-          ("dedup", "ggml"): dict(label="ggml MUL_MAT_ID (dedup), on U·b", color="C2", ls="-.", marker="s"),
+SERIES = {("slot", "cpp"): dict(label="moespec per-slot: every token's expert bytes (n·m·b) / time", color="C0",
+                                ls="-", marker="o"),
+          ("dedup", "cpp"): dict(label="moespec dedup: distinct experts' bytes (U·b) / time", color="C3", ls="--",
+                                 marker="o", mfc="white"),
+          ("dedup", "ggml"): dict(label="ggml MUL_MAT_ID (dedup): distinct experts' bytes (U·b) / time", color="C2",
+                                  ls="-.", marker="s"),
           ("slot", "torch"): dict(label="torch per-expert F.linear (per-slot)", color="0.4", ls="", marker="x")}
 
 

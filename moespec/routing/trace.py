@@ -72,6 +72,20 @@ def _check_doc(doc: Any, index: int, num_experts: int, shape_lm: tuple[int, int]
     return arr.astype(_id_dtype(num_experts), copy=False)
 
 
+def _check_doc_ids(doc_ids) -> list[str]:
+    """``doc_ids`` as a list of strings: a sequence of ids, each a string or an integer (a bare
+    string would otherwise count as one id per character)."""
+    if isinstance(doc_ids, (str, bytes)) or not isinstance(doc_ids, (Sequence, np.ndarray)):
+        raise ValueError(f"doc_ids: expected a sequence (list, tuple or array) of ids, each a string or an "
+                         f"integer, one per document; found {type(doc_ids).__name__} {doc_ids!r}")
+    ids = []
+    for i, x in enumerate(doc_ids):
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (str, int, np.integer, np.str_)):
+            raise ValueError(f"doc_ids[{i}]: an id must be a string or an integer; found {type(x).__name__} {x!r}")
+        ids.append(str(x))
+    return ids
+
+
 class RoutingTrace:
     """Recorded (or synthetic) routing of D documents through L MoE layers of N experts.
 
@@ -81,7 +95,8 @@ class RoutingTrace:
         num_experts: N.
         expert_bytes: w_l, bytes of one expert of each layer, shape ``[L]``, positive; default
             1 per layer (byte statistics then count experts).
-        doc_ids: one string per document (default ``"0", "1", ...``); must be unique.
+        doc_ids: one id per document, a sequence (list, tuple or array, not one string) of
+            strings or integers, stored as strings (default ``"0", "1", ...``); must be unique.
         model: the model that routed (e.g. ``"olmoe"`` or a checkpoint path), or None.
         source: what produced the trace, shown as its label in plots (e.g. ``"synthetic
             sticky, calibrated to paper 1 rho(2)"`` or ``"recorded: OLMoE on WikiText-103"``).
@@ -123,7 +138,7 @@ class RoutingTrace:
         if doc_ids is None:
             ids = [str(i) for i in range(len(docs))]
         else:
-            ids = [str(x) for x in doc_ids]
+            ids = _check_doc_ids(doc_ids)
             if len(ids) != len(docs):
                 raise ValueError(f"doc_ids: expected {len(docs)} ids (one per document), found {len(ids)}")
             if len(set(ids)) != len(ids):

@@ -22,7 +22,8 @@ from .staircase import (Staircase, convex_hypothesis, convex_step_points, pair_t
                         reaches_convex, staircase, step_points)
 from .steptime import (VerifyTime, bandwidth_ratio, byte_share, dedup_faster, saving,
                        saving_from_ratio, slot_expert_bytes)
-from .table1 import interpolate_bandwidth, reuse_from_byte_share, table1_verify_times
+from .table1 import (interpolate_bandwidth, reuse_from_byte_share, table1_verify_times,
+                     verify_times_from_bandwidths)
 
 __all__ = [
     "expected_tokens", "throughput", "best_draft_length", "speedup", "faster_than_plain",
@@ -37,4 +38,5 @@ __all__ = [
     "kernels_agree", "throughput_loss_bound", "separation_holds", "speedup_interval",
     "delta_from_eps", "speedup_factor_from_eps", "relative_step_error",
     "interpolate_bandwidth", "reuse_from_byte_share", "table1_verify_times",
+    "verify_times_from_bandwidths",
 ]

@@ -42,6 +42,8 @@ def scalar_out(value, like_scalar: bool):
     """Return a Python scalar (int, float or Fraction) when the caller passed scalars, else the array."""
     if like_scalar and isinstance(value, np.ndarray):
         return value.reshape(()).item() if value.ndim == 0 else value
+    if like_scalar and isinstance(value, np.generic):
+        return value.item()
     return value
 
 
@@ -77,13 +79,13 @@ def check_step_times(V, name: str = "V", min_len: int = 1) -> np.ndarray:
 
 
 def check_draft_length(k, kmax: int | None = None, name: str = "k", min_k: int = 0) -> int:
-    """A draft length: an integer in [min_k, kmax]."""
+    """A draft length: an integer in [min_k, kmax] (or >= min_k when there is no kmax)."""
+    allowed = f"an integer in [{min_k}, {kmax}]" if kmax is not None else f"an integer >= {min_k}"
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name}: draft length must be an integer; found {k!r}")
+        raise TypeError(f"{name}: draft length must be {allowed}; found {k!r}")
     k = int(k)
     if k < min_k or (kmax is not None and k > kmax):
-        hi = "" if kmax is None else f", {kmax}"
-        raise ValueError(f"{name}: draft length must lie in [{min_k}{hi}]; found {k}")
+        raise ValueError(f"{name}: draft length must be {allowed}; found {k}")
     return k
 
 
@@ -96,18 +98,61 @@ def check_unit_interval(x, name: str, upper: float = 1.0) -> float:
     return x
 
 
-def check_positive(x, name: str):
+def check_range(x, name: str, low: float = -math.inf, high: float = math.inf,
+                low_open: bool = False, high_open: bool = True, what: str = ""):
+    """Every value of ``x`` (a number or an array) is a number in the interval from ``low`` to
+    ``high`` (open or closed at each end; an infinite end is always open). NaN is never in range.
+    Returns ``x`` unchanged; raises ``ValueError`` naming the argument, the interval and the
+    first value outside it."""
     arr = as_array(x, name)
-    if (arr.dtype == float and not np.isfinite(arr).all()) or np.any(arr <= 0):
-        raise ValueError(f"{name}: must be positive and finite; found {x!r}")
+    low_open = low_open or low == -math.inf
+    high_open = high_open or high == math.inf
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    bad = (arr <= low) if low_open else (arr < low)
+    bad = bad | ((arr >= high) if high_open else (arr > high))
+    if arr.dtype == float:
+        bad = bad | np.isnan(arr)
+    bad = np.asarray(bad, dtype=bool)
+    if bad.any():
+        where = "" if arr.ndim == 0 else f" at index {tuple(int(i) for i in np.argwhere(bad)[0])}"
+        first = arr[bad].flat[0]
+        first = first.item() if isinstance(first, np.generic) else first
+        shown = str(first) if isinstance(first, Fraction) else repr(first)
+        rule = f"be {what}, in {interval}" if what else f"lie in {interval}"
+        raise ValueError(f"{name}: must {rule}; found {shown}{where}")
     return x
+
+
+def check_positive(x, name: str):
+    """Positive and finite: every value in (0, inf)."""
+    return check_range(x, name, 0, low_open=True, what="positive and finite")
 
 
 def check_nonnegative(x, name: str):
-    arr = as_array(x, name)
-    if (arr.dtype == float and not np.isfinite(arr).all()) or np.any(arr < 0):
-        raise ValueError(f"{name}: must be non-negative and finite; found {x!r}")
-    return x
+    """Non-negative and finite: every value in [0, inf)."""
+    return check_range(x, name, 0, what="non-negative and finite")
+
+
+def check_finite(x, name: str):
+    """Finite: every value in (-inf, inf)."""
+    return check_range(x, name, what="finite")
+
+
+def exact_or_float(*values):
+    """The inputs of one formula in one arithmetic. When every input is exact (ints, Fractions or
+    arrays of them; ``None`` is passed through) ints become Fractions, so that divisions stay exact;
+    as soon as one input is a float (or a float array) every number becomes a float and every array
+    float64, so that float input gives float arrays, never object arrays of Fractions and floats."""
+    exact = all(is_exact(v) for v in values if v is not None)
+
+    def convert(v):
+        if v is None:
+            return None
+        if isinstance(v, (list, tuple, np.ndarray)):
+            return as_array(v, "value") if exact else np.asarray(v, dtype=float)
+        return num(v) if exact else float(v)
+
+    return [convert(v) for v in values]
 
 
 def harmonize(*arrays: np.ndarray) -> list[np.ndarray]:

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ._checks import check_step_times, check_unit_interval, harmonize, num
+from ._checks import check_positive, check_step_times, check_unit_interval, harmonize, num
 
 
 def _ratio(eps):
@@ -51,9 +51,8 @@ def kernels_agree(ubar, r, eps):
     """True where the predicted and the true sides of (7) are guaranteed to agree:
     |ln r(n) - ln ubar(n)| > ln((1+eps)/(1-eps)) (paper 1, eq. (19); f_l = 1, equal fixed work).
     ``ubar`` and ``r`` are the true byte share and bandwidth ratio."""
-    ubar, r = np.asarray(ubar, dtype=float), np.asarray(r, dtype=float)
-    if np.any(ubar <= 0) or np.any(r <= 0):
-        raise ValueError("kernels_agree: ubar and r must be positive")
+    ubar = np.asarray(check_positive(np.asarray(ubar, dtype=float), "ubar"))
+    r = np.asarray(check_positive(np.asarray(r, dtype=float), "r"))
     out = np.abs(np.log(r) - np.log(ubar)) > faster_kernel_margin(eps)
     return bool(out) if out.ndim == 0 else out
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import (as_array, check_acceptance, check_draft_length, check_positive, harmonize,
-                      is_scalar, num, scalar_out)
+from ._checks import (as_array, check_acceptance, check_draft_length, check_finite, check_nonnegative,
+                      check_positive, check_range, exact_or_float, harmonize, is_scalar, num, scalar_out)
 from .polynomials import geometric_sum
 from .steptime import VerifyTime
 
@@ -25,12 +25,10 @@ def _reuse_table(rho, w):
     w = as_array([1] * R.shape[0] if w is None else w, "w")
     if w.shape != (R.shape[0],):
         raise ValueError(f"w: expected one expert size per layer, shape ({R.shape[0]},); found {w.shape}")
-    if np.any(w <= 0):
-        raise ValueError("w: every expert size w_l must be positive")
+    check_positive(w, "w (expert size w_l of each layer)")
+    check_range(R, "rho (reuse, a share of a token's experts)", 0, 1, high_open=False)
     if np.any(R[:, 0] != 0):
         raise ValueError("rho: column 0 is rho_l(1), which is 0 by definition (eq. 1); found non-zero")
-    if np.any(R < 0) or np.any(R > 1):
-        raise ValueError("rho: reuse is a share of a token's experts and must lie in [0, 1]")
     R, w = harmonize(R, w)
     return R, w
 
@@ -59,16 +57,24 @@ def dedup_bytes(m, W, k, rho_bar_k):
     return m * W + m * W * k * (1 - rho_bar_k)
 
 
-def _bracket(a, k, tau1, delta_D, beta_D, delta_phi):
+def _check_time_inputs(tau1, beta1, B_k, delta_D, beta_D, delta_phi):
+    """The arguments of (14)/(15) beside a, k, m, W: tau(1), beta(1), B_k positive and finite;
+    Delta D_k non-negative and finite (key-value bytes only grow with the pass), with a positive
+    beta_D when it is non-zero; Delta phi_k finite (either sign)."""
+    for name, value in (("tau1", tau1), ("beta1", beta1), ("B_k", B_k)):
+        check_positive(value, name)
+    check_nonnegative(delta_D, "delta_D")
+    if delta_D != 0:
+        if beta_D is None:
+            raise ValueError("beta_D: a dense bandwidth in (0, inf) is needed when delta_D != 0; found None")
+        check_positive(beta_D, "beta_D")
+    check_finite(delta_phi, "delta_phi")
+
+
+def _bracket(G, tau1, delta_D, beta_D, delta_phi):
     """Y = (G_a(k) - 1) tau(1) - Delta D_k / beta_D - Delta phi_k, the bracket of (14) (eq. B.12)."""
-    arr = check_acceptance(a)
-    k = check_draft_length(k, min_k=1)
-    if delta_D != 0 and (beta_D is None or not beta_D > 0):
-        raise ValueError(f"beta_D: a positive dense bandwidth is needed when delta_D != 0; found {beta_D!r}")
-    check_positive(tau1, "tau1")
     dense = 0 if delta_D == 0 else delta_D / beta_D
-    G = geometric_sum(arr, np.int64(k))
-    return (G - 1) * tau1 - dense - delta_phi, k
+    return (G - 1) * tau1 - dense - delta_phi
 
 
 def reuse_threshold(a, k, m, W, tau1, beta1, B_k, delta_D=0, beta_D=None, delta_phi=0):
@@ -78,13 +84,16 @@ def reuse_threshold(a, k, m, W, tau1, beta1, B_k, delta_D=0, beta_D=None, delta_
 
     Args: ``tau1`` = tau(1); ``beta1`` = beta(1); ``B_k`` = beta_dedup(k+1);
     ``delta_D`` = D(k+1) - D(1) = kv(k) - kv(0) at dense bandwidth ``beta_D``;
-    ``delta_phi`` = phi_dedup(k+1) - phi(1). Vectorized (and exact) in ``a``.
+    ``delta_phi`` = phi_dedup(k+1) - phi(1). Vectorized in ``a``: exact (Fractions) when every
+    input is exact, float64 as soon as one is a float.
     """
-    for name, value in (("m", m), ("W", W), ("beta1", beta1), ("B_k", B_k)):
-        check_positive(value, name)
-    m, W, tau1, beta1, B_k, delta_D, beta_D, delta_phi = map(
-        num, (m, W, tau1, beta1, B_k, delta_D, beta_D, delta_phi))
-    Y, k = _bracket(a, k, tau1, delta_D, beta_D, delta_phi)
+    check_positive(m, "m")
+    check_positive(W, "W")
+    _check_time_inputs(tau1, beta1, B_k, delta_D, beta_D, delta_phi)
+    k = check_draft_length(k, min_k=1)
+    arr, m, W, tau1, beta1, B_k, delta_D, beta_D, delta_phi = exact_or_float(
+        check_acceptance(a), m, W, tau1, beta1, B_k, delta_D, beta_D, delta_phi)
+    Y = _bracket(geometric_sum(arr, np.int64(k)), tau1, delta_D, beta_D, delta_phi)
     out = 1 - (B_k * Y / (m * W) + B_k / beta1 - 1) / k
     return scalar_out(out, is_scalar(a))
 
@@ -99,26 +108,34 @@ def reuse_threshold_from(verify: VerifyTime, a, k, m, W):
 
 
 def _kv_at(kv, k):
+    """kv(k): 0 without a cache, ``kv[k]`` from a sequence (which must reach k), ``kv(k)`` from a
+    function; a non-negative, finite byte count."""
     if kv is None:
         return 0
     if callable(kv):
-        return kv(k)
-    return kv[k]
+        value = kv(k)
+    else:
+        if isinstance(kv, (str, bytes)) or not hasattr(kv, "__len__"):
+            raise TypeError(f"kv: expected None, a sequence kv(0..k) or a function of k; found {kv!r}")
+        if len(kv) <= k:
+            raise ValueError(f"kv: needs the cache bytes kv(0..{k}) ({k + 1} values) for k = {k}; "
+                             f"found {len(kv)}")
+        value = kv[k]
+    check_nonnegative(value, f"kv({k})")
+    return value
 
 
 def byte_threshold(a, k, m, W, D=0, kv=None):
     """rho*_k(a) = 1 - [ (G_a(k) - 1) V_dedup(0) - (kv(k) - kv(0)) ] / (m W k), with
     V_dedup(0) = D + m W + kv(0): the reuse threshold with one bandwidth for every byte and
     t0 = phi = 0 (paper 1, eq. (16); eq. B.16). ``kv`` is None (no cache bytes), a sequence
-    indexed by k or a function of k. Vectorized (and exact) in ``a``."""
+    indexed by k or a function of k. Vectorized in ``a``: exact (Fractions) when every input is
+    exact, float64 as soon as one is a float."""
     check_positive(m, "m")
     check_positive(W, "W")
-    m, W, D = num(m), num(W), num(D)
+    check_nonnegative(D, "D")
     k = check_draft_length(k, min_k=1)
-    arr = check_acceptance(a)
-    kv0, kvk = num(_kv_at(kv, 0)), num(_kv_at(kv, k))
-    if D < 0 or kv0 < 0 or kvk < 0:
-        raise ValueError("D and kv must be non-negative byte counts")
+    arr, m, W, D, kv0, kvk = exact_or_float(check_acceptance(a), m, W, D, _kv_at(kv, 0), _kv_at(kv, k))
     G = geometric_sum(arr, np.int64(k))
     out = 1 - ((G - 1) * (D + m * W + kv0) - (kvk - kv0)) / (m * W * k)
     return scalar_out(out, is_scalar(a))
@@ -128,6 +145,9 @@ def byte_step_times(m, W, rho_bars, D=0, kv=None):
     """V_dedup(k) = D + E_dedup(k+1) + kv(k) for k = 0..kmax, the byte cost with one bandwidth
     (paper 1, Appendix B.2; E_dedup from eq. (12)). ``rho_bars`` = (rho_bar_1, ..., rho_bar_kmax)."""
     rb = as_array(rho_bars, "rho_bars")
+    check_positive(m, "m")
+    check_positive(W, "W")
+    check_nonnegative(D, "D")
     m, W, D = num(m), num(W), num(D)
     E = [m * W] + [dedup_bytes(m, W, k, rb[k - 1]) for k in range(1, len(rb) + 1)]
     return as_array([D + E[k] + num(_kv_at(kv, k)) for k in range(len(E))], "V")
@@ -142,11 +162,16 @@ def faster_draft_lengths(rho_bars, thresholds):
 
 def dedup_speedup(a, k, m, W, rho_bar_k, tau1, beta1, B_k, delta_D=0, beta_D=None, delta_phi=0):
     """T_a(k)/T_a(0) = G_a(k) V(0) / (V(0) + Delta D_k/beta_D + Delta phi_k + E_dedup(k+1)/B_k
-    - m W/beta(1)) with V(0) = tau(1) and E_dedup(k+1) from (12) (paper 1, eq. (15))."""
-    m, W, rho_bar_k, tau1, beta1, B_k, delta_D, beta_D, delta_phi = map(
-        num, (m, W, rho_bar_k, tau1, beta1, B_k, delta_D, beta_D, delta_phi))
-    Y, k = _bracket(a, k, tau1, delta_D, beta_D, delta_phi)
+    - m W/beta(1)) with V(0) = tau(1) and E_dedup(k+1) from (12) (paper 1, eq. (15)). Exact when
+    every input is exact, float64 as soon as one is a float."""
+    check_positive(m, "m")
+    check_positive(W, "W")
+    check_range(rho_bar_k, "rho_bar_k", 0, 1, high_open=False)
+    _check_time_inputs(tau1, beta1, B_k, delta_D, beta_D, delta_phi)
+    k = check_draft_length(k, min_k=1)
+    arr, m, W, rho_bar_k, tau1, beta1, B_k, delta_D, beta_D, delta_phi = exact_or_float(
+        check_acceptance(a), m, W, rho_bar_k, tau1, beta1, B_k, delta_D, beta_D, delta_phi)
+    G = geometric_sum(arr, np.int64(k))
     dense = 0 if delta_D == 0 else delta_D / beta_D
-    G = geometric_sum(check_acceptance(a), np.int64(k))
     V_k = tau1 + dense + delta_phi + dedup_bytes(m, W, k, rho_bar_k) / B_k - m * W / beta1
     return scalar_out(G * tau1 / V_k, is_scalar(a))

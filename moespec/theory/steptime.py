@@ -14,7 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ._checks import as_array, check_step_times, harmonize, is_exact, num
+from ._checks import (as_array, check_draft_length, check_nonnegative, check_positive, check_range,
+                      check_step_times, exact_or_float, harmonize, is_exact, num)
 
 
 def _vector(x, n_max: int, name: str, default=0) -> np.ndarray:
@@ -58,14 +59,16 @@ class VerifyTime:
         beta = _vector(self.bandwidth, n, "bandwidth")
         kv = _vector(self.kv, n, "kv")
         phi = _vector(self.fixed, n, "fixed")
-        if np.any(E < 0) or np.any(kv < 0) or np.any(phi < 0) or self.dense_bytes < 0 or self.t0 < 0:
-            raise ValueError("expert_bytes, kv, fixed, dense_bytes and t0 must be non-negative")
-        if np.any(beta <= 0) or (beta.dtype == float and not np.isfinite(beta).all()):
-            raise ValueError(f"bandwidth: every beta_p(n) must be positive and finite; found {list(beta)}")
+        for name, value in (("expert_bytes", E), ("kv", kv), ("fixed", phi), ("dense_bytes", self.dense_bytes),
+                            ("t0", self.t0)):
+            check_nonnegative(value, name)
+        check_positive(beta, "bandwidth (beta_p(n))")
         needs_dense = self.dense_bytes != 0 or np.any(kv != 0)
-        if needs_dense and (self.dense_bandwidth is None or not self.dense_bandwidth > 0):
-            raise ValueError("dense_bandwidth: a positive beta_D is needed when dense_bytes or kv "
-                             f"is non-zero; found {self.dense_bandwidth!r}")
+        if needs_dense and self.dense_bandwidth is None:
+            raise ValueError("dense_bandwidth: a beta_D in (0, inf) is needed when dense_bytes or kv is non-zero; "
+                             "found None")
+        if self.dense_bandwidth is not None:
+            check_positive(self.dense_bandwidth, "dense_bandwidth")
         object.__setattr__(self, "n_max", n)
         scalars = [x for x in (self.dense_bytes, self.dense_bandwidth, self.t0) if x is not None]
         arrays = [E, beta, kv, phi]
@@ -105,9 +108,7 @@ class VerifyTime:
         model's and host's time per step (default 0)."""
         V = self.tau()
         if h is not None:
-            h = _vector(h, self.n_max, "h")
-            if np.any(h < 0):
-                raise ValueError("h: draft and host time must be non-negative")
+            h = check_nonnegative(_vector(h, self.n_max, "h"), "h (draft and host time)")
             V, h = harmonize(V, h)
             V = V + h
         return check_step_times(V)
@@ -116,16 +117,18 @@ class VerifyTime:
         """The estimate of Sec. 3.5: every bandwidth beta -> beta (1 + e), one e per pass size
         for the kernel (``e_expert``, scalar or per n) and one for beta_D (``e_dense``)."""
         e = np.broadcast_to(as_array(e_expert, "e_expert"), (self.n_max,))
+        check_range(e, "e_expert", -1, low_open=True)
         e, beta = harmonize(np.array(e), self.bandwidth)
-        if np.any(e <= -1):
-            raise ValueError("e_expert: a relative bandwidth error must exceed -1")
         dense = None if self.dense_bandwidth is None else self.dense_bandwidth * (1 + e_dense)
         return replace(self, bandwidth=beta * (1 + e), dense_bandwidth=dense)
 
 
 def slot_expert_bytes(m, W, n_max: int) -> np.ndarray:
     """E_slot(n) = n m W for n = 1..n_max: one expert read per slot (paper 1, Sec. 2)."""
-    n = as_array(list(range(1, n_max + 1)), "n")
+    n_max = check_draft_length(n_max, name="n_max", min_k=1)
+    check_positive(m, "m")
+    check_positive(W, "W")
+    n, m, W = exact_or_float(list(range(1, n_max + 1)), m, W)
     return n * m * W
 
 

@@ -46,6 +46,31 @@ def reuse_from_byte_share(ubar2: float, ubar8: float, n_max: int = 9) -> np.ndar
     return np.where(j == 1, 0.0, 1 - s * q ** np.maximum(j - 2, 0))
 
 
+def verify_times_from_bandwidths(beta_slot, beta_dedup, ubar, m, W, dense_bytes=0.0,
+                                 dense_bandwidth=None):
+    """(per-slot VerifyTime, deduplicating VerifyTime) for n = 1..n_max from each kernel's
+    effective bandwidth beta_p(n) and the byte share ubar(n) (eq. (5) with t0 = phi = 0).
+
+    E_slot(n) = n m W and E_dedup(n) = ubar(n) E_slot(n) (f_l = 1, Sec. 2); the one-token pass runs
+    the per-slot kernel on either engine (Sec. 3.1), so beta_dedup(1) is replaced by beta_slot(1).
+    Bandwidths are effective (they include the operation's fixed work, as in Table 1); units are
+    the caller's (bytes and bytes per unit time).
+    """
+    beta_slot = np.asarray(beta_slot, dtype=float)
+    beta_dedup = np.array(beta_dedup, dtype=float)
+    ubar = np.asarray(ubar, dtype=float)
+    n_max = beta_slot.shape[0]
+    if beta_dedup.shape != (n_max,) or ubar.shape != (n_max,):
+        raise ValueError(f"beta_slot, beta_dedup and ubar need one value per n = 1..{n_max}; found "
+                         f"shapes {beta_slot.shape}, {beta_dedup.shape}, {ubar.shape}")
+    if np.any(~np.isfinite(ubar)) or np.any(ubar <= 0) or np.any(ubar > 1):
+        raise ValueError(f"ubar(n) must lie in (0, 1]; found {list(ubar)}")
+    beta_dedup[0] = beta_slot[0]           # n = 1 runs the per-slot kernel either way
+    E_slot = slot_expert_bytes(float(m), float(W), n_max).astype(float)
+    common = dict(dense_bytes=dense_bytes, dense_bandwidth=dense_bandwidth)
+    return VerifyTime(E_slot, beta_slot, **common), VerifyTime(E_slot * ubar, beta_dedup, **common)
+
+
 def table1_verify_times(beta_slot2, beta_slot8, beta_dedup2, beta_dedup8, ubar2, ubar8, m, W,
                         dense_bytes=0.0, dense_bandwidth=None, n_max: int = 9):
     """(per-slot VerifyTime, deduplicating VerifyTime, rho) for n = 1..n_max from one Table-1 row.
@@ -56,11 +81,8 @@ def table1_verify_times(beta_slot2, beta_slot8, beta_dedup2, beta_dedup8, ubar2,
     rho = reuse_from_byte_share(ubar2, ubar8, n_max)
     n = np.arange(1, n_max + 1)
     ubar = np.cumsum(1 - rho) / n
-    slot_beta = interpolate_bandwidth(beta_slot2, beta_slot8, n_max)
-    dedup_beta = interpolate_bandwidth(beta_dedup2, beta_dedup8, n_max)
-    dedup_beta[0] = slot_beta[0]           # n = 1 runs the per-slot kernel either way
-    E_slot = slot_expert_bytes(float(m), float(W), n_max).astype(float)
-    common = dict(dense_bytes=dense_bytes, dense_bandwidth=dense_bandwidth)
-    return (VerifyTime(E_slot, slot_beta, **common),
-            VerifyTime(E_slot * ubar, dedup_beta, **common),
-            rho)
+    slot, dedup = verify_times_from_bandwidths(
+        interpolate_bandwidth(beta_slot2, beta_slot8, n_max),
+        interpolate_bandwidth(beta_dedup2, beta_dedup8, n_max), ubar, m, W,
+        dense_bytes=dense_bytes, dense_bandwidth=dense_bandwidth)
+    return slot, dedup, rho

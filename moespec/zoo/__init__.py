@@ -112,14 +112,14 @@ def load_tokenizer(folder: Path | None = None):
     return _tok.load(Path(folder) if folder else models_dir() / TOKENIZER_DIR)
 
 
-def load_default_moe(device: str = "cpu", folder: Path | None = None) -> OlmoeForCausalLM:
-    """The trained default MoE (eval mode) from ``paths.models_dir()/default-moe``."""
-    return store.load(Path(folder) if folder else models_dir() / MOE_DIR, device)
+def load_default_moe(device: str = "cpu", folder: Path | None = None, dtype=torch.float32) -> OlmoeForCausalLM:
+    """The trained default MoE (eval mode) from ``paths.models_dir()/default-moe``, in ``dtype``."""
+    return store.load(Path(folder) if folder else models_dir() / MOE_DIR, device, dtype)
 
 
-def load_draft(device: str = "cpu", folder: Path | None = None) -> LlamaForCausalLM:
-    """The trained draft model (eval mode) from ``paths.models_dir()/default-draft``."""
-    return store.load(Path(folder) if folder else models_dir() / DRAFT_DIR, device)
+def load_draft(device: str = "cpu", folder: Path | None = None, dtype=torch.float32) -> LlamaForCausalLM:
+    """The trained draft model (eval mode) from ``paths.models_dir()/default-draft``, in ``dtype``."""
+    return store.load(Path(folder) if folder else models_dir() / DRAFT_DIR, device, dtype)
 
 
 def build_default_models(force: bool = False, profile: str = "full", seed: int = 0,

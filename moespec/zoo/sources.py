@@ -1,4 +1,5 @@
-"""The two embedded routing sources, recorded on WikiText articles into ``data/traces/``.
+"""The two embedded routing sources, recorded on WikiText articles (saved into the run's
+``<run data>/traces``, which for ``make reproduce`` is ``data/traces/``).
 
 1. The default MoE (trained here, OLMoE architecture): its router's top-8 of 64 experts, on the
    tokenized WikiText text it was trained in the format of. Its context is 256 tokens, so each
@@ -27,22 +28,25 @@ COMMIT_LIMIT = 5_000_000  # bytes; larger trace files are rebuilt, not committed
 DEFAULT_MOE_LABEL = "default MoE (OLMoE architecture, trained here on WikiText-2), its router"
 
 
-def trace_path(source: str, split: str, size: int | None = None) -> Path:
-    """``data/traces/<source>-wikitext-<split>[.large].npz``."""
+def trace_path(source: str, split: str, size: int | None = None, folder: Path | None = None) -> Path:
+    """``<folder>/<source>-wikitext-<split>[.large].npz``; ``folder`` defaults to where the current
+    run saves traces (:func:`moespec.paths.run_traces_dir`)."""
     suffix = ".large.npz" if size is not None and size > COMMIT_LIMIT else ".npz"
-    return paths.traces_dir() / f"{source}-wikitext-{split}{suffix}"
+    return Path(folder or paths.run_traces_dir()) / f"{source}-wikitext-{split}{suffix}"
 
 
 def find_trace(source: str, split: str) -> Path | None:
-    for p in (trace_path(source, split), trace_path(source, split, COMMIT_LIMIT + 1)):
-        if p.is_file():
-            return p
+    """The saved trace of ``source``/``split``: the run's own first, then the shared one."""
+    for folder in paths.trace_dirs():
+        for p in (trace_path(source, split, folder=folder), trace_path(source, split, COMMIT_LIMIT + 1, folder)):
+            if p.is_file():
+                return p
     return None
 
 
 def save_trace(trace: RoutingTrace, source: str, split: str) -> Path:
-    """Save under ``data/traces``; the name says whether it is small enough to commit."""
-    tmp = paths.ensure(paths.traces_dir()) / f".{source}-{split}.tmp.npz"
+    """Save into the run's traces folder; the name says whether it is small enough to commit."""
+    tmp = paths.ensure(paths.run_traces_dir()) / f".{source}-{split}.tmp.npz"
     trace.save(tmp)
     dest = trace_path(source, split, tmp.stat().st_size)
     for old in (trace_path(source, split), trace_path(source, split, COMMIT_LIMIT + 1)):
@@ -135,7 +139,7 @@ def record_checkpoint(name_or_path: str, device: str = "cpu", split: str = "test
 
 def load_or_record(name: str, split: str, recipe: dict, record_fn, *args, save: bool = True,
                    **kwargs) -> tuple[RoutingTrace, str]:
-    """(trace, what happened): the saved ``data/traces`` trace of ``name``/``split`` if its
+    """(trace, what happened): the saved trace (:func:`find_trace`) of ``name``/``split`` if its
     ``meta["recipe"]`` equals ``recipe`` (JSON-normalised), else ``record_fn(*args, **kwargs)`` stamped with the
     recipe and, if ``save``, saved. Lets ``make reproduce`` skip recordings it already made."""
     recipe = json.loads(json.dumps(recipe, default=str))
@@ -166,7 +170,8 @@ def fit_subset(trace: RoutingTrace) -> RoutingTrace:
 
 
 def saved_traces(split: str | None = "test", fit_only: bool = True) -> list[RoutingTrace]:
-    """Every trace saved in ``data/traces`` (``*.npz``), for notebook 01.
+    """Every saved trace (``*.npz`` of :func:`moespec.paths.trace_files`: the run's own, then the
+    shared ``data/traces``), for notebook 01.
 
     A trace whose ``meta["split"]`` differs from ``split`` is left out (``split=None`` keeps all);
     a trace with no split (one a user saved) is kept. With ``fit_only``, a WikiText test trace
@@ -174,7 +179,7 @@ def saved_traces(split: str | None = "test", fit_only: bool = True) -> list[Rout
     A file that fails to load raises its error: a broken trace is never skipped silently.
     """
     out = []
-    for path in sorted(paths.traces_dir().glob("*.npz")):
+    for path in paths.trace_files():
         trace = RoutingTrace.load(path)
         trace_split = trace.meta.get("split")
         if split is not None and trace_split is not None and trace_split != split:

@@ -73,8 +73,9 @@ def read_meta(folder: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def load(folder: Path, device: str = "cpu") -> PreTrainedModel:
-    """Load a checkpoint written by :func:`save` (or any transformers causal-LM folder) strictly."""
+def load(folder: Path, device: str = "cpu", dtype=torch.float32) -> PreTrainedModel:
+    """Load a checkpoint written by :func:`save` (or any transformers causal-LM folder) strictly,
+    in ``dtype`` (a torch dtype, or ``"auto"``: the checkpoint's own) on ``device``."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no checkpoint folder; build the default models first "
@@ -99,7 +100,7 @@ def load(folder: Path, device: str = "cpu") -> PreTrainedModel:
         raise ValueError(f"{weights}: corrupt or truncated safetensors file "
                          f"({type(exc).__name__}: {exc})") from None
     model, info = AutoModelForCausalLM.from_pretrained(str(folder), config=config,
-                                                       output_loading_info=True, dtype=torch.float32)
+                                                       output_loading_info=True, dtype=dtype)
     bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if bad:
         raise ValueError(f"{weights}: weights do not match {cfg_path}: "

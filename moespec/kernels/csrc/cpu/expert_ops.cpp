@@ -32,6 +32,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -572,9 +573,13 @@ static void dot_rows(DotFn dot, const uint8_t* W, const float* S, int64_t esize,
 // 2-4 % of a one-token call, done by one thread while the other streams).
 
 // e^x for 16 floats: x = n ln2 + r, |r| <= ln2/2, e^r by its degree-7 Taylor polynomial
-// (truncation < 6e-9 relative, below float rounding), 2^n applied with vscalefps (which also gives
-// inf / 0 beyond the float range and passes NaN through).
+// (truncation < 6e-9 relative, below float rounding), 2^n applied with vscalefps (which gives
+// inf / 0 beyond the float range). x is first clamped to [-110, 100], beyond which e^x is 0 or inf
+// in float anyway: without it, |x| above ~1e7 broke the range reduction (n ln2 no longer exact),
+// and silu of an activation of 1e15 came out with the wrong sign, of 1e20 as 0 instead of
+// overflowing (issue 17). max(lo, x) and min(hi, x) return x when it is NaN, which passes through.
 static inline TGT_512 __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_set1_ps(100.0f), _mm512_max_ps(_mm512_set1_ps(-110.0f), x));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 split: hi exact in float
@@ -624,9 +629,10 @@ static TGT_512 void to_bf16_avx512(const float* v, int64_t K, uint16_t* b, float
 
 // One row of K values (K a multiple of 16 blocks of 32) quantized per block of 32 into the
 // interleaved int8 layout, with the block scales and offset corrections: the same values as the
-// scalar loop in Acts::set_row (round half to even, NaN ignored in the block maximum and sent to
-// -127, clamp to +-127). Step i of a group of 16 blocks holds word i (values 4i..4i+3) of each
-// block: one 16-lane gather per step from the group's 512 quantized bytes.
+// scalar loop in Acts::set_row and moespec.kernels.quantize_blocks (round half to even, clamp to
+// +-127; a block holding NaN or +-inf gets values 0 and scale NaN, so that every product with it
+// is NaN: the non-finite rule of docs/kernels.md). Step i of a group of 16 blocks holds word i
+// (values 4i..4i+3) of each block: one 16-lane gather per step from the group's 512 quantized bytes.
 static TGT_512 void quantize_i8_avx512(const float* v, int64_t K, int8_t* qr, float* sr, int32_t* cr) {
   alignas(64) int8_t tmp[GRP * BLK];
   const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
@@ -636,15 +642,21 @@ static TGT_512 void quantize_i8_avx512(const float* v, int64_t K, int8_t* qr, fl
     for (int j = 0; j < GRP; ++j) {
       const int64_t blk = g * GRP + j;
       const __m512 a0 = _mm512_loadu_ps(v + blk * BLK), a1 = _mm512_loadu_ps(v + blk * BLK + 16);
+      // |x| <= FLT_MAX is false for NaN and +-inf (ordered compare)
+      const __m512 fmax = _mm512_set1_ps(3.40282347e38f);
+      const bool finite = (_mm512_cmp_ps_mask(_mm512_abs_ps(a0), fmax, _CMP_LE_OQ) &
+                           _mm512_cmp_ps_mask(_mm512_abs_ps(a1), fmax, _CMP_LE_OQ)) == 0xFFFF;
       // |x| as the first operand: vmaxps returns the second one when the first is NaN
       const __m512 m = _mm512_max_ps(_mm512_abs_ps(a1), _mm512_max_ps(_mm512_abs_ps(a0), _mm512_setzero_ps()));
       const float amax = _mm512_reduce_max_ps(m);
-      const float scale = amax / 127.0f;
-      const float inv = scale > 0.f ? 1.0f / scale : 0.f;
+      const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+      const float inv = finite && scale > 0.f ? 1.0f / scale : 0.f;
       const __m512 iv = _mm512_set1_ps(inv);
       const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-      const __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(a0, iv), rnd), nlim), lim));
-      const __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(a1, iv), rnd), nlim), lim));
+      const __m512i q0 = finite ? _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(a0, iv), rnd), nlim), lim))
+                                : _mm512_setzero_si512();
+      const __m512i q1 = finite ? _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(a1, iv), rnd), nlim), lim))
+                                : _mm512_setzero_si512();
       _mm_store_si128((__m128i*)(tmp + j * BLK), _mm512_cvtepi32_epi8(q0));
       _mm_store_si128((__m128i*)(tmp + j * BLK + 16), _mm512_cvtepi32_epi8(q1));
       sr[blk] = scale;
@@ -742,12 +754,18 @@ struct Acts {
       int8_t* qr = q.data() + r * qstride;
       for (int64_t blk = 0; blk < nblk; ++blk) {
         float amax = 0.f;
-        for (int i = 0; i < BLK; ++i) amax = std::max(amax, std::fabs(v[blk * BLK + i]));
-        const float scale = amax / 127.0f;
-        const float inv = scale > 0.f ? 1.0f / scale : 0.f;
+        bool finite = true;
+        for (int i = 0; i < BLK; ++i) {
+          const float a = std::fabs(v[blk * BLK + i]);
+          finite = finite && a <= std::numeric_limits<float>::max();  // false for NaN and inf
+          amax = std::max(amax, a);
+        }
+        // a block holding NaN or +-inf: values 0, scale NaN (the non-finite rule, docs/kernels.md)
+        const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+        const float inv = finite && scale > 0.f ? 1.0f / scale : 0.f;
         int32_t sum = 0;
         for (int i = 0; i < BLK; ++i) {
-          float qv = std::nearbyint(v[blk * BLK + i] * inv);
+          float qv = finite ? std::nearbyint(v[blk * BLK + i] * inv) : 0.f;
           qv = std::min(127.f, std::max(-127.f, qv));
           int8_t qi = (int8_t)qv;
           sum += qi;
@@ -1004,6 +1022,18 @@ std::vector<int64_t> take_last_stages() {
   return {st.entry, st.setup_done, st.first_item, st.work_done, st.exit};
 }
 
+// Whether v[0..n) holds no NaN and no +-inf: the largest exponent field must stay below all ones
+// (an integer max reduction, which the compiler vectorizes).
+static bool all_finite(const float* v, int64_t n) {
+  uint32_t top = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof bits);
+    top = std::max(top, bits & 0x7f800000u);
+  }
+  return top != 0x7f800000u;
+}
+
 // ------------------------------------------------------------------------------------------------
 // The driver shared by both kernels.
 struct Group {
@@ -1167,8 +1197,10 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
     Pool::get().run(job, nt - 1);
   }
   if (clock_on) st.work_done = clock_ns();
-  // 4. y_t = sum_s g_ts o_{t*m+s} (n*m*H flops: serial)
-  for (int64_t t = 0; t < n; ++t)
+  // 4. y_t = sum_s g_ts o_{t*m+s} (n*m*H flops: serial), then the non-finite rule (docs/kernels.md):
+  // a token whose x row or gates hold NaN or +-inf, or whose float32 computation overflowed (a
+  // non-finite value anywhere in y_t), gets y_t all NaN; every other row is untouched.
+  for (int64_t t = 0; t < n; ++t) {
     for (int64_t s = 0; s < m; ++s) {
       const float gt = gp ? gp[t * m + s] : 1.0f;
       const float* o = obuf + (t * m + s) * H;
@@ -1177,6 +1209,9 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
       else
         for (int64_t r = 0; r < H; ++r) yp[t * H + r] += gt * o[r];
     }
+    if (!all_finite(yp + t * H, H) || !all_finite(xp + t * H, H) || (gp && !all_finite(gp + t * m, m)))
+      std::fill(yp + t * H, yp + (t + 1) * H, std::numeric_limits<float>::quiet_NaN());
+  }
   if (clock_on) {
     st.first_item = first_item.load(std::memory_order_relaxed);
     st.exit = clock_ns();

@@ -11,9 +11,18 @@
  *   MOESPEC_DEDUP deduplicating: blocks over (expert, token tile of <= MOESPEC_TILE_MAX tokens);
  *                 each distinct expert is read once per tile and applied to all its tokens
  *                 (U expert reads per pass when no expert has more than a tile of tokens).
- * Both run gate/up, then down, then a deterministic gate-weighted sum over slots (three launches
- * each), and both give bitwise the same result for the same inputs: every (token, slot) pair is
- * computed by the same sequence of floating-point operations whichever kernel runs it.
+ * Two execution paths run either kernel (moespec_cuda_tuning.path; docs/cuda.md):
+ *   legacy  three launches: gate/up, down, then a deterministic gate-weighted sum over slots;
+ *   fused   two launches: gate/up (writing h already rounded / quantized), then down with the sum
+ *           over slots in the same kernel; weights stream through per-warp cp.async rings
+ *           (sm_80+), and on sm_90+ the down kernel is launched with programmatic dependent
+ *           launch so that it starts, and fetches its first weights, while gate/up finishes.
+ * Every (token, slot) pair goes through the same sequence of floating-point operations in both
+ * kernels and both paths, so all four give bitwise the same result for the same inputs.
+ *
+ * Non-finite inputs: a NaN or infinity anywhere in x[t, :] or gates[t, :] makes y[t, :] all NaN
+ * (in every format; int8 too, whose quantization would otherwise hide it); other rows are
+ * unaffected.
  *
  * Layouts (all row-major, contiguous), as docs/kernels.md fixes them for every backend:
  *   x      [n, H]  float32
@@ -61,8 +70,12 @@ enum moespec_status {
   MOESPEC_ERR_WORKSPACE = -5,  /* workspace smaller than moespec_cuda_workspace_bytes() */
   MOESPEC_ERR_SMEM = -6,       /* H or I too large for one token's activations in shared memory */
   MOESPEC_ERR_GRID = -7,       /* H or I too large for the launch grid */
-  MOESPEC_ERR_ALIGN = -8       /* int8-block weights not 16-byte aligned */
+  MOESPEC_ERR_ALIGN = -8,      /* int8-block weights not 16-byte aligned */
+  MOESPEC_ERR_TUNING = -9      /* a tuning value out of range (moespec_cuda_set_tuning) */
 };
+
+/* Execution paths (moespec_cuda_tuning.path). */
+enum moespec_path { MOESPEC_PATH_AUTO = 0, MOESPEC_PATH_LEGACY = 1, MOESPEC_PATH_FUSED = 2 };
 
 typedef struct moespec_expert_args {
   int n, m, N, H, I;
@@ -91,6 +104,36 @@ int moespec_cuda_dedup_tile(const moespec_expert_args* a, int* tile);
 
 /* Launch the expert operation with kernel MOESPEC_SLOT or MOESPEC_DEDUP on `stream`. */
 int moespec_cuda_expert_forward(const moespec_expert_args* a, int kernel, cudaStream_t stream);
+
+/* Process-wide launch choices (0 / -1 fields: the default). Defaults come from the environment
+ * at the first call (MOESPEC_CUDA_PATH=auto|legacy|fused, MOESPEC_CUDA_PDL=auto|0|1), else auto.
+ * Not for changing while another thread launches. */
+typedef struct moespec_cuda_tuning {
+  int path;             /* enum moespec_path; AUTO: fused wherever it applies (see the plan) */
+  int pdl;              /* -1 auto (on for sm_90+), 0 off, 1 on (ignored below sm_90) */
+  int ring_gu, ring_dn; /* fused: cp.async ring depth per warp in stages, 2..8 (0: chosen for the
+                           weight bytes in flight per SM, docs/cuda.md; a depth given here is kept
+                           where one block can have its shared memory) */
+  int dn_warps;         /* fused: warps per down block, 1..8 (0: 4) */
+  int gu_blocks_per_sm; /* both: gate/up row iterations are the most that leave this many blocks
+                           per SM (0: 4) */
+} moespec_cuda_tuning;
+int moespec_cuda_set_tuning(const moespec_cuda_tuning* t);
+void moespec_cuda_get_tuning(moespec_cuda_tuning* t);
+
+/* How a call with these arguments would run on the current device (no launch): the path, the
+ * two main grids, their dynamic shared memory, ring depths and whether PDL is used. */
+typedef struct moespec_cuda_plan {
+  int path;              /* MOESPEC_PATH_LEGACY or MOESPEC_PATH_FUSED */
+  int launches;          /* kernel launches per call: 3 legacy, 2 fused */
+  int tile;              /* tokens per dedup tile (1 for per-slot) */
+  int grid_gu_x, grid_gu_y, iters_gu;
+  int grid_dn_x, grid_dn_y, iters_dn, threads_dn;
+  int smem_gu, smem_dn;  /* dynamic shared memory per block, bytes */
+  int ring_gu, ring_dn;  /* fused: stages per warp ring */
+  int pdl;               /* 1: the down kernel is a programmatic dependent launch */
+} moespec_cuda_plan;
+int moespec_cuda_get_plan(const moespec_expert_args* a, int kernel, moespec_cuda_plan* plan);
 
 /* A human-readable message for a status code (static storage). */
 const char* moespec_cuda_status_string(int status);

@@ -5,6 +5,10 @@
 // The host reference follows docs/kernels.md's numerics (bf16-rounded / int8-block-quantized
 // activations, exact dequantized weights) in double precision; the kernels must agree with it to
 // float32 accumulation error, and the per-slot and dedup kernels must agree bitwise.
+// Every case runs both kernels on every execution path (legacy three launches; fused with and
+// without programmatic dependent launch): each output against the reference, and all six bitwise
+// equal. Cases with a NaN or infinity in x or in the gates check that exactly the affected
+// tokens' rows are NaN.
 // Exit status 0 when every case passes, 1 otherwise, 2 when no GPU is usable.
 // `--small` runs only the cases with at most 4M weights per matrix stack (the CPU emulation in
 // tests/cuda_emu uses it).
@@ -33,7 +37,16 @@ struct Case {
   int n, m, N, H, I, fmt;
   int routing;  // 0 random distinct, 1 every token the same experts, 2 all pairs distinct, 3 one invalid id
   bool gates;
+  int bad = 0;  // non-finite input in token 1: 1 NaN in x, 2 +inf in x, 3 -inf gate, 4 NaN gate
 };
+
+// The execution paths every case runs on (moespec_cuda_tuning).
+struct PathConfig {
+  const char* name;
+  int path, pdl;
+};
+static const PathConfig kPaths[] = {
+    {"legacy", MOESPEC_PATH_LEGACY, 0}, {"fused", MOESPEC_PATH_FUSED, -1}, {"fused-nopdl", MOESPEC_PATH_FUSED, 0}};
 
 // Activations of one row in the format's precision (as the kernels stage them).
 static std::vector<double> act_row(const float* v, int K, int fmt) {
@@ -120,6 +133,11 @@ static bool run_case(const Case& c, unsigned seed) {
     }
   }
   if (c.routing == 3) ids[P - 1] = c.N + 5;  // out of range: that token's row must be NaN
+  const float inf = INFINITY;
+  if (c.bad == 1) x[(size_t)1 * c.H + c.H / 2] = NAN;
+  if (c.bad == 2) x[(size_t)1 * c.H + 3] = inf;
+  if (c.bad == 3) gates[1 * c.m + c.m - 1] = -inf;
+  if (c.bad == 4) gates[1 * c.m] = NAN;
 
   // Host reference (double accumulation, format numerics).
   std::vector<double> ref((size_t)c.n * c.H, 0.0);
@@ -128,7 +146,7 @@ static bool run_case(const Case& c, unsigned seed) {
     const std::vector<double> xa = act_row(&x[(size_t)t * c.H], c.H, c.fmt);
     for (int s = 0; s < c.m; ++s) {
       const int64_t e = ids[t * c.m + s];
-      if (e < 0 || e >= c.N) { bad[t] = true; continue; }
+      if (e < 0 || e >= c.N || (c.bad && t == 1)) { bad[t] = true; continue; }
       std::vector<float> h(c.I);
       for (int i = 0; i < c.I; ++i) {
         const float* g = &wg.f[((size_t)e * c.I + i) * c.H];
@@ -157,49 +175,72 @@ static bool run_case(const Case& c, unsigned seed) {
   float* dy = nullptr;
   CK(cudaMalloc(&dy, sizeof(float) * c.n * c.H));
 
-  std::vector<float> y[2];
+  const int nk = 2 * (int)(sizeof(kPaths) / sizeof(kPaths[0]));
+  std::vector<std::vector<float>> y(nk);
   bool ok = true;
-  for (int kernel = 0; kernel < 2; ++kernel) {
+  char label[64];
+  for (int r = 0; r < nk; ++r) {
+    const PathConfig& pc = kPaths[r / 2];
+    const int kernel = r % 2;
+    moespec_cuda_tuning tn{};
+    tn.path = pc.path;
+    tn.pdl = pc.pdl;
+    if (moespec_cuda_set_tuning(&tn) != MOESPEC_OK) { std::printf("FAIL cannot set tuning\n"); return false; }
     moespec_expert_args a{};
     a.n = c.n; a.m = c.m; a.N = c.N; a.H = c.H; a.I = c.I;
     a.x = dx; a.ids = dids; a.gates = dgates; a.w_fmt = c.fmt;
     a.w_gate = dwg; a.w_up = dwu; a.w_down = dwd; a.s_gate = dsg; a.s_up = dsu; a.s_down = dsd;
     a.y = dy;
+    moespec_cuda_plan plan{};
+    int st = moespec_cuda_get_plan(&a, kernel, &plan);
+    std::snprintf(label, sizeof label, "%s %s%s", kernel ? "dedup" : "slot",
+                  plan.path == MOESPEC_PATH_FUSED ? (plan.pdl ? "fused+pdl" : "fused") : "legacy",
+                  plan.path == MOESPEC_PATH_FUSED || pc.path != MOESPEC_PATH_FUSED ? "" : "(fallback)");
     size_t bytes = 0;
-    int st = moespec_cuda_workspace_bytes(&a, kernel, &bytes);
+    if (st == 0) st = moespec_cuda_workspace_bytes(&a, kernel, &bytes);
     void* ws = nullptr;
-    if (st == 0) { CK(cudaMalloc(&ws, bytes)); a.workspace = ws; a.workspace_bytes = bytes; }
+    if (st == 0) {
+      CK(cudaMalloc(&ws, bytes));
+      CK(cudaMemset(ws, 0xCD, bytes));  // no zeros to rely on
+      CK(cudaMemset(dy, 0xCD, sizeof(float) * c.n * c.H));
+      a.workspace = ws;
+      a.workspace_bytes = bytes;
+    }
     if (st == 0) st = moespec_cuda_expert_forward(&a, kernel, 0);
     if (st == 0) st = (int)cudaDeviceSynchronize();
     if (st != 0) {
-      std::printf("FAIL %-28s %s: %s\n", c.name, kernel ? "dedup" : "slot", moespec_cuda_status_string(st));
+      std::printf("FAIL %-30s %-22s %s\n", c.name, label, moespec_cuda_status_string(st));
       ok = false;
       continue;
     }
-    y[kernel].resize((size_t)c.n * c.H);
-    CK(cudaMemcpy(y[kernel].data(), dy, sizeof(float) * y[kernel].size(), cudaMemcpyDeviceToHost));
+    y[r].resize((size_t)c.n * c.H);
+    CK(cudaMemcpy(y[r].data(), dy, sizeof(float) * y[r].size(), cudaMemcpyDeviceToHost));
     CK(cudaFree(ws));
     double maxref = 0, maxerr = 0;
     bool nan_ok = true;
     for (int t = 0; t < c.n; ++t)
       for (int j = 0; j < c.H; ++j) {
-        const double v = y[kernel][(size_t)t * c.H + j], r = ref[(size_t)t * c.H + j];
+        const double v = y[r][(size_t)t * c.H + j], rv = ref[(size_t)t * c.H + j];
         if (bad[t]) { nan_ok &= std::isnan(v); continue; }
-        maxref = std::fmax(maxref, std::fabs(r));
-        maxerr = std::isfinite(v) ? std::fmax(maxerr, std::fabs(v - r)) : INFINITY;
+        maxref = std::fmax(maxref, std::fabs(rv));
+        maxerr = std::isfinite(v) ? std::fmax(maxerr, std::fabs(v - rv)) : INFINITY;
       }
     // float32 accumulation over H + I terms; bf16/int8 add rare one-step rounding flips of h
     const double tol = c.fmt == MOESPEC_W_F32 ? 2e-5 : 2e-3;
     const double rel = maxref > 0 ? maxerr / maxref : maxerr;
     const bool pass = rel <= tol && nan_ok;
     ok &= pass;
-    std::printf("%s %-28s %-5s max|err|/max|ref| = %.2e (tol %.0e)%s\n", pass ? "ok  " : "FAIL", c.name,
-                kernel ? "dedup" : "slot", rel, tol, nan_ok ? "" : "  [invalid id row not NaN]");
+    std::printf("%s %-30s %-22s max|err|/max|ref| = %.2e (tol %.0e)%s\n", pass ? "ok  " : "FAIL", c.name, label, rel,
+                tol, nan_ok ? "" : "  [a NaN row is not all NaN]");
   }
-  if (!y[0].empty() && !y[1].empty()) {
-    // bytewise, so the NaN rows of an invalid id (one canonical NaN) compare equal too
-    const bool same = std::memcmp(y[0].data(), y[1].data(), sizeof(float) * y[0].size()) == 0;
-    std::printf("%s %-28s slot and dedup outputs %s\n", same ? "ok  " : "FAIL", c.name,
+  bool same = true, all = true;
+  for (int r = 1; r < nk; ++r) {
+    if (y[r].empty() || y[0].empty()) { all = false; continue; }
+    // bytewise, so the NaN rows (one canonical NaN) compare equal too
+    same &= std::memcmp(y[0].data(), y[r].data(), sizeof(float) * y[0].size()) == 0;
+  }
+  if (all) {
+    std::printf("%s %-30s slot and dedup outputs %s on every path\n", same ? "ok  " : "FAIL", c.name,
                 same ? "bitwise equal" : "differ");
     ok &= same;
   }
@@ -236,6 +277,12 @@ int main(int argc, char** argv) {
       {"bf16 olmoe shape n=4", 4, 8, 64, 2048, 1024, MOESPEC_W_BF16, 0, true},
       {"int8 olmoe shape n=9", 9, 8, 64, 2048, 1024, MOESPEC_W_I8B32, 0, true},
       {"int8 gpt-oss shape n=2", 2, 4, 32, 2880, 2880, MOESPEC_W_I8B32, 0, true},
+      {"f32 NaN in x", 3, 2, 8, 256, 128, MOESPEC_W_F32, 0, true, 1},
+      {"bf16 +inf in x", 3, 2, 8, 256, 128, MOESPEC_W_BF16, 0, true, 2},
+      {"int8 NaN in x", 3, 2, 8, 256, 128, MOESPEC_W_I8B32, 0, true, 1},
+      {"int8 +inf in x", 4, 2, 8, 256, 128, MOESPEC_W_I8B32, 1, true, 2},
+      {"f32 -inf gate", 3, 3, 8, 256, 128, MOESPEC_W_F32, 0, true, 3},
+      {"int8 NaN gate", 3, 2, 8, 256, 128, MOESPEC_W_I8B32, 0, true, 4},
   };
   bool ok = true;
   unsigned seed = 0;

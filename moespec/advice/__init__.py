@@ -1,0 +1,71 @@
+"""``moespec advise``: which expert kernel, from which pass size, and which draft length, for an MoE
+model on the hardware a run measured, with the error bands of paper 1's bounds and ready-to-paste
+settings for vLLM, SGLang and llama.cpp.
+
+Modules: :mod:`.inputs` (what the decision rests on, read from a run folder or a bandwidth table),
+:mod:`.decide` (the decision, by :mod:`moespec.theory`), :mod:`.settings` (engine options with the
+versions cited), :mod:`.report` (table, JSON and its schema).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .decide import decide
+from .inputs import (AdviceInputError, VerifyCurves, acceptance_from_table, from_bandwidth_table, from_run,
+                     outputs_folder)
+from .report import ADVICE_SCHEMA, format_text, validate, write_json
+from .settings import VERSIONS, engine_settings
+
+
+def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model>",
+                  draft: str = "<draft-model>") -> dict:
+    """The advice for ready verify curves: :func:`.decide.decide` plus the engine settings of each
+    acceptance rate's recommended draft length and the kernel crossover."""
+    advice = decide(curves, acceptance)
+    n_switch = advice["dedup"]["from_n"]
+    advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], n_switch, target, draft)}
+                          for item in advice["acceptance"]]
+    advice["versions_cited"] = VERSIONS
+    return validate(advice)
+
+
+def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: str | Path | None = None,
+           bandwidth: str | Path | None = None, engine: str | None = None, model: str | None = None,
+           trace=None, eps: float | None = None, use: str = "auto", version: str = "prediction",
+           depth: int | None = None, dense_ratio: float = 0.5, draft_ms: float | None = None,
+           fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>") -> dict:
+    """Decide the expert kernel and draft length (JSON-ready dict, schema :data:`ADVICE_SCHEMA`).
+
+    Inputs: a run folder ``run`` (notebook 06's engine chain, or notebook 03's fits; ``use``), or a
+    bandwidth table ``bandwidth`` (Table-1 layout or one row per n; ``engine``/``model`` pick a row),
+    optionally with a routing ``trace`` (a RoutingTrace or the path of one). Acceptance rates:
+    ``acceptance`` (floats in [0, 1)) and/or ``acceptance_table`` (:func:`.inputs.acceptance_from_table`).
+    ``dense_ratio``: dense bytes per pass as a multiple of m W where the source has none;
+    ``draft_ms``: draft time per drafted token (ms) where the run did not measure h(k).
+    """
+    if (run is None) == (bandwidth is None):
+        raise AdviceInputError("give either a run folder or a bandwidth table (not both, not neither)")
+    pairs = [(float(a), "given") for a in (acceptance or [])]
+    if acceptance_table is not None:
+        pairs += acceptance_from_table(acceptance_table)
+    if not pairs:
+        raise AdviceInputError("no acceptance rate: give acceptance (e.g. [0.6, 0.8]) or an acceptance table")
+    if trace is not None and not hasattr(trace, "docs"):
+        from moespec.routing import RoutingTrace
+
+        if not Path(trace).exists():
+            raise AdviceInputError(f"routing trace {trace} does not exist")
+        trace = RoutingTrace.load(trace)
+    if run is not None:
+        curves = from_run(run, use=use, version=version, depth=depth, trace=trace, dense_ratio=dense_ratio,
+                          draft_ms=draft_ms)
+    else:
+        curves = from_bandwidth_table(bandwidth, engine=engine, model=model, trace=trace, eps=eps,
+                                      dense_ratio=dense_ratio, draft_ms=draft_ms or 0.0, fmt=fmt)
+    return advise_curves(curves, pairs, target=target, draft=draft)
+
+
+__all__ = ["advise", "advise_curves", "decide", "VerifyCurves", "AdviceInputError", "from_run",
+           "from_bandwidth_table", "acceptance_from_table", "outputs_folder", "engine_settings",
+           "ADVICE_SCHEMA", "validate", "write_json", "format_text", "VERSIONS"]

@@ -1,0 +1,514 @@
+"""What ``moespec advise`` decides on: the whole-model verify times of both expert kernels at pass
+sizes n = 1..9, the interval of their difference, the draft time h(k) and the bandwidth error eps,
+read from one of three sources (paper 1, Sections 3-4):
+
+* a run folder with notebook 06's prediction chain (22) for the engine (``06_curves.csv``);
+* a run folder with notebook 03's fits (4)/(E.1) of the expert operation (``03_fit_coefficients.csv``,
+  ``03_epsilon.csv``, ``03_bandwidth_all_models.csv``), scaled to every MoE layer of the model;
+* a bandwidth table (paper 1's Table 1 layout with n = 2 and 8, or one row per n) plus, optionally,
+  a routing trace whose byte share ubar(n) replaces the table's.
+
+Every number comes from these files; what the files do not hold (the dense bytes of a pass, the
+draft time) is an argument with a stated default, and each such choice is listed in
+``assumptions``. A run whose fits are missing, non-finite or unphysical is refused with an
+:class:`AdviceInputError` naming the file and the value.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from moespec import theory as th
+
+N_MAX = 9
+#: Files of notebook 03 that the fits path reads.
+EXPERT_OP_FILES = ("03_fit_coefficients.csv", "03_epsilon.csv", "03_bandwidth_all_models.csv")
+#: Versions of the chain (22) in ``06_curves.csv``; "measured" is notebook 05's measurement.
+VERSIONS = ("prediction", "text", "measured-time", "calibrated", "measured")
+MANIFESTS = ("manifest.json", "MANIFEST.json")
+
+
+class AdviceInputError(ValueError):
+    """An input of ``advise`` is missing, flagged or malformed; the message names it."""
+
+
+@dataclass
+class VerifyCurves:
+    """Verify times tau_p(n) of the per-slot ("slot") and deduplicating ("dedup") engine, n = 1..n_max,
+    in seconds (entry n-1), and what they rest on.
+
+    ``S_lo``/``S_hi``: an interval of the saving S(n) = tau_slot(n) - tau_dedup(n) (bound (18) around
+    a prediction, or a measured 95% interval), described by ``interval``. ``h[k]``: draft and host
+    time of a step of draft length k (s), k = 0..kmax with kmax < n_max. ``ubar``/``r``: byte share and bandwidth ratio where the
+    source has them (for the margin (19)). ``subject``: model, engine, format, where measured and
+    whose numbers they are (``source``).
+    """
+
+    tau: dict
+    S_lo: np.ndarray
+    S_hi: np.ndarray
+    interval: str
+    h: np.ndarray
+    eps: float
+    subject: dict
+    inputs: list = field(default_factory=list)
+    assumptions: list = field(default_factory=list)
+    ubar: np.ndarray | None = None
+    r: np.ndarray | None = None
+
+    def __post_init__(self):
+        for p in ("slot", "dedup"):
+            t = np.asarray(self.tau[p], dtype=float)
+            if t.shape != (len(self.tau["slot"]),) or not np.all(np.isfinite(t)) or np.any(t <= 0):
+                raise AdviceInputError(f"verify times tau_{p}(n) must be positive and finite; found {list(t)}")
+            self.tau[p] = t
+        n_max = len(self.tau["slot"])
+        self.h = np.asarray(self.h, dtype=float)
+        if (self.h.ndim != 1 or not 1 <= len(self.h) <= n_max or np.any(self.h < 0)
+                or not np.all(np.isfinite(self.h))):
+            raise AdviceInputError(f"draft time h(k) needs one value >= 0 per k = 0..kmax, kmax <= {n_max - 1}; "
+                                   f"found {list(np.ravel(self.h))}")
+        if not (np.isfinite(self.eps) and 0 <= self.eps < 0.5):
+            raise AdviceInputError(f"bandwidth error eps = {self.eps} is outside [0, 1/2): the bounds (18)-(21) "
+                                   "say nothing there (C.7 needs eps < 1/2); the fits are not usable for a decision")
+
+    @property
+    def n_max(self) -> int:
+        return len(self.tau["slot"])
+
+    @property
+    def kmax(self) -> int:
+        """The longest draft length decided on: h(k) is known for k = 0..kmax (verify passes up to kmax + 1)."""
+        return len(self.h) - 1
+
+    @property
+    def saving(self) -> np.ndarray:
+        return self.tau["slot"] - self.tau["dedup"]
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _read_csv(path: Path, needed, what: str) -> pd.DataFrame:
+    if not path.exists():
+        raise AdviceInputError(f"{what}: {path} is missing")
+    df = pd.read_csv(path)
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        raise AdviceInputError(f"{path}: missing column(s) {missing}; expected at least {list(needed)}")
+    return df
+
+
+def _finite(values, what: str, positive: bool = True) -> np.ndarray:
+    arr = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(float)
+    bad = ~np.isfinite(arr) | ((arr <= 0) if positive else False)
+    if bad.any():
+        raise AdviceInputError(f"{what}: {'positive ' if positive else ''}finite numbers needed; "
+                               f"found {arr[bad][0]!r} at position {int(np.argmax(bad))}")
+    return arr
+
+
+def draft_times(draft_ms: float, n_max: int = N_MAX) -> np.ndarray:
+    """h(k) = k · draft_ms (ms -> s): the draft model's time for k drafted tokens."""
+    if not (np.isfinite(draft_ms) and draft_ms >= 0):
+        raise AdviceInputError(f"draft_ms must be a finite number >= 0; found {draft_ms!r}")
+    return np.arange(n_max) * draft_ms * 1e-3
+
+
+def _draft_assumption(draft_ms: float) -> str:
+    if draft_ms == 0:
+        return ("draft time h(k) = 0: the draft model and host are taken as free (the theory's idealization); "
+                "give draft_ms (per drafted token) to include them")
+    return f"draft time h(k) = k x {draft_ms:g} ms (given)"
+
+
+def manifest(folder: Path) -> dict | None:
+    """The run's provenance manifest (``manifest.json``, or ``MANIFEST.json`` beside committed figures)."""
+    for name in MANIFESTS:
+        path = folder / name
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except ValueError as err:
+                raise AdviceInputError(f"{path}: not valid JSON ({err})") from None
+    return None
+
+
+def outputs_folder(run: str | Path) -> Path:
+    """The folder that holds a run's tables: the run folder itself, its ``figures/`` sub-folder,
+    or the figures folder its manifest names (runs of ``moespec reproduce`` before outputs moved
+    into the run folder). Raises :class:`AdviceInputError` listing what was looked for."""
+    run = Path(run)
+    if not run.is_dir():
+        raise AdviceInputError(f"run folder {run} does not exist or is not a folder")
+    candidates = [run, run / "figures"]
+    man = manifest(run)
+    if man and man.get("figures_dir"):
+        candidates.append(Path(man["figures_dir"]))
+    for folder in candidates:
+        if (folder / "06_curves.csv").exists() or (folder / EXPERT_OP_FILES[0]).exists():
+            return folder
+    raise AdviceInputError(
+        f"no fits in {run}: expected notebook 06's 06_curves.csv or notebook 03's {', '.join(EXPERT_OP_FILES)} "
+        f"(looked in {', '.join(str(c) for c in dict.fromkeys(candidates))}); run notebook 03 or 06 first")
+
+
+def _check_manifest(run: Path, man: dict | None) -> dict:
+    if man is None:
+        return {}
+    status = man.get("status")
+    if man.get("failed") or status in ("failed", "interrupted"):
+        raise AdviceInputError(f"{run}: the run did not finish (manifest: status={status!r}, failed="
+                               f"{man.get('failed')!r}); its tables may be partial")
+    cpu = (man.get("hardware") or {}).get("cpu") or {}
+    gpus = (man.get("hardware") or {}).get("gpus") or []
+    hw = ", ".join(filter(None, [cpu.get("cpu_model"), f"{cpu.get('logical_cpus')} CPUs" if cpu.get("logical_cpus") else "",
+                                 "; ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g) for g in gpus)]))
+    return {"hardware": hw or "unknown", "run_started": man.get("started"), "git_commit": man.get("git_commit")}
+
+
+# --- notebook 06: the engine's prediction chain --------------------------------------------------
+def from_engine_run(folder: Path, run: Path, version: str = "prediction", depth: int | None = None,
+                    draft_ms: float | None = None) -> VerifyCurves:
+    """The chain (22) of notebook 06 for one context depth: tau_p(n) of ``version`` (``06_curves.csv``),
+    the engine's eps (``06_epsilon.csv``; runs before it was written: ``06_table7_error.csv``, three
+    decimals), and h(k) measured in the speculative runs (``06_step_overhead.csv``) unless
+    ``draft_ms`` is given."""
+    if version not in VERSIONS:
+        raise AdviceInputError(f"version must be one of {VERSIONS}; found {version!r}")
+    path = folder / "06_curves.csv"
+    curves = _read_csv(path, ["d", "n", "version", "tau_slot_ms", "tau_dedup_ms", "band_ms", "S_lo_ms", "S_hi_ms"],
+                       "notebook 06's chain")
+    depths = sorted(int(d) for d in curves["d"].unique())
+    d = depths[0] if depth is None else int(depth)
+    if d not in depths:
+        raise AdviceInputError(f"{path}: no context depth d = {d}; depths present: {depths}")
+    g = curves[(curves["d"] == d) & (curves["version"] == version)].sort_values("n")
+    if list(g["n"]) != list(range(1, N_MAX + 1)):
+        raise AdviceInputError(f"{path}: version {version!r} at d = {d} covers n = {list(g['n'])}, "
+                               f"not 1..{N_MAX}")
+    tau = {p: _finite(g[f"tau_{p}_ms"], f"{path}: tau_{p}_ms ({version}, d = {d})") * 1e-3 for p in ("slot", "dedup")}
+    S = tau["slot"] - tau["dedup"]
+    if version == "measured":
+        lo = _finite(g["S_lo_ms"], f"{path}: S_lo_ms (measured, d = {d})", positive=False) * 1e-3
+        hi = _finite(g["S_hi_ms"], f"{path}: S_hi_ms (measured, d = {d})", positive=False) * 1e-3
+        interval = "95% bootstrap interval of the measured saving (notebook 05)"
+    else:
+        band = _finite(g["band_ms"], f"{path}: band_ms ({version}, d = {d}): the band of bound (18)",
+                       positive=False) * 1e-3
+        lo, hi = S - band, S + band
+        interval = "band of bound (18) at the engine's eps around the predicted saving"
+    inputs = [str(path)]
+    eps_path = folder / "06_epsilon.csv"
+    if eps_path.exists():
+        eps = float(_finite(_read_csv(eps_path, ["eps_engine"], "engine eps")["eps_engine"].iloc[:1],
+                            f"{eps_path}: eps_engine")[0])
+        inputs.append(str(eps_path))
+    else:
+        t7_path = folder / "06_table7_error.csv"
+        t7 = _read_csv(t7_path, ["d", "engine_eps", "source"], "the engine's eps (06_epsilon.csv or 06_table7_error.csv)")
+        row = t7[(t7["source"] == "this run") & (t7["d"] == d)]
+        if row.empty:
+            raise AdviceInputError(f"{t7_path}: no row of this run at d = {d} with the engine's eps")
+        eps = float(_finite(row["engine_eps"].iloc[:1], f"{t7_path}: engine_eps")[0])
+        inputs.append(f"{t7_path} (eps to three decimals; runs from this version on write 06_epsilon.csv)")
+    assumptions = [f"verify times: version {version!r} of the chain (22) at context depth d = {d} "
+                   f"(depths in the run: {depths})"]
+    h_path = folder / "06_step_overhead.csv"
+    if draft_ms is None and h_path.exists():
+        hk = _read_csv(h_path, ["d", "k", "h_s"], "measured draft time h(k)")
+        hk = hk[hk["d"] == d].sort_values("k")
+        if hk.empty or list(hk["k"]) != list(range(len(hk))) or len(hk) > N_MAX:
+            raise AdviceInputError(f"{h_path}: h(k) at d = {d} covers k = {list(hk['k'])}, not 0..kmax "
+                                   f"with kmax <= {N_MAX - 1}")
+        h = _finite(hk["h_s"], f"{h_path}: h_s", positive=False)
+        inputs.append(str(h_path))
+        assumptions.append(f"draft time h(k): measured per step outside the verify pass in notebook 05's "
+                           f"oracle-draft runs, k = 0..{len(h) - 1} (the draft lengths decided on)")
+    else:
+        h = draft_times(draft_ms or 0.0)
+        assumptions.append(_draft_assumption(draft_ms or 0.0)
+                           + ("" if draft_ms is not None else " (this run has no 06_step_overhead.csv)"))
+    meta = _check_manifest(run, manifest(run) or manifest(folder))
+    t3, fits_path = folder / "06_table3_predictions.csv", folder / "06_fits.csv"
+    model = engine = None
+    fmt = str(pd.read_csv(fits_path)["fmt"].iloc[0]) if fits_path.exists() else "as run by notebook 06"
+    if t3.exists():
+        rows = pd.read_csv(t3)
+        ours = rows[rows.get("source", pd.Series(dtype=str)) == "this run"]
+        if not ours.empty:
+            model, engine = str(ours["model"].iloc[0]), str(ours["engine"].iloc[0])
+    subject = {"model": model or "the engine's model (notebook 06)", "engine": engine or "moespec engine",
+               "format": fmt, "source": "this run", "from": "notebook 06 (engine fits, chain (22))",
+               "run": str(run), **meta}
+    return VerifyCurves(tau=tau, S_lo=lo, S_hi=hi, interval=interval, h=h, eps=eps, subject=subject,
+                        inputs=inputs, assumptions=assumptions)
+
+
+# --- notebook 03: fits of the expert operation -------------------------------------------------
+def _check_fits(fits: pd.DataFrame, path: Path) -> None:
+    from moespec.fit import COEFS
+
+    for p in ("slot", "dedup"):
+        f = fits[fits["kernel"] == p]
+        if f.empty:
+            raise AdviceInputError(f"{path}: no {p} fit (kernels present: {sorted(set(fits['kernel']))})")
+        for _, row in f.iterrows():
+            where = f"{path}: layer {row['layer']} {p} fit"
+            for c in COEFS[p]:
+                if not np.isfinite(row[c]):
+                    raise AdviceInputError(f"{where}: coefficient {c} = {row[c]!r} is not finite (flagged)")
+            per_byte = "c_u" if p == "slot" else "c_g"
+            if row[per_byte] <= 0:
+                raise AdviceInputError(f"{where}: time per byte {per_byte} = {row[per_byte]:.3g} <= 0 "
+                                       "(flagged: reading bytes cannot take no time)")
+            if "n_passes" in row and row["n_passes"] < 3:
+                raise AdviceInputError(f"{where}: fitted on {row['n_passes']} passes (flagged: fewer than 3)")
+
+
+def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float = 0.5,
+                       draft_ms: float = 0.0) -> VerifyCurves:
+    """Verify times from notebook 03's fits (4)/(E.1): per layer, the fit at the mean union of the
+    windows (the run's byte share ubar(n), or ``trace``'s mean union per layer), summed over every
+    MoE layer of the model (layers without a fit of their own take the fitted layers' mean
+    coefficients, :func:`moespec.predict.fitted_layer_times`), plus the dense bytes D =
+    ``dense_ratio`` m W read at the run's measured read bandwidth."""
+    from moespec import predict
+    from moespec.models import get_spec
+
+    paths_ = [folder / f for f in EXPERT_OP_FILES]
+    fits = _read_csv(paths_[0], ["model", "layer", "kernel", "t_op", "c_u", "c_g", "c_t", "c_re"], "notebook 03's fits")
+    eps_tab = _read_csv(paths_[1], ["eps_engine"], "notebook 03's eps")
+    bw = _read_csv(paths_[2], ["model", "n", "ubar", "expert_bytes"], "notebook 03's bandwidths")
+    model = str(fits["model"].iloc[0])
+    _check_fits(fits, paths_[0])
+    eps = float(_finite(eps_tab["eps_engine"].iloc[:1], f"{paths_[1]}: eps_engine")[0])
+    main = bw[bw["model"] == model].sort_values("n")
+    if list(main["n"]) != list(range(1, N_MAX + 1)):
+        raise AdviceInputError(f"{paths_[2]}: the rows of {model} cover n = {list(main['n'])}, not 1..{N_MAX}")
+    b = float(_finite(main["expert_bytes"].iloc[:1], f"{paths_[2]}: expert_bytes")[0])
+    try:  # benchmark shapes shrunk for a quick run keep the preset's N, m and layers (bench.expert_op)
+        spec = get_spec(model.removesuffix("-shrunk"))
+    except KeyError:
+        spec = None
+    assumptions = []
+    if trace is not None:
+        from moespec.routing import mean_union
+
+        union = mean_union(trace, N_MAX)
+        m, L = trace.top_k, trace.num_layers
+        routing = f"routing: mean union per layer of {trace.num_layers} layers of the given trace"
+    else:
+        if spec is None:
+            raise AdviceInputError(f"model {model!r} of {paths_[0]} is not a preset; give a routing trace")
+        m, L = spec.top_k, spec.num_moe_layers
+        ubar = _finite(main["ubar"], f"{paths_[2]}: ubar")
+        union = np.tile(ubar * np.arange(1, N_MAX + 1) * m, (L, 1))
+        routing = "routing: the byte share ubar(n) of the run's windows, the same in every layer"
+    if not eps < 0.5:
+        raise AdviceInputError(f"{paths_[1]}: bandwidth error eps = {eps} is outside [0, 1/2): the bounds "
+                               "(18)-(21) say nothing there (C.7 needs eps < 1/2); the fits are not usable for a decision")
+    times = predict.fitted_layer_times(fits, union, m, b)
+    for p in ("slot", "dedup"):
+        bad = np.argwhere(~(times[p] > 0))
+        if bad.size:
+            layer, i = bad[0]
+            raise AdviceInputError(f"{paths_[0]}: the {p} fit predicts a non-positive operation time "
+                                   f"({times[p][layer, i]:.3g} s) for layer {layer} at n = {i + 1} (flagged)")
+    M = {p: times[p].sum(axis=0) for p in ("slot", "dedup")}
+    W = L * b
+    E_slot = th.slot_expert_bytes(m, W, N_MAX).astype(float)
+    E_dedup = b * union.sum(axis=0)
+    if "read_GBps" in main.columns and np.isfinite(main["read_GBps"]).all():
+        beta_D = float(main["read_GBps"].median()) * 1e9
+        dense_note = f"read at the run's measured read bandwidth {beta_D / 1e9:.2f} GB/s"
+    else:
+        beta_D = E_slot[0] / M["slot"][0]
+        dense_note = "read at the per-slot one-token bandwidth"
+    slot, dedup = th.verify_times_from_bandwidths(E_slot / M["slot"], E_dedup / M["dedup"], E_dedup / E_slot,
+                                                  m, W, dense_bytes=dense_ratio * m * W, dense_bandwidth=beta_D)
+    half = np.asarray(th.saving_bound(eps, slot.expert_time(), dedup.expert_time()), float)
+    S = slot.tau() - dedup.tau()
+    layers = sorted(int(x) for x in fits["layer"].unique())
+    assumptions += [f"expert operation: fits (4)/(E.1) of layer(s) {layers} at expert bytes b = {b:.0f} B, "
+                    f"applied to all {L} MoE layers", routing,
+                    f"dense bytes per pass D = {dense_ratio:g} m W (not measured by notebook 03), {dense_note}",
+                    _draft_assumption(draft_ms)]
+    backend = fits["backend"].iloc[0] if "backend" in fits else "?"
+    fmt = fits["fmt"].iloc[0] if "fmt" in fits else "?"
+    meta = _check_manifest(run, manifest(run) or manifest(folder))
+    subject = {"model": (f"{spec.paper_label or spec.name} ({spec.num_moe_layers} MoE layers, m = {spec.top_k}), "
+                         f"benchmark shape {model}") if spec else model, "engine": f"moespec {backend} kernels",
+               "format": fmt, "source": "this run", "from": "notebook 03 (expert-operation fits)", "run": str(run), **meta}
+    return VerifyCurves(tau={"slot": slot.tau(), "dedup": dedup.tau()}, S_lo=S - half, S_hi=S + half,
+                        interval="band of bound (18) at the fits' eps around the predicted saving",
+                        h=draft_times(draft_ms), eps=eps, subject=subject, inputs=[str(p) for p in paths_],
+                        assumptions=assumptions,
+                        ubar=th.byte_share(dedup.expert_bytes, slot.expert_bytes),
+                        r=th.bandwidth_ratio(dedup.bandwidth, slot.bandwidth))
+
+
+def from_run(run: str | Path, use: str = "auto", version: str = "prediction", depth: int | None = None,
+             trace=None, dense_ratio: float = 0.5, draft_ms: float | None = None) -> VerifyCurves:
+    """Verify curves of a run folder: notebook 06's engine chain when present (``use="auto"`` or
+    ``"engine"``), else notebook 03's expert-operation fits (``use="expert-op"``)."""
+    run = Path(run)
+    folder = outputs_folder(run)
+    has_engine = (folder / "06_curves.csv").exists()
+    has_op = (folder / EXPERT_OP_FILES[0]).exists()
+    if use not in ("auto", "engine", "expert-op"):
+        raise AdviceInputError(f"use must be 'auto', 'engine' or 'expert-op'; found {use!r}")
+    if use == "engine" or (use == "auto" and has_engine):
+        if not has_engine:
+            raise AdviceInputError(f"{folder}: notebook 06's 06_curves.csv is missing (use='engine')")
+        if trace is not None:
+            raise AdviceInputError("a routing trace applies to notebook 03's fits; notebook 06's chain "
+                                   "already used the engine's own routing (use='expert-op')")
+        return from_engine_run(folder, run, version=version, depth=depth, draft_ms=draft_ms)
+    if not has_op:
+        raise AdviceInputError(f"{folder}: notebook 03's {EXPERT_OP_FILES[0]} is missing (use='expert-op')")
+    return from_expert_op_run(folder, run, trace=trace, dense_ratio=dense_ratio, draft_ms=draft_ms or 0.0)
+
+
+# --- a bandwidth table ------------------------------------------------------------------------
+def _published_eps(engine: str) -> float | None:
+    from moespec import paths
+
+    scalars = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv")
+    row = scalars[(scalars["quantity"] == "epsilon") & (scalars["model_or_engine"] == engine)]
+    return float(row["value"].iloc[0]) if len(row) else None
+
+
+def _pick_row(df: pd.DataFrame, path: Path, engine: str | None, model: str | None) -> pd.Series:
+    sel = df
+    if engine:
+        sel = sel[sel["engine"].astype(str).str.lower() == engine.lower()]
+    if model:
+        sel = sel[sel["model"].astype(str).str.lower() == model.lower()]
+    rows = sorted(set(zip(df["engine"].astype(str), df["model"].astype(str))))
+    if len(sel) != 1:
+        raise AdviceInputError(f"{path}: engine={engine!r}, model={model!r} select {len(sel)} rows; "
+                               f"choose one of (engine, model) = {rows}")
+    return sel.iloc[0]
+
+
+def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str | None = None,
+                         trace=None, eps: float | None = None, dense_ratio: float = 0.5,
+                         draft_ms: float = 0.0, fmt: str | None = None) -> VerifyCurves:
+    """Verify curves from a bandwidth table: paper 1's Table-1 layout (effective bandwidths and ubar
+    at n = 2 and 8, interpolated as :mod:`moespec.theory.table1` states; notebook 04's step times)
+    or one row per n = 1..9 (``beta_slot_GBps``, ``beta_dedup_GBps``, ``ubar``, as notebook 02's
+    ``02_bandwidth_by_n.csv``). ``trace``: a RoutingTrace whose byte share ubar(n) is used instead
+    of the table's. m and W come from the model preset (``fmt``: its storage format; default the
+    paper's) or the table's ``expert_bytes`` column; D = ``dense_ratio`` m W at the per-slot
+    one-token bandwidth. ``eps``: the bandwidth error; for the published rows the paper's eps of
+    the engine (labelled as theirs) when not given."""
+    from moespec.models import get_spec
+    from moespec.tables.bandwidth import PAPER_LABEL
+    from moespec.tables.theory import ENGINE_FORMAT, _preset_name, published_table1_path, read_table1
+
+    path = Path(path)
+    if not path.exists():
+        raise AdviceInputError(f"bandwidth table {path} does not exist")
+    head = pd.read_csv(path, nrows=0).columns
+    n = np.arange(1, N_MAX + 1)
+    assumptions = []
+    if "n2_beta_slot_GBps" in head:
+        df = read_table1(path)
+        row = _pick_row(df, path, engine, model)
+        spec = get_spec(_preset_name(str(row["model"])))
+        fmt = fmt or ENGINE_FORMAT.get(str(row["engine"])) or spec.default_format
+        m, W = spec.top_k, float(spec.total_expert_bytes(fmt))
+        beta_slot = th.interpolate_bandwidth(row["n2_beta_slot_GBps"], row["n8_beta_slot_GBps"], N_MAX) * 1e9
+        beta_dedup = th.interpolate_bandwidth(row["n2_beta_dedup_GBps"], row["n8_beta_dedup_GBps"], N_MAX) * 1e9
+        rho = th.reuse_from_byte_share(row["n2_ubar"], row["n8_ubar"], N_MAX)
+        ubar = np.cumsum(1 - rho) / n
+        source = str(row["source"])
+        eng_name, model_name = str(row["engine"]), str(row["model"])
+        assumptions.append("bandwidths linear in n through the table's n = 2 and n = 8 values, new-expert "
+                           "share geometric in the token index (moespec.theory.table1)")
+    else:
+        need = ["n", "beta_slot_GBps", "beta_dedup_GBps"]
+        df = _read_csv(path, need, "bandwidth table")
+        if "model" in df.columns and (model or df["model"].nunique() > 1):
+            if not model:
+                raise AdviceInputError(f"{path}: rows of several models {sorted(df['model'].unique())}; choose one")
+            df = df[df["model"].astype(str).str.lower() == model.lower()]
+        df = df.sort_values("n")
+        if list(df["n"]) != list(n):
+            raise AdviceInputError(f"{path}: rows cover n = {list(df['n'])}, need one row per n = 1..{N_MAX}")
+        beta_slot = _finite(df["beta_slot_GBps"], f"{path}: beta_slot_GBps") * 1e9
+        beta_dedup = _finite(df["beta_dedup_GBps"], f"{path}: beta_dedup_GBps") * 1e9
+        model_name = model or (str(df["model"].iloc[0]) if "model" in df.columns else None)
+        if not model_name:
+            raise AdviceInputError(f"{path}: no model column; name the model (a preset) for m and W")
+        spec = get_spec(_preset_name(model_name))
+        m = spec.top_k
+        if "expert_bytes" in df.columns:
+            W = float(df["expert_bytes"].iloc[0]) * spec.num_moe_layers
+        else:
+            W = float(spec.total_expert_bytes(fmt))
+        ubar = _finite(df["ubar"], f"{path}: ubar") if "ubar" in df.columns else None
+        source = str(df["source"].iloc[0]) if "source" in df.columns else f"ours ({path.name})"
+        eng_name = engine or (f"moespec {df['backend'].iloc[0]}" if "backend" in df.columns else "as measured")
+        fmt = fmt or (str(df["fmt"].iloc[0]) if "fmt" in df.columns else spec.default_format)
+    theirs = source == PAPER_LABEL or path.resolve() == published_table1_path().resolve()
+    if trace is not None:
+        from moespec.routing import byte_share
+
+        ubar = byte_share(trace, N_MAX)
+        assumptions.append(f"byte share ubar(n) from the given routing trace ({trace.num_layers} layers, "
+                           f"m = {trace.top_k})")
+    if ubar is None:
+        raise AdviceInputError(f"{path}: no ubar column; give a routing trace")
+    if eps is None:
+        eps = _published_eps(eng_name) if theirs else None
+        if eps is None:
+            raise AdviceInputError(f"{path}: no bandwidth error eps for these rows; give eps")
+        assumptions.append(f"eps = {eps} of {eng_name}: paper 1's published value (their hardware)")
+    slot, dedup = th.verify_times_from_bandwidths(beta_slot, beta_dedup, ubar, m, W,
+                                                  dense_bytes=dense_ratio * m * W, dense_bandwidth=beta_slot[0])
+    half = np.asarray(th.saving_bound(eps, slot.expert_time(), dedup.expert_time()), float)
+    S = slot.tau() - dedup.tau()
+    assumptions += [f"dense bytes per pass D = {dense_ratio:g} m W (the table has none), read at the per-slot "
+                    "one-token bandwidth; t0 = phi = 0", _draft_assumption(draft_ms)]
+    subject = {"model": model_name, "engine": eng_name, "format": fmt,
+               "source": PAPER_LABEL if theirs else source,
+               "from": "paper 1's published Table 1 (their hardware): an illustration, not a measurement of "
+                       "this project" if theirs else f"bandwidth table {path.name}"}
+    return VerifyCurves(tau={"slot": slot.tau(), "dedup": dedup.tau()}, S_lo=S - half, S_hi=S + half,
+                        interval="band of bound (18) at eps around the saving of these step times",
+                        h=draft_times(draft_ms), eps=float(eps), subject=subject, inputs=[str(path)],
+                        assumptions=assumptions, ubar=th.byte_share(dedup.expert_bytes, slot.expert_bytes),
+                        r=th.bandwidth_ratio(dedup.bandwidth, slot.bandwidth))
+
+
+# --- acceptance rates -------------------------------------------------------------------------
+def acceptance_from_table(path: str | Path) -> list[tuple[float, str]]:
+    """Acceptance rates from a measured table: columns ``accepted`` and ``rejections`` (counts of
+    drafted tokens accepted and of steps ended by a rejection; pooled geometric maximum-likelihood
+    estimate accepted / (accepted + rejections), one per ``label`` if that column is present), or
+    a column ``a`` (one rate per row, ``label`` optional). Returns [(a, label)]."""
+    path = Path(path)
+    if not path.exists():
+        raise AdviceInputError(f"acceptance table {path} does not exist")
+    df = pd.read_csv(path)
+    groups = df.groupby("label", sort=False) if "label" in df.columns else [(path.name, df)]
+    out = []
+    if {"accepted", "rejections"} <= set(df.columns):
+        for label, g in groups:
+            acc = _finite(g["accepted"], f"{path}: accepted", positive=False).sum()
+            rej = _finite(g["rejections"], f"{path}: rejections", positive=False).sum()
+            if acc + rej == 0:
+                raise AdviceInputError(f"{path}: group {label!r} has no drafted token accepted or rejected")
+            out.append((float(acc / (acc + rej)), f"{label}: pooled MLE, {int(acc)} accepted, {int(rej)} rejections"))
+    elif "a" in df.columns:
+        labels = df["label"].astype(str) if "label" in df.columns else [f"{path.name} row {i}" for i in range(len(df))]
+        out = [(float(a), str(lab)) for a, lab in zip(_finite(df["a"], f"{path}: a", positive=False), labels)]
+    else:
+        raise AdviceInputError(f"{path}: need columns 'accepted' and 'rejections', or a column 'a'; "
+                               f"found {list(df.columns)}")
+    return out

@@ -1,0 +1,150 @@
+"""The advice as a readable table and as JSON (with its JSON Schema, checked before writing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moespec import io
+
+from .decide import ENGINE_NAMES, ENGINES, SCHEMA_ID
+
+_NUM = {"type": "number"}
+_INT_OR_NULL = {"type": ["integer", "null"]}
+_ENGINE = {"type": "object",
+           "required": ["k_star", "speedup", "speedup_lo", "speedup_hi", "throughput_per_s", "k_star_certain",
+                        "loss_k_off_by_one", "speedup_by_k"],
+           "properties": {"k_star": {"type": "integer", "minimum": 0}, "speedup": {"type": "number", "exclusiveMinimum": 0},
+                          "speedup_lo": _NUM, "speedup_hi": _NUM, "throughput_per_s": _NUM,
+                          "k_star_certain": {"type": "boolean"}, "loss_k_off_by_one": {"type": "number", "minimum": 0},
+                          "speedup_by_k": {"type": "array", "items": _NUM, "minItems": 1}}}
+_SETTING = {"type": "object", "required": ["cli", "note"],
+            "properties": {"cli": {"type": "string"}, "note": {"type": "string"}}}
+
+#: JSON Schema (draft 2020-12) of the advice ``moespec advise`` writes.
+ADVICE_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": SCHEMA_ID,
+    "title": "moespec advise: expert kernel and draft length for speculative decoding on an MoE model",
+    "type": "object",
+    "required": ["schema", "subject", "inputs", "assumptions", "error", "draft_time_ms", "dedup", "acceptance",
+                 "settings", "versions_cited"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID},
+        "subject": {"type": "object", "required": ["model", "engine", "format", "source", "from"],
+                    "properties": {k: {"type": ["string", "null"]} for k in ("model", "engine", "format", "source", "from")}},
+        "inputs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "assumptions": {"type": "array", "items": {"type": "string"}},
+        "error": {"type": "object",
+                  "required": ["eps", "delta", "verify_time_rel_17", "margin_19", "loss_bound_20", "speedup_factor_21"],
+                  "properties": {"eps": {"type": "number", "minimum": 0, "exclusiveMaximum": 0.5},
+                                 "delta": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                                 "verify_time_rel_17": _NUM, "margin_19": _NUM, "loss_bound_20": _NUM,
+                                 "speedup_factor_21": {"type": "array", "items": _NUM, "minItems": 2, "maxItems": 2}}},
+        "draft_time_ms": {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1},
+        "dedup": {"type": "object", "required": ["from_n", "earliest_n", "guaranteed_from_n", "interval", "pass_sizes"],
+                  "properties": {"from_n": _INT_OR_NULL, "earliest_n": _INT_OR_NULL, "guaranteed_from_n": _INT_OR_NULL,
+                                 "interval": {"type": "string"},
+                                 "pass_sizes": {"type": "array", "minItems": 2, "items": {
+                                     "type": "object",
+                                     "required": ["n", "tau_slot_ms", "tau_dedup_ms", "saving_ms", "saving_lo_ms",
+                                                  "saving_hi_ms", "dedup_faster", "sign_certain"],
+                                     "properties": {"n": {"type": "integer", "minimum": 1},
+                                                    "tau_slot_ms": {"type": "number", "exclusiveMinimum": 0},
+                                                    "tau_dedup_ms": {"type": "number", "exclusiveMinimum": 0},
+                                                    "saving_ms": _NUM, "saving_lo_ms": _NUM, "saving_hi_ms": _NUM,
+                                                    "dedup_faster": {"type": "boolean"},
+                                                    "sign_certain": {"type": "boolean"},
+                                                    "ubar": _NUM, "r": _NUM, "kernels_agree_19": {"type": "boolean"}}}}}},
+        "acceptance": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["a", "label", "engines", "recommended", "loss_if_wrong"],
+            "properties": {
+                "a": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "label": {"type": "string"},
+                "engines": {"type": "object", "required": list(ENGINES),
+                            "properties": {e: _ENGINE for e in ENGINES}, "additionalProperties": False},
+                "recommended": {"type": "object",
+                                "required": ["engine", "engine_name", "k", "speculate", "speedup", "speedup_lo",
+                                             "speedup_hi", "verify_pass_tokens", "k_certain"],
+                                "properties": {"engine": {"enum": list(ENGINES)}, "k": {"type": "integer", "minimum": 0},
+                                               "speculate": {"type": "boolean"}}},
+                "loss_if_wrong": {"type": "object",
+                                  "required": ["per_slot_kernel_only", "dedup_kernel_only", "draft_length_off_by_one",
+                                               "plain_decoding", "bound_20"],
+                                  "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1}}}}},
+        "settings": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["a", "k", "vllm", "sglang", "llama_cpp", "kernel_switch"],
+            "properties": {"a": _NUM, "k": {"type": "integer", "minimum": 0}, "vllm": _SETTING, "sglang": _SETTING,
+                           "llama_cpp": _SETTING,
+                           "kernel_switch": {"type": "object", "required": ["per_slot_up_to", "text", "llama_cpp_cuda"],
+                                             "properties": {"per_slot_up_to": _INT_OR_NULL}}}}},
+        "versions_cited": {"type": "object", "required": ["vllm", "sglang", "llama.cpp", "llama.cpp-cuda-kernel"]},
+    },
+}
+
+
+def validate(advice: dict) -> dict:
+    """Check ``advice`` against :data:`ADVICE_SCHEMA`; raise ``jsonschema.ValidationError`` naming the field."""
+    import jsonschema
+
+    jsonschema.validate(advice, ADVICE_SCHEMA, cls=jsonschema.Draft202012Validator)
+    return advice
+
+
+def write_json(advice: dict, path: str | Path) -> Path:
+    """Validate and write atomically."""
+    return io.write_json(path, validate(advice))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _n(x) -> str:
+    return "none up to 9" if x is None else str(x)
+
+
+def format_text(advice: dict) -> str:
+    """The advice as the table ``moespec advise`` prints."""
+    s, err, kd = advice["subject"], advice["error"], advice["dedup"]
+    lo21, hi21 = err["speedup_factor_21"]
+    out = [f"moespec advise: {s['model']}, {s['engine']} ({s['format']})",
+           f"  numbers from: {s['from']}; {s['source']}" + (f"; hardware: {s['hardware']}" if s.get("hardware") else ""),
+           f"  bandwidth error eps = {err['eps']:.3f} -> step-time error delta = {err['delta']:.3f}: verify times within "
+           f"+-{_pct(err['verify_time_rel_17'])} (17); a draft length chosen on them loses at most "
+           f"{_pct(err['loss_bound_20'])} of the best throughput (20); best speedup within x[{lo21:.3f}, {hi21:.3f}] (21)",
+           "Assumptions:", *[f"  - {a}" for a in advice["assumptions"]],
+           "",
+           f"Expert kernel: deduplication is faster from n = {_n(kd['from_n'])} tokens per pass "
+           f"(earliest {_n(kd['earliest_n'])}, guaranteed from {_n(kd['guaranteed_from_n'])}; {kd['interval']})",
+           "   n   tau slot ms   tau dedup ms   saving ms [interval]         dedup faster   sign certain"]
+    for r in kd["pass_sizes"]:
+        out.append(f"  {r['n']:>2}   {r['tau_slot_ms']:>11.4f}   {r['tau_dedup_ms']:>12.4f}   "
+                   f"{r['saving_ms']:>+8.4f} [{r['saving_lo_ms']:+.4f}, {r['saving_hi_ms']:+.4f}]   "
+                   f"{'yes' if r['dedup_faster'] else 'no':>12}   {'yes' if r['sign_certain'] else 'no':>12}")
+    for item, setting in zip(advice["acceptance"], advice["settings"]):
+        rec, loss = item["recommended"], item["loss_if_wrong"]
+        out += ["", f"Draft length at acceptance a = {item['a']:.3f} ({item['label']}):",
+                "  engine                                                k*   speedup [bound (21)]     k* certain (20)   lost at k*+-1"]
+        for e in ENGINES:
+            x = item["engines"][e]
+            out.append(f"  {ENGINE_NAMES[e]:<52}  {x['k_star']:>2}   {x['speedup']:.3f} [{x['speedup_lo']:.3f}, "
+                       f"{x['speedup_hi']:.3f}]   {'yes' if x['k_star_certain'] else 'no':>15}   "
+                       f"{_pct(x['loss_k_off_by_one']):>12}")
+        verdict = (f"draft k = {rec['k']} token{'s' if rec['k'] != 1 else ''} (verify passes of "
+                   f"{rec['verify_pass_tokens']}), "
+                   f"{rec['engine_name']}: speedup {rec['speedup']:.3f} [{rec['speedup_lo']:.3f}, {rec['speedup_hi']:.3f}]"
+                   if rec["speculate"] else "plain decoding (k = 0): speculation does not pay at this acceptance rate")
+        out += [f"  -> {verdict}",
+                f"  throughput lost by a wrong choice: per-slot kernel only {_pct(loss['per_slot_kernel_only'])}, "
+                f"dedup kernel only {_pct(loss['dedup_kernel_only'])}, draft length off by one "
+                f"{_pct(loss['draft_length_off_by_one'])}, plain decoding {_pct(loss['plain_decoding'])} "
+                f"(bound (20) for a k chosen on these step times: {_pct(loss['bound_20'])})",
+                "  settings:",
+                f"    vLLM:      {setting['vllm']['cli']}",
+                f"    SGLang:    {setting['sglang']['cli']}",
+                f"    llama.cpp: {setting['llama_cpp']['cli']}"]
+    ks = advice["settings"][0]["kernel_switch"]
+    out += ["", f"Kernel switch: {ks['text']}", f"  llama.cpp CUDA: {ks['llama_cpp_cuda']}", ""]
+    out += ["Inputs:"] + [f"  - {p}" for p in advice["inputs"]]
+    out += ["Option names from:"] + [f"  - {name}: {v['project']} @ {v['commit'][:12]} ({v['where']})"
+                                     for name, v in advice["versions_cited"].items()]
+    return "\n".join(out)

@@ -1,0 +1,181 @@
+"""Where a decode step's time goes: the whole step, its expert operation alone, the step without
+its expert operation, one drafted token, and a reference read, all timed round-robin in one run
+(:func:`moespec.bench.timing.time_interleaved`), for one or several subjects side by side.
+
+Components, for a pass of n tokens appended to a cache of ``depth`` positions:
+
+* ``step``: the target's forward pass (``Engine.forward``), cache cropped back after it;
+* ``experts``: the L expert-operation calls of that pass alone (``moespec.kernels.expert_forward``
+  on the inputs the pass gave each layer, captured once);
+* ``step_without_experts``: the same pass with every layer's expert operation replaced by zeros
+  (attention, norms, routers, embeddings, the LM head and the per-pass framework work);
+* ``draft_token``: one token of the subject's draft model (``ModelDraft.propose(..., k=1)`` at the
+  same position: a cache crop and one forward of one token);
+* ``read``: one ``torch.sum`` over a fixed buffer (:class:`moespec.bench.regimes.ReferenceRead`),
+  the bandwidth regime of the run.
+
+The expert share of a step is ``experts / step`` at n = 1, the draft's cost ratio
+``draft_token / step`` at n = 1 (issue 16's targets: at least 0.6 and at most 0.1).
+"""
+
+from __future__ import annotations
+
+import resource
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from moespec.bench.timing import time_interleaved, timer_for
+
+
+class ZeroExperts(nn.Module):
+    """An experts module returning zeros: the step without its expert operation."""
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        return torch.zeros_like(hidden_states)
+
+
+def capture_expert_inputs(engine, ids) -> list[tuple]:
+    """Run one pass of ``ids`` and return, per MoE layer, the kernel's arguments ``(x, ids,
+    gates)`` (x padded as :class:`KernelExperts` pads it); the cache is cropped back."""
+    from moespec.engine.switch import moe_layers
+
+    got, handles = {}, []
+    for layer in moe_layers(engine.model):
+        exp = layer.mlp.experts
+
+        def hook(module, args, output, exp=exp):
+            x, idx, gates = args[:3]
+            pad = exp.weights.hidden_size - x.shape[1]
+            x = torch.nn.functional.pad(x, (0, pad)) if pad > 0 else x
+            got[exp.layer] = (x.detach().float().contiguous(), idx.detach(), gates.detach())
+
+        handles.append(exp.register_forward_hook(hook))
+    start = engine.length
+    try:
+        engine.forward(ids)
+    finally:
+        for h in handles:
+            h.remove()
+        engine.crop(start)
+    return [got[i] for i in sorted(got)]
+
+
+def _callables(name: str, subject, prompt, n_values, dedup_kernels: bool) -> dict:
+    from moespec.engine.speculative import ModelDraft
+    from moespec.engine.switch import moe_layers
+    from moespec.kernels import expert_forward
+
+    eng = subject.engine
+    d = len(prompt)
+    first = eng.prefill(prompt)
+    cont = [first] + eng.greedy(first, max(n_values))
+    eng.crop(d)
+    layers = moe_layers(eng.model)
+    experts = [layer.mlp.experts for layer in layers]
+    zero = ZeroExperts()
+    calls = {}
+    for n in n_values:
+        settings = (False, True) if (dedup_kernels and n > 1) else (False,)
+        inputs = capture_expert_inputs(eng, cont[:n])
+        for dd in settings:
+            tag = f"n={n}" + ("" if n == 1 else (" dedup" if dd else " slot"))
+            kernel = "slot" if n == 1 or (not dd and n <= eng.switch.slot_max) else "dedup"  # Switch.kernel_for
+
+            def step(n=n, dd=dd):
+                eng.dedup = dd
+                eng.forward(cont[:n])
+                eng.crop(d)
+
+            def ops(inputs=inputs, kernel=kernel):
+                for e, (x, idx, g) in zip(experts, inputs):
+                    expert_forward(x, idx, e.weights, gates=g, kernel=kernel, backend=eng.switch.backend)
+
+            calls[(name, "step", tag)] = step
+            calls[(name, "experts", tag)] = ops
+
+        def bare(n=n):
+            for layer in layers:
+                layer.mlp.experts = zero
+            try:
+                eng.forward(cont[:n])
+            finally:
+                for layer, e in zip(layers, experts):
+                    layer.mlp.experts = e
+                eng.crop(d)
+
+        calls[(name, "step_without_experts", f"n={n}")] = bare
+    if subject.draft is not None:
+        drafter = ModelDraft(subject.draft)
+        drafter.begin(list(prompt), first)
+        calls[(name, "draft_token", "n=1")] = lambda: drafter.propose([], first, 1)
+    return calls
+
+
+def peak_memory_bytes(device: str = "cpu") -> int:
+    """Peak resident memory of this process so far (Linux ``ru_maxrss``), or on a GPU the peak
+    memory torch allocated there."""
+    if str(device).startswith("cuda"):
+        return int(torch.cuda.max_memory_allocated(torch.device(device)))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def decode_breakdown(subjects: dict, prompts: dict, n_values=(1, 8), reps: int = 50, warmup: int = 3,
+                     read_bytes: int = 2**28, device: str = "cpu", dedup_kernels: bool = True) -> pd.DataFrame:
+    """Time every component (module docstring) of every subject in one interleaved run.
+
+    ``subjects``: name -> :class:`moespec.engine.subject.Subject`; ``prompts``: name -> token ids
+    (the cache depth is the prompt's length). Returns one row per (subject, component, pass) with
+    the median and quartiles in seconds and, per subject, the derived rows ``rest`` (step minus
+    experts), ``expert_share`` and ``draft_ratio`` (n = 1); ``read`` rows carry the bandwidth."""
+    from moespec.bench.regimes import ReferenceRead
+
+    if 1 not in n_values:
+        raise ValueError(f"n_values must include 1 (the decode step); got {n_values}")
+    calls = {}
+    for name, sub in subjects.items():
+        calls.update(_callables(name, sub, prompts[name], tuple(n_values), dedup_kernels))
+    ref = ReferenceRead(read_bytes, device)
+    calls[("", "read", "")] = ref.fn
+    timings = time_interleaved(calls, reps=reps, warmup=warmup, timer=timer_for(device))
+    rows = []
+    for (name, comp, tag), t in timings.items():
+        row = {"subject": name, "component": comp, "pass": tag, "t_median_s": t.median_s, "t_q25_s": t.q25_s,
+               "t_q75_s": t.q75_s, "reps": t.reps}
+        if comp == "read":
+            row["GBps"] = ref.nbytes / t.median_s / 1e9
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    out = [df]
+    for name in subjects:
+        sel = df[df.subject == name].set_index(["component", "pass"])["t_median_s"]
+        step1, exp1 = sel[("step", "n=1")], sel[("experts", "n=1")]
+        extra = [{"subject": name, "component": "rest", "pass": "n=1", "t_median_s": step1 - exp1},
+                 {"subject": name, "component": "expert_share", "pass": "n=1", "value": exp1 / step1}]
+        if ("draft_token", "n=1") in sel.index:
+            extra.append({"subject": name, "component": "draft_ratio", "pass": "n=1",
+                          "value": sel[("draft_token", "n=1")] / step1})
+        out.append(pd.DataFrame(extra))
+    res = pd.concat(out, ignore_index=True)
+    res["peak_memory_GiB"] = peak_memory_bytes(device) / 2**30
+    return res
+
+
+def shares(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """One row per subject: step, expert operation, rest and draft token at n = 1 (ms), the
+    expert share and the draft's cost ratio, the run's read bandwidth and peak memory."""
+    rows = []
+    read = breakdown[breakdown.component == "read"]
+    for name, g in breakdown[breakdown.subject != ""].groupby("subject", sort=False):
+        t = g[g["pass"] == "n=1"].set_index("component")
+        rows.append({"subject": name, "step_ms": 1e3 * t.t_median_s.get("step", np.nan),
+                     "experts_ms": 1e3 * t.t_median_s.get("experts", np.nan),
+                     "step_without_experts_ms": 1e3 * t.t_median_s.get("step_without_experts", np.nan),
+                     "draft_token_ms": 1e3 * t.t_median_s.get("draft_token", np.nan),
+                     "expert_share": t.value.get("expert_share", np.nan),
+                     "draft_ratio": t.value.get("draft_ratio", np.nan),
+                     "read_GBps": float(read.GBps.iloc[0]) if len(read) else np.nan,
+                     "peak_memory_GiB": float(g.peak_memory_GiB.iloc[0])})
+    return pd.DataFrame(rows)

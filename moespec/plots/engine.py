@@ -1,0 +1,64 @@
+"""Figures of the whole-model subject (notebook 05): where a decode step's time goes, and the
+real-draft speedup against the draft's cost per token with the theory's prediction beside it."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+
+def breakdown_figure(shares: pd.DataFrame, title: str = "") -> plt.Figure:
+    """One bar per subject: the n = 1 decode step split into its expert operation and the rest,
+    with one drafted token beside it (:func:`moespec.engine.breakdown.shares`)."""
+    fig, ax = plt.subplots(figsize=(5.6, 0.9 + 0.75 * len(shares)))
+    y = np.arange(len(shares))
+    ax.barh(y, shares["experts_ms"], color="C3", label="expert operation (its kernels alone)")
+    ax.barh(y, shares["step_ms"] - shares["experts_ms"], left=shares["experts_ms"], color="0.7",
+            label="rest of the step (attention, routers, framework)")
+    ax.barh(y + 0.38, shares["draft_token_ms"], height=0.25, color="C0", label="one drafted token")
+    for i, r in enumerate(shares.itertuples()):
+        ax.text(r.step_ms, i, f"  experts {100 * r.expert_share:.0f} %, draft {r.draft_ratio:.2f} of a step",
+                va="center", fontsize=7)
+    ax.set_yticks(y)
+    ax.set_yticklabels(shares["subject"], fontsize=8)
+    ax.set_ylabel("subject (target model as run)")
+    ax.set_xlabel("time at n = 1 (ms, median of interleaved repetitions)")
+    ax.set_xlim(0, 1.6 * float(shares["step_ms"].max()))
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(shares) < 3 else -0.2), ncol=2)
+    if title:
+        ax.set_title(title, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def draft_cost_figure(pred: pd.DataFrame, ratios: pd.DataFrame, paper: dict | None = None,
+                      title: str = "") -> plt.Figure:
+    """Measured speedup over plain decoding (median and interquartile range over prompts) against
+    the measured cost ratio c of a drafted token to a target step, one colour per k, with the
+    theory's prediction G_a(k) V(0) / V(k) as a dashed line (:func:`moespec.engine.draftcost.predict_speedups`).
+    ``paper``: ``{"paper1_k1": speedup, "paper2_ratio": c}`` drawn as labelled references (theirs)."""
+    c = ratios.set_index("draft_cost")["cost_ratio"]
+    fig, ax = plt.subplots(figsize=(6.2, 4.2))
+    for i, (k, g) in enumerate(pred.groupby("k")):
+        g = g.sort_values("draft_cost")
+        x = g["draft_cost"].map(c).to_numpy(float)
+        color = plt.cm.viridis(i / max(1, pred["k"].nunique() - 1))
+        ax.errorbar(x, g["measured"], yerr=[g["measured"] - g["measured_q25"], g["measured_q75"] - g["measured"]],
+                    color=color, marker="o", ls="none", capsize=2, label=f"k = {k}: measured")
+        ax.plot(x, g["predicted"], color=color, ls="--", lw=1)
+    ax.plot([], [], color="0.3", ls="--", label="theory: G_a(k) V(0) / V(k)")
+    if paper:
+        if "paper2_ratio" in paper:
+            ax.axvline(paper["paper2_ratio"], color="C1", ls=":", label="paper 2: EAGLE-3 draft token / target pass (theirs)")
+        if "paper1_k1" in paper:
+            ax.axhline(paper["paper1_k1"], color="C2", ls=":", label="paper 1: median speedup at k = 1, Qwen3-0.6B (theirs)")
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_xlabel("cost ratio c: one drafted token / one target decode step (measured, same rounds)")
+    ax.set_ylabel("speedup over plain decoding")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
+    if title:
+        ax.set_title(title, fontsize=8)
+    fig.tight_layout()
+    return fig

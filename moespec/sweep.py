@@ -1,0 +1,393 @@
+"""Grids of notebook runs on an existing scheduler: the engine behind ``moespec sweep GRID``.
+
+A grid names notebooks and parameter values; every (notebook, parameters) pair is one job,
+executed by :func:`moespec.runner.run_notebook` (papermill) on a Dask cluster (a
+``LocalCluster`` on this machine by default, or the scheduler at an address) or on Slurm through
+submitit (its local executor runs the same jobs as subprocesses here). Each job has its own
+folder ``<sweep>/jobs/<job id>/`` holding the executed notebook, the figures and tables it wrote
+(``MOESPEC_RUN_DIR`` points at the job folder while it runs, so ``paths.figures_dir()`` and
+``paths.run_data_dir()`` are inside it), a folder for a notebook's ``out_dir``
+parameter when it declares one, and ``manifest.json`` (parameters, status, wall time, the
+worker's hardware and package versions). A rerun skips the jobs whose manifest says finished
+with the same parameters; a failing job is reported with its notebook and cell while the others
+go on. At the end the CSV tables of the finished jobs are merged, one table per notebook output,
+into ``<sweep>/tables/`` with a column per job parameter, and ``<sweep>/sweep.json`` lists every
+job.
+
+Grid file (TOML or JSON)::
+
+    [parameters]             # every job whose notebook declares them
+    profile = "quick"
+
+    [[jobs]]
+    notebook = "01"          # a name as in ``moespec reproduce --only``, or a list of them
+    parameters = { model = "none" }
+
+    [[jobs]]
+    notebook = ["02", "03"]
+    grid = { fmt = ["f32", "bf16"] }    # one job per combination (cartesian product)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import itertools
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from . import io, paths, provenance, runner
+
+EXECUTORS = ("dask", "slurm", "submitit-local")
+#: Notebook parameters that name an output folder: a job that leaves one empty gets a folder
+#: inside its own job folder, so that no job writes outside it.
+OUTPUT_FOLDER_PARAMETERS = ("out_dir",)
+
+
+class SweepError(ValueError):
+    """A grid that cannot run: unreadable file, unknown notebook or parameter, bad values."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One notebook run of a grid: ``parameters`` are those the grid sets (the notebook's own
+    defaults fill the rest)."""
+
+    notebook: Path
+    parameters: dict = field(hash=False)
+
+    @property
+    def name(self) -> str:
+        return self.notebook.stem
+
+    @property
+    def id(self) -> str:
+        """``<notebook stem>-<8 hex digits>``: the same notebook and parameters give the same id."""
+        blob = json.dumps({"notebook": self.name, "parameters": self.parameters}, sort_keys=True, default=str)
+        return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
+
+    def label(self, varying: Iterable[str] = ()) -> str:
+        """The parameters in ``varying`` (those that differ between jobs of this notebook)."""
+        return " ".join(f"{k}={self.parameters[k]}" for k in varying if k in self.parameters)
+
+
+# --- grid files ---------------------------------------------------------------------------------
+def read_grid(path: str | os.PathLike) -> dict:
+    """The grid in a ``.toml`` or ``.json`` file, as a dict; errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise SweepError(f"{path}: no such grid file")
+    try:
+        if path.suffix == ".json":
+            grid = json.loads(path.read_text())
+        elif path.suffix == ".toml":
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib
+            grid = tomllib.loads(path.read_text())
+        else:
+            raise SweepError(f"{path}: a grid is a .toml or .json file")
+    except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, SweepError):
+            raise
+        raise SweepError(f"{path}: unreadable grid ({type(exc).__name__}: {exc})") from None
+    if not isinstance(grid, dict):
+        raise SweepError(f"{path}: a grid is a table (TOML) or an object (JSON)")
+    return grid
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def expand(grid: Mapping, notebooks_folder: Path | None = None,
+           overrides: Mapping[str, Any] | None = None) -> list[Job]:
+    """The jobs of a grid, in grid order, without repeats.
+
+    Top-level ``parameters`` and ``overrides`` (``moespec sweep -p``) go to every job whose
+    notebook declares them (a name that no notebook of the grid declares is an error); a job's own
+    ``parameters`` and ``grid`` must be declared by its notebook (else :class:`SweepError` naming
+    both). ``overrides`` win over the grid file.
+    """
+    unknown = sorted(set(grid) - {"parameters", "jobs"})
+    if unknown:
+        raise SweepError(f"grid: unknown key(s) {unknown}; a grid has 'parameters' and 'jobs'")
+    entries = grid.get("jobs")
+    if not isinstance(entries, list) or not entries:
+        raise SweepError("grid: 'jobs' must be a non-empty list of tables (notebook, parameters, grid)")
+    common = dict(grid.get("parameters") or {})
+    overrides = dict(overrides or {})
+    available = runner.discover(notebooks_folder)
+    declared: dict[Path, dict] = {}
+    jobs: list[Job] = []
+    for i, entry in enumerate(entries):
+        where = f"grid: jobs[{i}]"
+        if not isinstance(entry, dict) or "notebook" not in entry:
+            raise SweepError(f"{where}: needs a 'notebook'")
+        bad = sorted(set(entry) - {"notebook", "parameters", "grid"})
+        if bad:
+            raise SweepError(f"{where}: unknown key(s) {bad}; a job has notebook, parameters, grid")
+        fixed = dict(entry.get("parameters") or {})
+        axes = dict(entry.get("grid") or {})
+        for key, values in axes.items():
+            if not isinstance(values, list) or not values:
+                raise SweepError(f"{where}: grid value {key!r} must be a non-empty list, found {values!r}")
+        try:
+            chosen = runner.select(available, [str(n) for n in _as_list(entry["notebook"])])
+        except runner.NotebookError as exc:
+            raise SweepError(f"{where}: {exc}") from None
+        for nb in chosen:
+            if nb not in declared:
+                declared[nb] = runner.declared_parameters(nb)
+            own = sorted((set(fixed) | set(axes)) - set(declared[nb]))
+            if own:
+                raise SweepError(f"{where}: {nb.name} does not declare parameter(s) {own}; "
+                                 f"it declares {sorted(declared[nb])}")
+            for combo in itertools.product(*axes.values()):
+                params = {k: v for k, v in common.items() if k in declared[nb]}
+                params.update(fixed)
+                params.update(dict(zip(axes, combo)))
+                params.update({k: v for k, v in overrides.items() if k in declared[nb]})
+                job = Job(nb, params)
+                if job.id not in {j.id for j in jobs}:
+                    jobs.append(job)
+    for given, source in ((common, "grid 'parameters'"), (overrides, "-p")):
+        orphan = sorted(k for k in given if not any(k in d for d in declared.values()))
+        if orphan:
+            raise SweepError(f"{source}: no notebook of the grid declares {orphan}")
+    return jobs
+
+
+# --- one job (runs on a worker) -----------------------------------------------------------------
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set environment variables for the notebook kernel this process starts, then restore them.
+    The kernel inherits the environment when it starts, so one job at a time per process
+    (:data:`_ENV_LOCK`)."""
+    saved = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():  # None: unset (e.g. the publishing run's data folder)
+        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def job_record(job: Job, folder: Path) -> dict:
+    """What the driver sends to a worker: plain data, so any executor can pickle it."""
+    return {"id": job.id, "notebook": str(job.notebook), "parameters": job.parameters, "folder": str(folder)}
+
+
+def run_job(record: Mapping) -> dict:
+    """Execute one job on this worker through :func:`moespec.runner.run_notebook`; write and return
+    its manifest. A failing notebook is a manifest with ``status: failed`` and the runner's message
+    (notebook and cell), never an exception, so the other jobs go on."""
+    folder = paths.ensure(Path(record["folder"]))
+    notebook = Path(record["notebook"])
+    params = dict(record["parameters"])
+    declared = runner.declared_parameters(notebook)
+    for key in OUTPUT_FOLDER_PARAMETERS:
+        if key in declared and not params.get(key):
+            params[key] = str(folder / key)
+    manifest = {"job": record["id"], "notebook": notebook.stem, "parameters": dict(record["parameters"]),
+                "effective_parameters": {**declared, **params}, "status": "running",
+                "started": _dt.datetime.now().isoformat(timespec="seconds"),
+                "figures_dir": str(folder / "figures"), **provenance.full_record()}
+    io.write_json(folder / "manifest.json", manifest)
+    start = time.perf_counter()
+    try:
+        with _ENV_LOCK, _environment({paths.RUN_DIR_ENV: str(folder), paths.RUN_DATA_ENV: None}):
+            result = runner.run_notebook(notebook, folder, params)
+        manifest.update(status="finished", output=str(result.output))
+    except runner.NotebookError as exc:
+        manifest.update(status="failed", error=str(exc))
+    except Exception as exc:  # a worker-side problem (kernel died, disk full): reported, not raised
+        manifest.update(status="failed", error=f"{notebook.name}: {type(exc).__name__}: {exc}")
+    manifest.update(wall_s=round(time.perf_counter() - start, 2),
+                    finished=_dt.datetime.now().isoformat(timespec="seconds"))
+    io.write_json(folder / "manifest.json", manifest)
+    return manifest
+
+
+def finished_before(job: Job, folder: Path) -> dict | None:
+    """The manifest of an earlier run of ``job`` in ``folder`` if it finished with the same
+    parameters and its executed notebook is there; else None."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if (manifest.get("status") == "finished" and manifest.get("parameters") == job.parameters
+            and Path(manifest.get("output", "")).is_file()):
+        return manifest
+    return None
+
+
+# --- executors ----------------------------------------------------------------------------------
+def _failure(record: Mapping, message: str) -> dict:
+    """The manifest of a job whose worker never reported (killed, lost, cancelled)."""
+    manifest = {"job": record["id"], "notebook": Path(record["notebook"]).stem,
+                "parameters": record["parameters"], "status": "failed", "error": message}
+    io.write_json(Path(record["folder"]) / "manifest.json", manifest)
+    return manifest
+
+
+def _run_dask(records: list[dict], scheduler: str | None, workers: int, bar) -> list[dict]:
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    with contextlib.ExitStack() as stack:
+        if scheduler:
+            client = stack.enter_context(Client(scheduler))
+        else:
+            cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                       dashboard_address=None, silence_logs=40))
+            client = stack.enter_context(Client(cluster))
+        futures = {client.submit(run_job, r, key=f"moespec-{r['id']}", pure=False): r for r in records}
+        out = []
+        for fut in as_completed(futures):
+            try:
+                out.append(fut.result())
+            except Exception as exc:  # the worker died or the task was lost
+                out.append(_failure(futures[fut], f"dask: {type(exc).__name__}: {exc}"))
+            bar.update()
+        return out
+
+
+def _run_submitit(records: list[dict], cluster: str, folder: Path, options: Mapping[str, Any], bar) -> list[dict]:
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder / "submitit", cluster=cluster)
+    executor.update_parameters(**{"timeout_min": 24 * 60, "name": "moespec-sweep", **options})
+    with executor.batch():  # one Slurm job array
+        submitted = [(executor.submit(run_job, r), r) for r in records]
+    out = []
+    pending = list(submitted)
+    while pending:
+        still = []
+        for job, r in pending:
+            if not job.done():
+                still.append((job, r))
+                continue
+            try:
+                out.append(job.result())
+            except Exception as exc:  # submitit.core.utils.FailedJobError, UncompletedJobError
+                out.append(_failure(r, f"submitit job {job.job_id}: {type(exc).__name__}: "
+                                       f"{str(exc).splitlines()[0] if str(exc) else ''}"))
+            bar.update()
+        pending = still
+        if pending:
+            time.sleep(0.5)
+    return out
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+def _varying(jobs: list[Job]) -> list[str]:
+    """Parameter names whose values differ between ``jobs``."""
+    keys = sorted({k for j in jobs for k in j.parameters})
+    return [k for k in keys
+            if len({json.dumps(j.parameters.get(k), sort_keys=True, default=str) for j in jobs}) > 1]
+
+
+@dataclass
+class SweepResult:
+    folder: Path
+    jobs: list[dict]
+    tables: list[Path]
+
+    @property
+    def failed(self) -> list[dict]:
+        return [j for j in self.jobs if j["status"] == "failed"]
+
+
+def merge_tables(folder: Path, manifests: list[dict]) -> list[Path]:
+    """One CSV per notebook output: the rows of every finished job's ``figures/*.csv`` with the
+    job id and each job parameter as leading columns; written atomically to ``<folder>/tables/``."""
+    import pandas as pd
+
+    frames: dict[str, list] = {}
+    for m in manifests:
+        if m["status"] not in ("finished", "skipped"):
+            continue
+        for csv in sorted((folder / "jobs" / m["job"] / "figures").glob("*.csv")):
+            df = pd.read_csv(csv)
+            lead = {"job": m["job"], "notebook": m["notebook"],
+                    **{f"param_{k}": v if isinstance(v, (str, int, float, bool)) else json.dumps(v)
+                       for k, v in m["parameters"].items()}}
+            for i, (k, v) in enumerate(lead.items()):
+                df.insert(i, k, v)
+            frames.setdefault(csv.name, []).append(df)
+    out = []
+    for name, dfs in sorted(frames.items()):
+        out.append(io.write_dataframe(folder / "tables" / name, pd.concat(dfs, ignore_index=True)))
+    return out
+
+
+def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: str | None = None,
+              workers: int = 2, executor_options: Mapping[str, Any] | None = None,
+              overrides: Mapping[str, Any] | None = None, force: bool = False, progress: bool = True,
+              notebooks_folder: Path | None = None) -> SweepResult:
+    """Run every job of ``grid`` (a grid file or its dict) and merge the tables.
+
+    ``out``: the sweep folder (default ``runs/sweep-<grid file stem>``, the same on every rerun,
+    so that finished jobs are skipped; ``force`` runs them again). ``executor``: ``"dask"``
+    (``scheduler``: a Dask scheduler address; default a LocalCluster of ``workers`` one-thread
+    worker processes), ``"slurm"`` or ``"submitit-local"`` (``executor_options`` go to submitit's
+    ``update_parameters``, e.g. ``slurm_partition``, ``gpus_per_node``, ``timeout_min``).
+    """
+    from tqdm.auto import tqdm
+
+    if executor not in EXECUTORS:
+        raise SweepError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
+    if scheduler and executor != "dask":
+        raise SweepError("--scheduler is the address of a Dask scheduler; it needs --executor dask")
+    if workers < 1:
+        raise SweepError(f"workers must be >= 1, found {workers}")
+    grid_name = Path(grid).stem if not isinstance(grid, Mapping) else "grid"
+    spec = read_grid(grid) if not isinstance(grid, Mapping) else dict(grid)
+    jobs = expand(spec, notebooks_folder, overrides)
+    folder = paths.ensure(Path(out) if out else paths.runs_dir() / f"sweep-{grid_name}")
+    done, todo = [], []
+    for job in jobs:
+        before = None if force else finished_before(job, folder / "jobs" / job.id)
+        if before is not None:
+            done.append({**before, "status": "skipped", "skipped_reason": "finished in an earlier run"})
+        else:
+            todo.append(job_record(job, folder / "jobs" / job.id))
+    bar = tqdm(total=len(todo), desc=f"moespec sweep ({executor}, {len(done)} done before)", unit="job",
+               disable=not progress)
+    try:
+        if not todo:
+            ran = []
+        elif executor == "dask":
+            ran = _run_dask(todo, scheduler, workers, bar)
+        else:
+            ran = _run_submitit(todo, "slurm" if executor == "slurm" else "local", folder,
+                                dict(executor_options or {}), bar)
+    finally:
+        bar.close()
+    by_id = {m["job"]: m for m in done + ran}
+    manifests = [by_id[j.id] for j in jobs]
+    for j, m in zip(jobs, manifests):
+        m["label"] = j.label(_varying([o for o in jobs if o.notebook == j.notebook]))
+    tables = merge_tables(folder, manifests)
+    summary = {"grid": str(grid) if not isinstance(grid, Mapping) else spec, "executor": executor,
+               "scheduler": scheduler, "workers": workers if executor == "dask" and not scheduler else None,
+               "finished": _dt.datetime.now().isoformat(timespec="seconds"),
+               "jobs": [{k: m.get(k) for k in ("job", "notebook", "label", "parameters", "status", "wall_s", "error")}
+                        for m in manifests],
+               "tables": [str(t) for t in tables], "driver": provenance.full_record()}
+    io.write_json(folder / "sweep.json", summary)
+    return SweepResult(folder, manifests, tables)

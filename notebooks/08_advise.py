@@ -1,0 +1,84 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 — The answer: which expert kernel, from which pass size, and which draft length
+#
+# `moespec.advise` on this run: notebook 06's prediction chain (22) for the engine when the run has
+# it, else notebook 03's fits of the expert operation (paper 1, Sections 3–4). For each acceptance
+# rate a it gives the pass size from which the deduplicating kernel is faster (with the interval
+# of bound (18)), the best draft length k*(a) per kernel with its predicted speedup and the
+# interval of bound (21), the share of throughput a wrong choice loses, and settings for vLLM,
+# SGLang and llama.cpp. The same answer comes from the command line:
+# `moespec advise RUN_FOLDER -a 0.5 0.7 0.9`.
+#
+# With `run_folder = ""` the notebook reads the tables this run wrote; when they give no decision
+# (a notebook opened on its own, without notebooks 03/06, or quick-profile fits that err beyond
+# the bounds on a busy machine) it says why and reads the committed full run's tables in `figures/`.
+
+# %% tags=["parameters"]
+profile = "quick"        # this notebook computes nothing heavy; the profile is that of the run it reads
+device = "cpu"
+seed = 0
+run_folder = ""          # empty: this run's tables (else the committed full run's figures/)
+acceptance = [0.5, 0.7, 0.9]
+draft_ms = -1.0          # draft time per drafted token (ms); < 0: h(k) measured by notebook 06, else 0
+dense_ratio = 0.5        # dense bytes per pass / (m W) where the run has none (notebook 03's fits)
+
+# %%
+from pathlib import Path
+
+from IPython.display import Markdown, display
+
+from moespec import advice, io, paths
+from moespec.plots.advise import advice_figure
+
+figures = paths.ensure(paths.figures_dir())
+options = dict(draft_ms=None if draft_ms < 0 else draft_ms, dense_ratio=dense_ratio)
+try:
+    result = advice.advise(Path(run_folder) if run_folder else figures, acceptance, **options)
+except advice.AdviceInputError as refused:
+    if run_folder:
+        raise
+    print(f"this run's tables give no decision ({refused}); reading the committed full run's instead")
+    result = advice.advise(paths.committed_figures_dir(), acceptance, **options)
+print(advice.format_text(result))
+print("written:", advice.write_json(result, figures / "08_advice.json"))
+
+# %% [markdown]
+# ## The answer as a figure
+
+# %%
+fig = advice_figure(result)
+io.save_figure(fig, figures / "08_advice.png")
+
+# %% [markdown]
+# ## What this shows
+
+# %%
+kd, best = result["dedup"], result["acceptance"]
+display(Markdown(
+    f"**{result['subject']['model']}**, {result['subject']['engine']}, from {result['subject']['from']} "
+    f"({result['subject']['source']}). "
+    + (f"Deduplication pays from **n = {kd['from_n']}** tokens per pass (guaranteed by bound (18) from "
+       f"n = {kd['guaranteed_from_n']}). " if kd["from_n"] else "Deduplication does not pay at any pass size up to 9. ")
+    + " ".join(f"At a = {x['a']:.2f}: " + (f"draft **k = {x['recommended']['k']}** "
+                                            f"({x['recommended']['engine_name']}), predicted speedup "
+                                            f"{x['recommended']['speedup']:.2f} "
+                                            f"[{x['recommended']['speedup_lo']:.2f}, {x['recommended']['speedup_hi']:.2f}]; "
+                                            if x["recommended"]["speculate"] else "plain decoding is fastest; ")
+               + f"the per-slot kernel alone would lose {100 * x['loss_if_wrong']['per_slot_kernel_only']:.1f} % of "
+                 "the throughput." for x in best)
+    + f" Assumptions: {'; '.join(result['assumptions'])}."))

@@ -1,0 +1,241 @@
+"""Stand-in vLLM and SGLang outputs in exactly the formats of docs/routing.md ("Traces from vLLM
+and SGLang"), built from known routing so that an import can be compared with the truth.
+
+``write_fixtures(folder)`` writes the committed files of ``tests/data/engines/``; a test rebuilds
+them and compares, so the files and this code cannot drift apart. None of this was produced by
+vLLM or SGLang: it follows their documented output formats.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from moespec import paths
+from moespec.routing import synthetic
+
+FIXTURES = paths.ROOT / "tests" / "data" / "engines"
+
+#: A DeepSeek-like model: 4 decoder layers, layer 0 dense (first_k_dense_replace = 1), N = 16, m = 4.
+SMALL_CONFIG = {"model_type": "deepseek_v2", "_name_or_path": "fixture/deepseek-like",
+                "num_hidden_layers": 4, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                "n_routed_experts": 16, "num_experts_per_tok": 4, "n_shared_experts": 1,
+                "hidden_size": 64, "moe_intermediate_size": 32, "intermediate_size": 128,
+                "torch_dtype": "bfloat16"}
+SMALL_DENSE = [0]
+#: OLMoE-1B-7B-0125's shape (the numbers moespec.models.OLMOE cites from its config.json).
+OLMOE_CONFIG = {"model_type": "olmoe", "_name_or_path": "allenai/OLMoE-1B-7B-0125", "num_hidden_layers": 16,
+                "num_experts": 64, "num_experts_per_tok": 8, "hidden_size": 2048, "intermediate_size": 1024,
+                "torch_dtype": "bfloat16"}
+
+
+@dataclass
+class CompletionOutput:
+    """The fields of ``vllm.outputs.CompletionOutput`` (vLLM PR 28284 added ``routed_experts``)."""
+
+    index: int
+    text: str
+    token_ids: list
+    cumulative_logprob: float | None
+    logprobs: None
+    routed_experts: np.ndarray | None = None
+    finish_reason: str | None = "length"
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class RequestOutput:
+    """The fields of ``vllm.outputs.RequestOutput`` that matter here; ``prompt_routed_experts``
+    exists from vLLM 0.21 on (leave it out for the PR 28284 layout)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list
+    prompt_logprobs: None
+    outputs: list
+    finished: bool = True
+    num_cached_tokens: int | None = 0
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for k, v in self.extra.items():
+            setattr(self, k, v)
+
+
+def routing(seed: int, lengths: list[int], num_layers: int, num_experts: int, top_k: int) -> list[np.ndarray]:
+    """Known routing: one ``[T, L, m]`` array per sequence (the sticky process, seeded)."""
+    tr = synthetic.sticky(len(lengths), lengths, num_layers, num_experts, top_k, keep=0.4,
+                          working_set=min(num_experts, 3 * top_k), seed=seed)
+    return [d.astype(np.int64) for d in tr.docs]
+
+
+def with_dense(ids: np.ndarray, dense: list[int], num_layers: int) -> np.ndarray:
+    """Insert all-zero placeholder rows for the dense decoder layers (the engines' buffers are
+    zero-filled and only MoE layers write to them)."""
+    out = np.zeros((ids.shape[0], num_layers, ids.shape[2]), dtype=ids.dtype)
+    out[:, [l for l in range(num_layers) if l not in dense], :] = ids
+    return out
+
+
+def tokens(seed: int, n: int) -> list[int]:
+    return np.random.default_rng(seed).integers(0, 50_000, n).tolist()
+
+
+# --- vLLM ---------------------------------------------------------------------------------------
+#: (request id, prompt tokens, generated tokens per completion) of the whole-sequence fixture.
+VLLM_FULL_REQUESTS = [("r0", 7, [5]), ("r1", 4, [6]), ("r2", 5, [3, 4])]
+
+
+def vllm_full_truth() -> dict[str, tuple[np.ndarray, int]]:
+    """doc id -> (routing of the MoE layers [P + G - 1, 3, 4], P)."""
+    lengths, keys = [], []
+    for rid, P, gens in VLLM_FULL_REQUESTS:
+        for i, G in enumerate(gens):
+            keys.append((rid if len(gens) == 1 else f"{rid}/{i}", P))
+            lengths.append(P + G - 1)
+    docs = routing(11, lengths, 3, 16, 4)
+    return {k: (d, P) for (k, P), d in zip(keys, docs)}
+
+
+def vllm_full_outputs() -> list[RequestOutput]:
+    """RequestOutputs of the PR 28284 layout: routed_experts int32 [P + G - 1, num_hidden_layers,
+    top_k] per completion, dense layer 0 as zero rows."""
+    truth = vllm_full_truth()
+    outs = []
+    for n, (rid, P, gens) in enumerate(VLLM_FULL_REQUESTS):
+        comps = []
+        for i, G in enumerate(gens):
+            ids, _ = truth[rid if len(gens) == 1 else f"{rid}/{i}"]
+            comps.append(CompletionOutput(i, f"text {i}", tokens(100 * n + i, G), -1.0, None,
+                                          with_dense(ids, SMALL_DENSE, 4).astype(np.int32)))
+        outs.append(RequestOutput(rid, None, tokens(n, P), None, comps))
+    return outs
+
+
+#: (request id, prompt tokens, prompt positions served from the prefix cache, generated tokens).
+VLLM_SPLIT_REQUESTS = [("s0", 6, 0, 4), ("s1", 8, 4, 3)]
+
+
+def vllm_split_truth() -> dict[str, tuple[np.ndarray, int, int]]:
+    """doc id -> (routing [P + G, 3, 4] of every position, P, cached prefix length)."""
+    docs = routing(12, [P + G for _, P, _, G in VLLM_SPLIT_REQUESTS], 3, 16, 4)
+    return {rid: (d, P, c) for (rid, P, c, _), d in zip(VLLM_SPLIT_REQUESTS, docs)}
+
+
+def vllm_split_outputs() -> list[RequestOutput]:
+    """RequestOutputs of the vLLM 0.21 layout: prompt_routed_experts int16 [P, num_moe_layers,
+    top_k] (-1 on prefix-cached positions) and routed_experts int16 [G, num_moe_layers, top_k]."""
+    outs = []
+    for n, (rid, (ids, P, cached)) in enumerate(vllm_split_truth().items()):
+        prompt = ids[:P].astype(np.int16)
+        prompt[:cached] = -1
+        comp = CompletionOutput(0, "text", tokens(200 + n, ids.shape[0] - P), -1.0, None, ids[P:].astype(np.int16))
+        outs.append(RequestOutput(rid, None, tokens(300 + n, P), None, [comp], num_cached_tokens=cached,
+                                  extra={"prompt_routed_experts": prompt}))
+    return outs
+
+
+def vllm_openai_response() -> dict:
+    """A /v1/completions response of vLLM 0.21 (n = 1): prompt_routed_experts at the response
+    level, routed_experts on the choice, usage counts."""
+    ids = routing(13, [9], 3, 16, 4)[0]
+    return {"id": "cmpl-fixture", "object": "text_completion", "created": 0, "model": "fixture/deepseek-like",
+            "choices": [{"index": 0, "text": " the", "logprobs": None, "finish_reason": "length",
+                         "routed_experts": ids[5:].tolist()}],
+            "prompt_routed_experts": ids[:5].tolist(),
+            "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}
+
+
+# --- SGLang -------------------------------------------------------------------------------------
+def b64_int32(ids: np.ndarray) -> str:
+    """SGLang's payload: base64 of the little-endian int32 ids, C order."""
+    return base64.b64encode(np.ascontiguousarray(ids, dtype="<i4").tobytes()).decode("ascii")
+
+
+#: (request id, prompt tokens, completion tokens, routed_experts_start_len).
+SGLANG_REQUESTS = [("g0", 6, 5, 0), ("g1", 9, 4, 3)]
+
+
+def sglang_truth() -> dict[str, tuple[np.ndarray, int, int]]:
+    """doc id -> (routing of the MoE layers at positions [start, P + G - 1), P, start)."""
+    docs = routing(14, [P + G - 1 for _, P, G, _ in SGLANG_REQUESTS], 3, 16, 4)
+    return {rid: (d[s:], P, s) for (rid, P, G, s), d in zip(SGLANG_REQUESTS, docs)}
+
+
+def sglang_generate_records() -> list[dict]:
+    """/generate responses: the first bare, the second with its request (which set
+    routed_experts_start_len); meta_info.routed_experts over all num_hidden_layers (dense zero)."""
+    out = []
+    for n, (rid, (ids, P, start)) in enumerate(sglang_truth().items()):
+        G = ids.shape[0] + start + 1 - P
+        response = {"text": "generated text", "output_ids": tokens(400 + n, G),
+                    "meta_info": {"id": rid, "finish_reason": {"type": "length", "length": G},
+                                  "prompt_tokens": P, "completion_tokens": G, "cached_tokens": 0,
+                                  "routed_experts": b64_int32(with_dense(ids, SMALL_DENSE, 4))}}
+        if start:
+            request = {"input_ids": tokens(500 + n, P), "sampling_params": {"max_new_tokens": G, "temperature": 0},
+                       "return_routed_experts": True, "routed_experts_start_len": start, "rid": rid}
+            out.append({"request": request, "response": response})
+        else:
+            out.append(response)
+    return out
+
+
+def sglang_chat_record() -> dict:
+    """An OpenAI /v1/chat/completions response of SGLang: choices[0].sgl_ext.routed_experts."""
+    ids = routing(15, [7], 3, 16, 4)[0]
+    return {"id": "chat-fixture", "object": "chat.completion", "created": 0, "model": "fixture/deepseek-like",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "length",
+                         "sgl_ext": {"routed_experts": b64_int32(with_dense(ids, SMALL_DENSE, 4))}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+
+
+def sglang_chat_truth() -> np.ndarray:
+    return routing(15, [7], 3, 16, 4)[0]
+
+
+# --- the OLMoE-shaped dump of the README's worked example ---------------------------------------
+OLMOE_REQUESTS = [(f"wikitext-stand-in/{i}", 24, 9) for i in range(4)]
+
+
+def olmoe_outputs() -> list[RequestOutput]:
+    """PR 28284 layout at OLMoE's shape (16 MoE layers, N = 64, m = 8): the sticky process stands
+    in for the routing a vLLM run would return."""
+    docs = routing(16, [P + G - 1 for _, P, G in OLMOE_REQUESTS], 16, 64, 8)
+    return [RequestOutput(rid, None, tokens(600 + n, P),
+                          None, [CompletionOutput(0, "", tokens(700 + n, G), -1.0, None, d.astype(np.int32))])
+            for n, ((rid, P, G), d) in enumerate(zip(OLMOE_REQUESTS, docs))]
+
+
+def _jsonl(path: Path, records: list) -> None:
+    path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+
+
+def write_fixtures(folder: Path) -> list[Path]:
+    """Write every fixture file into ``folder``; the vLLM dumps through scripts/record_vllm.py's
+    own writer (the JSONL a real recording would produce)."""
+    from bench_scripts import load_script
+
+    writer = load_script("record_vllm")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config_small.json").write_text(json.dumps(SMALL_CONFIG, indent=1) + "\n")
+    (folder / "config_olmoe.json").write_text(json.dumps(OLMOE_CONFIG, indent=1) + "\n")
+    writer.write_jsonl(vllm_full_outputs(), folder / "vllm_full.jsonl")
+    writer.write_jsonl(vllm_split_outputs(), folder / "vllm_split.jsonl")
+    writer.write_jsonl(olmoe_outputs(), folder / "vllm_olmoe.jsonl")
+    _jsonl(folder / "vllm_openai.jsonl", [vllm_openai_response()])
+    _jsonl(folder / "sglang_generate.jsonl", sglang_generate_records())
+    _jsonl(folder / "sglang_chat.jsonl", [sglang_chat_record()])
+    return sorted(folder.iterdir())
+
+
+if __name__ == "__main__":  # python tests/engine_fixtures.py: rewrite the committed fixtures
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    for p in write_fixtures(FIXTURES):
+        print(f"{p.stat().st_size:>8d}  {p}")

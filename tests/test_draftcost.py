@@ -1,0 +1,228 @@
+"""Bandwidth regimes, the draft-cost sweep and its prediction, the decode-step breakdown, the
+profile defaults and the package functions notebooks 05/06/07 call (issue 16)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from moespec.bench.regimes import ReferenceRead, classify, dominant, regime_summary, split_point
+from moespec.engine import draftcost as DC
+from moespec.engine.breakdown import decode_breakdown, shares
+from moespec.engine.profiles import DEFAULTS, default_depths, resolve
+from moespec.engine.subject import load_subject, widen_draft
+from moespec.engine.verify import measure_verify_times, regime_summaries
+from moespec.theory import expected_tokens
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread on the shared cores
+
+
+@pytest.fixture(scope="module")
+def subject():
+    return load_subject("byte-faithful", profile="quick", backend="torch")
+
+
+def test_regimes_split_two_groups_and_keep_one():
+    rng = np.random.default_rng(0)
+    two = np.concatenate([rng.normal(35, 1.5, 40), rng.normal(60, 2, 25)])
+    t = split_point(two)
+    assert 38 < t < 55
+    lab = classify(two, t)
+    assert (lab[:40] == "low").all() and (lab[40:] == "high").all()
+    assert dominant(lab) == "low"
+    one = rng.normal(40, 2, 60)
+    assert split_point(one) is None and set(classify(one)) == {"one"}
+    assert split_point([30, 60]) is None                       # too few readings to call two regimes
+    s = regime_summary(two, lab)
+    assert [r["rows"] for r in s] == [40, 25] and s[0]["ref_GBps_max"] < s[1]["ref_GBps_min"]
+    assert dominant(["high", "low", "high", "low"]) == "high"  # ties: the high-bandwidth regime
+    with pytest.raises(ValueError, match="no rows"):
+        dominant([])
+
+
+def test_reference_read_reports_gb_per_s():
+    ref = ReferenceRead(2**20, timer=lambda fn: (fn(), 1e6)[1])
+    assert ref() == pytest.approx(2**20 / 1e6)              # bytes per ns = GB/s
+
+
+def test_profiles_keep_what_the_caller_set():
+    values, defaulted = resolve("05", "quick", verify_reps=7, depths=None)
+    assert values["verify_reps"] == 7 and "verify_reps" not in defaulted
+    assert values["depths"] == DEFAULTS["05"]["quick"]["depths"] and "depths" in defaulted
+    assert resolve("07", "full", repeats=1)[0]["repeats"] == 1
+    with pytest.raises(ValueError, match="no profile default"):
+        resolve("05", "quick", no_such=1)
+    with pytest.raises(ValueError, match="profile"):
+        resolve("05", "medium")
+    assert default_depths(256, 48) == [64, 198]
+    with pytest.raises(ValueError, match="no room"):
+        default_depths(64, 48)
+
+
+def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3) -> pd.DataFrame:
+    """Synthetic sweep rows whose times and acceptance follow the theory exactly."""
+    rows = []
+    for p in range(prompts):
+        rows.append({"prompt": p, "draft_cost": np.nan, "k": 0, "accepted": 0, "rejections": 0, "tokens_per_step": 1.0,
+                     "t_verify_mean_s": t_verify[0], "t_draft_mean_s": 0.0, "t_step_mean_s": t_verify[0] + h,
+                     "throughput": 1 / (t_verify[0] + h), "speedup": 1.0})
+        for r, (ad, bd) in t_draft.items():
+            for k in (1, 2, 4):
+                G = expected_tokens(a, k)
+                V = ad * k + bd + t_verify[k] + h
+                acc = 1000 * a                              # accepted / (accepted + rejections) = a
+                rows.append({"prompt": p, "draft_cost": r, "k": k, "accepted": acc, "rejections": 1000 - acc,
+                             "tokens_per_step": G, "t_verify_mean_s": t_verify[k], "t_draft_mean_s": ad * k + bd,
+                             "t_step_mean_s": V, "throughput": G / V, "speedup": G / V * (t_verify[0] + h)})
+    return pd.DataFrame(rows)
+
+
+def test_prediction_equals_the_theory_on_runs_that_follow_it():
+    tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 4: 20e-3}
+    runs = _runs(0.6, tv, {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3), 0.4: (4e-3, 0.1e-3)}, h=0.5e-3)
+    pred = DC.predict_speedups(runs)
+    assert np.allclose(pred.rel_error, 0, atol=1e-9)
+    row = pred[(pred.draft_cost == 0.2) & (pred.k == 2)].iloc[0]
+    V = 2e-3 * 2 + 0.1e-3 + 16e-3 + 0.5e-3
+    assert row.predicted == pytest.approx((1 + 0.6 + 0.36) * 10.5e-3 / V)
+    stop = DC.stop_paying(pred)
+    best = pred.groupby("draft_cost").predicted.max()
+    first = next(i for i, r in enumerate(sorted(best.index)) if best[r] <= 1)
+    assert stop["stop_index_measured"] == stop["stop_index_predicted"] == first and stop["grid_steps_apart"] == 0
+    assert DC.acceptance_by_k(runs).round(9).eq(0.6).all()
+
+
+def test_stop_paying_counts_grid_steps_and_never():
+    pred = pd.DataFrame({"draft_cost": [0.0, 0.1, 0.2, 0.3], "k": 1, "measured": [1.2, 1.05, 0.98, 0.9],
+                         "predicted": [1.3, 1.2, 1.1, 1.05]})
+    s = DC.stop_paying(pred)
+    assert (s["stop_cost_measured"], s["stop_cost_predicted"]) == (0.2, None)
+    assert s["grid_steps_apart"] == 2                       # never on the grid counts as the next step (4)
+
+
+def test_draft_cost_sweep_on_the_engine(subject):
+    drafts = {}
+    for r in (0.0, 0.5):
+        drafts[r] = copy.deepcopy(subject.draft)
+        widen_draft(drafts[r], subject.expert_bytes_per_token(), r)
+    prompts = [np.random.default_rng(i).integers(1, 256, size=16) for i in range(2)]
+    ratios = DC.draft_cost_ratios(subject.engine, drafts, prompts[0], reps=3, warmup=0, reference=ReferenceRead(2**20))
+    assert list(ratios.draft_cost) == [0.0, 0.5] and (ratios.cost_ratio > 0).all() and (ratios.ref_GBps > 0).all()
+    runs = DC.draft_cost_sweep(subject.engine, drafts, prompts, [1, 2], 8, reference=ReferenceRead(2**20),
+                               progress=False)
+    assert len(runs) == 2 * (1 + 2 * 2) and set(runs.regime) <= {"one", "low", "high"}
+    assert (runs.loc[runs.k == 0, "tokens_per_step"] == 1).all()
+    # a function-preserving widening changes no token: same accepted drafts at every cost
+    acc = runs[runs.k > 0].pivot_table(index=["prompt", "k"], columns="draft_cost", values="accepted")
+    assert (acc[0.0] == acc[0.5]).all()
+    pred = DC.predict_speedups(runs)
+    assert set(pred.k) == {1, 2} and np.isfinite(pred.predicted).all()
+    with pytest.raises(ValueError, match="draft length >= 1"):
+        DC.draft_cost_sweep(subject.engine, drafts, prompts, [0], 4, progress=False)
+
+
+def test_decode_breakdown_components(subject):
+    bd = decode_breakdown({"bf": subject}, {"bf": np.arange(1, 30)}, n_values=(1, 3), reps=3, warmup=0,
+                          read_bytes=2**20)
+    sh = shares(bd).iloc[0]
+    t = bd[bd["pass"] == "n=1"].set_index("component")
+    # timings of a tiny model under load may cross; the derived rows follow from the measured ones
+    assert sh.step_ms > 0 and sh.experts_ms > 0 and sh.draft_token_ms > 0
+    assert sh.expert_share == pytest.approx(sh.experts_ms / sh.step_ms)
+    assert sh.draft_ratio == pytest.approx(sh.draft_token_ms / sh.step_ms)
+    assert t.t_median_s["rest"] == pytest.approx(t.t_median_s["step"] - t.t_median_s["experts"])
+    assert {"n=3 slot", "n=3 dedup"} <= set(bd["pass"]) and sh.peak_memory_GiB > 0
+    with pytest.raises(ValueError, match="n_values"):
+        decode_breakdown({"bf": subject}, {"bf": np.arange(1, 30)}, n_values=(2,), reps=1)
+
+
+def test_verify_times_carry_their_regime(subject):
+    prompts = [np.random.default_rng(0).integers(1, 256, size=16)]
+    rows, _ = measure_verify_times(subject.engine, prompts, n_max=3, reps=4, warmup=0, progress=False,
+                                   reference=ReferenceRead(2**20))
+    assert rows.ref_GBps.notna().all() and rows.groupby("rep").ref_GBps.nunique().eq(1).all()
+    # a synthetic two-regime run: the rules use the dominant regime, a depth without it keeps all rows
+    rng = np.random.default_rng(1)
+    synth = []
+    for d, bws in ((10, [35] * 8 + [60] * 2), (20, [60] * 5 + [35] * 1)):   # 9 low, 7 high repetitions
+        for rep, bw in enumerate(bws):
+            reading = bw + rng.normal(0, .5)                 # one reference read per repetition
+            for n in (1, 2):
+                for dd in (False, True):
+                    synth.append({"prompt": 0, "d": d, "n": n, "dedup": dd, "rep": rep, "ref_GBps": reading,
+                                  "t_s": (2.0 if bw < 50 else 1.0) * (1 + n) * (0.8 if dd else 1.0)})
+    for_rules, all_rows, info = regime_summaries(pd.DataFrame(synth), n_boot=20, min_share=0.25)
+    assert info["dominant"] == "low" and info["depths"][10]["regime"] == "low"
+    assert info["depths"][20]["regime"].startswith("all rows")
+    t10 = for_rules[(for_rules.d == 10) & (for_rules.n == 1)].tau_slot_s.iloc[0]
+    assert t10 == pytest.approx(4.0, abs=0.01)            # only the low-bandwidth (slow) repetitions
+    assert len(all_rows) == len(for_rules) == 4
+
+
+def test_replayed_oracle_inputs_are_the_traces_unions():
+    from moespec.engine.replay import ReplayRouting
+    from moespec.oracle.junk import replayed_inputs
+    from moespec.oracle.rounds import union_sizes
+    from moespec.routing import synthetic
+
+    trace = synthetic.sticky(2, 40, 2, 16, 4, keep=0.4, seed=2)
+    routing = ReplayRouting(trace, doc=1)
+    x = replayed_inputs(routing, 8, 10, 3, 0.7)
+    ids = trace.docs[1]
+    assert np.all(x.p == 0.7) and x.U.shape == (10, 3, 4)
+    for i in (0, 5, 9):
+        for k in (1, 2, 3):
+            u = union_sizes(ids[7 + i:7 + i + k + 1], 16)[-1].mean()
+            assert np.all(x.U[i, k - 1, :k + 1] == u) and np.all(np.isnan(x.U[i, k - 1, k + 1:]))
+    with pytest.raises(ValueError, match="need"):
+        replayed_inputs(routing, 8, 40, 3, 0.7)
+
+
+def test_record_rounds_with_a_reference_and_an_oracle_draft(subject):
+    from moespec.engine import OracleDraft
+    from moespec.oracle.record import record_rounds
+
+    prompts = [{"question_id": 1, "category": "a", "ids": [5, 17, 33, 2]}]
+    drafter = OracleDraft(subject.engine, 0.8, subject.vocab_size, seed=0)
+    df, _ = record_rounds(subject.engine, None, prompts, ks=[0, 2], n_tokens=6, repeats=1, backend="torch",
+                          progress=False, reference=ReferenceRead(2**20), drafter=drafter)
+    assert "ref_GBps" in df and (df.ref_GBps > 0).all() and df.groupby("gen_id").ref_GBps.nunique().eq(1).all()
+
+
+def test_analyse_bundles_paper2s_analysis():
+    from moespec.oracle import analysis as A
+    from moespec.oracle.cost import CostModel
+    from moespec.oracle.junk import synthetic_inputs
+
+    items = [synthetic_inputs(n=40, lmax=4, seed=s, seq_id=str(s)) for s in range(4)]
+    train, test = A.split_sequences(items, seed=0)
+    model = CostModel(0.3, 0.1, 5.0, 0.08, 1e-3)
+    res = A.analyse(items, model, train, test, 4, label="synthetic")
+    direct = A.totals([s.value for s in (A.solve(it, model) for it in items)],
+                      [A.solve(it, model).cost_ar for it in items])
+    assert res.totals["speedup"] == pytest.approx(direct["speedup"])
+    assert list(res.sweep.lmax) == [1, 2, 3, 4] and res.sweep.speedup.iloc[-1] == pytest.approx(direct["speedup"])
+    assert res.online_info["oracle"] >= res.online_info["online"] - 1e-12
+    assert set(res.tables()) >= {"fig2_lmax_sweep", "online_policy", "alpha0_summary"} and res.kernels is None
+
+
+def test_goals_are_decided_from_the_numbers():
+    from moespec.engine import goals as G
+
+    metrics = {("prediction", 64): {"sign_correct": 5, "sign_total": 5, "tau_err": 0.08},
+               ("prediction", 198): {"sign_correct": 4, "sign_total": 6, "tau_err": 0.12}}
+    g = G.chain_goals(metrics)
+    assert list(g.met) == [True, True, False, False]
+    scores = pd.DataFrame({"version": ["measured-time"] * 6, "holds_all": [True] * 5 + [False]})
+    assert not G.rules_goal(scores).met.iloc[0] and G.rules_goal(scores.assign(holds_all=True)).met.iloc[0]
+    pred = pd.DataFrame({"rel_error": [0.05, -0.09, 0.11]})
+    d = G.draft_cost_goals(pred, {"stop_cost_measured": 0.2, "stop_cost_predicted": 0.3, "grid_steps_apart": 1})
+    assert list(d.met) == [False, True]
+    p2 = G.paper2_goals({"rows": "regime high", "eq4_r2_in": 0.93, "eq4_cv_mape_pct": 11.0},
+                        {"online": 0.95, "oracle": 1.0})
+    assert list(p2.met) == [True, False, True]

@@ -1,0 +1,143 @@
+"""``moespec sweep``: grids of papermill jobs on a Dask LocalCluster (two workers) and through
+submitit's local executor, with quick-profile notebooks: one folder and manifest per job,
+finished jobs skipped on a rerun, a failing job reported with its notebook and cell while the
+others finish, tables merged per notebook output."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import engine_fixtures as fx
+from moespec import sweep
+from moespec.cli import main as cli_main
+from moespec.routing import import_jsonl, reuse
+from test_runner import _notebook  # the runner tests' stand-in notebooks
+
+
+@pytest.fixture
+def folder(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    _notebook(nbs / "01_a.ipynb", 'profile = "full"\nwidth = 2\nout_dir = ""', "print(width)")
+    _notebook(nbs / "02_b.ipynb", 'profile = "full"\nseed = 0', "print(seed)")
+    return nbs
+
+
+# --- grids (no notebook runs) -------------------------------------------------------------------
+def test_expand_cartesian_product_and_ids(folder):
+    grid = {"parameters": {"profile": "quick"},
+            "jobs": [{"notebook": "01", "grid": {"width": [1, 2, 3]}},
+                     {"notebook": ["01", "02"], "parameters": {}},
+                     {"notebook": "02_b", "grid": {"seed": [0, 1]}}]}
+    jobs = sweep.expand(grid, folder, overrides={"seed": 5})
+    got = [(j.name, j.parameters) for j in jobs]
+    assert got == [("01_a", {"profile": "quick", "width": 1}), ("01_a", {"profile": "quick", "width": 2}),
+                   ("01_a", {"profile": "quick", "width": 3}), ("01_a", {"profile": "quick"}),
+                   ("02_b", {"profile": "quick", "seed": 5})]  # the override wins; repeats dropped
+    assert len({j.id for j in jobs}) == 5 and jobs[0].id.startswith("01_a-")
+    assert sweep.Job(jobs[0].notebook, dict(jobs[0].parameters)).id == jobs[0].id  # stable
+
+
+@pytest.mark.parametrize("grid, message", [
+    ({"jobs": [{"notebook": "01", "parameters": {"depth": 3}}]}, r"01_a.ipynb does not declare parameter\(s\) \['depth'\]"),
+    ({"jobs": [{"notebook": "07"}]}, r"jobs\[0\]: --only names no notebook: \['07'\]"),
+    ({"jobs": [{"notebook": "01", "grid": {"width": []}}]}, "must be a non-empty list"),
+    ({"jobs": [{"notebook": "02"}], "parameters": {"width": 1}}, r"no notebook of the grid declares \['width'\]"),
+    ({"jobs": []}, "non-empty list"),
+    ({"jobs": [{"notebook": "01", "params": {}}]}, r"unknown key\(s\) \['params'\]"),
+    ({"job": []}, r"unknown key\(s\) \['job'\]"),
+])
+def test_bad_grids_name_the_problem(folder, grid, message):
+    with pytest.raises(sweep.SweepError, match=message):
+        sweep.expand(grid, folder)
+
+
+def test_grid_files(tmp_path, folder):
+    toml = tmp_path / "g.toml"
+    toml.write_text('[parameters]\nprofile = "quick"\n\n[[jobs]]\nnotebook = "02"\ngrid = { seed = [1, 2] }\n')
+    assert [j.parameters["seed"] for j in sweep.expand(sweep.read_grid(toml), folder)] == [1, 2]
+    js = tmp_path / "g.json"
+    js.write_text(json.dumps({"jobs": [{"notebook": "01"}]}))
+    assert sweep.read_grid(js) == {"jobs": [{"notebook": "01"}]}
+    (tmp_path / "bad.toml").write_text("[[jobs]\n")
+    with pytest.raises(sweep.SweepError, match=r"bad.toml: unreadable grid"):
+        sweep.read_grid(tmp_path / "bad.toml")
+    with pytest.raises(sweep.SweepError, match="a grid is a .toml or .json file"):
+        (tmp_path / "g.yaml").write_text("x")
+        sweep.read_grid(tmp_path / "g.yaml")
+    with pytest.raises(sweep.SweepError, match="no such grid file"):
+        sweep.read_grid(tmp_path / "none.toml")
+    with pytest.raises(sweep.SweepError, match="--scheduler .* needs --executor dask"):
+        sweep.run_sweep(js, out=tmp_path / "s", executor="submitit-local", scheduler="tcp://x:1",
+                        notebooks_folder=folder, progress=False)
+
+
+# --- real quick-profile notebooks ---------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_dask_local_cluster_two_workers(tmp_path, monkeypatch):
+    """Notebook 04 (quick) at two kmax, and one job whose Table-1 file does not exist: that one is
+    reported with its notebook and cell, the others finish; a rerun skips them."""
+    monkeypatch.setenv("MOESPEC_RUN_DIR", str(tmp_path / "not-here"))  # jobs write in their own folders
+    grid = {"parameters": {"profile": "quick"},
+            "jobs": [{"notebook": "04", "grid": {"kmax": [3, 4]}},
+                     {"notebook": "04", "parameters": {"bandwidth_csv": str(tmp_path / "missing.csv")}}]}
+    result = sweep.run_sweep(grid, out=tmp_path / "sweep", executor="dask", workers=2, progress=False)
+    assert [j["status"] for j in result.jobs] == ["finished", "finished", "failed"]
+    failed = result.failed[0]
+    assert "04_theory.ipynb failed in cell" in failed["error"] and "missing.csv" in failed["error"]
+    assert not (tmp_path / "not-here").exists()
+    per_job = []
+    for job in result.jobs[:2]:
+        folder = tmp_path / "sweep" / "jobs" / job["job"]
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert manifest["status"] == "finished" and manifest["parameters"]["kmax"] in (3, 4)
+        assert manifest["effective_parameters"]["device"] == "cpu" and "hardware" in manifest
+        assert (folder / "04_theory.ipynb").is_file()
+        per_job.append(pd.read_csv(folder / "figures" / "04_step_points.csv"))
+    merged = pd.read_csv(tmp_path / "sweep" / "tables" / "04_step_points.csv")
+    assert sorted(merged["param_kmax"].unique().tolist()) == [3, 4]
+    assert len(merged) == sum(len(df) for df in per_job)
+    k4 = merged[merged["param_kmax"] == 4].reset_index(drop=True)
+    np.testing.assert_allclose(k4["a_4"].to_numpy(), per_job[1]["a_4"].to_numpy())
+    assert k4["a_1"].notna().all() and merged[merged["param_kmax"] == 3]["a_4"].isna().all()
+    summary = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert [j["label"] for j in summary["jobs"]][:2] == ["kmax=3", "kmax=4"]
+
+    started = {j["job"]: j["started"] for j in result.jobs[:2]}
+    again = sweep.run_sweep(grid, out=tmp_path / "sweep", executor="dask", workers=2, progress=False)
+    assert [j["status"] for j in again.jobs] == ["skipped", "skipped", "failed"]
+    for job in again.jobs[:2]:
+        manifest = json.loads((tmp_path / "sweep" / "jobs" / job["job"] / "manifest.json").read_text())
+        assert manifest["started"] == started[job["job"]]  # not run again
+    assert len(pd.read_csv(tmp_path / "sweep" / "tables" / "04_step_points.csv")) == len(merged)
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_submitit_local_executor_on_an_imported_trace(tmp_path, capsys):
+    """The README's chain on the fixtures: a vLLM dump imported, then notebook 01 (quick) on the
+    imported trace and notebook 04 (quick), as submitit local jobs through the CLI."""
+    trace_path = tmp_path / "olmoe_vllm.npz"
+    trace = import_jsonl(fx.FIXTURES / "vllm_olmoe.jsonl", "vllm", config=fx.FIXTURES / "config_olmoe.json",
+                         source="stand-in routing (fixture)")
+    trace.save(trace_path)
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[parameters]\nprofile = "quick"\n\n'
+                    '[[jobs]]\nnotebook = "01"\nparameters = { model = "none", load_recorded = false }\n\n'
+                    '[[jobs]]\nnotebook = "04"\nparameters = { kmax = 3 }\n')
+    rc = cli_main(["sweep", str(grid), "--executor", "submitit-local", "--out", str(tmp_path / "sweep"),
+                   "-p", f"trace_file={trace_path}", "--executor-option", "timeout_min=10", "--no-progress"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "2 of 2 jobs done" in out.out
+    table = pd.read_csv(tmp_path / "sweep" / "tables" / "01_table_reuse.csv")
+    row = table[table["source"] == "stand-in routing (fixture)"].iloc[0]
+    assert row["param_trace_file"] == str(trace_path) and row["tokens"] == trace.num_tokens
+    np.testing.assert_allclose(row["rho_hat_2"], np.nanmean(reuse(trace, 9)[:, 1]), rtol=1e-9)
+    assert (tmp_path / "sweep" / "tables" / "04_step_points.csv").is_file()
+    assert list((tmp_path / "sweep" / "submitit").glob("*_log.out"))  # the jobs ran through submitit
