@@ -248,3 +248,29 @@ def test_share_average_is_an_exponential_average_from_the_first_batch():
     f = selection_shares(logits, 2)
     assert f.sum().item() == pytest.approx(2.0)
     torch.testing.assert_close(balance_loss(logits, 2, f), balance_loss(logits, 2))
+
+
+@pytest.mark.parametrize("what", ["moe", "draft"])
+def test_committed_checkpoints_load_match_their_recipe_and_reproduce_their_loss(what):
+    """The committed full build (data/checkpoints): loads strictly, its config is the one its
+    recipe records, the recipe is today's full recipe (so make reproduce uses it instead of
+    training), and it reproduces the next-token loss recorded when it was built."""
+    folder = build.committed_dir() / build.folder_name(what)
+    meta = store.read_meta(folder)
+    assert meta, f"{folder}: no committed checkpoint"
+    assert meta["recipe"] == build.recipe("full", 0, what)
+    model = store.load(folder)
+    want = build.model_config(what, "full").to_diff_dict()
+    got = model.config.to_dict()
+    for key in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "num_experts",
+                "num_experts_per_tok", "norm_topk_prob", "max_position_embeddings"):
+        if key in want:
+            assert got[key] == want[key], key
+    tok = zoo.load_tokenizer(build.committed_dir() / zoo.TOKENIZER_DIR)
+    from moespec.zoo import evaluate
+
+    check = meta["check"]
+    again = evaluate.checkpoint_check(model, tok, check["articles"], check["tokens"])
+    assert again["predicted"] == check["predicted"]
+    assert again["nll_per_token"] == pytest.approx(check["nll_per_token"], rel=1e-5)
+    assert store.read_meta(build.committed_dir() / zoo.TOKENIZER_DIR)["recipe"] == build.recipe("full", 0, "tokenizer")
