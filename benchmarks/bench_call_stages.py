@@ -43,11 +43,11 @@ from tqdm import tqdm  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.bench_kernels
 from benchmarks.bench_kernels import PROTOCOLS, Copies, read_flush, read_unsteady  # noqa: E402
 from moespec import io, paths, provenance  # noqa: E402
-from moespec.bench import timing  # noqa: E402
+from moespec.measure import timing  # noqa: E402
 from moespec.kernels import ExpertWeights, build  # noqa: E402
 from moespec.kernels.call_stages import STAGES, stage_clock, timed_call  # noqa: E402
-from moespec.kernels.shapes import random_ids  # noqa: E402
-from moespec.models import get_spec  # noqa: E402
+from moespec.measure.ids import random_ids  # noqa: E402
+from moespec.model_shapes import get_spec  # noqa: E402
 from moespec.plots.kernels import call_stages_figure  # noqa: E402
 
 

@@ -46,10 +46,10 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.ggml_peer
 from moespec import io, paths, provenance  # noqa: E402
-from moespec.bench import timing
+from moespec.measure import timing
 from moespec.kernels import ExpertWeights, build, expert_forward
-from moespec.kernels.shapes import random_ids
-from moespec.models import PRESETS, get_spec
+from moespec.measure.ids import random_ids
+from moespec.model_shapes import PRESETS, get_spec
 from moespec.plots.kernels import kernel_share_figure
 from moespec.routing import stats, synthetic
 

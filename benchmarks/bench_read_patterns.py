@@ -42,7 +42,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.bench_kernels
 from benchmarks.bench_kernels import read_flush, read_unsteady  # noqa: E402
 from moespec import io, paths, provenance  # noqa: E402
-from moespec.bench import timing  # noqa: E402
+from moespec.measure import timing  # noqa: E402
 from moespec.kernels import build  # noqa: E402
 
 PATTERNS = ("halves", "lanes", "whole", "side", "fused")

@@ -1,7 +1,7 @@
 """Speed of the routing statistics (issue 2, item 5): a synthetic trace of 60 documents x 4096
 tokens (245,760 tokens, about WikiText-103 test) x 16 layers x m = 8 of N = 64 experts.
 
-Times, as medians over repetitions with their interquartile range (moespec.bench.timing, the
+Times, as medians over repetitions with their interquartile range (moespec.measure.timing, the
 project's one timing harness; no cache flush: the statistics' own arrays are the workload):
   * reuse + mean_union + byte_share for n = 1..9 from a cold trace (window sums computed);
   * 2000 document-level bootstrap resamples of the layer-mean reuse (window sums cached), and
@@ -17,7 +17,7 @@ import argparse
 import time
 
 from moespec import io, paths, provenance
-from moespec.bench.timing import time_interleaved
+from moespec.measure.timing import time_interleaved
 from moespec.routing import bootstrap, byte_share, mean_union, reuse, synthetic
 
 

@@ -1,6 +1,6 @@
 """Speed of the staircase (issue 3, item 6): k*(a) on 10^5 acceptance values with kmax = 16.
 
-Times, as medians with interquartile ranges over repetitions (``moespec.bench.timing``, callables
+Times, as medians with interquartile ranges over repetitions (``moespec.measure.timing``, callables
 interleaved, no cache flush: the inputs are a few MB):
   * ``best_draft_length(V, a)``: the vectorized smallest maximizer of G_a(k)/V(k) (target: 0.1 s);
   * ``step_points(V)`` (eq. B.31) and ``staircase(V)``, then reading k*(a) off the staircase;
@@ -21,7 +21,7 @@ import numpy as np
 
 from moespec import io, paths, provenance
 from moespec import theory as th
-from moespec.bench.timing import time_interleaved
+from moespec.measure.timing import time_interleaved
 from moespec.tables import theory as tables
 
 

@@ -15,7 +15,7 @@ of its two kernels' (Section 4). Effective bandwidths follow Table 1: beta_slot(
 ubar = Σ U·b / Σ n·m·b. The transfer test (Figure 7, Appendix E) fits log beta_p(n) linear in
 log n and log b on the other models and predicts the held-out one.
 
-Input rows are those of :mod:`moespec.bench.expert_op` (one row per pass and kernel).
+Input rows are those of :mod:`moespec.measure.expert_op` (one row per pass and kernel).
 """
 
 from __future__ import annotations

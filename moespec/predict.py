@@ -376,7 +376,7 @@ def evaluate_depths(summary: pd.DataFrame, oracle: pd.DataFrame, fits: pd.DataFr
     :func:`evaluate` (paper 1, Section 4; Tables 3, 4, 7, 8; Figures 4-6).
 
     ``windows``: the expert-operation timings on windows of recorded routing (rows of
-    :mod:`moespec.bench.expert_op` of kind ``window``, time in ``t_s``), for the measured-time
+    :mod:`moespec.measure.expert_op` of kind ``window``, time in ``t_s``), for the measured-time
     version; ``fits`` (:func:`moespec.fit.fit_layers`) with ``wiki_union`` (the WikiText windows'
     mean union per layer and n, :func:`moespec.routing.mean_union`) for the prediction version
     and ``text_union[d]`` (the verified text's) for the text version; ``expert_bytes``: b.
@@ -404,9 +404,9 @@ def evaluate_depths(summary: pd.DataFrame, oracle: pd.DataFrame, fits: pd.DataFr
 
 def bench_regimes(rows: pd.DataFrame, threshold: float | None) -> pd.Series:
     """The bandwidth regime of every row of an expert-operation benchmark run
-    (:mod:`moespec.bench.expert_op`): that of its group's read-bandwidth row (``kind == membw``,
+    (:mod:`moespec.measure.expert_op`): that of its group's read-bandwidth row (``kind == membw``,
     the same interleaved group), classified at ``threshold`` (GB/s; None: one regime)."""
-    from moespec.bench.regimes import classify
+    from moespec.measure.regimes import classify
 
     reads = rows[rows["kind"] == "membw"]
     if threshold is None or reads.empty:

@@ -83,12 +83,12 @@ import datetime as dt
 import numpy as np
 import pandas as pd
 from moespec import io, paths, predict, provenance
-from moespec.bench.regimes import ReferenceRead
+from moespec.measure.regimes import ReferenceRead
 from moespec.engine import breakdown as B
 from moespec.engine import draftcost as DC
 from moespec.engine import goals as G
 from moespec.engine import summaries as SM
-from moespec.engine.profiles import default_depths, resolve, setup
+from moespec.notebook_profiles import default_depths, resolve, setup
 from moespec.engine.runs import greedy_agreement, oracle_sweep
 from moespec.engine.subject import load_subject, widen_draft
 from moespec.engine.verify import measure_verify_times, regime_summaries

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from moespec import fit
-from moespec.bench import expert_op, timing
-from moespec.bench.ids import distinct
+from moespec.measure import expert_op, timing
+from moespec.measure.ids import distinct
 from moespec.routing import synthetic
 
 CFG = expert_op.BenchConfig(model="gpt-oss", fmt="f32", backend="torch", hidden=64, intermediate=32,

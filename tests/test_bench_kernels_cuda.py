@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from moespec import paths
-from moespec.bench.timing import MachineState, Timing
+from moespec.measure.timing import MachineState, Timing
 from bench_scripts import load_benchmark
 
 SCRIPT = paths.ROOT / "benchmarks" / "bench_kernels_cuda.py"

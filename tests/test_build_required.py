@@ -18,7 +18,7 @@ import kernel_cases
 from kernel_cases import CEILING, check, skip_if_absent
 from moespec import paths
 from moespec.kernels import ExpertWeights, build, dispatch, reference
-from moespec.kernels.shapes import random_ids
+from moespec.measure.ids import random_ids
 
 
 @pytest.fixture

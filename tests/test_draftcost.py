@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from moespec.bench.regimes import ReferenceRead, classify, dominant, regime_summary, split_point
+from moespec.measure.regimes import ReferenceRead, classify, dominant, regime_summary, split_point
 from moespec.engine import draftcost as DC
 from moespec.engine.breakdown import decode_breakdown, shares
-from moespec.engine.profiles import DEFAULTS, default_depths, resolve
+from moespec.notebook_profiles import DEFAULTS, default_depths, resolve
 from moespec.engine.subject import load_subject, widen_draft
 from moespec.engine.verify import measure_verify_times, regime_summaries
 from moespec.theory import expected_tokens

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from moespec import fit
-from moespec.bench.ids import chosen_ids, distinct, u_grid
+from moespec.measure.ids import chosen_ids, distinct, u_grid
 
 M, N, B = 8, 64, 6_000_000
 TRUE = {"slot": {"t_op": 2e-4, "c_u": 3e-11, "c_re": 0.8e-11},

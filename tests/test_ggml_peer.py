@@ -17,7 +17,8 @@ import torch
 
 from moespec import paths
 from moespec.kernels import ExpertWeights, reference_forward
-from moespec.kernels.shapes import published_shapes, random_ids
+from moespec.model_shapes import published_shapes
+from moespec.measure.ids import random_ids
 
 sys.path.insert(0, str(paths.ROOT))
 from benchmarks.ggml_peer import peer  # noqa: E402

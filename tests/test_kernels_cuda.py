@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-from kernel_cases import FORMATS, KERNELS, check
+from kernel_cases import FORMATS, KERNELS, ODD_SHAPES, SMALL_SHAPES, check
 from moespec.kernels import ExpertWeights, expert_forward
-from moespec.kernels.shapes import ODD_SHAPES, SMALL_SHAPES, published_shapes, random_ids
+from moespec.model_shapes import published_shapes
+from moespec.measure.ids import random_ids
 
 pytestmark = pytest.mark.cuda
 DEV = "cuda"

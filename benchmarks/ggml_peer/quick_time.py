@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/ggml_peer/quick_time.py                    # OLMoE, f32/bf16/q8_0, 3 reps
     .venv/bin/python benchmarks/ggml_peer/quick_time.py --fmts q8_0 --reps 5
 
-One interleaved run per format (moespec.bench.timing, a 256 MiB read flush before every call,
+One interleaved run per format (moespec.measure.timing, a 256 MiB read flush before every call,
 cold weights: the full layer is larger than the L3), random routing, round-robin over a
 ``torch.sum`` over 1 GiB (this run's read bandwidth), the peer at n = 1..9, and moespec's cpp dedup
 kernel at the same n. Prints ms per call and bandwidth on distinct expert bytes (U*b) over the
@@ -28,10 +28,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.ggml_peer import peer  # noqa: E402
-from moespec.bench import timing  # noqa: E402
+from moespec.measure import timing  # noqa: E402
 from moespec.kernels import ExpertWeights, expert_forward  # noqa: E402
-from moespec.kernels.shapes import random_ids  # noqa: E402
-from moespec.models import get_spec  # noqa: E402
+from moespec.measure.ids import random_ids  # noqa: E402
+from moespec.model_shapes import get_spec  # noqa: E402
 
 MOESPEC_FMT = {"f32": "f32", "bf16": "bf16", "q8_0": "int8_b32"}
 

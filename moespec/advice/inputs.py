@@ -277,7 +277,7 @@ def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float =
     coefficients, :func:`moespec.predict.fitted_layer_times`), plus the dense bytes D =
     ``dense_ratio`` m W read at the run's measured read bandwidth."""
     from moespec import predict
-    from moespec.models import get_spec
+    from moespec.model_shapes import get_spec
 
     paths_ = [folder / f for f in EXPERT_OP_FILES]
     fits = _read_csv(paths_[0], ["model", "layer", "kernel", "t_op", "c_u", "c_g", "c_t", "c_re"], "notebook 03's fits")
@@ -406,7 +406,7 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
     paper's) or the table's ``expert_bytes`` column; D = ``dense_ratio`` m W at the per-slot
     one-token bandwidth. ``eps``: the bandwidth error; for the published rows the paper's eps of
     the engine (labelled as theirs) when not given."""
-    from moespec.models import get_spec
+    from moespec.model_shapes import get_spec
     from moespec.tables.bandwidth import PAPER_LABEL
     from moespec.tables.theory import ENGINE_FORMAT, _preset_name, published_table1_path, read_table1
 

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from moespec.bench.timing import time_interleaved
+from moespec.measure.timing import time_interleaved
 from moespec.engine.speculative import ModelDraft, speculative_generate, summarize_steps
 
 
@@ -71,9 +71,9 @@ def draft_cost_sweep(engine, drafts: dict, prompts: list, ks, n_tokens: int, rep
     decoding (k = 0, knob NaN) on every prompt (module docstring). One row per run: prompt,
     draft_cost, k, rep, ref_GBps, the fields of :func:`summarize_steps`, and ``speedup``: its
     throughput over the median throughput of the same prompt's plain runs in the same bandwidth
-    regime (:func:`moespec.bench.regimes.classify` over the run's readings; all of the prompt's
+    regime (:func:`moespec.measure.regimes.classify` over the run's readings; all of the prompt's
     plain runs when that regime has none)."""
-    from moespec.bench.regimes import classify
+    from moespec.measure.regimes import classify
 
     ks = sorted({int(k) for k in ks if int(k) >= 1})
     if not ks:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from moespec.engine.switch import KernelExperts, Switch, moe_layers
-from moespec.models import MoESpec, get_spec
+from moespec.model_shapes import MoESpec, get_spec
 
 
 class ReplayRouting:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from moespec import paths
-from moespec.models import MoESpec, get_spec, register
+from moespec.model_shapes import MoESpec, get_spec, register
 
 KINDS = ("byte-faithful", "default", "replay")
 
@@ -189,7 +189,7 @@ def load_subject(model: str = "byte-faithful", profile: str = "full", device: st
     """Build the subject ``model`` (module docstring) for ``profile`` on ``device``.
 
     ``fmt``: the kernels' storage format ('' = int8_b32 for the byte-faithful and replay subjects,
-    else the model's own precision). ``like``: the published shape (a :mod:`moespec.models` name;
+    else the model's own precision). ``like``: the published shape (a :mod:`moespec.model_shapes` name;
     '' = OLMoE, or the quick stand-in in the quick profile). ``dtype``: the precision the
     checkpoints load in ('' = f32 for the trained models, the checkpoint's own for a path).
     ``layout``: the byte-faithful widening, ``"published"`` (experts embedded in the published

@@ -228,7 +228,7 @@ def analyse(items: list[OracleInputs], model, train: list[OracleInputs], test: l
     sequence and in total, the Lmax sweep (Figure 2), delta space (Figure 3), the alpha = 0
     ablation (Appendix B.4) with the four changed positions whose added token is likeliest, the
     online early-exit policy learned on ``train`` and scored on ``test``, and, with
-    ``kernel_models`` (name -> cost model, e.g. :func:`moespec.oracle.kernels.kernel_models`), the
+    ``kernel_models`` (name -> cost model, e.g. :func:`moespec.oracle.kernel_cost.kernel_models`), the
     oracle under paper 1's per-kernel costs beside this one."""
     solved = [solve(it, model) for it in items]
     points, quad, bound = delta_space(solved)

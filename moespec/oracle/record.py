@@ -98,7 +98,7 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     reads each selected expert once (as fused MoE kernels do), so verification time can follow the union.
     ``target_model`` may be a model or an existing ``moespec.engine.Engine``.
 
-    ``reference``: a :class:`moespec.bench.regimes.ReferenceRead` timed before each generation;
+    ``reference``: a :class:`moespec.measure.regimes.ReferenceRead` timed before each generation;
     its rounds carry the reading (``ref_GBps``), from which the bandwidth regime follows.
     ``drafter``: a drafter object to use instead of ``ModelDraft(draft_model)`` (e.g. an
     :class:`moespec.engine.OracleDraft` for a subject without a draft model; then ``repeats`` must be 1).

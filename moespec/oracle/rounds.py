@@ -35,7 +35,7 @@ class RoundRecord:
 
 ROUND_COLUMNS = [f.name for f in fields(RoundRecord)]
 #: Columns kept when present: ``ref_GBps``, the bandwidth of a same-round reference read
-#: (:mod:`moespec.bench.regimes`) taken before the round's generation.
+#: (:mod:`moespec.measure.regimes`) taken before the round's generation.
 OPTIONAL_COLUMNS = ["ref_GBps"]
 _FLOAT = ["T_T_ms", "T_D_ms", "ubar", "umax", "kv_use"]
 _INT = ["question_id", "K", "m", "round_idx", "L", "accepted"]

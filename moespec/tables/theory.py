@@ -10,7 +10,7 @@ import pandas as pd
 
 from moespec import paths
 from moespec import theory as th
-from moespec.models import get_spec
+from moespec.model_shapes import get_spec
 from moespec.tables.bandwidth import PAPER_LABEL
 
 #: Columns a Table-1 CSV must carry (paper 1, Table 1; :func:`moespec.tables.bandwidth.table1`).
@@ -74,7 +74,7 @@ def table1_step_times(df: pd.DataFrame, kmax: int = 8, dense_ratio: float = 0.0)
 
 
 def _preset_name(model: str) -> str:
-    from moespec.models import PRESETS
+    from moespec.model_shapes import PRESETS
 
     for name, spec in PRESETS.items():
         if model.lower() in (name, spec.paper_label.lower()):

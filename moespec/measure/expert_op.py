@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 
 from moespec import io, paths, provenance
-from moespec.bench import timing
-from moespec.bench.ids import chosen_ids, distinct, trace_windows, u_grid
-from moespec.models import MoESpec, get_spec
+from moespec.measure import timing
+from moespec.measure.ids import chosen_ids, distinct, trace_windows, u_grid
+from moespec.model_shapes import MoESpec, get_spec
 
 FIELDS = ["run_id", "model", "layer", "kind", "kernel", "backend", "fmt", "device", "n", "m", "N", "U",
           "expert_bytes", "requested_bytes", "pass_id", "window", "t_median_s", "t_q25_s", "t_q75_s",
