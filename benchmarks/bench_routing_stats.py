@@ -17,6 +17,7 @@ import argparse
 import time
 
 from moespec import io, paths, provenance
+from moespec.measure import protocols
 from moespec.measure.timing import time_interleaved
 from moespec.routing import bootstrap, byte_share, mean_union, reuse, synthetic
 
@@ -55,9 +56,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     record = {"provenance": provenance.full_record(),
               "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "results": {}}
-    hw = record["provenance"]["hardware"]["cpu"]
-    print(f"machine: {hw.get('cpu_model')} ({hw.get('logical_cpus')} logical CPUs), "
-          f"numpy {record['provenance']['versions']['numpy']}, commit {record['provenance']['git_commit']}")
+    print(protocols.machine_line(record["provenance"]))
     for N in args.experts:
         res = bench(N, args.repeats, args.resamples)
         record["results"][f"N={N}"] = res

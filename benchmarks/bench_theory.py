@@ -21,6 +21,7 @@ import numpy as np
 
 from moespec import io, paths, provenance
 from moespec import theory as th
+from moespec.measure import protocols
 from moespec.measure.timing import time_interleaved
 from moespec.tables import theory as tables
 
@@ -42,9 +43,7 @@ def main(argv=None) -> dict:
     a = np.random.default_rng(0).random(args.values)
     record = {"provenance": provenance.full_record(), "values": args.values, "kmax": args.kmax,
               "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "results": {}}
-    cpu = record["provenance"]["hardware"]["cpu"]
-    print(f"machine: {cpu.get('cpu_model')} ({cpu.get('logical_cpus')} logical CPUs), numpy "
-          f"{record['provenance']['versions']['numpy']}, commit {record['provenance']['git_commit']}")
+    print(protocols.machine_line(record["provenance"]))
     for name, V in step_vectors(args.kmax).items():
         st = th.staircase(V)
         far = np.min(np.abs(a[:, None] - np.asarray(st.breakpoints + (2.0,))[None, :]), axis=1) > 1e-9

@@ -108,8 +108,9 @@ def fit_one(kernel: str, n, m, U, b, t) -> dict:
     return out
 
 
-def predict(kernel: str, coefs: dict, n, m, U, b) -> np.ndarray:
-    """Fitted operation time of eq. (4)/(E.1) at passes (n, m, U, b)."""
+def fitted_time(kernel: str, coefs: dict, n, m, U, b) -> np.ndarray:
+    """Fitted operation time of eq. (4)/(E.1) at passes (n, m, U, b) (the prediction chain (22) of
+    :mod:`moespec.predict` builds on it)."""
     beta = np.array([coefs[c] for c in COEFS[kernel]], dtype=float)
     return design(kernel, n, m, U, b) @ beta
 

@@ -11,6 +11,8 @@ An expert is a SwiGLU block: gate and up ``[I, H]``, down ``[H, I]``, so ``3 * H
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import json
+from pathlib import Path
 from typing import Callable
 
 # --- storage formats: (bytes per block, weights per block) -----------------------------------
@@ -197,8 +199,6 @@ _CONFIG_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 def read_config(config) -> dict:
     """A transformers ``config.json`` as a dict: ``config`` is a dict, a path to the file, or a
     checkpoint folder holding it. Multimodal configs are reduced to their ``text_config``."""
-    import json
-    from pathlib import Path
 
     if isinstance(config, dict):
         cfg = dict(config)

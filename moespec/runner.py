@@ -24,20 +24,22 @@ cell), the manifest says ``"status": "interrupted"`` with the notebook and cell,
 from __future__ import annotations
 
 import ast
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 import datetime as _dt
 import fcntl
 import json
 import os
+from pathlib import Path
 import shutil
 import signal
 import socket
 import sys
 import threading
 import time
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from tqdm.auto import tqdm
 
 from . import io, paths, provenance
 
@@ -424,7 +426,6 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
                 "data_dir": str(paths.data_dir() if publish else run_dir / "data"),
                 "command": " ".join(sys.argv), **provenance.full_record(), "notebooks": []}
     io.write_json(manifest_path, manifest)
-    from tqdm.auto import tqdm
 
     bar = tqdm(notebooks, desc=f"moespec reproduce ({profile})", unit="notebook", disable=not progress)
     current = None

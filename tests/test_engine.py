@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from moespec.engine import (Engine, FakeTarget, ModelDraft, OracleDraft, Switch, speculative_generate,
+from fakes import FakeTarget
+from moespec.engine import (Engine, ModelDraft, OracleDraft, Switch, speculative_generate,
                             speculative_step, summarize_steps)
 from moespec.engine.runs import greedy_agreement, oracle_sweep, real_draft_sweep
 from moespec.engine.verify import measure_verify_times, summarize_verify

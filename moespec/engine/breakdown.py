@@ -24,9 +24,13 @@ import resource
 
 import numpy as np
 import pandas as pd
-import torch
 from torch import nn
+import torch
 
+from moespec.engine.speculative import ModelDraft
+from moespec.engine.switch import moe_layers
+from moespec.kernels import expert_forward
+from moespec.measure.regimes import ReferenceRead
 from moespec.measure.timing import time_interleaved, timer_for
 
 
@@ -40,7 +44,6 @@ class ZeroExperts(nn.Module):
 def capture_expert_inputs(engine, ids) -> list[tuple]:
     """Run one pass of ``ids`` and return, per MoE layer, the kernel's arguments ``(x, ids,
     gates)`` (x padded as :class:`KernelExperts` pads it); the cache is cropped back."""
-    from moespec.engine.switch import moe_layers
 
     got, handles = {}, []
     for layer in moe_layers(engine.model):
@@ -64,9 +67,6 @@ def capture_expert_inputs(engine, ids) -> list[tuple]:
 
 
 def _callables(name: str, subject, prompt, n_values, dedup_kernels: bool) -> dict:
-    from moespec.engine.speculative import ModelDraft
-    from moespec.engine.switch import moe_layers
-    from moespec.kernels import expert_forward
 
     eng = subject.engine
     d = len(prompt)
@@ -130,7 +130,6 @@ def decode_breakdown(subjects: dict, prompts: dict, n_values=(1, 8), reps: int =
     (the cache depth is the prompt's length). Returns one row per (subject, component, pass) with
     the median and quartiles in seconds and, per subject, the derived rows ``rest`` (step minus
     experts), ``expert_share`` and ``draft_ratio`` (n = 1); ``read`` rows carry the bandwidth."""
-    from moespec.measure.regimes import ReferenceRead
 
     if 1 not in n_values:
         raise ValueError(f"n_values must include 1 (the decode step); got {n_values}")

@@ -8,8 +8,12 @@ import dataclasses
 
 import numpy as np
 
+from moespec.corpus import segments
 from moespec.engine.switch import KernelExperts, moe_layers
+from moespec.measure.expert_op import BenchConfig, run
 from moespec.model_shapes import MoESpec, register
+from moespec.model_shapes import spec_from_config
+from moespec.routing import RoutingTrace
 
 
 def engine_spec(engine, name: str) -> MoESpec:
@@ -23,7 +27,6 @@ def engine_spec(engine, name: str) -> MoESpec:
     n_exp, hidden, inter = w.shape
     shared, shared_i, dense_i = 0, 0, 0
     if getattr(cfg, "n_shared_experts", None):
-        from moespec.model_shapes import spec_from_config
 
         full = spec_from_config(cfg.to_dict())
         shared, shared_i = full.num_shared_experts, full.shared_intermediate
@@ -51,8 +54,6 @@ def record_trace(engine, docs: list, context: int, source: str):
     """Routing of ``docs`` (token arrays) recorded by teacher forcing through the engine, each
     document in consecutive segments of at most ``context`` tokens (each segment its own
     document, as :func:`moespec.corpus.segments`); returns a RoutingTrace."""
-    from moespec.corpus import segments
-    from moespec.routing import RoutingTrace
 
     out = []
     for doc in docs:
@@ -70,7 +71,6 @@ def bench_engine(engine, name: str, trace, out_dir=None, progress: bool = True, 
     """Run :func:`moespec.measure.expert_op.run` on the engine's layers with their real weights and
     the windows of ``trace``; ``config`` overrides :class:`BenchConfig` fields; ``out_dir``: the
     benchmark's folder (default ``paths.expert_op_dir()``, the run's). Returns the run folder."""
-    from moespec.measure.expert_op import BenchConfig, run
 
     engine_spec(engine, name)
     fields = {f.name for f in dataclasses.fields(BenchConfig)}

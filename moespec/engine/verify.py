@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from moespec.measure.regimes import classify, dominant, regime_summary, split_point
 from moespec.measure.timing import MachineMonitor
 
 
@@ -107,7 +108,6 @@ def bootstrap_medians(groups: list[np.ndarray], n_boot: int = 2000, seed: int = 
 def with_regimes(rows: pd.DataFrame, threshold: float | None = None) -> pd.DataFrame:
     """``rows`` with a ``regime`` column from their same-round reference reads (``ref_GBps``;
     :func:`moespec.measure.regimes.classify`; one regime when there is no reading)."""
-    from moespec.measure.regimes import classify
 
     bw = rows["ref_GBps"] if "ref_GBps" in rows else pd.Series(np.nan, index=rows.index)
     if bw.isna().all():
@@ -161,7 +161,6 @@ def regime_summaries(rows: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
     less than ``min_share`` of its repetitions in that regime keeps all its rows there (``info``
     says which). ``all_rows`` summarizes every row; ``info`` holds the threshold, the dominant
     regime, per-regime counts and bandwidths, and per depth the regime used."""
-    from moespec.measure.regimes import dominant, regime_summary, split_point
 
     bw = rows["ref_GBps"].to_numpy(float) if "ref_GBps" in rows else np.full(len(rows), np.nan)
     threshold = None if np.isnan(bw).all() else split_point(bw[~np.isnan(bw)])

@@ -24,16 +24,21 @@ reason, when it cannot.
 
 from __future__ import annotations
 
+import argparse
 import os
+from pathlib import Path
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import threading
 import zlib
-from pathlib import Path
+
+import torch
 
 from moespec import paths
+from moespec.kernels import fake
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = sorted((CSRC / "cpu").glob("*.cpp"))
@@ -72,7 +77,6 @@ def missing_requirements(cuda: bool = False) -> list[str]:
     if not py_inc or not (Path(py_inc) / "Python.h").exists():
         missing.append(f"Python headers (Python.h under {py_inc}; install python3-dev)")
     if cuda:
-        import torch
         from torch.utils.cpp_extension import CUDA_HOME
         if torch.version.cuda is None:  # (a CPU-only torch also leaves CUDA_HOME unset)
             missing.append(f"a CUDA build of torch (torch {torch.__version__} is CPU-only; "
@@ -112,7 +116,6 @@ def cxx_runtime_problem() -> str | None:
     if cxx in _cxx_checked:
         return _cxx_checked[cxx]
     problem = None
-    import torch
 
     torch_lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
     torch_needed = _elf_needed(torch_lib) if torch_lib.exists() else None
@@ -165,7 +168,6 @@ def load_cpu():
             stamp = f"-DMOESPEC_CPU_HEADERS={headers_digest('cpu')}"
             module = _build("moespec_cpu", CPU_SOURCES, cuda=False, python_module=True,
                             extra_cflags=CPU_CFLAGS + [stamp], extra_ldflags=["-fopenmp"])
-            from moespec.kernels import fake
 
             fake.register()
             _loaded["cpu"] = module
@@ -229,7 +231,6 @@ def available(backend: str) -> bool:
     """Whether ``backend`` ('cpp' or 'cuda') builds and loads here (builds it if needed). A failed
     build is remembered for the process (:func:`build_error`; it is not tried again) and answers
     False, unless the backend is :func:`required`: then the :class:`ExtensionBuildError` is raised."""
-    import torch
 
     if backend not in ("cpp", "cuda"):
         return backend == "torch"
@@ -257,8 +258,6 @@ def available(backend: str) -> bool:
 def main(argv=None) -> int:
     """``python -m moespec.kernels [cpp|cuda]``: build (or load the cached build) now; print
     where it is, or the reason it failed, and exit 1 then. CI runs this before the tests."""
-    import argparse
-    import sys
 
     parser = argparse.ArgumentParser(prog="python -m moespec.kernels", description="build the moespec extension now")
     parser.add_argument("backend", nargs="?", choices=("cpp", "cuda"), default="cpp")

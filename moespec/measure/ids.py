@@ -66,11 +66,6 @@ def chosen_ids(n: int, m: int, num_experts: int, U: int, rng: np.random.Generato
     return ids
 
 
-def distinct(ids: np.ndarray) -> int:
-    """U: the number of distinct experts a pass's ids ``[n, m]`` name."""
-    return int(np.unique(np.asarray(ids)).size)
-
-
 def trace_windows(docs, layer: int | None, n: int, count: int,
                   rng: np.random.Generator) -> list[tuple[int, int, np.ndarray]]:
     """``count`` windows of ``n`` consecutive tokens of MoE layer ``layer``, drawn uniformly from

@@ -22,19 +22,25 @@ gigabytes), so no flush is needed: each layer evicts the one before. Rows go to 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import dataclasses
 import datetime as _dt
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
+import torch
+from tqdm.auto import tqdm
 
 from moespec import io, paths, provenance
+from moespec.kernels import ExpertWeights, build, expert_forward
 from moespec.measure import timing
-from moespec.measure.ids import distinct, trace_windows
+from moespec.measure import cuda_peers
+from moespec.measure.expert_op import routing_for
+from moespec.measure.ids import trace_windows
 from moespec.model_shapes import get_spec
+from moespec.routing.stats import pass_union
 
 FIELDS = ["model", "fmt", "device", "layers", "n", "m", "N", "window", "doc", "start", "U_mean", "kernel", "mode",
           "bytes", "t_s", "t_q25_s", "t_q75_s", "beta_GBps", "t_read_s", "beta_read_GBps", "of_read", "routing",
@@ -78,9 +84,7 @@ class StackConfig:
 def layer_call(kernel: str, device: str) -> Callable:
     """``f(x, ids, gates, weights) -> y`` for one layer: on a GPU the op itself (no per-call checks,
     no host sync: capturable in a CUDA graph); on the CPU ``expert_forward`` with the C++ backend."""
-    import torch
 
-    from moespec.kernels import expert_forward
 
     if str(device).startswith("cuda"):
         op = {"slot": torch.ops.moespec.expert_slot, "dedup": torch.ops.moespec.expert_dedup}[kernel]
@@ -103,12 +107,7 @@ def stack_pass(kernel: str, device: str, x, ids_layers, gates_layers, weights) -
 
 def run(config: StackConfig, out_dir: Path | None = None, progress: bool = True) -> Path:
     """Measure the layer stack; returns the run folder (``rows.csv``, ``report.md``, ``provenance.json``)."""
-    import torch
-    from tqdm.auto import tqdm
 
-    from moespec.measure import cuda_peers
-    from moespec.measure.expert_op import routing_for
-    from moespec.kernels import ExpertWeights, build
 
     cuda = str(config.device).startswith("cuda")
     if cuda:
@@ -147,7 +146,7 @@ def run(config: StackConfig, out_dir: Path | None = None, progress: bool = True)
                           for layer in range(L)]
             gates_layers = [torch.softmax(torch.randn((n, m), generator=gen, device=config.device), dim=1)
                             for _ in range(L)]
-            U = [distinct(ids_nlm[:, layer, :]) for layer in range(L)]
+            U = [pass_union(ids_nlm[:, layer, :], N) for layer in range(L)]
             calls, timers, flags = {}, {}, []
             for kernel in KERNELS:
                 fn = stack_pass(kernel, config.device, x, ids_layers, gates_layers, weights)

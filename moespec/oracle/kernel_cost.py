@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from moespec import paths
+from moespec import fit
+from moespec.measure.expert_op import load_rows
 
 from .cost import CostModel, KernelCostModel
 
@@ -18,8 +20,6 @@ from .cost import CostModel, KernelCostModel
 def bench_bandwidths(prefer=("default", "olmoe"), folder: Path | None = None) -> dict | None:
     """Median over n of beta_slot and beta_dedup (GB/s) of the newest benchmark run of the first
     model in ``prefer`` that has one; None when no run is on disk."""
-    from moespec import fit
-    from moespec.measure.expert_op import load_rows
 
     folder = Path(folder) if folder else paths.expert_op_dir()
     runs = sorted(p for p in folder.glob("*") if (p / "rows.csv").is_file()) if folder.is_dir() else []

@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import dataclass
 import gzip
 import json
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
+import re
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from moespec.model_shapes import spec_from_config
 from moespec.routing.trace import RoutingTrace
 
 ENGINES = ("vllm", "sglang")
@@ -302,7 +303,6 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
                 dense_layers="auto", tokens: str = "all", source: str | None = None,
                 meta: dict | None = None) -> RoutingTrace:
     """A :class:`RoutingTrace` of engine sequences (see :func:`from_vllm` for the arguments)."""
-    from moespec.model_shapes import spec_from_config
 
     who = ENGINE_NAMES.get(engine, engine)
     if tokens not in TOKENS:
@@ -428,7 +428,6 @@ def from_sglang(responses: Iterable[Any], *, num_layers: int | None = None, top_
     if num_layers is None or top_k is None:
         if config is None:
             raise ValueError("SGLang's payload is flat: pass num_layers and top_k, or the model config")
-        from moespec.model_shapes import spec_from_config
 
         spec = spec_from_config(config)
         num_layers = num_layers if num_layers is not None else spec.num_layers

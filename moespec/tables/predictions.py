@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from moespec import paths
+from moespec.theory import expected_tokens
 
 OURS = "this run"
 PAPER = "paper 1, published (their hardware)"
@@ -96,7 +97,6 @@ def oracle_cells(runs: pd.DataFrame) -> pd.DataFrame:
     """The oracle grid per (d, k, a), pooled over prompts and repetitions: tokens per step against
     G_a(k), realized acceptance (accepted / (accepted + rejections)), median throughput, steps cut
     short (the batched verify argmax differs from the batch-one greedy token)."""
-    from moespec.theory import expected_tokens
 
     cells = runs.groupby(["d", "k", "a"]).agg(
         emitted=("emitted", "sum"), steps=("steps", "sum"), accepted=("accepted", "sum"),

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from moespec import paths
 from moespec import theory as th
-from moespec.model_shapes import get_spec
+from moespec.model_shapes import PRESETS, get_spec
 from moespec.tables.bandwidth import PAPER_LABEL
 
 #: Columns a Table-1 CSV must carry (paper 1, Table 1; :func:`moespec.tables.bandwidth.table1`).
@@ -74,7 +73,6 @@ def table1_step_times(df: pd.DataFrame, kmax: int = 8, dense_ratio: float = 0.0)
 
 
 def _preset_name(model: str) -> str:
-    from moespec.model_shapes import PRESETS
 
     for name, spec in PRESETS.items():
         if model.lower() in (name, spec.paper_label.lower()):

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ._checks import check_positive, check_step_times, check_unit_interval, harmonize, num
+from .speculation import throughput
 
 
 def _ratio(eps):
@@ -72,7 +73,6 @@ def separation_holds(V, a, delta) -> bool:
     """The separation condition of (20): (1+delta)/(1-delta) T_a(i) < T_a(k*) for every i != k*.
     When it holds, any V_hat within relative error delta has the same best draft length
     (paper 1, eq. (20); Appendix C, 'argmax agree')."""
-    from .speculation import throughput
 
     d = _delta(delta)
     T = throughput(V, a)
