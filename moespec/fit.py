@@ -149,7 +149,7 @@ def window_errors(fits: pd.DataFrame, rows: pd.DataFrame, ns=FIT_NS) -> pd.DataF
     parts = []
     for kernel, g in merged.groupby("kernel"):
         g = g.copy()
-        g["t_pred_s"] = [float(predict(kernel, r, r["n"], r["m"], r["U"], r["expert_bytes"])[0])
+        g["t_pred_s"] = [float(fitted_time(kernel, r, r["n"], r["m"], r["U"], r["expert_bytes"])[0])
                          for _, r in g.iterrows()]
         parts.append(g)
     out = pd.concat(parts)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import engine_fixtures as fx
-from moespec import models
+from moespec import model_shapes as models
 from moespec.cli import main as cli_main
 from moespec.routing import RoutingTrace, from_sglang, from_vllm, import_jsonl
 from moespec.routing.engines import decode_sglang
