@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 import time
+from pathlib import Path
 
 # Transparent huge pages for every torch allocation >= 2 MB (weights and the read-bandwidth buffer
 # alike, so the ratio stays fair): in this VM 4 KiB pages cost both about a third of their

@@ -10,8 +10,8 @@ An expert is a SwiGLU block: gate and up ``[I, H]``, down ``[H, I]``, so ``3 * H
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 

@@ -14,11 +14,11 @@ Arrays over pass sizes are indexed by n - 1 (column 0 is n = 1); arrays over dra
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import hashlib
 import json
-from pathlib import Path
 import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd

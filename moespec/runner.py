@@ -24,19 +24,19 @@ cell), the manifest says ``"status": "interrupted"`` with the notebook and cell,
 from __future__ import annotations
 
 import ast
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 import datetime as _dt
 import fcntl
 import json
 import os
-from pathlib import Path
 import shutil
 import signal
 import socket
 import sys
 import threading
 import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from tqdm.auto import tqdm

@@ -31,15 +31,15 @@ Grid file (TOML or JSON)::
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 import datetime as _dt
 import hashlib
 import itertools
 import json
 import os
-from pathlib import Path
 import threading
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from moespec.measure import cuda_peers
 from moespec.kernels import ExpertWeights, reference_forward
+from moespec.measure import cuda_peers
 from moespec.measure.ids import random_ids
 
 CEILING = {"f32": 1e-5, "bf16": 2e-2, "int8_b32": 3e-2}

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from moespec.measure import layer_stack
 from moespec.kernels import ExpertWeights, reference_forward
+from moespec.measure import layer_stack
 
 
 def test_stack_pass_runs_each_layer_on_its_routing():

@@ -10,12 +10,12 @@ import re
 import subprocess
 import sys
 
+import kernel_cases
 import numpy as np
 import pytest
 import torch
-
-import kernel_cases
 from kernel_cases import CEILING, check, skip_if_absent
+
 from moespec import paths
 from moespec.kernels import ExpertWeights, build, dispatch, reference
 from moespec.measure.ids import random_ids

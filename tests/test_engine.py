@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from fakes import FakeTarget
+
 from moespec.engine import (Engine, ModelDraft, OracleDraft, Switch, speculative_generate,
                             speculative_step, summarize_steps)
 from moespec.engine.runs import greedy_agreement, oracle_sweep, real_draft_sweep

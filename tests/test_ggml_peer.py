@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 
-from kernel_cases import CEILING, FORMATS, rel_err
 import numpy as np
 import pytest
 import torch
+from kernel_cases import CEILING, FORMATS, rel_err
 
 from moespec.kernels import ExpertWeights, reference_forward
 from moespec.measure import ggml_peer as peer

@@ -8,12 +8,12 @@ import functools
 import numpy as np
 import pytest
 import torch
-
 from kernel_cases import (BACKENDS, CEILING, FORMATS, KERNELS, ODD_SHAPES, SMALL_SHAPES, check, rel_err,
                           skip_if_absent)
+
 from moespec.kernels import ExpertWeights, expert_forward, reference_forward, torch_dedup
-from moespec.model_shapes import published_shapes
 from moespec.measure.ids import random_ids
+from moespec.model_shapes import published_shapes
 
 
 def _case(shape, fmt, n, seed, gates=True):

@@ -20,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from kernel_cases import FORMATS, KERNELS, ODD_SHAPES, SMALL_SHAPES, check
+
 from moespec.kernels import ExpertWeights, expert_forward
-from moespec.model_shapes import published_shapes
 from moespec.measure.ids import random_ids
+from moespec.model_shapes import published_shapes
 
 pytestmark = pytest.mark.cuda
 DEV = "cuda"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from kernel_cases import BACKENDS, FORMATS, KERNELS, skip_if_absent
+
 from moespec.kernels import ExpertWeights, expert_forward
 from moespec.measure.ids import random_ids
 

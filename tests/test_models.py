@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-
 from moespec.model_shapes import FORMATS, PRESETS, MoESpec, format_bytes, get_spec, llama_cpp_use_more_bits
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import synthetic_rounds
 
 from moespec.oracle import regression as R
-from fakes import synthetic_rounds
 from moespec.oracle.rounds import ubar, validate_rounds
 from moespec.routing.stats import union_sizes
 

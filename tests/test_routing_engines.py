@@ -7,10 +7,10 @@ import base64
 import json
 import struct
 
+import engine_fixtures as fx
 import numpy as np
 import pytest
 
-import engine_fixtures as fx
 from moespec import model_shapes as models
 from moespec.cli import main as cli_main
 from moespec.routing import RoutingTrace, from_sglang, from_vllm, import_jsonl

@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-from pathlib import Path
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
+from pathlib import Path
 
 from moespec import paths
 

@@ -16,8 +16,8 @@ draft time) is an argument with a stated default, and each such choice is listed
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np

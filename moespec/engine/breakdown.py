@@ -24,8 +24,8 @@ import resource
 
 import numpy as np
 import pandas as pd
-from torch import nn
 import torch
+from torch import nn
 
 from moespec.engine.speculative import ModelDraft
 from moespec.engine.switch import moe_layers

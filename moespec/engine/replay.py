@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 import psutil
-from torch import nn
 import torch
+from torch import nn
 
 from moespec.engine.switch import KernelExperts, Switch, moe_layers
 from moespec.engine.target import Engine

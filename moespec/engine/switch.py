@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from torch import nn
 import torch
+from torch import nn
 
 from moespec.kernels import ExpertWeights, expert_forward
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 import shutil
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import sysconfig
 import tempfile
 import threading
 import zlib
+from pathlib import Path
 
 import torch
 

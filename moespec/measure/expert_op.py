@@ -14,11 +14,11 @@ Run folder: ``<out_dir>/<run_id>/rows.csv`` and ``provenance.json``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import dataclasses
 import datetime as _dt
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 

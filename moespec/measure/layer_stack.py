@@ -22,9 +22,9 @@ gigabytes), so no flush is needed: each layer evicts the one before. Rows go to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import dataclasses
 import datetime as _dt
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 

@@ -12,13 +12,11 @@ importing this module makes no CUDA call). Tests inject a fake clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import numpy as np
-import psutil
-import torch
 
 #: Bytes written and read between timed passes (paper 1, Appendix E: "the same 256 MiB cache flush").
 FLUSH_BYTES = 256 * 2**20
@@ -89,6 +87,7 @@ class CudaTimer:
     def _record(self, fn: Callable[[], object], before: Callable[[], object] | None = None) -> tuple[float, float]:
         """(GPU nanoseconds between the events around ``fn``, host seconds spent enqueueing them
         and ``fn``); ``before`` is enqueued ahead of the start event."""
+        import torch
 
         if self._events is None:
             self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -125,6 +124,7 @@ class QueuedCudaTimer(CudaTimer):
         self.spin_s, self.overruns = None, 0
 
     def _spin(self) -> None:
+        import torch
 
         torch.cuda._sleep(self.spin_cycles)
 
@@ -151,6 +151,7 @@ class CacheFlush:
     def __call__(self) -> None:
         if self.nbytes == 0:
             return
+        import torch
 
         if self._buf is None:
             self._buf = torch.zeros(self.nbytes // 4, dtype=torch.int32, device=self.device)
@@ -267,6 +268,7 @@ class MachineMonitor:
         return int(self.device.split(":")[1]) if ":" in self.device else 0
 
     def __enter__(self) -> "MachineMonitor":
+        import psutil
 
         self._proc = psutil.Process()
         self._swap0 = psutil.swap_memory()
@@ -278,6 +280,7 @@ class MachineMonitor:
         return self
 
     def __exit__(self, *exc) -> None:
+        import psutil
 
         wall = time.perf_counter() - self._t0
         swap1, cpu1, own1 = psutil.swap_memory(), psutil.cpu_times(), self._proc.cpu_times()
@@ -304,6 +307,7 @@ def read_bandwidth_callable(nbytes: int = 2**30, device: str = "cpu") -> tuple[C
     """A callable that reads ``nbytes`` of memory once (``torch.sum`` over an fp32 buffer), and
     the bytes it reads: the machine's measured read bandwidth, the reference line of Figure 2.
     Time it with :func:`time_interleaved` beside the kernels, so that it sees the same drift."""
+    import torch
 
     numel = max(1, int(nbytes) // 4)
     buf = torch.ones(numel, dtype=torch.float32, device=device)

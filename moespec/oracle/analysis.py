@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 
 from .bellman import PolicyValue, bellman, evaluate_policy, expected_cost, fixed_policy, q_values
-from .transitions import acceptance_probs
 from .cost import CostModel, cost_ar, cost_matrix
 from .delta import boundary_slope, delta_points, quadrant_counts
 from .junk import OracleInputs
 from .policy import EarlyExitPolicy, mean_union_by_k
 from .regression import Fit, coefficient
+from .transitions import acceptance_probs
 
 
 def cost_model_from_fits(target_fit: Fit, draft_fit: Fit, label: str = "fitted") -> CostModel:

@@ -8,9 +8,9 @@ and Ubar_r of eq. (5) read from the target's routers during that pass (``hf.Rout
 
 from __future__ import annotations
 
-from dataclasses import asdict
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd

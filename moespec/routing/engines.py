@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
 import gzip
 import json
 import os
-from pathlib import Path
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np

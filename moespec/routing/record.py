@@ -19,13 +19,15 @@ context is an error (cut it explicitly with :func:`moespec.corpus.segments`).
 from __future__ import annotations
 
 import inspect
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from moespec.routing.trace import RoutingTrace
+
+if TYPE_CHECKING:  # torch is imported where a model is recorded: the routing statistics stay numpy-only
+    import torch
 
 #: model_type -> class name of the router module whose output[2] holds the top-k expert ids.
 ROUTER_CLASSES: dict[str, str] = {
@@ -124,6 +126,7 @@ def context_length(model) -> int | None:
 
 
 def _as_ids(doc: Any, index: int, vocab: int | None) -> "torch.Tensor":
+    import torch
 
     arr = np.asarray(doc.cpu() if isinstance(doc, torch.Tensor) else doc)
     if arr.ndim != 1 or arr.size == 0:
@@ -157,6 +160,7 @@ def record(model, documents: Sequence[Any], *, chunk_size: int | None = None,
         RoutingTrace with documents ``[T, L, m]`` (L = MoE layers) of expert ids.
     """
     # torch and transformers are imported here, not with moespec.routing (statistics need neither)
+    import torch
     from transformers import DynamicCache
 
     if len(documents) == 0:

@@ -13,8 +13,8 @@ sums) instead of recomputing anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
