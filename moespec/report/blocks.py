@@ -65,7 +65,12 @@ def frame_table(df: pd.DataFrame, digits: int = 3) -> str:
     """A DataFrame as a Markdown table, floats to ``digits`` decimals, NaN as empty."""
     def cell(v):
         if isinstance(v, float):
-            return "" if math.isnan(v) else (f"{v:.{digits}f}" if abs(v) < 1e6 else f"{v:.4g}")
+            if math.isnan(v):
+                return ""
+            if abs(v) >= 1e6:
+                return f"{v:.4g}"
+            text = f"{v:.{digits}f}"
+            return text.rstrip("0").rstrip(".") if "." in text else text
         return str(v)
     return md_table([str(c) for c in df.columns], [[cell(v) for v in row] for row in df.itertuples(index=False)])
 
@@ -130,7 +135,7 @@ def notebook_times(run: RunFiles) -> str:
             f"{', '.join(parts)}; {total / 60:.1f} min in all.")
 
 
-@block("table")
+@block("table", "{file}")
 def table(run: RunFiles, file: str, columns: str = "", digits: str = "3") -> str:
     """Any table of the run as it is (``columns``: a comma-separated subset, in that order)."""
     df = run.csv(file)
@@ -659,3 +664,72 @@ def build_compare(run: RunFiles, file: str) -> str:
             + (f"; flagged {flags}" if flags else "") + "):\n\n"
             + md_table(["format", "kernel", "time new/base, geometric mean over n", "range over n = 1..9",
                         "new: share of read", "base: share of read"], rows))
+
+
+@block("theory-timings")
+def theory_timings(run: RunFiles, file: str) -> str:
+    """benchmarks/bench_theory.py's record as a table: every function and step-time vector."""
+    rec = _bench_record(run, file)
+    names = [k for k in next(iter(rec["results"].values())) if isinstance(next(iter(rec["results"].values()))[k], dict)]
+    rows = []
+    for vec, res in rec["results"].items():
+        rows.append([vec] + [f"{1e3 * res[k]['t_median_s']:.2f} ms ({1e3 * res[k]['t_q25_s']:.2f}–"
+                             f"{1e3 * res[k]['t_q75_s']:.2f})" for k in names])
+    return (f"k*(a) for {rec['values']:,} acceptance values with kmax = {rec['kmax']} (`{file}`, {rec['date_utc']} UTC, "
+            f"{machine(rec['provenance'])}, numpy {rec['provenance']['versions'].get('numpy')}):\n\n"
+            + md_table(["step time"] + [f"`{k}`" for k in names], rows))
+
+
+@block("advise-summary", "06_curves.csv")
+def advise_summary(run: RunFiles, a: str = "0.7") -> str:
+    """``moespec advise RUN -a A``'s decision in one sentence."""
+    res = advice.advise(run.tables, [float(a)])
+    rec, dd = res["acceptance"][0]["recommended"], res["dedup"]
+    return (f"`moespec advise figures -a {a}` says: deduplication is faster from n = {dd['from_n']} (earliest "
+            f"{dd['earliest_n']}, guaranteed by (18) from n = {dd['guaranteed_from_n']}), k = {rec['k']} with the "
+            f"{rec['engine_name']} at a predicted speedup of {num(rec['speedup'])} [{num(rec['speedup_lo'])}, "
+            f"{num(rec['speedup_hi'])}].")
+
+
+@block("fit-intercepts", "03_fit_coefficients.csv", "03_window_errors.csv")
+def fit_intercepts(run: RunFiles) -> str:
+    """The fits' intercepts t_op against the operation times they describe (notebook 03)."""
+    fits = run.csv("03_fit_coefficients.csv")
+    win = run.csv("03_window_errors.csv")
+    return (f"The fits' intercepts t_op are {span(1e3 * fits['t_op'], 2)} ms against operation times of "
+            f"{span(1e3 * win['t_median_s'], 1)} ms (`03_fit_coefficients.csv`, `03_window_errors.csv`): the operation "
+            f"here is nearly pure bandwidth, with little fixed cost.")
+
+
+@block("decode-breakdown")
+def decode_breakdown(run: RunFiles, stamp: str, folder: str = "benchmarks/results/breakdown") -> str:
+    """benchmarks/bench_decode_breakdown.py: where a decode step's time goes, per subject."""
+    sh = run.repo_csv(f"{folder}/{stamp}_shares.csv")
+    prov = run.repo_json(f"{folder}/{stamp}_provenance.json")
+    rows = [[r.subject, num(r.step_ms, 2), num(r.experts_ms, 2), num(r.expert_share), num(r.step_without_experts_ms, 2),
+             num(r.draft_ratio), num(r.memory_held_GiB, 2)] for r in sh.itertuples()]
+    args = prov.get("args", {})
+    load = prov.get("load_average", prov.get("load_average_1_5_15"))
+    ratio = None
+    names = list(sh["subject"])
+    if "byte-faithful" in names and "byte-faithful-intermediate" in names:
+        s = sh.set_index("subject")
+        ratio = s.loc["byte-faithful-intermediate", "experts_ms"] / s.loc["byte-faithful", "experts_ms"]
+    return (f"Run `{folder}/{stamp}_*` ({when(prov.get('started', '?')[:19])}, {machine(prov)}, read "
+            f"{span(sh['read_GBps'], 1)} GB/s, {args.get('reps')} repetitions, {args.get('threads')} thread; "
+            f"{sh['label'].iloc[0]}"
+            + (f"; load average {load}" if load else "") + "):\n\n"
+            + md_table(["subject", "step (ms)", "expert op. (ms)", "expert share", "step without experts (ms)",
+                        "draft token / step", "memory held (GiB)"], rows)
+            + f"\n\nPeak memory of that process (all subjects built): {span(sh['peak_memory_GiB'], 1)} GiB."
+            + (f" The same expert bytes laid out with only I widened took {ratio:.1f}x the published layout's time."
+               if ratio is not None else ""))
+
+
+@block("prediction-tables", "06_table4_preregistered.csv", "06_table7_error.csv")
+def prediction_tables(run: RunFiles) -> str:
+    """Notebook 06's Table 4 and Table 7 rows of this run (the paper's rows are in the CSVs)."""
+    t4 = _ours(run.csv("06_table4_preregistered.csv")).drop(columns=["source"], errors="ignore")
+    t7 = _ours(run.csv("06_table7_error.csv")).drop(columns=["source"], errors="ignore")
+    return ("Table 4 (`06_table4_preregistered.csv`, this run's rows):\n\n" + frame_table(t4, 3)
+            + "\n\nTable 7 (`06_table7_error.csv`, this run's rows):\n\n" + frame_table(t7, 3))
