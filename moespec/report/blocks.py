@@ -733,3 +733,31 @@ def prediction_tables(run: RunFiles) -> str:
     t7 = _ours(run.csv("06_table7_error.csv")).drop(columns=["source"], errors="ignore")
     return ("Table 4 (`06_table4_preregistered.csv`, this run's rows):\n\n" + frame_table(t4, 3)
             + "\n\nTable 7 (`06_table7_error.csv`, this run's rows):\n\n" + frame_table(t7, 3))
+
+
+@block("gpu-overhead-fit")
+def gpu_overhead_fit(run: RunFiles, file: str, model: str = "olmoe", goal: str = "0.85") -> str:
+    """The legacy CUDA kernels' fixed cost and streaming rate from a GPU run's n = 1 rows
+    (:mod:`moespec.measure.overhead_fit`), and the fixed cost a per-slot bf16 call of ``model`` may
+    have to reach ``goal`` of the read at n = 1."""
+    from moespec.measure.overhead_fit import fit, markdown, read_rows
+
+    rows = read_rows(run.repo_path(file))
+    fits = fit(rows)
+    if not fits:
+        raise ReportError(f"{file}: no f32 and bf16 rows at n = 1 to fit")
+    slot = [f for f in fits if f["kernel"] == "slot"]
+    dedup = [f for f in fits if f["kernel"] == "dedup"]
+    df = run.repo_csv(file)
+    read = float(df["beta_read_GBps"].median()) * 1e9
+    one = df[(df.model == model) & (df.fmt == "bf16") & (df.n == 1)].iloc[0]
+    nbytes, g = float(one["slot_bytes"]), float(goal)
+    t_goal, t_bytes = nbytes / (g * read), nbytes / read
+    return (markdown(fits) + f"\n\n(`{file}`, through `benchmarks/gpu_overhead_fit.py`.) The extra bytes stream at "
+            f"{span([f['beta_GBps'] / 1e3 for f in fits], 1)} TB/s, the read bandwidth of the same run "
+            f"{read / 1e12:.1f} TB/s: the legacy kernels are not slow at streaming; a fixed cost of "
+            f"{span([f['a_us'] for f in slot], 0)} us per call ({span([f['a_us'] for f in dedup], 0)} us for dedup) is "
+            f"{span([100 * f['a_share_bf16'] for f in fits], 0)} % of a bf16 call. For {goal} of the read at n = 1 "
+            f"({model} bf16: {nbytes / 1e6:.1f} MB in at most {1e6 * t_goal:.1f} us at {read / 1e12:.1f} TB/s, of which "
+            f"{1e6 * t_bytes:.1f} us is the bytes at the read rate) the fixed cost must fall to about "
+            f"{1e6 * (t_goal - t_bytes):.0f} us.")
