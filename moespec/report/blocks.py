@@ -131,7 +131,7 @@ def notebook_times(run: RunFiles) -> str:
     man = run.manifest
     parts = [f"{nb['name'][:2]} {nb['wall_s']:.0f} s" for nb in man.get("notebooks", []) if nb.get("wall_s") is not None]
     total = sum(nb.get("wall_s") or 0 for nb in man.get("notebooks", []))
-    return (f"Notebook wall times of that run ({when(man.get('started'))}, models, traces and paper-2 inputs cached): "
+    return (f"Notebook wall times of that run ({when(man.get('started'))}): "
             f"{', '.join(parts)}; {total / 60:.1f} min in all.")
 
 
@@ -297,7 +297,7 @@ def kernel_blocks(run: RunFiles, runs: str, folder: str = "benchmarks/results/ke
     blocks = df.groupby(["run", "model", "fmt"], sort=False).agg(read=("read_GBps", "first"),
                                                                  flags=("flags", "first")).reset_index()
     blocks["regime"] = classify(blocks["read"].to_numpy(float))
-    blocks["steady"] = ~blocks["flags"].fillna("").astype(str).str.contains("read_unsteady")
+    blocks["steady"] = ~blocks["flags"].apply(lambda v: isinstance(v, str) and "read_unsteady" in v)
     return df.merge(blocks[["run", "model", "fmt", "regime", "steady"]], on=["run", "model", "fmt"])
 
 
@@ -761,3 +761,97 @@ def gpu_overhead_fit(run: RunFiles, file: str, model: str = "olmoe", goal: str =
             f"({model} bf16: {nbytes / 1e6:.1f} MB in at most {1e6 * t_goal:.1f} us at {read / 1e12:.1f} TB/s, of which "
             f"{1e6 * t_bytes:.1f} us is the bytes at the read rate) the fixed cost must fall to about "
             f"{1e6 * (t_goal - t_bytes):.0f} us.")
+
+
+_KERNEL_TABLES = (
+    ("r(n) = beta_dedup / beta_slot (paired per round)", "dedup", "cpp", "r_n"),
+    ("per-slot beta / read bandwidth (requested bytes n*m*b)", "slot", "cpp", "beta_over_read"),
+    ("dedup beta / read bandwidth (distinct bytes U*b)", "dedup", "cpp", "beta_over_read"),
+    ("ggml MUL_MAT_ID beta / read bandwidth (distinct bytes, ggml's own b)", "dedup", "ggml", "beta_over_read"),
+    ("moespec dedup / ggml MUL_MAT_ID, effective bandwidth (paired per round)", "dedup", "cpp", "dedup_over_ggml"),
+)
+
+
+@block("kernel-run-tables")
+def kernel_run_tables(run: RunFiles, runs: str) -> str:
+    """bench_kernels.py runs block by block: the read, the regime (``unsteady`` for a block whose
+    reads changed regime) and, per n, r(n), the shares of the read and the peer's."""
+    df = kernel_blocks(run, runs)
+    df["label"] = np.where(df["steady"], df["regime"], "unsteady")
+    if "protocol" in df.columns:
+        df["label"] = df["label"] + np.where(df["protocol"].fillna("cold") == "warm-code", ", warm-code", "")
+    keys = ["model", "fmt", "label", "run"]
+    blocks = df.drop_duplicates(["run", "model", "fmt"])
+    head = md_table(["model", "fmt", "regime", "run", "read GB/s", "other_load", "torch.sum over one pass / read"],
+                    [[r.model, r.fmt, r.label, r.run, num(r.read_GBps, 1), num(r.other_load, 3),
+                      num(r.layer_read_over_read, 3)] for r in blocks.itertuples()])
+    out = [head]
+    ns = sorted(int(n) for n in df["n"].unique())
+    for title, kernel, backend, value in _KERNEL_TABLES:
+        if value not in df.columns:
+            continue
+        sel = df[(df.kernel == kernel) & (df.backend == backend)].dropna(subset=[value])
+        if sel.empty:
+            continue
+        piv = sel.pivot_table(index=keys, columns="n", values=value, sort=False)
+        rows = [list(idx) + [num(piv.loc[idx].get(n)) for n in ns] for idx in piv.index]
+        out.append(f"{title}:\n\n" + md_table(keys + [str(n) for n in ns], rows))
+    return "\n\n".join(out) + f"\n\n(`benchmarks/results/kernels/<run>.csv`, {span(df['reps'], 0)} rounds.)"
+
+
+@block("kernel-crossover")
+def kernel_crossover(run: RunFiles, runs: str) -> str:
+    """Where ubar(n) < r(n) (deduplication faster, paper 1, eq. (7)) in bench_kernels.py runs' ``_ubar.csv``."""
+    frames = [run.repo_csv(f"benchmarks/results/kernels/{s.strip()}_ubar.csv").assign(run=s.strip())
+              for s in runs.split(",")]
+    ub = pd.concat(frames, ignore_index=True)
+    cells = ub.dropna(subset=["n_where_ubar_lt_r"]).drop_duplicates(["run", "model", "fmt", "routing"])
+    full = cells[cells["n_where_ubar_lt_r"].astype(str) == "2,3,4,5,6,7,8,9"]
+    short = cells[cells["n_where_ubar_lt_r"].astype(str) != "2,3,4,5,6,7,8,9"]
+    text = (f"ubar(n) < r(n) at every n = 2..9 in {len(full)} of {len(cells)} (run, model, format, routing) cells "
+            f"(routings: {', '.join(dict.fromkeys(cells['routing']))})")
+    if len(short):
+        text += "; elsewhere: " + "; ".join(f"{r.run} {r.model} {r.fmt} {r.routing}: n = {r.n_where_ubar_lt_r}"
+                                             for r in short.itertuples())
+    return text + " (`<run>_ubar.csv`)."
+
+
+@block("call-stages-table")
+def call_stages_table(run: RunFiles, files: str) -> str:
+    """bench_call_stages.py runs as a table: per protocol, format and n = 1 / n >= 2, the ranges
+    over the runs of each stage's median and the call's, op's and work stage's share of the read."""
+    df = _repo_csvs(run, files)
+    df["protocol"] = df["protocol"].fillna("cold") if "protocol" in df else "cold"
+    stages = ["python_in_us", "setup_us", "wake_us", "work_us", "combine_us", "python_out_us"]
+    rows = []
+    for (protocol, fmt), g in df.groupby(["protocol", "fmt"], sort=False):
+        for label, h in (("n = 1", g[g.n == 1]), (f"n = 2-{int(g.n.max())}", g[g.n >= 2])):
+            if h.empty:
+                continue
+            work = h["work_us"] / 1e3
+            rows.append([protocol, fmt, label] + [f"{span(h[s], 0)} us" for s in stages if s != "work_us"][:3]
+                        + [f"{span(work, 1)} ms"] + [f"{span(h[s], 0)} us" for s in ("combine_us", "python_out_us")]
+                        + [f"{span(100 * h['fixed_share'], 1)} %", span(h["total_over_read"]), span(h["op_over_read"]),
+                           span(h["work_over_read"])])
+    return (md_table(["protocol", "format", "n", "Python + pybind11 in", "set-up", "wake-up", "work items", "step 4",
+                      "out", "fixed share", "call / read", "op / read", "work / read"], rows)
+            + f"\n\n(Ranges over the runs' medians: `{'`, `'.join(df.file.unique())}`; read "
+            f"{span(df['read_GBps'], 1)} GB/s, {span(df['reps'], 0)} rounds.)")
+
+
+@block("microkernel-table")
+def microkernel_table(run: RunFiles, file: str) -> str:
+    """bench_microkernel.py: ns per 64 weight bytes and token, per format and T, L1 / L2."""
+    df = run.repo_csv(f"benchmarks/results/kernels/{file}")
+    Ts = sorted(int(t) for t in df["T"].unique())
+    sizes = list(dict.fromkeys(df["size"]))
+    rows = []
+    for fmt, g in df.groupby("fmt", sort=False):
+        cells = []
+        for t in Ts:
+            vals = [g[(g["T"] == t) & (g["size"] == s)]["ns_per_64B_token"] for s in sizes]
+            cells.append(" / ".join(num(v.iloc[0], 2) if len(v) else "" for v in vals))
+        rows.append([f"{fmt} ({' / '.join(sizes)})"] + cells)
+    return (md_table(["format"] + [f"T = {t}" for t in Ts], rows)
+            + f"\n\n(`{file}`, {df['date'].iloc[0]}, median of {int(df['rounds'].iloc[0])} rounds, ns per 64 weight "
+            f"bytes and token, K = {int(df['K'].iloc[0])}, ISA path {', '.join(dict.fromkeys(df['cpu_isa']))}.)")

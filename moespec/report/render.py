@@ -14,8 +14,9 @@ from moespec.report.run import ReportError, RunFiles
 #: The files ``moespec report`` writes, relative to the repository root.
 DOC_GLOBS = ("README.md", "docs/*.md", "figures/README.md")
 
-_OPEN = re.compile(r"<!-- moespec-report:(?P<name>[\w-]+)(?P<args>[^>]*?)-->")
-_CLOSE = re.compile(r"<!-- /moespec-report:(?P<name>[\w-]+) -->")
+#: Markers stand alone on their lines (an indented or quoted example in a page is not a marker).
+_OPEN = re.compile(r"^<!-- moespec-report:(?P<name>[\w-]+)(?P<args>[^>\n]*?)-->$", re.M)
+_CLOSE = re.compile(r"^<!-- /moespec-report:(?P<name>[\w-]+) -->$", re.M)
 
 
 def doc_files(root: Path | None = None) -> list[Path]:
@@ -56,7 +57,7 @@ def render_text(text: str, run: RunFiles, where: str = "<text>") -> str:
             return "".join(out)
         name, line = m["name"], text.count("\n", 0, m.start()) + 1
         here = f"{where}:{line} (block {name!r})"
-        close = re.compile(rf"<!-- /moespec-report:{re.escape(name)} -->").search(text, m.end())
+        close = re.compile(rf"^<!-- /moespec-report:{re.escape(name)} -->$", re.M).search(text, m.end())
         if close is None:
             raise ReportError(f"{here}: no closing marker <!-- /moespec-report:{name} -->")
         inner = _OPEN.search(text, m.end(), close.start())
