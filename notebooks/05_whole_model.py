@@ -33,7 +33,8 @@
 # 2. Verify time tau_p(n), n = 1..9, both settings, at two context depths; medians with bootstrap
 #    intervals; saving S(n); every repetition paired with a same-round reference read, summaries
 #    in the dominant bandwidth regime (the pre-registered protocol) and over all rows.
-# 3. Speculative decoding with the oracle draft: k = 0..8 x 11 acceptance values, dedup on.
+# 3. Speculative decoding with the oracle draft: every k of the profile x its acceptance values (the full
+#    profile: k = 0..8 x the acceptance values of the pre-registered rules), dedup on.
 # 4. The real draft model on MT-Bench first turns at several draft costs per token (the draft's MLPs
 #    widened function-preservingly), measured speedups beside the theory's prediction.
 #
