@@ -216,7 +216,7 @@ def test_gates_scale_linearly():
 
 @pytest.mark.parametrize("n", [4, 9, 13])
 def test_cpp_f32_row_chunks(n):
-    """f32 rows with 6+ tokens go through the micro-kernel in chunks of 512 values (expert_ops.cpp,
+    """f32 rows with 6+ tokens go through the micro-kernel in chunks of 512 values (dot_avx512.cpp,
     KCHUNK): K = 1100 and 600 end in partial chunks of 76 and 88 values (not multiples of the vector
     width); N = m + 1 puts ~3 (n = 4, whole rows), ~7 and ~10 (a tile of 9 and one of 1) tokens on
     each expert."""
