@@ -18,7 +18,7 @@ import time
 
 from moespec import io, paths, provenance
 from moespec.measure import protocols
-from moespec.measure.timing import time_interleaved
+from moespec.measure.timing import summary_line, time_interleaved
 from moespec.routing import bootstrap, byte_share, mean_union, reuse, synthetic
 
 
@@ -65,8 +65,7 @@ def main(argv=None) -> dict:
               f"(generated in {tr['generation_s']:.1f} s)")
         for key, val in res.items():
             if key != "trace":
-                print(f"  {key:24s} median {val['t_median_s']:.3f} s  (IQR {val['t_q25_s']:.3f}-"
-                      f"{val['t_q75_s']:.3f}, {val['reps']} runs)")
+                print(summary_line(key, val))
     out = io.write_json(paths.ensure(paths.bench_dir()) / "routing_stats.json", record)
     print(f"\nwritten: {out}")
     return record

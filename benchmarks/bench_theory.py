@@ -22,7 +22,7 @@ import numpy as np
 from moespec import io, paths, provenance
 from moespec import theory as th
 from moespec.measure import protocols
-from moespec.measure.timing import time_interleaved
+from moespec.measure.timing import summary_line, time_interleaved
 from moespec.tables import theory as tables
 
 
@@ -60,8 +60,7 @@ def main(argv=None) -> dict:
         record["results"][name] = res
         print(f"\n{name}: k*(a) from the staircase agrees with the argmax: {agree}")
         for key, t in timings.items():
-            print(f"  {key:26s} median {t.median_s * 1e3:8.3f} ms  (IQR {t.q25_s * 1e3:.3f}-"
-                  f"{t.q75_s * 1e3:.3f} ms, {t.reps} runs)")
+            print(summary_line(key, t.row(), unit="ms", width=26))
     out = io.write_json(paths.ensure(paths.bench_dir()) / "theory.json", record)
     print(f"\nwritten {out}")
     return record

@@ -62,6 +62,13 @@ class Timing:
                 "reps": self.reps}
 
 
+def summary_line(name: str, row: Mapping, unit: str = "s", width: int = 24) -> str:
+    """One printed line of a timing row (:meth:`Timing.row`): median and IQR in ``unit`` (s or ms)."""
+    scale = {"s": 1.0, "ms": 1e3}[unit]
+    return (f"  {name:{width}s} median {row['t_median_s'] * scale:.3f} {unit}  (IQR {row['t_q25_s'] * scale:.3f}-"
+            f"{row['t_q75_s'] * scale:.3f} {unit}, {row['reps']} runs)")
+
+
 class CpuTimer:
     """Times one call with a nanosecond clock (``time.perf_counter_ns`` unless one is injected)."""
 

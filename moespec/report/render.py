@@ -92,30 +92,28 @@ def _diff(old: str, new: str, path: Path) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(path), f"{path} (report)", n=1))
 
 
-def check_files(run_dir: str | Path, files=None) -> dict[Path, str]:
-    """``{file: unified diff}`` for every file whose blocks differ from what ``run_dir`` gives."""
+def _rendered(run_dir: str | Path, files) -> dict[Path, tuple[str, str]]:
+    """``{file: (text now, text from the run)}`` for every file whose blocks change."""
     run = RunFiles(run_dir)
-    diffs = {}
+    out = {}
     for path in files if files is not None else doc_files():
         path = Path(path)
         old = path.read_text()
         new = render_text(old, run, str(path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path))
         if new != old:
-            diffs[path] = _diff(old, new, path)
-    return diffs
+            out[path] = (old, new)
+    return out
+
+
+def check_files(run_dir: str | Path, files=None) -> dict[Path, str]:
+    """``{file: unified diff}`` for every file whose blocks differ from what ``run_dir`` gives."""
+    return {path: _diff(old, new, path) for path, (old, new) in _rendered(run_dir, files).items()}
 
 
 def update_files(run_dir: str | Path, files=None) -> list[Path]:
     """Rewrite the blocks of ``files`` (default :func:`doc_files`) from ``run_dir``; returns the
     files that changed. Every file is rendered before any is written, so an error changes nothing."""
-    run = RunFiles(run_dir)
-    new_texts = {}
-    for path in files if files is not None else doc_files():
-        path = Path(path)
-        old = path.read_text()
-        new = render_text(old, run, str(path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path))
-        if new != old:
-            new_texts[path] = new
-    for path, text in new_texts.items():
-        io.write_text(path, text)
-    return list(new_texts)
+    changed = _rendered(run_dir, files)
+    for path, (_, new) in changed.items():
+        io.write_text(path, new)
+    return list(changed)

@@ -38,12 +38,15 @@ class RunFiles:
     def has(self, name: str) -> bool:
         return (self.tables / name).exists()
 
+    def _read_csv(self, path: Path) -> pd.DataFrame:
+        """``path`` as a DataFrame, read once per report (a copy each time)."""
+        if path not in self._cache:
+            self._cache[path] = pd.read_csv(path)
+        return self._cache[path].copy()
+
     def csv(self, name: str) -> pd.DataFrame:
-        """A table of the run (read once)."""
-        key = ("csv", name)
-        if key not in self._cache:
-            self._cache[key] = pd.read_csv(self.path(name))
-        return self._cache[key].copy()
+        """A table of the run."""
+        return self._read_csv(self.path(name))
 
     def json(self, name: str):
         return json.loads(self.path(name).read_text())
@@ -73,10 +76,8 @@ class RunFiles:
         return p
 
     def repo_csv(self, relative: str) -> pd.DataFrame:
-        key = ("repo", relative)
-        if key not in self._cache:
-            self._cache[key] = pd.read_csv(self.repo_path(relative))
-        return self._cache[key].copy()
+        """A committed CSV of the repository."""
+        return self._read_csv(self.repo_path(relative))
 
     def repo_json(self, relative: str):
         return json.loads(self.repo_path(relative).read_text())

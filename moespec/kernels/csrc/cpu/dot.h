@@ -33,18 +33,18 @@ bool isa_cap_allows_avx512();
 // The dot kernel of a format on an ISA path.
 DotFn dot_for(int fmt, int isa);
 
-// The token count as a compile-time constant: CALL(T) for T = 1..9.
-#define MOESPEC_SWITCH_T(CALL)               \
+// KERNEL<T> ARGS with the token count T (1..9) as a compile-time constant.
+#define MOESPEC_SWITCH_T(KERNEL, ARGS)       \
   switch (T) {                               \
-    case 1: CALL(1); break;                  \
-    case 2: CALL(2); break;                  \
-    case 3: CALL(3); break;                  \
-    case 4: CALL(4); break;                  \
-    case 5: CALL(5); break;                  \
-    case 6: CALL(6); break;                  \
-    case 7: CALL(7); break;                  \
-    case 8: CALL(8); break;                  \
-    default: CALL(9); break;                 \
+    case 1: KERNEL<1> ARGS; break;           \
+    case 2: KERNEL<2> ARGS; break;           \
+    case 3: KERNEL<3> ARGS; break;           \
+    case 4: KERNEL<4> ARGS; break;           \
+    case 5: KERNEL<5> ARGS; break;           \
+    case 6: KERNEL<6> ARGS; break;           \
+    case 7: KERNEL<7> ARGS; break;           \
+    case 8: KERNEL<8> ARGS; break;           \
+    default: KERNEL<9> ARGS; break;          \
   }
 
 // Rows [row0, row0 + nrows) of a weight matrix W with K values per row (element size esize; the

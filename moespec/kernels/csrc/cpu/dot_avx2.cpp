@@ -44,14 +44,9 @@ static TGT_AVX2 void dot_bf16_avx2(const uint16_t* w, int64_t K, const ActRef* a
 
 template <int T>
 static TGT_AVX2 void dot_i8_avx2(const uint8_t* w, const float* ws, int64_t K, const ActRef* a, float* out) {
-  dot_i8_generic<T>(w, ws, K, a, out);  // the portable loop, auto-vectorized for AVX2
+  dot_i8_portable<T>(w, ws, K, a, out);  // the portable loop, auto-vectorized for AVX2
 }
 
-#define C_F32A(N) dot_f32_avx2<N>(wr, K, a, sums)
-#define C_BF16A(N) dot_bf16_avx2<N>(wr, K, a, sums)
-#define C_I8A(N) dot_i8_avx2<N>(wr, wsr, K, a, sums)
-MOESPEC_ROWS_FN(dot_f32_avx2_fn, float, C_F32A)
-MOESPEC_ROWS_FN(dot_bf16_avx2_fn, uint16_t, C_BF16A)
-MOESPEC_ROWS_FN(dot_i8_avx2_fn, uint8_t, C_I8A)
+MOESPEC_ROWS_FNS(avx2)
 
 }  // namespace moespec

@@ -227,17 +227,14 @@ MOESPEC_ROWS_AVX512(rows_f32_avx512, TGT_512, float, dot_f32_avx512, MOESPEC_NO_
 MOESPEC_ROWS_AVX512(rows_bf16_avx512, TGT_512BF16, uint16_t, dot_bf16_avx512, MOESPEC_NO_WS)
 MOESPEC_ROWS_AVX512(rows_i8_avx512, TGT_512VNNI, uint8_t, dot_i8_avx512, MOESPEC_I8_WS)
 
-#define C_F32X(N) rows_f32_avx512<N>(w, ws, nrows, K, a, o)
-#define C_BF16X(N) rows_bf16_avx512<N>(w, ws, nrows, K, a, o)
-#define C_I8X(N) rows_i8_avx512<N>(w, ws, nrows, K, a, o)
 void dot_f32_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* const* o) {
-  MOESPEC_SWITCH_T(C_F32X)
+  MOESPEC_SWITCH_T(rows_f32_avx512, (w, ws, nrows, K, a, o))
 }
 void dot_bf16_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* const* o) {
-  MOESPEC_SWITCH_T(C_BF16X)
+  MOESPEC_SWITCH_T(rows_bf16_avx512, (w, ws, nrows, K, a, o))
 }
 void dot_i8_avx512_fn(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* const* o) {
-  MOESPEC_SWITCH_T(C_I8X)
+  MOESPEC_SWITCH_T(rows_i8_avx512, (w, ws, nrows, K, a, o))
 }
 
 }  // namespace moespec

@@ -9,7 +9,7 @@ namespace moespec {
 
 // Portable micro-kernels (also compiled for AVX2 by inlining into target("avx2") wrappers).
 template <int T>
-static inline __attribute__((always_inline)) void dot_f32_generic(const float* w, int64_t K, const ActRef* a, float* out) {
+static inline __attribute__((always_inline)) void dot_f32_portable(const float* w, int64_t K, const ActRef* a, float* out) {
   float acc[T][8] = {};
   int64_t k = 0;
   for (; k + 8 <= K; k += 8)
@@ -26,7 +26,7 @@ static inline __attribute__((always_inline)) void dot_f32_generic(const float* w
 }
 
 template <int T>
-static inline __attribute__((always_inline)) void dot_bf16_generic(const uint16_t* w, int64_t K, const ActRef* a, float* out) {
+static inline __attribute__((always_inline)) void dot_bf16_portable(const uint16_t* w, int64_t K, const ActRef* a, float* out) {
   float acc[T][8] = {};
   float wf[8];
   int64_t k = 0;
@@ -46,7 +46,7 @@ static inline __attribute__((always_inline)) void dot_bf16_generic(const uint16_
 }
 
 template <int T>
-static inline __attribute__((always_inline)) void dot_i8_generic(const uint8_t* w, const float* ws, int64_t K, const ActRef* a, float* out) {
+static inline __attribute__((always_inline)) void dot_i8_portable(const uint8_t* w, const float* ws, int64_t K, const ActRef* a, float* out) {
   const int64_t nblk = K / BLK;
   float acc[T] = {};
   for (int64_t g = 0; g * GRP < nblk; ++g) {
@@ -69,16 +69,23 @@ static inline __attribute__((always_inline)) void dot_i8_generic(const uint8_t* 
 }
 
 // Single-row paths (portable, AVX2): loop over the rows, one micro-kernel call per row.
-#define MOESPEC_ROWS_FN(NAME, WT, SCALED)                                                              \
-  void NAME(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* const* out) {        \
+#define MOESPEC_ROWS_FN(NAME, WT, KERNEL, ARGS)                                                                \
+  void NAME(const void* w, const float* ws, int nrows, int64_t K, const ActRef* a, int T, float* const* out) { \
     for (int r = 0; r < nrows; ++r) {                                                                          \
       const WT* wr = (const WT*)w + r * K;                                                                     \
       const float* wsr = ws ? ws + r * (K / BLK) : nullptr;                                                    \
       float sums[TMAX];                                                                                        \
       (void)wsr;                                                                                               \
-      MOESPEC_SWITCH_T(SCALED)                                                                                 \
+      MOESPEC_SWITCH_T(KERNEL, ARGS)                                                                           \
       for (int t = 0; t < T; ++t) out[t][r] = sums[t];                                                         \
     }                                                                                                          \
   }
+
+// The three formats' entry points dot_<fmt>_<ISA>_fn of a single-row path whose micro-kernels are
+// dot_<fmt>_<ISA><T>.
+#define MOESPEC_ROWS_FNS(ISA)                                                          \
+  MOESPEC_ROWS_FN(dot_f32_##ISA##_fn, float, dot_f32_##ISA, (wr, K, a, sums))          \
+  MOESPEC_ROWS_FN(dot_bf16_##ISA##_fn, uint16_t, dot_bf16_##ISA, (wr, K, a, sums))     \
+  MOESPEC_ROWS_FN(dot_i8_##ISA##_fn, uint8_t, dot_i8_##ISA, (wr, wsr, K, a, sums))
 
 }  // namespace moespec
