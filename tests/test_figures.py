@@ -127,6 +127,15 @@ CASES = {
     "predictions.real_draft_figure": lambda f: f(pd.DataFrame([dict(prompt=p, k=k, speedup=1 - 0.05 * k + 0.01 * p)
                                                                for p in range(3) for k in range(4)]), {1: 0.88},
                                                  title="real draft"),
+    "engine.breakdown_figure": lambda f: f(pd.DataFrame([dict(subject=s, step_ms=t, experts_ms=0.7 * t, draft_token_ms=0.05 * t,
+                                                             expert_share=0.7, draft_ratio=0.05)
+                                                        for s, t in (("byte-faithful", 20.0), ("default", 2.0))]),
+                                           title="decode step"),
+    "engine.draft_cost_figure": lambda f: f(pd.DataFrame([dict(draft_cost=c, k=k, predicted=1.5 - c * k, measured=1.45 - c * k,
+                                                              measured_q25=1.4 - c * k, measured_q75=1.5 - c * k)
+                                                         for c in (0.0, 0.1, 0.2) for k in (1, 4)]),
+                                            pd.DataFrame({"draft_cost": [0.0, 0.1, 0.2], "cost_ratio": [0.02, 0.1, 0.2]}),
+                                            {"paper1_k1": 0.877, "paper2_ratio": 0.077}, title="draft cost"),
     "predictions.figure4_saving": lambda f: f(_curves(), _metrics()),
     "predictions.figure5_kstar": lambda f: f(_metrics()),
     "predictions.figure6_verify": lambda f: f(_curves(), scores=_scores(), rules_commit="5baa30861b78"),

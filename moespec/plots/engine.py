@@ -22,6 +22,7 @@ def breakdown_figure(shares: pd.DataFrame, title: str = "") -> plt.Figure:
                 va="center", fontsize=7)
     ax.set_yticks(y)
     ax.set_yticklabels(shares["subject"], fontsize=8)
+    ax.set_ylabel("subject (target model as run)")
     ax.set_xlabel("time at n = 1 (ms, median of interleaved repetitions)")
     ax.set_xlim(0, 1.6 * float(shares["step_ms"].max()))
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(shares) < 3 else -0.2), ncol=2)
