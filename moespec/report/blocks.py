@@ -659,7 +659,7 @@ def build_compare(run: RunFiles, file: str) -> str:
     flags = "; ".join(f"{r.fmt}: {r.flags}" for r in blocks.itertuples() if isinstance(r.flags, str) and r.flags)
     return (f"`{file}` ({df['date'].iloc[0]}, base revision {df['base_rev'].iloc[0]}; {int(df['checked_outputs'].iloc[0])} "
             f"outputs compared bit for bit before timing, none differed; {int(df['reps'].iloc[0])} rounds, "
-            f"protocol {df['protocol'].iloc[0]}, model {df['model'].iloc[0]}, read "
+            f"{int(df['threads'].iloc[0])} kernel thread(s), protocol {df['protocol'].iloc[0]}, model {df['model'].iloc[0]}, read "
             f"{span(blocks['read_GBps'], 1)} GB/s, other load {span(blocks['other_load'], 2)}"
             + (f"; flagged {flags}" if flags else "") + "):\n\n"
             + md_table(["format", "kernel", "time new/base, geometric mean over n", "range over n = 1..9",
