@@ -11,6 +11,9 @@ from pathlib import Path
 
 from . import runner
 
+# Each subcommand imports its own modules when it runs (zoo: transformers; sweep: Dask; advise and
+# report: torch and the advice chain), so that `moespec --help` and `moespec notebooks` start at once.
+
 
 def _reproduce(args) -> int:
     try:
@@ -171,7 +174,7 @@ def _add_advise(sub) -> None:
 
 
 def _report(args) -> int:
-    from moespec import report  # lazy, as every subcommand's modules: torch, pandas and the advice chain
+    from moespec import report
 
     try:
         files = [Path(f) for f in args.files] if args.files else None

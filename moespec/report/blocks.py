@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 
 from moespec import advice, theory
+from moespec.measure.overhead_fit import fit, markdown, read_rows
+from moespec.measure.regimes import classify
 from moespec.report.run import ReportError, RunFiles
 
 #: name -> (function, run files it reads)
@@ -287,8 +289,6 @@ def kernel_blocks(run: RunFiles, runs: str, folder: str = "benchmarks/results/ke
     its bandwidth regime per (run, model, format) block: ``low``/``high`` by
     :func:`moespec.measure.regimes.classify` of the blocks' reference reads, ``steady`` unless the
     block's reads changed regime (``read_unsteady``)."""
-    from moespec.measure.regimes import classify
-
     frames = []
     for stamp in runs.split(","):
         df = run.repo_csv(f"{folder}/{stamp.strip()}.csv")
@@ -625,8 +625,6 @@ def microkernel(run: RunFiles, file: str) -> str:
 @block("read-patterns")
 def read_patterns(run: RunFiles, files: str) -> str:
     """bench_read_patterns.py: each read pattern of the kernels against torch.sum, per regime."""
-    from moespec.measure.regimes import classify
-
     df = _repo_csvs(run, files)
     runs = df.groupby("file").agg(read=("read_GBps", "first")).reset_index()
     runs["regime"] = classify(runs["read"].to_numpy(float))
@@ -740,8 +738,6 @@ def gpu_overhead_fit(run: RunFiles, file: str, model: str = "olmoe", goal: str =
     """The legacy CUDA kernels' fixed cost and streaming rate from a GPU run's n = 1 rows
     (:mod:`moespec.measure.overhead_fit`), and the fixed cost a per-slot bf16 call of ``model`` may
     have to reach ``goal`` of the read at n = 1."""
-    from moespec.measure.overhead_fit import fit, markdown, read_rows
-
     rows = read_rows(run.repo_path(file))
     fits = fit(rows)
     if not fits:
