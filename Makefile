@@ -64,7 +64,7 @@ bench: $(STAMP)
 # the CPU kernel benchmarks of docs/kernels.md at the OLMoE shape (a few minutes; rows and figures
 # in data/bench/kernels/); ggml's peer joins bench_kernels.py when benchmarks/ggml_peer is built
 bench-kernels: $(STAMP)
-	$(BIN)/python benchmarks/bench_kernels.py --models olmoe --reps 11 $$($(BIN)/python -c "from benchmarks.ggml_peer import peer; print('--ggml' if peer.available() else '')" 2>/dev/null)
+	$(BIN)/python benchmarks/bench_kernels.py --models olmoe --reps 11 $$($(BIN)/python -c "from moespec.measure import ggml_peer as peer; print('--ggml' if peer.available() else '')" 2>/dev/null)
 	$(BIN)/python benchmarks/bench_call_stages.py --ns 1,2,3,4,5,6,7,8,9 --reps 15
 	$(BIN)/python benchmarks/bench_microkernel.py
 	$(BIN)/python benchmarks/bench_read_patterns.py

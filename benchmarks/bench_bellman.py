@@ -36,7 +36,8 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     t = np.array(times)
     q25, med, q75 = np.percentile(t, [25, 50, 75])
-    result = {"n": args.n, "lmax": args.lmax, "reps": args.reps, "median_s": float(med), "q25_s": float(q25),
+    result = {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+              "n": args.n, "lmax": args.lmax, "reps": args.reps, "median_s": float(med), "q25_s": float(q25),
               "q75_s": float(q75), "min_s": float(t.min()), "max_s": float(t.max()), "dp0": float(dp[0]),
               "within_1s": bool(med <= 1.0),
               "load_average_1_5_15": list(os.getloadavg()), "provenance": provenance.full_record()}

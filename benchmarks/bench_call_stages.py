@@ -25,10 +25,7 @@ Writes ``data/bench/kernels/<stamp>_stages.csv``, ``<stamp>_stages_provenance.js
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import sys
-from pathlib import Path
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", os.environ.get("MOESPEC_BENCH_THP", "1"))  # as bench_kernels.py
 
@@ -40,15 +37,15 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.bench_kernels
-from benchmarks.bench_kernels import PROTOCOLS, Copies, read_flush, read_unsteady  # noqa: E402
-from moespec import io, paths, provenance  # noqa: E402
-from moespec.bench import timing  # noqa: E402
+from moespec import io  # noqa: E402
 from moespec.kernels import ExpertWeights, build  # noqa: E402
 from moespec.kernels.call_stages import STAGES, stage_clock, timed_call  # noqa: E402
-from moespec.kernels.shapes import random_ids  # noqa: E402
-from moespec.models import get_spec  # noqa: E402
+from moespec.measure import protocols, timing  # noqa: E402
+from moespec.measure.ids import random_ids  # noqa: E402
+from moespec.measure.protocols import Copies, read_flush, read_unsteady  # noqa: E402
+from moespec.model_shapes import get_spec  # noqa: E402
 from moespec.plots.kernels import call_stages_figure  # noqa: E402
+from moespec.routing.stats import pass_union  # noqa: E402
 
 
 def summarize(records, expert_bytes: int) -> dict:
@@ -85,13 +82,10 @@ def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_by
     (the other copies' reads evicted them) while the code and the driver's data stay warm, as for
     consecutive layers in an inference engine; one untimed call after the round's read warms them.
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {PROTOCOLS}, found {protocol!r}")
-    if copies < 1 or (protocol == "warm-code" and copies < 2):
-        raise ValueError(f"copies must be >= 2 for warm-code (>= 1 otherwise), found {copies}")
+    n_copies = protocols.check_protocol(protocol, copies)
     spec = get_spec(model)
     N, m, H = spec.num_experts, spec.top_k, spec.hidden_size
-    layers = Copies(ExpertWeights.random(spec, fmt, seed=seed + i) for i in range(copies if protocol == "warm-code" else 1))
+    layers = Copies(ExpertWeights.random(spec, fmt, seed=seed + i) for i in range(n_copies))
     b = layers.items[0].bytes_per_expert
     rng = np.random.default_rng(seed)
     x = {n: torch.randn(n, H, generator=torch.Generator().manual_seed(n)) for n in ns}
@@ -112,7 +106,7 @@ def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_by
                 if protocol == "cold":
                     flush()
                 _, st = timed_call(x[n], ids, layers.next())
-                per_n[n].append((len(torch.unique(ids)) * b, st, read_bw[-1]))
+                per_n[n].append((pass_union(ids, N) * b, st, read_bw[-1]))
     rows = []
     for n in ns:
         row = {"model": model, "fmt": fmt, "kernel": "dedup", "backend": "cpp", "n": n, "m": m, "N": N, "H": H,
@@ -122,13 +116,10 @@ def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_by
                     "read_max_GBps": max(read_bw) / 1e9})
         rows.append(row)
     df = pd.DataFrame(rows)
-    df["threads"] = torch.get_num_threads()
-    df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
-    df["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
-    df["cpu_isa"] = torch.ops.moespec.cpu_isa(layers.items[0].fmt)
+    for col, value in protocols.run_columns(layers.items[0].fmt).items():
+        df[col] = value
     df["protocol"], df["copies"] = protocol, len(layers.items)
     df["flags"] = "read_unsteady" if read_unsteady(read_bw) else ""
-    df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     return df
 
 
@@ -137,21 +128,13 @@ def main(argv=None):
     ap.add_argument("--model", default="olmoe")
     ap.add_argument("--fmts", default="f32,bf16,int8_b32")
     ap.add_argument("--ns", default="1,2,4,9")
-    ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--flush-mib", type=int, default=256)
-    ap.add_argument("--membw-gib", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--protocol", choices=PROTOCOLS, default="cold",
-                    help="cold: flush before every call; warm-code: no flush between calls, each call on the next "
-                         "of --copies copies of the layer (cold weights, warm code)")
-    ap.add_argument("--copies", type=int, default=3, help="layer copies for --protocol warm-code")
+    protocols.add_common_arguments(ap, reps=15)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     build.load_cpu()
     ns = [int(v) for v in args.ns.split(",")]
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = paths.ensure(paths.bench_dir() / "kernels")
+    stamp = protocols.stamp()
+    out = protocols.kernels_dir()
     frames = []
     for fmt in args.fmts.split(","):
         df = bench_format(args.model, fmt, ns, args.reps, args.flush_mib * 2**20, int(args.membw_gib * 2**30), args.seed,
@@ -165,7 +148,7 @@ def main(argv=None):
                 "work_over_read"]
         print(df[cols].round(3).to_string(index=False), flush=True)
     df = pd.concat(frames)
-    io.write_json(out / f"{stamp}_stages_provenance.json", {"args": vars(args), **provenance.full_record()})
+    protocols.write_provenance(out / f"{stamp}_stages_provenance.json", args)
     fig = call_stages_figure(df, args.model)
     io.save_figure(fig, out / f"{stamp}_stages.png")
     print(f"\nrows: {out / (stamp + '_stages.csv')}\nfigure: {out / (stamp + '_stages.png')}")

@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from moespec import io, paths, provenance, zoo  # noqa: E402
-from moespec.engine.breakdown import decode_breakdown, shares  # noqa: E402
-from moespec.engine.subject import subject_from_models  # noqa: E402
+from moespec import io, paths, provenance, zoo
+from moespec.engine.breakdown import decode_breakdown, shares
+from moespec.engine.subject import subject_from_models
 
 #: name -> arguments of moespec.engine.subject.subject_from_models
 SUBJECTS = {

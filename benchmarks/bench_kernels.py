@@ -20,9 +20,7 @@ Writes ``data/bench/kernels/<stamp>.csv`` (one row per kernel, n, model, format)
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -44,62 +42,14 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.ggml_peer
-from moespec import io, paths, provenance  # noqa: E402
-from moespec.bench import timing
-from moespec.kernels import ExpertWeights, build, expert_forward
-from moespec.kernels.shapes import random_ids
-from moespec.models import PRESETS, get_spec
-from moespec.plots.kernels import kernel_share_figure
-from moespec.routing import stats, synthetic
-
-
-def read_flush(nbytes: int):
-    """Evict the caches by reading ``nbytes`` (clean lines: a write flush would leave dirty lines
-    whose write-back the next timed call pays for)."""
-    buf = torch.ones(max(1, nbytes // 4))
-    return lambda: torch.sum(buf)
-
-
-# A block whose 1 GiB reads differ by more than this factor between rounds saw the machine's
-# bandwidth regime change (here 34-38 vs 58-66 GB/s, minutes apart): a round's read and kernel
-# calls may then fall on different sides of the change, and its ratios are not to be trusted.
-UNSTEADY_READ = 1.25
-
-
-def read_unsteady(read_bw) -> bool:
-    """True when the per-round read bandwidths ``read_bw`` span more than :data:`UNSTEADY_READ`."""
-    read_bw = np.asarray(read_bw, dtype=float)
-    return bool(read_bw.max() > UNSTEADY_READ * read_bw.min())
-
-
-PROTOCOLS = ("cold", "warm-code")
-
-
-def _rotating(passes, log, fn):
-    """A timed call: ``fn(ids)`` on the next pass's ids, logged in ``log``."""
-    state = {"i": 0}
-
-    def call():
-        ids = passes[state["i"] % len(passes)]
-        state["i"] += 1
-        log.append(ids)
-        return fn(ids)
-    return call
-
-
-class Copies:
-    """The layer copies of a run, handed out in turn: every call (of any kernel) takes the next
-    copy, so that under ``warm-code`` a call's weights were last read several calls earlier and
-    the reads in between evicted them (one copy under ``cold``, where a flush does that)."""
-
-    def __init__(self, items):
-        self.items, self.turn = list(items), 0
-
-    def next(self):
-        item = self.items[self.turn % len(self.items)]
-        self.turn += 1
-        return item
+from moespec import io  # noqa: E402
+from moespec.kernels import ExpertWeights, build, expert_forward  # noqa: E402
+from moespec.measure import ggml_peer, protocols, timing  # noqa: E402
+from moespec.measure.ids import random_ids  # noqa: E402
+from moespec.measure.protocols import Copies, read_flush, read_unsteady, rotating  # noqa: E402
+from moespec.model_shapes import PRESETS, get_spec  # noqa: E402
+from moespec.plots.kernels import kernel_share_figure  # noqa: E402
+from moespec.routing import stats, synthetic  # noqa: E402
 
 
 def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int, membw_bytes: int,
@@ -115,14 +65,11 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     weights are cold, the code and data as warm as between consecutive layers of a model (each
     backend's block of calls starts after one untimed call of its own, as the 1 GiB read of the
     round evicts everything)."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {PROTOCOLS}, found {protocol!r}")
-    if protocol == "warm-code" and copies < 2:
-        raise ValueError(f"warm-code needs at least 2 layer copies, found {copies}")
+    n_copies = protocols.check_protocol(protocol, copies)
     spec = get_spec(model)
     N, m, H = spec.num_experts, spec.top_k, spec.hidden_size
     t0 = time.perf_counter()
-    layers = Copies(ExpertWeights.random(spec, fmt, seed=seed + i) for i in range(copies if protocol == "warm-code" else 1))
+    layers = Copies(ExpertWeights.random(spec, fmt, seed=seed + i) for i in range(n_copies))
     w = layers.items[0]
     b = w.bytes_per_expert
     rng = np.random.default_rng(seed)
@@ -147,22 +94,21 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     for n in ns:
         for kernel in ("slot", "dedup"):
             logs[(kernel, "cpp", n)] = []
-            calls[(kernel, "cpp", n)] = _rotating(passes[(kernel, n)], logs[(kernel, "cpp", n)], cpp(kernel, n))
+            calls[(kernel, "cpp", n)] = rotating(passes[(kernel, n)], logs[(kernel, "cpp", n)], cpp(kernel, n))
     if torch_ref:  # torch's own per-expert matmuls, per-slot at n = 1
         logs[("slot", "torch", 1)] = []
-        calls[("slot", "torch", 1)] = _rotating(passes[("slot", ns[0])], logs[("slot", "torch", 1)],
+        calls[("slot", "torch", 1)] = rotating(passes[("slot", ns[0])], logs[("slot", "torch", 1)],
                                                 cpp("slot", ns[0], backend="torch"))
     peers, peer_b = None, None
     if ggml:
-        from benchmarks.ggml_peer import GgmlExperts
-        peers = Copies(GgmlExperts.from_weights(layer, threads=torch.get_num_threads()) for layer in layers.items)
+        peers = Copies(ggml_peer.GgmlExperts.from_weights(layer, threads=torch.get_num_threads()) for layer in layers.items)
         peer_b = peers.items[0].bytes_per_expert
         if protocol == "warm-code":
             calls["warm_ggml"] = lambda: peers.next()(x[ns[0]], warm_ids)
         for n in ns:
             logs[("dedup", "ggml", n)] = []
             pp = [random_ids(n, m, N, rng) for _ in range(reps + warmup)]
-            calls[("dedup", "ggml", n)] = _rotating(pp, logs[("dedup", "ggml", n)],
+            calls[("dedup", "ggml", n)] = rotating(pp, logs[("dedup", "ggml", n)],
                                                     lambda ids, n=n: peers.next()(x[n], ids))
     setup_s = time.perf_counter() - t0
     flush = read_flush(flush_bytes) if protocol == "cold" else None
@@ -175,7 +121,7 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     for key, log in logs.items():
         kernel, backend, n = key
         ids = log[warmup:]
-        U = np.array([len(torch.unique(i)) for i in ids])
+        U = np.array([stats.pass_union(i, N) for i in ids])
         req = (U if kernel == "dedup" else np.full(len(ids), n * m)) * (peer_b if backend == "ggml" else b)
         t = np.asarray(res[key].samples_ns) * 1e-9
         beta = req / t
@@ -209,21 +155,16 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     df["r_n_q25"] = on_dedup_rows({n: float(np.quantile(v, 0.25)) for n, v in r.items()})
     df["r_n_q75"] = on_dedup_rows({n: float(np.quantile(v, 0.75)) for n, v in r.items()})
     st = mon.state
-    df["threads"] = torch.get_num_threads()
-    df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
-    df["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
-    df["cpu_threads"] = os.environ.get("MOESPEC_CPU_THREADS", "auto")
-    df["cpu_isa"] = torch.ops.moespec.cpu_isa(w.fmt)
+    for col, value in protocols.run_columns(w.fmt).items():
+        df[col] = value
     df["protocol"], df["copies"] = protocol, len(layers.items)
     if peers is not None:
-        from benchmarks.ggml_peer import version
-        df["ggml_version"] = version()
+        df["ggml_version"] = ggml_peer.version()
         for peer in peers.items:
             peer.close()
     df["other_load"] = round(st.other_load, 3)
     df["flags"] = ";".join(st.flags + (["read_unsteady"] if read_unsteady(read_bw) else []))
     df["setup_s"], df["run_s"] = round(setup_s, 1), round(st.wall_s, 1)
-    df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     del w, layers
     return df.drop(columns="_beta")
 
@@ -304,16 +245,8 @@ def main(argv=None):
     ap.add_argument("--models", default=",".join(PRESETS), help="comma-separated presets")
     ap.add_argument("--fmts", default="f32,bf16,int8_b32")
     ap.add_argument("--ns", default="1,2,3,4,5,6,7,8,9")
-    ap.add_argument("--reps", type=int, default=7)
+    protocols.add_common_arguments(ap, reps=7)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--flush-mib", type=int, default=256)
-    ap.add_argument("--protocol", choices=PROTOCOLS, default="cold",
-                    help="cold: a cache flush before every call; warm-code: no flush, each call on the next of "
-                         "--copies layer copies (cold weights, warm code; see bench_one)")
-    ap.add_argument("--copies", type=int, default=3, help="layer copies under --protocol warm-code")
-    ap.add_argument("--membw-gib", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=float, default=0.5, help="rho(2) of the sticky routing (our choice)")
     ap.add_argument("--no-torch-ref", action="store_true", help="skip torch's per-slot kernel at n=1")
     ap.add_argument("--ggml", action="store_true",
@@ -330,8 +263,8 @@ def main(argv=None):
     build.load_cpu()
     models, fmts = args.models.split(","), args.fmts.split(",")
     ns = [int(v) for v in args.ns.split(",")]
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = paths.ensure(paths.bench_dir() / "kernels")
+    stamp = protocols.stamp()
+    out = protocols.kernels_dir()
     frames = []
     for model in models:
         for fmt in fmts:
@@ -355,7 +288,7 @@ def main(argv=None):
     ub = ubar_table(models, max(ns), args.keep, args.seed)
     cross = crossover_table(df, ub)
     io.write_dataframe(out / f"{stamp}_ubar.csv", ub.merge(cross, on=["model", "routing"], how="left"))
-    io.write_json(out / f"{stamp}_provenance.json", {"args": vars(args), **provenance.full_record()})
+    protocols.write_provenance(out / f"{stamp}_provenance.json", args)
     show = markdown if args.markdown else (lambda t: t.to_string())
     for title, table in summary_tables(df).items():
         print(f"\n{title}\n{show(table)}")

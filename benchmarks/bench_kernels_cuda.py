@@ -1,14 +1,14 @@
 """CUDA bandwidth benchmark of moespec's per-slot and deduplicating expert kernels, with in-run peers.
 
-For every preset shape in ``moespec.models.PRESETS`` (random weights: timing depends on shapes,
+For every preset shape in ``moespec.model_shapes.PRESETS`` (random weights: timing depends on shapes,
 format and ids, not on values), each format and each pass size n = 1..9, one interleaved run
-(``moespec.bench.timing.time_interleaved``) per cache protocol times, round-robin:
+(``moespec.measure.timing.time_interleaved``) per cache protocol times, round-robin:
 
 * our kernels on each execution path (``--variants``; ``moespec.kernels.cuda_api``): ``fused`` (two
   launches, cp.async rings, programmatic dependent launch on sm_90), ``fused-nopdl``, ``legacy``
   (the three launches of the first H200 run); each with the per-slot and the dedup op, and with
   ``--graph`` the fused ops also replayed from a CUDA graph;
-* the peers (``--peers``; ``moespec.bench.cuda_peers``): torch's per-expert matmuls and
+* the peers (``--peers``; ``moespec.measure.cuda_peers``): torch's per-expert matmuls and
   ``torch._grouped_mm`` (bf16, where torch has it) on the same weights and routing, each replayed
   from a CUDA graph (GPU time only, like our ops' timing);
 * a read of ``--membw-gib`` GiB (``torch.sum``): the GPU's read bandwidth in the same run.
@@ -18,7 +18,7 @@ Cache protocols (``--protocols``), so that the weights come from HBM: ``flush`` 
 the next call's reads must write back first); ``rotate`` keeps ``--copies`` copies of the layer and
 gives each call the next one, with no flush (the L2 then holds clean lines of other copies, as in a
 model's decode where the other layers' weights evict this layer's). Times are GPU time only
-(:class:`moespec.bench.timing.QueuedCudaTimer`: a spin kernel holds the GPU while the host
+(:class:`moespec.measure.timing.QueuedCudaTimer`: a spin kernel holds the GPU while the host
 enqueues the call); ``--plain-timer`` includes the host's launch overhead.
 
 Per row (one per protocol, variant and kernel; long format): median and quartiles of time,
@@ -71,8 +71,8 @@ def variants():
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from moespec.bench.cuda_peers import PEERS
-    from moespec.models import PRESETS
+    from moespec.measure.cuda_peers import PEERS
+    from moespec.model_shapes import PRESETS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None,
@@ -93,7 +93,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--plain-timer", action="store_true",
-                    help="time with moespec.bench.timing.CudaTimer (includes host launch overhead)")
+                    help="time with moespec.measure.timing.CudaTimer (includes host launch overhead)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: shapes shrunk to H=I=256, 5 reps, n in {1,2,9}")
     args = ap.parse_args(argv)
@@ -300,10 +300,10 @@ def main(argv=None) -> int:
     import torch
 
     from moespec import io, paths, provenance
-    from moespec.bench import cuda_peers, timing
+    from moespec.measure import cuda_peers, timing
     from moespec.kernels import build, cuda_api
-    from moespec.kernels.shapes import random_ids
-    from moespec.models import get_spec
+    from moespec.measure.ids import random_ids
+    from moespec.model_shapes import get_spec
 
     if not str(args.device).startswith("cuda"):
         sys.exit("bench_kernels_cuda: --device must be a CUDA device (cuda or cuda:N)")
@@ -416,9 +416,9 @@ def main(argv=None) -> int:
               "reps": args.reps, "warm-up rounds": args.warmup, "protocols": ", ".join(args.protocols),
               "flush": f"{timing.FLUSH_BYTES >> 20} MiB written and read before every call (protocol flush)",
               "rotation": f"{args.copies} layer copies, each call the next (protocol rotate)",
-              "timer": ("moespec.bench.timing.CudaTimer (includes host launch overhead)" if args.plain_timer else
+              "timer": ("moespec.measure.timing.CudaTimer (includes host launch overhead)" if args.plain_timer else
                         f"CUDA events after a {(timer.spin_s or 0) * 1e6:.0f} us spin kernel (GPU time only)"),
-              "shapes": "shrunk to H=I=256 (--quick)" if args.quick else "published (moespec.models.PRESETS)"}
+              "shapes": "shrunk to H=I=256 (--quick)" if args.quick else "published (moespec.model_shapes.PRESETS)"}
     io.write_json(out / "provenance.json", {"args": {k: str(v) for k, v in vars(args).items()}, **rec})
     io.write_text(out / "report.md", report_markdown(log.rows(), header))
     print(f"wrote {out / 'report.md'} and {out / 'rows.csv'}")

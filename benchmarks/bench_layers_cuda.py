@@ -1,4 +1,4 @@
-"""The expert layers of a verify pass on a GPU (``moespec.bench.layer_stack``): a preset's MoE layers
+"""The expert layers of a verify pass on a GPU (``moespec.measure.layer_stack``): a preset's MoE layers
 with random weights, routing replayed from a trace, per-slot and dedup passes eager and replayed from
 a CUDA graph, T(n) and S(n) = T_slot - T_dedup per mode.
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from moespec.models import PRESETS
+    from moespec.model_shapes import PRESETS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="run folder (default: data/bench/layer_stack/<UTC time>)")
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-graph", action="store_true", help="eager passes only")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args(argv)
-    from moespec.bench import layer_stack
+    from moespec.measure import layer_stack
 
     try:
         cfg = layer_stack.StackConfig(model=args.model, fmt=args.fmt, device=args.device,

@@ -18,18 +18,15 @@ Writes ``data/bench/kernels/<stamp>_microkernel.csv`` and ``<stamp>_microkernel_
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from moespec import io, paths, provenance  # noqa: E402
-from moespec.kernels import build  # noqa: E402
+from moespec import io
+from moespec.kernels import build
+from moespec.measure import protocols
 
 SIZES = {"L1": 8, "L2": 128}  # rows of K weights: 8 x 2048 x 4 B = 64 KiB at most (f32), 128 rows: 1 MiB
 
@@ -73,11 +70,11 @@ def main(argv=None):
     df = summarize(samples)
     df["K"] = args.K
     df["cpu_isa"] = [torch.ops.moespec.cpu_isa(f) for f in df["fmt"]]
-    df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = paths.ensure(paths.bench_dir() / "kernels")
+    df["date"] = protocols.utc_now()
+    stamp = protocols.stamp()
+    out = protocols.kernels_dir()
     io.write_dataframe(out / f"{stamp}_microkernel.csv", df)
-    io.write_json(out / f"{stamp}_microkernel_provenance.json", {"args": vars(args), **provenance.full_record()})
+    protocols.write_provenance(out / f"{stamp}_microkernel_provenance.json", args)
     table = df.pivot_table(index=["fmt", "size"], columns="T", values="ns_per_64B_token", sort=False).round(3)
     print("ns per 64 weight bytes and token (median over rounds; one thread):")
     print(table.to_string())

@@ -27,10 +27,7 @@ Writes ``data/bench/kernels/<stamp>_read_patterns.csv`` and ``<stamp>_read_patte
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import sys
-from pathlib import Path
 
 # huge pages for both 1 GiB buffers, as in bench_kernels.py (set before torch allocates)
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", os.environ.get("MOESPEC_BENCH_THP", "1"))
@@ -39,11 +36,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks.bench_kernels
-from benchmarks.bench_kernels import read_flush, read_unsteady  # noqa: E402
-from moespec import io, paths, provenance  # noqa: E402
-from moespec.bench import timing  # noqa: E402
+from moespec import io  # noqa: E402
 from moespec.kernels import build  # noqa: E402
+from moespec.measure import protocols, timing  # noqa: E402
+from moespec.measure.protocols import read_flush, read_unsteady  # noqa: E402
 
 PATTERNS = ("halves", "lanes", "whole", "side", "fused")
 
@@ -73,10 +69,9 @@ def main(argv=None):
     ap.add_argument("--fmas", type=int, default=2, help="multiply-adds per 64-byte line in the second setting")
     ap.add_argument("--prefetch", type=int, default=0, help="also with a software prefetch this many bytes ahead")
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--matrix-bytes", type=int, default=2304 * 1024)
     ap.add_argument("--gib", type=float, default=1.0, help="size of the reference read and of the probe buffer")
-    ap.add_argument("--flush-mib", type=int, default=256)
+    protocols.add_common_arguments(ap, protocol=False, membw=False, seed=False)
     args = ap.parse_args(argv)
     patterns = args.patterns.split(",")
     unknown = [p for p in patterns if p not in PATTERNS]
@@ -101,11 +96,11 @@ def main(argv=None):
     df["threads"] = args.threads
     df["matrix_bytes"] = args.matrix_bytes
     df["thp"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "0")
-    df["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = paths.ensure(paths.bench_dir() / "kernels")
+    df["date"] = protocols.utc_now()
+    stamp = protocols.stamp()
+    out = protocols.kernels_dir()
     io.write_dataframe(out / f"{stamp}_read_patterns.csv", df)
-    io.write_json(out / f"{stamp}_read_patterns_provenance.json", {"args": vars(args), **provenance.full_record()})
+    protocols.write_provenance(out / f"{stamp}_read_patterns_provenance.json", args)
     r = df.iloc[0]
     print(f"torch.sum over {args.gib:g} GiB: {r.read_GBps:.1f} GB/s (rounds {r.read_min_GBps:.1f}-{r.read_max_GBps:.1f})"
           + ("  WARNING: bandwidth regime changed during the run; rerun" if r.read_unsteady else ""))

@@ -1,7 +1,7 @@
 """Speed of the routing statistics (issue 2, item 5): a synthetic trace of 60 documents x 4096
 tokens (245,760 tokens, about WikiText-103 test) x 16 layers x m = 8 of N = 64 experts.
 
-Times, as medians over repetitions with their interquartile range (moespec.bench.timing, the
+Times, as medians over repetitions with their interquartile range (moespec.measure.timing, the
 project's one timing harness; no cache flush: the statistics' own arrays are the workload):
   * reuse + mean_union + byte_share for n = 1..9 from a cold trace (window sums computed);
   * 2000 document-level bootstrap resamples of the layer-mean reuse (window sums cached), and
@@ -17,7 +17,8 @@ import argparse
 import time
 
 from moespec import io, paths, provenance
-from moespec.bench.timing import time_interleaved
+from moespec.measure import protocols
+from moespec.measure.timing import summary_line, time_interleaved
 from moespec.routing import bootstrap, byte_share, mean_union, reuse, synthetic
 
 
@@ -55,9 +56,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     record = {"provenance": provenance.full_record(),
               "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "results": {}}
-    hw = record["provenance"]["hardware"]["cpu"]
-    print(f"machine: {hw.get('cpu_model')} ({hw.get('logical_cpus')} logical CPUs), "
-          f"numpy {record['provenance']['versions']['numpy']}, commit {record['provenance']['git_commit']}")
+    print(protocols.machine_line(record["provenance"]))
     for N in args.experts:
         res = bench(N, args.repeats, args.resamples)
         record["results"][f"N={N}"] = res
@@ -66,8 +65,7 @@ def main(argv=None) -> dict:
               f"(generated in {tr['generation_s']:.1f} s)")
         for key, val in res.items():
             if key != "trace":
-                print(f"  {key:24s} median {val['t_median_s']:.3f} s  (IQR {val['t_q25_s']:.3f}-"
-                      f"{val['t_q75_s']:.3f}, {val['reps']} runs)")
+                print(summary_line(key, val))
     out = io.write_json(paths.ensure(paths.bench_dir()) / "routing_stats.json", record)
     print(f"\nwritten: {out}")
     return record

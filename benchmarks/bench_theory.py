@@ -1,6 +1,6 @@
 """Speed of the staircase (issue 3, item 6): k*(a) on 10^5 acceptance values with kmax = 16.
 
-Times, as medians with interquartile ranges over repetitions (``moespec.bench.timing``, callables
+Times, as medians with interquartile ranges over repetitions (``moespec.measure.timing``, callables
 interleaved, no cache flush: the inputs are a few MB):
   * ``best_draft_length(V, a)``: the vectorized smallest maximizer of G_a(k)/V(k) (target: 0.1 s);
   * ``step_points(V)`` (eq. B.31) and ``staircase(V)``, then reading k*(a) off the staircase;
@@ -21,7 +21,8 @@ import numpy as np
 
 from moespec import io, paths, provenance
 from moespec import theory as th
-from moespec.bench.timing import time_interleaved
+from moespec.measure import protocols
+from moespec.measure.timing import summary_line, time_interleaved
 from moespec.tables import theory as tables
 
 
@@ -42,9 +43,7 @@ def main(argv=None) -> dict:
     a = np.random.default_rng(0).random(args.values)
     record = {"provenance": provenance.full_record(), "values": args.values, "kmax": args.kmax,
               "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "results": {}}
-    cpu = record["provenance"]["hardware"]["cpu"]
-    print(f"machine: {cpu.get('cpu_model')} ({cpu.get('logical_cpus')} logical CPUs), numpy "
-          f"{record['provenance']['versions']['numpy']}, commit {record['provenance']['git_commit']}")
+    print(protocols.machine_line(record["provenance"]))
     for name, V in step_vectors(args.kmax).items():
         st = th.staircase(V)
         far = np.min(np.abs(a[:, None] - np.asarray(st.breakpoints + (2.0,))[None, :]), axis=1) > 1e-9
@@ -61,8 +60,7 @@ def main(argv=None) -> dict:
         record["results"][name] = res
         print(f"\n{name}: k*(a) from the staircase agrees with the argmax: {agree}")
         for key, t in timings.items():
-            print(f"  {key:26s} median {t.median_s * 1e3:8.3f} ms  (IQR {t.q25_s * 1e3:.3f}-"
-                  f"{t.q75_s * 1e3:.3f} ms, {t.reps} runs)")
+            print(summary_line(key, t.row(), unit="ms", width=26))
     out = io.write_json(paths.ensure(paths.bench_dir()) / "theory.json", record)
     print(f"\nwritten {out}")
     return record

@@ -1,74 +1,25 @@
-"""Fixed cost and streaming rate of the CUDA kernels in a GPU run, from its n = 1 rows.
-
-At n = 1 a pass reads U = m distinct experts, so per-slot and dedup request the same bytes and no
-expert is read twice. The f32 and bf16 layers of a preset differ only in bytes (2x), so the two
-points give, per preset and kernel, the line t = a + bytes / beta through them: beta is the rate
-at which the extra bytes stream, a the time that does not depend on the bytes (launches, ramp-up
-and tail of each launch, latency chains before the first weight load, and anything the cache
-protocol adds per call). docs/cuda.md quotes this for the run of 2026-11-29 (H200), whose
-kernels are the legacy path's.
+"""Fixed cost and streaming rate of the CUDA kernels in a GPU run, from its n = 1 rows
+(:mod:`moespec.measure.overhead_fit`; docs/cuda.md quotes it for the run of 2026-11-29 (H200), whose
+kernels are the legacy path's).
 
     python3 benchmarks/gpu_overhead_fit.py benchmarks/results/gpu/20261129T1832Z-h200/bench_kernels_cuda.csv
 
-Reads the first run's layouts (slot/dedup columns) and the new long one; standard library only. Prints a
-markdown table.
+Prints a markdown table.
 """
 
 from __future__ import annotations
 
-import csv
 import sys
-from pathlib import Path
 
-
-def n1_times(rows: list[dict]) -> dict[tuple[str, str, str], tuple[float, float]]:
-    """{(model, kernel, fmt): (bytes, median seconds)} of the n = 1 rows (eager legacy/fused
-    calls; in the long layout the protocol and variant of the first such row)."""
-    out = {}
-    for r in rows:
-        if int(r["n"]) != 1:
-            continue
-        if "kernel" in r:  # long layout: one row per callable
-            if r["kernel"] not in ("slot", "dedup") or int(float(r.get("graph", 0) or 0)):
-                continue
-            key = (r["model"] + f" [{r['variant']}, {r['protocol']}]", r["kernel"], r["fmt"])
-            out.setdefault(key, (float(r["bytes"]), float(r["t_s"])))
-        else:  # the first run's layouts: slot and dedup columns (the standalone one without bytes)
-            for k in ("slot", "dedup"):
-                nbytes = (float(r[f"{k}_bytes"]) if f"{k}_bytes" in r else
-                          float(r["expert_bytes"]) * (int(r["n"]) * int(r["m"]) if k == "slot" else int(r["U"])))
-                out[(r["model"], k, r["fmt"])] = (nbytes, float(r[f"t_{k}_s"]))
-    return out
-
-
-def fit(rows: list[dict]) -> list[dict]:
-    """Per (model, kernel): beta and a of the line through the f32 and bf16 points at n = 1, and
-    the share of the bf16 call's time that a is."""
-    t = n1_times(rows)
-    out = []
-    for (model, kernel, fmt), (b32, t32) in sorted(t.items()):
-        if fmt != "f32" or (model, kernel, "bf16") not in t:
-            continue
-        b16, t16 = t[(model, kernel, "bf16")]
-        beta = (b32 - b16) / (t32 - t16)
-        a = t16 - b16 / beta
-        out.append({"model": model, "kernel": kernel, "t_f32_us": t32 * 1e6, "t_bf16_us": t16 * 1e6,
-                    "beta_GBps": beta / 1e9, "a_us": a * 1e6, "a_share_bf16": a / t16})
-    return out
+from moespec.measure.overhead_fit import fit, markdown, read_rows
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__)
         return 2
-    with Path(argv[0]).open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
     print(f"Line t = a + bytes / beta through the f32 and bf16 points at n = 1 ({argv[0]})\n")
-    print("| preset | kernel | t f32 (us) | t bf16 (us) | beta (GB/s) | a (us) | a / t bf16 |")
-    print("|---|---|---|---|---|---|---|")
-    for f in fit(rows):
-        print(f"| {f['model']} | {f['kernel']} | {f['t_f32_us']:.1f} | {f['t_bf16_us']:.1f} | {f['beta_GBps']:.0f} "
-              f"| {f['a_us']:.1f} | {f['a_share_bf16']:.2f} |")
+    print(markdown(fit(read_rows(argv[0]))))
     return 0
 
 

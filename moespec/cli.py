@@ -11,6 +11,9 @@ from pathlib import Path
 
 from . import runner
 
+# Each subcommand imports its own modules when it runs (zoo: transformers; sweep: Dask; advise and
+# report: torch and the advice chain), so that `moespec --help` and `moespec notebooks` start at once.
+
 
 def _reproduce(args) -> int:
     try:
@@ -170,6 +173,39 @@ def _add_advise(sub) -> None:
     adv.set_defaults(func=_advise)
 
 
+def _report(args) -> int:
+    from moespec import report
+
+    try:
+        files = [Path(f) for f in args.files] if args.files else None
+        if args.check:
+            diffs = report.check_files(args.run, files)
+            for path, diff in diffs.items():
+                print(diff, end="")
+            print(f"moespec report: {len(diffs)} file(s) differ from {args.run}" if diffs else
+                  f"moespec report: every block matches {args.run}")
+            return 1 if diffs else 0
+        changed = report.update_files(args.run, files)
+    except report.ReportError as exc:
+        print(f"moespec report: {exc}", file=sys.stderr)
+        return 1
+    print(f"moespec report: {len(changed)} file(s) rewritten from {args.run}" +
+          "".join(f"\n  {p}" for p in changed))
+    return 0
+
+
+def _add_report(sub) -> None:
+    rpt = sub.add_parser("report", help="write the README's and docs' result blocks from a run's files",
+                         description="Rewrite every <!-- moespec-report:NAME --> block of README.md, docs/*.md and "
+                                     "figures/README.md from RUN (a runs/<run>/ folder or figures/) and the committed "
+                                     "benchmark results; a block whose file is missing is an error naming the file.")
+    rpt.add_argument("run", type=Path, help="run folder (runs/<run>/) or figures folder (figures/)")
+    rpt.add_argument("--check", action="store_true", help="change nothing; print the differences, exit 1 if any")
+    rpt.add_argument("--files", nargs="+", metavar="MD", help="Markdown files (default README.md, docs/*.md, "
+                                                               "figures/README.md)")
+    rpt.set_defaults(func=_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="moespec", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -232,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--no-progress", action="store_true", help="no progress bar")
     swp.set_defaults(func=_sweep)
     _add_advise(sub)
+    _add_report(sub)
     return parser
 
 

@@ -15,7 +15,7 @@ of its two kernels' (Section 4). Effective bandwidths follow Table 1: beta_slot(
 ubar = Σ U·b / Σ n·m·b. The transfer test (Figure 7, Appendix E) fits log beta_p(n) linear in
 log n and log b on the other models and predicts the held-out one.
 
-Input rows are those of :mod:`moespec.bench.expert_op` (one row per pass and kernel).
+Input rows are those of :mod:`moespec.measure.expert_op` (one row per pass and kernel).
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ def fit_one(kernel: str, n, m, U, b, t) -> dict:
     return out
 
 
-def predict(kernel: str, coefs: dict, n, m, U, b) -> np.ndarray:
-    """Fitted operation time of eq. (4)/(E.1) at passes (n, m, U, b)."""
+def fitted_time(kernel: str, coefs: dict, n, m, U, b) -> np.ndarray:
+    """Fitted operation time of eq. (4)/(E.1) at passes (n, m, U, b) (the prediction chain (22) of
+    :mod:`moespec.predict` builds on it)."""
     beta = np.array([coefs[c] for c in COEFS[kernel]], dtype=float)
     return design(kernel, n, m, U, b) @ beta
 
@@ -148,7 +149,7 @@ def window_errors(fits: pd.DataFrame, rows: pd.DataFrame, ns=FIT_NS) -> pd.DataF
     parts = []
     for kernel, g in merged.groupby("kernel"):
         g = g.copy()
-        g["t_pred_s"] = [float(predict(kernel, r, r["n"], r["m"], r["U"], r["expert_bytes"])[0])
+        g["t_pred_s"] = [float(fitted_time(kernel, r, r["n"], r["m"], r["U"], r["expert_bytes"])[0])
                          for _, r in g.iterrows()]
         parts.append(g)
     out = pd.concat(parts)

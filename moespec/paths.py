@@ -31,11 +31,6 @@ def _env_path(var: str, default: Path) -> Path:
     return Path(value).expanduser().resolve() if value else default
 
 
-def shared_dir() -> Path:
-    """The read-only ``shared/`` folder beside the checkout (papers, raw data, reference tables)."""
-    return _env_path("MOESPEC_SHARED", ROOT.parent / "shared")
-
-
 def data_dir() -> Path:
     """``data/``: corpora copied with attribution, traces, cached models, benchmark rows."""
     return _env_path("MOESPEC_DATA", ROOT / "data")

@@ -24,6 +24,9 @@ import numpy as np
 import pandas as pd
 
 from moespec import paths
+from moespec.engine.runs import step_overhead, throughput_grid
+from moespec.fit import COEFS, fitted_time
+from moespec.measure.regimes import classify
 from moespec.theory import (best_draft_length, relative_step_error, saving_bound, speedup_interval,
                             throughput, throughput_loss_bound)
 
@@ -74,8 +77,6 @@ def fitted_layer_times(fits: pd.DataFrame, union: np.ndarray, m: int, expert_byt
     the mean coefficients of the fitted layers (the paper fits two layers of DeepSeek-V2-Lite and
     applies them to all; every layer of one model shares the expert shape).
     """
-    from moespec.fit import COEFS, predict as fit_predict
-
     union = np.asarray(union, float)
     L, n_max = union.shape
     if np.isnan(union).any():
@@ -90,7 +91,7 @@ def fitted_layer_times(fits: pd.DataFrame, union: np.ndarray, m: int, expert_byt
         if f.empty:
             raise ValueError(f"no {p} fit among the fits (kernels found: {sorted(set(fits['kernel']))})")
         shared = f[list(COEFS[p])].mean()
-        out[p] = np.stack([fit_predict(p, f.loc[layer] if layer in f.index else shared, n, m, union[layer], b[layer])
+        out[p] = np.stack([fitted_time(p, f.loc[layer] if layer in f.index else shared, n, m, union[layer], b[layer])
                            for layer in range(L)])
     out["dedup"][:, 0] = out["slot"][:, 0]
     return out
@@ -357,7 +358,6 @@ def measured_at(summary: pd.DataFrame, oracle: pd.DataFrame, d: int, eps: float)
     """One depth's measurements: verify times and saving from ``summary``
     (:func:`moespec.engine.verify.summarize_verify`), h(k) and the throughput grid from the oracle
     runs at that depth (:mod:`moespec.engine.runs`)."""
-    from moespec.engine.runs import step_overhead, throughput_grid
 
     s = summary[summary["d"] == d].sort_values("n")
     if s.empty:
@@ -376,7 +376,7 @@ def evaluate_depths(summary: pd.DataFrame, oracle: pd.DataFrame, fits: pd.DataFr
     :func:`evaluate` (paper 1, Section 4; Tables 3, 4, 7, 8; Figures 4-6).
 
     ``windows``: the expert-operation timings on windows of recorded routing (rows of
-    :mod:`moespec.bench.expert_op` of kind ``window``, time in ``t_s``), for the measured-time
+    :mod:`moespec.measure.expert_op` of kind ``window``, time in ``t_s``), for the measured-time
     version; ``fits`` (:func:`moespec.fit.fit_layers`) with ``wiki_union`` (the WikiText windows'
     mean union per layer and n, :func:`moespec.routing.mean_union`) for the prediction version
     and ``text_union[d]`` (the verified text's) for the text version; ``expert_bytes``: b.
@@ -404,9 +404,8 @@ def evaluate_depths(summary: pd.DataFrame, oracle: pd.DataFrame, fits: pd.DataFr
 
 def bench_regimes(rows: pd.DataFrame, threshold: float | None) -> pd.Series:
     """The bandwidth regime of every row of an expert-operation benchmark run
-    (:mod:`moespec.bench.expert_op`): that of its group's read-bandwidth row (``kind == membw``,
+    (:mod:`moespec.measure.expert_op`): that of its group's read-bandwidth row (``kind == membw``,
     the same interleaved group), classified at ``threshold`` (GB/s; None: one regime)."""
-    from moespec.bench.regimes import classify
 
     reads = rows[rows["kind"] == "membw"]
     if threshold is None or reads.empty:

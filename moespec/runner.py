@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from tqdm.auto import tqdm
+
 from . import io, paths, provenance
 
 PROFILES = ("quick", "full")
@@ -424,7 +426,6 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
                 "data_dir": str(paths.data_dir() if publish else run_dir / "data"),
                 "command": " ".join(sys.argv), **provenance.full_record(), "notebooks": []}
     io.write_json(manifest_path, manifest)
-    from tqdm.auto import tqdm
 
     bar = tqdm(notebooks, desc=f"moespec reproduce ({profile})", unit="notebook", disable=not progress)
     current = None

@@ -42,6 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+import pandas as pd
+from tqdm.auto import tqdm
+
 from . import io, paths, provenance, runner
 
 EXECUTORS = ("dask", "slurm", "submitit-local")
@@ -315,7 +318,6 @@ class SweepResult:
 def merge_tables(folder: Path, manifests: list[dict]) -> list[Path]:
     """One CSV per notebook output: the rows of every finished job's ``figures/*.csv`` with the
     job id and each job parameter as leading columns; written atomically to ``<folder>/tables/``."""
-    import pandas as pd
 
     frames: dict[str, list] = {}
     for m in manifests:
@@ -347,7 +349,6 @@ def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: 
     worker processes), ``"slurm"`` or ``"submitit-local"`` (``executor_options`` go to submitit's
     ``update_parameters``, e.g. ``slurm_partition``, ``gpus_per_node``, ``timeout_min``).
     """
-    from tqdm.auto import tqdm
 
     if executor not in EXECUTORS:
         raise SweepError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")

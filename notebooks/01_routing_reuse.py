@@ -51,7 +51,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from moespec import io, paths
-from moespec.models import PRESETS, get_spec
+from moespec.model_shapes import PRESETS, get_spec
 from moespec.plots.routing import figure1_reuse
 from moespec.routing import RoutingTrace, synthetic
 from moespec.routing.published import published_reuse, reuse_targets

@@ -51,7 +51,7 @@ from pathlib import Path
 import json
 
 from moespec import fit, io, paths
-from moespec.bench import expert_op
+from moespec.measure import expert_op
 from moespec.plots.bandwidth import figure2_bandwidth, figure3_distinct_share
 from moespec.routing import RoutingTrace
 from moespec.tables.bandwidth import distinct_share, table1

@@ -50,7 +50,7 @@ from pathlib import Path
 import pandas as pd
 
 from moespec import fit, io, paths
-from moespec.bench import expert_op
+from moespec.measure import expert_op
 from moespec.plots.bandwidth import figure7_transfer
 from moespec.tables.bandwidth import fit_table
 

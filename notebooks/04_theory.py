@@ -34,13 +34,13 @@ bandwidth_csv = ""       # empty: the published Table 1 of paper 1 (labelled as 
 kmax = 8                 # largest draft length (the runs of paper 1 use k up to 8)
 dense_ratio = 0.5        # D as a multiple of the expert bytes m W of one token (Table 1 has no D)
 bounds_engine = "llama.cpp CUDA"   # engine whose rows get the saving band and margin panels
-eps_override = 0.0       # 0: the published eps of each engine (paper 1, Sec. 4); else this eps
+eps_override = 0.0       # 0: the engine's eps (published: paper 1, Sec. 4; ours: notebook 03's 03_epsilon.csv)
+epsilon_csv = ""         # notebook 03's 03_epsilon.csv for our own bandwidth_csv (default: beside it, else this run's)
 
 # %%
 from fractions import Fraction
 
 import numpy as np
-import pandas as pd
 
 from moespec import io, paths
 from moespec import theory as th
@@ -68,10 +68,7 @@ a_tab = Fraction(13, 20)
 rho_star = [th.byte_threshold(a_tab, k, 1, 1) for k in (1, 2)]
 print(f"no single threshold, a = 13/20, m = w = 1, D = 0: rho*_1 = {rho_star[0]}, rho*_2 = {rho_star[1]}")
 for pattern in ("01", "00012", "00102"):
-    P = len(pattern)
-    rho = [Fraction(0)] + [Fraction(sum(pattern[(t + n - 1) % P] in {pattern[(t + u) % P] for u in range(n - 1)}
-                                        for t in range(P)), P) for n in (2, 3)]
-    rb = th.rho_bar(np.array([rho], dtype=object))
+    rb = th.rho_bar(np.array([th.periodic_reuse(pattern, 3)], dtype=object))
     faster = th.faster_draft_lengths(rb, rho_star)
     print(f"  pattern {pattern}: rho_bar_1 = {rb[0]}, rho_bar_2 = {rb[1]}, speedup: "
           f"{'yes (k = ' + ', '.join(map(str, faster)) + ')' if faster else 'no'}")
@@ -144,13 +141,9 @@ print(f"time form at a = 0.8, k = 4: " + ", ".join(
 # ## Error bounds (Table 2, Appendix C)
 
 # %%
-scalars = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv")
-published_eps = {r.model_or_engine: float(r.value) for r in scalars[scalars["quantity"] == "epsilon"].itertuples()}
+published_eps = tables.published_epsilon()
 eps_grid = np.linspace(0, 0.3, 301)
-delta_grid = eps_grid / (1 - eps_grid)
-bounds = {"delta = eps/(1-eps) (C.7)": delta_grid,
-          "throughput lost 2 delta/(1+delta) (20)": 2 * delta_grid / (1 + delta_grid),
-          "speedup factor - 1 = 1/(1-2 eps) - 1 (21)": 1 / (1 - 2 * eps_grid) - 1}
+bounds = tables.bound_curves(eps_grid)
 print(f"eps = 1/10: delta = {th.delta_from_eps(Fraction(1, 10))}, speedup factor = "
       f"{th.speedup_factor_from_eps(Fraction(1, 10))}")
 for engine, e in published_eps.items():
@@ -160,7 +153,8 @@ for engine, e in published_eps.items():
           f"{th.speedup_interval(d)[1]:.4f}], faster-kernel margin {th.faster_kernel_margin(e):.4f}")
 
 engine = bounds_engine if bounds_engine in set(table1["engine"]) else table1["engine"].iloc[0]
-eps_used = eps_override or published_eps.get(engine, 0.05)
+eps_used, eps_from = tables.bounds_epsilon(table1, engine, bandwidth_csv, epsilon_csv, eps_override)
+print(f"eps for {engine}: {eps_used:g} ({eps_from})")
 chosen = [rec for rec in records if rec["engine"] == engine]
 n = np.arange(1, kmax + 2)
 savings, margins = {}, {}
@@ -170,7 +164,7 @@ for rec in chosen:
     ubar = th.byte_share(rec["dedup"].expert_bytes, rec["slot"].expert_bytes)
     r = th.bandwidth_ratio(rec["dedup"].bandwidth, rec["slot"].bandwidth)
     savings[rec["model"]] = (n[1:], S[1:], half[1:])
-    margins[rec["model"]] = (n[1:], np.log(r[1:]) - np.log(ubar[1:]), th.faster_kernel_margin(eps_used))
+    margins[rec["model"]] = (n[1:], th.log_gap(ubar[1:], r[1:]), th.faster_kernel_margin(eps_used))
     sure = th.kernels_agree(ubar[1:], r[1:], eps_used)
     faster = th.dedup_faster(ubar[1:], r[1:])
     print(f"{engine}, {rec['model']} (eps = {eps_used}): dedup faster at n = "
@@ -191,8 +185,8 @@ from IPython.display import Markdown, display
 
 dedup_rows = steps[steps["engine_kind"] == "deduplicating"]
 display(Markdown(
-    f"**Step times {built_from}.** The worked examples come out exactly (V = (1, 2, 2): k* jumps from 0 to 2 at "
-    f"a = {float(th.step_points(V_jump)[0]):.4f}). With a deduplicating engine, {int((dedup_rows['jumps'] > 0).sum())} of "
+    f"**Step times {built_from}.** The worked examples come out exactly (V = (1, 2, 2): k* jumps from "
+    f"{st_jump.jumps[0][1]} to {st_jump.jumps[0][2]} at a = {float(th.step_points(V_jump)[0]):.4f}). With a deduplicating engine, {int((dedup_rows['jumps'] > 0).sum())} of "
     f"{len(dedup_rows)} Table-1 rows have a staircase that rises by more than one draft length at once; k*(0.8) ranges "
     f"{min(k_at.values())}-{max(k_at.values())} over the rows. The bounds of Table 2 at a bandwidth error of 1/10: "
     f"the step time within {float(th.delta_from_eps(Fraction(1, 10))):.3f}, the best speedup within a factor "

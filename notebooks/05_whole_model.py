@@ -33,7 +33,8 @@
 # 2. Verify time tau_p(n), n = 1..9, both settings, at two context depths; medians with bootstrap
 #    intervals; saving S(n); every repetition paired with a same-round reference read, summaries
 #    in the dominant bandwidth regime (the pre-registered protocol) and over all rows.
-# 3. Speculative decoding with the oracle draft: k = 0..8 x 11 acceptance values, dedup on.
+# 3. Speculative decoding with the oracle draft: every k of the profile x its acceptance values (the full
+#    profile: k = 0..8 x the acceptance values of the pre-registered rules), dedup on.
 # 4. The real draft model on MT-Bench first turns at several draft costs per token (the draft's MLPs
 #    widened function-preservingly), measured speedups beside the theory's prediction.
 #
@@ -83,12 +84,12 @@ import datetime as dt
 import numpy as np
 import pandas as pd
 from moespec import io, paths, predict, provenance
-from moespec.bench.regimes import ReferenceRead
+from moespec.measure.regimes import ReferenceRead
 from moespec.engine import breakdown as B
 from moespec.engine import draftcost as DC
 from moespec.engine import goals as G
 from moespec.engine import summaries as SM
-from moespec.engine.profiles import default_depths, resolve, setup
+from moespec.notebook_profiles import default_depths, resolve, setup
 from moespec.engine.runs import greedy_agreement, oracle_sweep
 from moespec.engine.subject import load_subject, widen_draft
 from moespec.engine.verify import measure_verify_times, regime_summaries

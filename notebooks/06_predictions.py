@@ -19,7 +19,7 @@
 # Paper 1, Section 4 and 4.4, on the subject of notebook 05's run (read from its `run.json`; the
 # subject parameters here, when set, must match it). The expert operation of each of the engine's
 # own layers (its real weights; for the byte-faithful subject the embedded experts at the
-# published shape) is timed alone by `moespec.bench` on passes with chosen ids and on windows of
+# published shape) is timed alone by `moespec.measure` on passes with chosen ids and on windows of
 # recorded WikiText routing; `moespec.fit` fits (4) and (E.1) and gives the bandwidth error eps.
 # Then eq. (22) turns per-layer operation times into whole-model verify times:
 #
@@ -63,10 +63,10 @@ import json
 import numpy as np
 import pandas as pd
 from moespec import corpus, fit, io, paths, predict
-from moespec.bench.expert_op import load_rows
+from moespec.measure.expert_op import load_rows
 from moespec.engine import goals as G
 from moespec.engine.operation import bench_engine, record_trace
-from moespec.engine.profiles import resolve, setup
+from moespec.notebook_profiles import resolve, setup
 from moespec.engine.subject import load_subject, subject_args_from_run
 from moespec.plots.predictions import figure4_saving, figure5_kstar, figure6_verify
 from moespec.routing import RoutingTrace, mean_union

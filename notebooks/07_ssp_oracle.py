@@ -80,15 +80,15 @@ import numpy as np
 import pandas as pd
 
 from moespec import io, paths, provenance
-from moespec.bench.regimes import ReferenceRead, classify, dominant, split_point
+from moespec.measure.regimes import ReferenceRead, classify, dominant, split_point
 from moespec.engine import OracleDraft
 from moespec.engine import goals as G
-from moespec.engine.profiles import resolve, setup
+from moespec.notebook_profiles import resolve, setup
 from moespec.engine.subject import load_subject
 from moespec.oracle import analysis as A
 from moespec.oracle import regression as R
 from moespec.oracle.junk import junk_tails, load_inputs, replayed_inputs, save_inputs
-from moespec.oracle.kernels import bench_bandwidths, kernel_models
+from moespec.oracle.kernel_cost import bench_bandwidths, kernel_models
 from moespec.oracle.record import load_questions, load_rounds, record_rounds, reference_sequences, save_rounds
 from moespec.plots import oracle as plots
 from moespec.tables import oracle as tables

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     import torch
 
     from moespec.kernels import ExpertWeights, cuda_api
-    from moespec.models import PRESETS
+    from moespec.model_shapes import PRESETS
 
     with tempfile.TemporaryDirectory() as tmp:
         _, lib_path = build_emulated(Path(tmp))

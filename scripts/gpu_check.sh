@@ -14,7 +14,7 @@
 #      a. the standalone harness (tools/standalone_check.cu): every case on every execution path
 #         (legacy, fused, fused without PDL) against a host reference, all bitwise equal;
 #      b. the standalone benchmark (tools/bench_standalone.cu) at every preset of
-#         moespec.models.PRESETS (read with plain python3), all formats, n = 1..9, protocol rotate,
+#         moespec.model_shapes.PRESETS (read with plain python3), all formats, n = 1..9, protocol rotate,
 #         variants legacy / fused / fused-nopdl / fused-graph -> bench_standalone.csv;
 #      c. the cache protocols side by side at OLMoE (flush, clean, rotate) -> bench_protocols.csv;
 #      d. a tuning sweep of the fused path at OLMoE and Qwen3 -> bench_sweep.csv;
@@ -121,9 +121,9 @@ else
       FAILED+=("standalone harness"); fi
     if [ "${GPU_CHECK_SKIP_BENCH:-0}" = 1 ]; then
       echo "standalone benchmarks skipped (GPU_CHECK_SKIP_BENCH=1)"
-    elif ! SHAPES=$(PYTHONPATH="$ROOT" python3 -c 'from moespec.models import PRESETS; print(" ".join(
+    elif ! SHAPES=$(PYTHONPATH="$ROOT" python3 -c 'from moespec.model_shapes import PRESETS; print(" ".join(
         f"{k}:{s.num_experts},{s.hidden_size},{s.expert_intermediate},{s.top_k}" for k, s in PRESETS.items()))'); then
-      FAILED+=("standalone benchmarks (python3 cannot read moespec.models.PRESETS)")
+      FAILED+=("standalone benchmarks (python3 cannot read moespec.model_shapes.PRESETS)")
     else
       echo "shapes: $SHAPES"
       OLMOE=$(echo "$SHAPES" | tr ' ' '\n' | grep '^olmoe:' || true)

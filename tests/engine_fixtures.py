@@ -27,7 +27,7 @@ SMALL_CONFIG = {"model_type": "deepseek_v2", "_name_or_path": "fixture/deepseek-
                 "hidden_size": 64, "moe_intermediate_size": 32, "intermediate_size": 128,
                 "torch_dtype": "bfloat16"}
 SMALL_DENSE = [0]
-#: OLMoE-1B-7B-0125's shape (the numbers moespec.models.OLMOE cites from its config.json).
+#: OLMoE-1B-7B-0125's shape (the numbers moespec.model_shapes.OLMOE cites from its config.json).
 OLMOE_CONFIG = {"model_type": "olmoe", "_name_or_path": "allenai/OLMoE-1B-7B-0125", "num_hidden_layers": 16,
                 "num_experts": 64, "num_experts_per_tok": 8, "hidden_size": 2048, "intermediate_size": 1024,
                 "torch_dtype": "bfloat16"}

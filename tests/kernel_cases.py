@@ -12,6 +12,18 @@ import torch
 
 from moespec.kernels import ExpertWeights, build, expert_forward, reference_forward
 
+#: Small random shapes ``(N, H, I, m)`` for correctness tests: odd sizes (float formats),
+#: multiples of 32 (int8), group tails of the int8 layout (K/32 not a multiple of 16), m = 1 and
+#: N = m + 1.
+SMALL_SHAPES: tuple[tuple[int, int, int, int], ...] = (
+    (8, 256, 128, 3),
+    (6, 96, 160, 5),     # K/32 = 3 and 5 blocks: partial int8 groups
+    (4, 64, 32, 1),      # m = 1
+    (5, 544, 96, 4),     # N = m + 1; H/32 = 17 blocks: one full group and a tail of 1
+)
+#: Non-multiple-of-32 shapes, float formats only (vector tails).
+ODD_SHAPES: tuple[tuple[int, int, int, int], ...] = ((5, 75, 37, 2), (3, 17, 9, 2))
+
 FORMATS = ("f32", "bf16", "int8_b32")
 KERNELS = ("slot", "dedup")
 

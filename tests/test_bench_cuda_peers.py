@@ -1,4 +1,4 @@
-"""The in-run torch peers of the CUDA kernels (moespec.bench.cuda_peers), on the CPU: the routing
+"""The in-run torch peers of the CUDA kernels (moespec.measure.cuda_peers), on the CPU: the routing
 grouping on hand-checked ids, and both peers against the fp64 reference at the format's
 precision (fixed per-format ceilings)."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from moespec.bench import cuda_peers
 from moespec.kernels import ExpertWeights, reference_forward
-from moespec.kernels.shapes import random_ids
+from moespec.measure import cuda_peers
+from moespec.measure.ids import random_ids
 
 CEILING = {"f32": 1e-5, "bf16": 2e-2, "int8_b32": 3e-2}
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from moespec import fit
-from moespec.bench import expert_op, timing
-from moespec.bench.ids import distinct
+from moespec.measure import expert_op, timing
 from moespec.routing import synthetic
+from moespec.routing.stats import pass_union
 
 CFG = expert_op.BenchConfig(model="gpt-oss", fmt="f32", backend="torch", hidden=64, intermediate=32,
                             layers=(0, 1), ns=(1, 2, 3), u_count=3, windows_per_n=2, reps=3, warmup=0,
@@ -90,7 +90,7 @@ def test_group_passes_deterministic_and_exact_u():
     assert all((p["ids"] == q["ids"]).all() for p, q in zip(a, b))
     for p in a:
         if p["kind"] == "chosen":
-            assert f"c{distinct(p['ids'])}" == p["pass_id"]
+            assert f"c{pass_union(p['ids'], spec.num_experts)}" == p["pass_id"]
 
 
 def test_trace_must_match_the_model(tmp_path):

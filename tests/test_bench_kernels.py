@@ -3,7 +3,6 @@ gigabytes of weights and minutes of quiet machine; it is run by hand, docs/kerne
 
 from __future__ import annotations
 
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -60,32 +59,6 @@ def test_kernel_share_figure_and_plot_run(bench, tmp_path):
     df.to_csv(csv, index=False)
     out = bench.plot_run(csv)
     assert out == [tmp_path / "20261129T130000Z_toy.png"] and out[0].stat().st_size > 10_000
-
-
-def test_read_unsteady_flags_a_regime_change(bench):
-    """A block whose 1 GiB reads span more than UNSTEADY_READ (a change of bandwidth regime between
-    rounds) is flagged; a steady one is not."""
-    assert bench.UNSTEADY_READ == 1.25
-    assert not bench.read_unsteady([35e9, 36e9, 37.5e9, 34e9])
-    assert not bench.read_unsteady([40e9, 50e9])          # exactly 1.25: still steady
-    assert bench.read_unsteady([35e9, 36e9, 64e9, 35.5e9])
-    assert bench.read_unsteady(np.array([60e9, 47.9e9]))
-
-
-def test_layer_copies_are_handed_out_in_turn(bench):
-    """Under warm-code every call takes the next layer copy, whichever kernel calls: consecutive
-    calls never read the same copy (with two or more)."""
-    copies = bench.Copies(["a", "b", "c"])
-    assert [copies.next() for _ in range(7)] == ["a", "b", "c", "a", "b", "c", "a"]
-    single = bench.Copies(["only"])
-    assert single.next() == single.next() == "only"
-
-
-def test_rotating_call_logs_its_passes(bench):
-    log, seen = [], []
-    call = bench._rotating(["p0", "p1"], log, lambda ids: seen.append(ids) or len(seen))
-    assert [call() for _ in range(3)] == [1, 2, 3]
-    assert log == seen == ["p0", "p1", "p0"]
 
 
 @pytest.mark.parametrize("protocol, copies, message", [("lukewarm", 3, "protocol must be one of"),

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 import torch
+from bench_scripts import load_benchmark
 
 from moespec import paths
-from moespec.bench.timing import MachineState, Timing
-from bench_scripts import load_benchmark
+from moespec.measure.timing import MachineState, Timing
 
 SCRIPT = paths.ROOT / "benchmarks" / "bench_kernels_cuda.py"
 

@@ -1,4 +1,4 @@
-"""The layer-stack benchmark (moespec.bench.layer_stack) on the CPU: a pass runs every layer on
+"""The layer-stack benchmark (moespec.measure.layer_stack) on the CPU: a pass runs every layer on
 the same window of replayed routing, the rows count the bytes each kernel requests per layer, and
 S(n) = T_slot - T_dedup comes out of the rows. (CUDA-graph replay is GPU-only.)"""
 
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from moespec.bench import layer_stack
 from moespec.kernels import ExpertWeights, reference_forward
+from moespec.measure import layer_stack
 
 
 def test_stack_pass_runs_each_layer_on_its_routing():

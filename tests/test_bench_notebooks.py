@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from moespec.bench import expert_op
+from moespec.measure import expert_op
 
 pytestmark = pytest.mark.notebook
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moespec.bench import timing
+from moespec.measure import timing
 
 
 class FakeClock:

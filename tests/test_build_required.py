@@ -10,22 +10,22 @@ import re
 import subprocess
 import sys
 
+import kernel_cases
 import numpy as np
 import pytest
 import torch
-
-import kernel_cases
 from kernel_cases import CEILING, check, skip_if_absent
+
 from moespec import paths
 from moespec.kernels import ExpertWeights, build, dispatch, reference
-from moespec.kernels.shapes import random_ids
+from moespec.measure.ids import random_ids
 
 
 @pytest.fixture
 def broken_build(monkeypatch):
     """This process's C++ extension as if it did not build (nothing loaded, every build fails)."""
     def fail(name, *args, **kwargs):
-        raise build.ExtensionBuildError(f"building moespec extension {name!r} failed: expert_ops.cpp:1: error")
+        raise build.ExtensionBuildError(f"building moespec extension {name!r} failed: driver.cpp:1: error")
 
     monkeypatch.setattr(build, "_loaded", {})
     monkeypatch.setattr(build, "_errors", {})
@@ -36,7 +36,7 @@ def broken_build(monkeypatch):
 
 def test_required_build_failure_is_an_error_everywhere(broken_build, monkeypatch):
     monkeypatch.setenv(build.REQUIRE_ENV, "cpp")
-    with pytest.raises(build.ExtensionBuildError, match=r"expert_ops.cpp:1: error .*MOESPEC_REQUIRE_BUILD=cpp requires"):
+    with pytest.raises(build.ExtensionBuildError, match=r"driver.cpp:1: error .*MOESPEC_REQUIRE_BUILD=cpp requires"):
         build.available("cpp")
     with pytest.raises(pytest.fail.Exception, match="the cpp extension must build here"):
         skip_if_absent("cpp")                       # a test of the C++ kernels fails, it does not skip
@@ -47,8 +47,8 @@ def test_required_build_failure_is_an_error_everywhere(broken_build, monkeypatch
 def test_optional_build_failure_skips_and_warns_with_the_reason(broken_build, monkeypatch):
     monkeypatch.setenv(build.REQUIRE_ENV, "0")
     assert build.available("cpp") is False
-    assert "expert_ops.cpp:1: error" in build.build_error("cpp")
-    with pytest.raises(pytest.skip.Exception, match="does not build here: .*expert_ops.cpp:1: error"):
+    assert "driver.cpp:1: error" in build.build_error("cpp")
+    with pytest.raises(pytest.skip.Exception, match="does not build here: .*driver.cpp:1: error"):
         skip_if_absent("cpp")
     with pytest.warns(RuntimeWarning, match="uses the torch backend: the cpp extension is not available here"):
         assert dispatch.resolve_backend("auto", torch.device("cpu")) == "torch"
@@ -74,7 +74,7 @@ def test_require_variable_is_checked(monkeypatch):
 def test_build_command_fails_on_a_broken_source(tmp_path):
     """`python -m moespec.kernels` (CI's first step) exits 1 and shows the compiler's complaint when
     a source does not compile (a copy of the sources with one broken line, built in tmp_path)."""
-    src = tmp_path / "expert_ops.cpp"   # a header that does not exist: the compiler stops at once
+    src = tmp_path / "driver.cpp"   # a header that does not exist: the compiler stops at once
     src.write_text('#include "moespec_no_such_header.h"\n' + build.CPU_SOURCES[0].read_text())
     script = (f"import sys; from pathlib import Path; from moespec.kernels import build; "
               f"build.CPU_SOURCES[:] = [Path({str(src)!r})]; sys.exit(build.main(['cpp']))")

@@ -121,10 +121,10 @@ def test_emulated_kernels_match_cpp_kernels_and_reference(emulated_lib, fmt):
     (kernel_cases.CEILING); and the four outputs are bitwise equal."""
     import numpy as np
     import torch
-    from kernel_cases import CEILING, rel_err, skip_if_absent
+    from kernel_cases import CEILING, ODD_SHAPES, SMALL_SHAPES, rel_err, skip_if_absent
 
     from moespec.kernels import ExpertWeights, expert_forward, reference_forward
-    from moespec.kernels.shapes import ODD_SHAPES, SMALL_SHAPES, random_ids
+    from moespec.measure.ids import random_ids
 
     skip_if_absent("cpp")
     shapes = SMALL_SHAPES + (ODD_SHAPES if fmt != "int8_b32" else ())
@@ -167,7 +167,7 @@ def test_nonfinite_inputs_give_nan_rows(emulated_lib, fmt):
     import torch
 
     from moespec.kernels import ExpertWeights
-    from moespec.kernels.shapes import random_ids
+    from moespec.measure.ids import random_ids
 
     N, H, I, m, n = 8, 256, 128, 3, 6
     w = ExpertWeights.random((N, H, I), fmt, seed=11)
@@ -197,7 +197,7 @@ def test_plan_chooses_path_pdl_and_rings(emulated_lib):
     import torch
 
     from moespec.kernels import ExpertWeights
-    from moespec.kernels.shapes import random_ids
+    from moespec.measure.ids import random_ids
 
     dll = emulated_lib
     w = ExpertWeights.random((16, 256, 128), "bf16", seed=1)
@@ -244,7 +244,7 @@ def test_fused_tuning_variants_agree_bitwise(emulated_lib, fmt):
     import torch
 
     from moespec.kernels import ExpertWeights
-    from moespec.kernels.shapes import random_ids
+    from moespec.measure.ids import random_ids
 
     N, H, I, m, n = 6, 320, 224, 2, 7  # 320 = 10 chunk groups: ragged last ring stage in every format
     w = ExpertWeights.random((N, H, I), fmt, seed=5)

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import torch
 
-from moespec.bench.regimes import ReferenceRead, classify, dominant, regime_summary, split_point
 from moespec.engine import draftcost as DC
 from moespec.engine.breakdown import decode_breakdown, shares
-from moespec.engine.profiles import DEFAULTS, default_depths, resolve
 from moespec.engine.subject import load_subject, widen_draft
 from moespec.engine.verify import measure_verify_times, regime_summaries
+from moespec.measure.regimes import ReferenceRead, classify, dominant, regime_summary, split_point
+from moespec.notebook_profiles import DEFAULTS, default_depths, resolve
 from moespec.theory import expected_tokens
 
 
@@ -167,7 +167,7 @@ def test_verify_times_carry_their_regime(subject):
 def test_replayed_oracle_inputs_are_the_traces_unions():
     from moespec.engine.replay import ReplayRouting
     from moespec.oracle.junk import replayed_inputs
-    from moespec.oracle.rounds import union_sizes
+    from moespec.routing.stats import union_sizes
     from moespec.routing import synthetic
 
     trace = synthetic.sticky(2, 40, 2, 16, 4, keep=0.4, seed=2)

@@ -1,4 +1,4 @@
-"""The ggml peer (benchmarks/ggml_peer: ggml's CPU MUL_MAT_ID expert FFN) computes moespec's expert
+"""The ggml peer (moespec.measure.ggml_peer, built by benchmarks/ggml_peer/build.py: ggml's CPU MUL_MAT_ID expert FFN) computes moespec's expert
 operation: against the fp64 reference under the kernel tests' fixed per-format ceilings
 (kernel_cases.CEILING), on a small shape and the OLMoE shape at n = 1, 2, 9.
 
@@ -9,19 +9,16 @@ Skipped where the peer is not built (CI does not build it): build it with
 from __future__ import annotations
 
 import functools
-import sys
 
 import numpy as np
 import pytest
 import torch
+from kernel_cases import CEILING, FORMATS, rel_err
 
-from moespec import paths
 from moespec.kernels import ExpertWeights, reference_forward
-from moespec.kernels.shapes import published_shapes, random_ids
-
-sys.path.insert(0, str(paths.ROOT))
-from benchmarks.ggml_peer import peer  # noqa: E402
-from kernel_cases import CEILING, FORMATS, rel_err  # noqa: E402
+from moespec.measure import ggml_peer as peer
+from moespec.measure.ids import random_ids
+from moespec.model_shapes import published_shapes
 
 if not peer.available():
     pytest.skip(f"the ggml peer is not built ({peer.library_path()} missing; "

@@ -123,5 +123,5 @@ def test_call_stages_figure_stacks_to_one():
 def test_bench_format_rejects_bad_protocol_and_copies(bench):
     with pytest.raises(ValueError, match="protocol must be one of"):
         bench.bench_format("olmoe", "f32", [1], 1, 1, 1, 0, protocol="hot")
-    with pytest.raises(ValueError, match="copies must be >= 2 for warm-code"):
+    with pytest.raises(ValueError, match="warm-code needs at least 2 layer copies"):
         bench.bench_format("olmoe", "f32", [1], 1, 1, 1, 0, protocol="warm-code", copies=1)

@@ -8,10 +8,12 @@ import functools
 import numpy as np
 import pytest
 import torch
+from kernel_cases import (BACKENDS, CEILING, FORMATS, KERNELS, ODD_SHAPES, SMALL_SHAPES, check, rel_err,
+                          skip_if_absent)
 
-from kernel_cases import BACKENDS, CEILING, FORMATS, KERNELS, check, rel_err, skip_if_absent
 from moespec.kernels import ExpertWeights, expert_forward, reference_forward, torch_dedup
-from moespec.kernels.shapes import ODD_SHAPES, SMALL_SHAPES, published_shapes, random_ids
+from moespec.measure.ids import random_ids
+from moespec.model_shapes import published_shapes
 
 
 def _case(shape, fmt, n, seed, gates=True):
@@ -214,7 +216,7 @@ def test_gates_scale_linearly():
 
 @pytest.mark.parametrize("n", [4, 9, 13])
 def test_cpp_f32_row_chunks(n):
-    """f32 rows with 6+ tokens go through the micro-kernel in chunks of 512 values (expert_ops.cpp,
+    """f32 rows with 6+ tokens go through the micro-kernel in chunks of 512 values (dot_avx512.cpp,
     KCHUNK): K = 1100 and 600 end in partial chunks of 76 and 88 values (not multiples of the vector
     width); N = m + 1 puts ~3 (n = 4, whole rows), ~7 and ~10 (a tile of 9 and one of 1) tokens on
     each expert."""

@@ -20,10 +20,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from kernel_cases import FORMATS, KERNELS, ODD_SHAPES, SMALL_SHAPES, check
 
-from kernel_cases import FORMATS, KERNELS, check
 from moespec.kernels import ExpertWeights, expert_forward
-from moespec.kernels.shapes import ODD_SHAPES, SMALL_SHAPES, published_shapes, random_ids
+from moespec.measure.ids import random_ids
+from moespec.model_shapes import published_shapes
 
 pytestmark = pytest.mark.cuda
 DEV = "cuda"

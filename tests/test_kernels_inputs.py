@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from kernel_cases import cpp_present, skip_if_absent
+
 from moespec.kernels import (ExpertWeights, ExtensionBuildError, build, dequantize_blocks, dispatch,
                              expert_forward, quantize_blocks)
-from moespec.models import PRESETS
+from moespec.model_shapes import PRESETS
 
 BACKENDS = ["torch", "cpp"]
 

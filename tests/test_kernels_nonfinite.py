@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from kernel_cases import BACKENDS, FORMATS, KERNELS, skip_if_absent
+
 from moespec.kernels import ExpertWeights, expert_forward
-from moespec.kernels.shapes import random_ids
+from moespec.measure.ids import random_ids
 
 NAN, INF = float("nan"), float("inf")
 N, H, I, M, TOKENS = 9, 64, 96, 4, 6   # H, I multiples of 32 (int8); 6 tokens, several per expert

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from kernel_cases import FORMATS, skip_if_absent
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from kernel_cases import FORMATS, skip_if_absent
 from moespec.kernels import ExpertWeights, expert_forward, load_cpu
-from moespec.kernels.shapes import random_ids
+from moespec.measure.ids import random_ids
 
 N, H, I, M, TOKENS = 6, 64, 96, 2, 3
 

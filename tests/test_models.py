@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-
-from moespec.models import FORMATS, PRESETS, MoESpec, format_bytes, get_spec, llama_cpp_use_more_bits
+from moespec.model_shapes import FORMATS, PRESETS, MoESpec, format_bytes, get_spec, llama_cpp_use_more_bits
 
 
 def test_block_formats_by_hand():

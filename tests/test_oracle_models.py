@@ -9,7 +9,7 @@ import torch
 from moespec import zoo
 from moespec.oracle.hf import RouterTap
 from moespec.oracle.junk import junk_tails
-from moespec.oracle.rounds import union_sizes
+from moespec.routing.stats import union_sizes
 
 V = 256
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import synthetic_rounds
 
 from moespec.oracle import regression as R
-from moespec.oracle.rounds import synthetic_rounds, ubar, union_sizes, validate_rounds
+from moespec.oracle.rounds import ubar, validate_rounds
+from moespec.routing.stats import union_sizes
 
 COEF = {"beta0": {m: 4.0 + 0.5 * m - (2.0 if m >= 5 else 0.0) for m in range(2, 12)},
         "alpha": {m: (0.08 if m <= 4 else 0.26) for m in range(2, 12)},

@@ -7,11 +7,11 @@ import base64
 import json
 import struct
 
+import engine_fixtures as fx
 import numpy as np
 import pytest
 
-import engine_fixtures as fx
-from moespec import models
+from moespec import model_shapes as models
 from moespec.cli import main as cli_main
 from moespec.routing import RoutingTrace, from_sglang, from_vllm, import_jsonl
 from moespec.routing.engines import decode_sglang
@@ -35,7 +35,7 @@ def test_spec_from_config_agrees_with_the_presets():
         assert getattr(olmoe, attr) == getattr(models.OLMOE, attr), attr
     assert olmoe.expert_bytes("bf16") == models.OLMOE.expert_bytes("bf16") == 3 * 2048 * 1024 * 2
     assert olmoe.default_format == "bf16" and olmoe.name == "allenai/OLMoE-1B-7B-0125"
-    # DeepSeek-V2-Lite's config.json numbers (as cited by moespec.models): a dense first layer
+    # DeepSeek-V2-Lite's config.json numbers (as cited by moespec.model_shapes): a dense first layer
     ds = models.spec_from_config({"num_hidden_layers": 27, "first_k_dense_replace": 1, "moe_layer_freq": 1,
                                   "n_routed_experts": 64, "num_experts_per_tok": 6, "n_shared_experts": 2,
                                   "hidden_size": 2048, "moe_intermediate_size": 1408, "intermediate_size": 10944})

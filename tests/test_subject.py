@@ -16,7 +16,7 @@ from moespec.engine.subject import QUICK_LIKE, load_subject, subject_from_models
 from moespec.engine.widen import (dense_mlp_bytes, embed_expert_weights, widen_dense_mlps, widen_expert_weights,
                                   widened_intermediate)
 from moespec.kernels import ExpertWeights, expert_forward
-from moespec.models import PRESETS, MoESpec, get_spec
+from moespec.model_shapes import PRESETS, MoESpec, get_spec
 from moespec.routing import synthetic
 
 #: Largest |difference| of outputs allowed between a widened and an unwidened layer, relative to

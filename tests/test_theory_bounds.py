@@ -180,3 +180,11 @@ def test_C7_exact():
 def test_bad_error_bounds(call):
     with pytest.raises(ValueError, match=r"must lie in \[0"):
         call()
+
+
+def test_log_gap_is_what_bound_19_compares():
+    ubar, r = np.array([0.5, 0.9, 1.0]), np.array([1.0, 0.9, 0.5])
+    np.testing.assert_allclose(th.log_gap(ubar, r), [np.log(2), 0.0, -np.log(2)])
+    np.testing.assert_array_equal(th.kernels_agree(ubar, r, 0.1), np.abs(th.log_gap(ubar, r)) > th.faster_kernel_margin(0.1))
+    with pytest.raises(ValueError):
+        th.log_gap([0.0], [1.0])

@@ -185,3 +185,21 @@ def test_bad_inputs():
         th.VerifyTime([1, 2], [1])
     with pytest.raises(ValueError, match="dense_bandwidth"):
         th.VerifyTime([1, 2], [1, 1], dense_bytes=3)
+
+
+def test_periodic_reuse_exact_and_against_the_trace_statistics():
+    """App. B.2's patterns exactly, and the same rho(n) as moespec.routing.stats.reuse on a long
+    trace of the periodic routing (an independent computation, windows over one document)."""
+    from fractions import Fraction as Fr
+
+    from moespec.routing import RoutingTrace, reuse
+
+    assert th.periodic_reuse("01", 3) == [0, 0, 1]
+    assert th.periodic_reuse("00012", 3) == [0, Fr(2, 5), Fr(2, 5)]
+    assert th.periodic_reuse("00102", 4) == [0, Fr(1, 5), Fr(3, 5), Fr(3, 5)]
+    for pattern in ("01", "00012", "00102", "0123012"):
+        ids = np.array([int(pattern[t % len(pattern)]) for t in range(len(pattern) * 400)])
+        trace = RoutingTrace([ids.reshape(-1, 1, 1)], num_experts=4)
+        np.testing.assert_allclose(reuse(trace, 5)[0], [float(x) for x in th.periodic_reuse(pattern, 5)], atol=0.01)
+    with pytest.raises(ValueError, match="empty"):
+        th.periodic_reuse("", 3)

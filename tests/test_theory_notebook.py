@@ -55,9 +55,42 @@ def test_theory_notebook_own_csv(run_notebook, tmp_path):
     ours["n8_beta_dedup_GBps"] *= 1.5
     path = tmp_path / "table1_ours.csv"
     ours.to_csv(path, index=False)
+    pd.DataFrame({"backend": ["cpp"], "eps_engine": [0.0375]}).to_csv(tmp_path / "03_epsilon.csv", index=False)
     _, figures, text = run_notebook("04_theory", bandwidth_csv=str(path))
     assert "built from ours (test machine)" in text and "published Table 1 (their" not in text
+    assert "eps for llama.cpp CUDA: 0.0375 (notebook 03's engine eps (03_epsilon.csv))" in text
     check_step_points(figures / "04_step_points.csv", tables.read_table1(path))
+
+
+def test_bounds_epsilon_comes_from_the_data(tmp_path, monkeypatch):
+    """The paper's eps for its published rows, notebook 03's for ours (beside the CSV, given, or in
+    this run's figures), an override when given; never an invented value."""
+    monkeypatch.setenv("MOESPEC_RUN_DIR", str(tmp_path / "run"))
+    pub = tables.read_table1()
+    assert tables.bounds_epsilon(pub, "llama.cpp CUDA") == (0.054, "paper 1's published eps of llama.cpp CUDA")
+    assert tables.bounds_epsilon(pub, "MLX-LM")[0] == 0.148
+    assert tables.bounds_epsilon(pub, "MLX-LM", eps_override=0.2) == (0.2, "eps_override = 0.2")
+    with pytest.raises(ValueError, match="not in the Table-1 CSV"):
+        tables.bounds_epsilon(pub, "vLLM")
+    ours = pub.head(2).assign(source="ours (x)", engine="moespec cpp (f32)")
+    csv = tmp_path / "bw" / "02_table1_bandwidth.csv"
+    csv.parent.mkdir()
+    with pytest.raises(FileNotFoundError, match="03_epsilon.csv.*run notebook 03"):
+        tables.bounds_epsilon(ours, "moespec cpp (f32)", bandwidth_csv=csv)
+    pd.DataFrame({"backend": ["torch", "cpp"], "eps_engine": [0.2, 0.024]}).to_csv(csv.parent / "03_epsilon.csv",
+                                                                                    index=False)
+    assert tables.bounds_epsilon(ours, "moespec cpp (f32)", bandwidth_csv=csv)[0] == 0.024
+    given = tmp_path / "e.csv"
+    pd.DataFrame({"backend": ["cpp"], "eps_engine": [0.05]}).to_csv(given, index=False)
+    assert tables.bounds_epsilon(ours, "moespec cpp (f32)", bandwidth_csv=csv, epsilon_csv=given)[0] == 0.05
+
+
+def test_bound_curves_are_the_theory_functions():
+    eps = np.array([0.0, 0.1, 0.25])
+    curves = list(tables.bound_curves(eps).values())
+    np.testing.assert_allclose(curves[0], [0, 1 / 9, 1 / 3])
+    np.testing.assert_allclose(curves[1], [0, 0.2, 0.5])
+    np.testing.assert_allclose(curves[2], [0, 0.25, 1.0])
 
 
 def test_table1_csv_errors(tmp_path):

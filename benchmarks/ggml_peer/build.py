@@ -28,10 +28,9 @@ import tarfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))  # the repository root, for `moespec` without installing
+from moespec import paths
 
-from moespec import paths  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 SDIST_VERSION = "0.3.36"  # vendors llama.cpp ggml-org/llama.cpp@0c1e57098 (its CHANGELOG), ggml 0.25.3
 SDIST_NAME = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"

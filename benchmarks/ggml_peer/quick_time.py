@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/ggml_peer/quick_time.py                    # OLMoE, f32/bf16/q8_0, 3 reps
     .venv/bin/python benchmarks/ggml_peer/quick_time.py --fmts q8_0 --reps 5
 
-One interleaved run per format (moespec.bench.timing, a 256 MiB read flush before every call,
+One interleaved run per format (moespec.measure.timing, a 256 MiB read flush before every call,
 cold weights: the full layer is larger than the L3), random routing, round-robin over a
 ``torch.sum`` over 1 GiB (this run's read bandwidth), the peer at n = 1..9, and moespec's cpp dedup
 kernel at the same n. Prints ms per call and bandwidth on distinct expert bytes (U*b) over the
@@ -16,22 +16,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 # as benchmarks/bench_kernels.py: huge pages for torch's (and the peer's) weights, passive OpenMP
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.ggml_peer import peer  # noqa: E402
-from moespec.bench import timing  # noqa: E402
+from moespec.measure import ggml_peer as peer  # noqa: E402
+from moespec.measure import timing  # noqa: E402
 from moespec.kernels import ExpertWeights, expert_forward  # noqa: E402
-from moespec.kernels.shapes import random_ids  # noqa: E402
-from moespec.models import get_spec  # noqa: E402
+from moespec.measure.ids import random_ids  # noqa: E402
+from moespec.measure.protocols import read_flush  # noqa: E402
+from moespec.model_shapes import get_spec  # noqa: E402
+from moespec.routing.stats import pass_union  # noqa: E402
 
 MOESPEC_FMT = {"f32": "f32", "bf16": "bf16", "q8_0": "int8_b32"}
 
@@ -52,7 +51,7 @@ def run_format(model: str, fmt: str, ns, reps: int, threads: int, read) -> list[
 
         def call():
             ids = next(it)
-            used[kind, n].append(int(ids.unique().numel()))
+            used[kind, n].append(pass_union(ids, N))
             if kind == "ggml":
                 return p(x[n], ids)
             return expert_forward(x[n], ids, w, kernel="dedup", backend="cpp")
@@ -62,9 +61,8 @@ def run_format(model: str, fmt: str, ns, reps: int, threads: int, read) -> list[
     for n in ns:
         calls[f"ggml n={n}"] = caller("ggml", n)
         calls[f"dedup n={n}"] = caller("dedup", n)
-    flush_buf = torch.ones(timing.FLUSH_BYTES // 4)
     with timing.MachineMonitor() as mon:
-        res = timing.time_interleaved(calls, reps=reps, warmup=1, flush=lambda: torch.sum(flush_buf))
+        res = timing.time_interleaved(calls, reps=reps, warmup=1, flush=read_flush(timing.FLUSH_BYTES))
     t_read = np.array(res["read"].samples_ns)
     bw_read = read[1] / np.median(t_read) * 1e9
     rows = []

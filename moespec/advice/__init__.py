@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from moespec.routing import RoutingTrace
+
 from .decide import decide
 from .inputs import (AdviceInputError, VerifyCurves, acceptance_from_table, from_bandwidth_table, from_run,
                      outputs_folder)
@@ -52,7 +54,6 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     if not pairs:
         raise AdviceInputError("no acceptance rate: give acceptance (e.g. [0.6, 0.8]) or an acceptance table")
     if trace is not None and not hasattr(trace, "docs"):
-        from moespec.routing import RoutingTrace
 
         if not Path(trace).exists():
             raise AdviceInputError(f"routing trace {trace} does not exist")

@@ -24,6 +24,12 @@ import numpy as np
 import pandas as pd
 
 from moespec import theory as th
+from moespec import paths, predict
+from moespec.fit import COEFS
+from moespec.model_shapes import get_spec
+from moespec.routing import byte_share, mean_union
+from moespec.tables.bandwidth import PAPER_LABEL
+from moespec.tables.theory import ENGINE_FORMAT, _preset_name, published_table1_path, read_table1
 
 N_MAX = 9
 #: Files of notebook 03 that the fits path reads.
@@ -250,7 +256,6 @@ def from_engine_run(folder: Path, run: Path, version: str = "prediction", depth:
 
 # --- notebook 03: fits of the expert operation -------------------------------------------------
 def _check_fits(fits: pd.DataFrame, path: Path) -> None:
-    from moespec.fit import COEFS
 
     for p in ("slot", "dedup"):
         f = fits[fits["kernel"] == p]
@@ -276,8 +281,6 @@ def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float =
     MoE layer of the model (layers without a fit of their own take the fitted layers' mean
     coefficients, :func:`moespec.predict.fitted_layer_times`), plus the dense bytes D =
     ``dense_ratio`` m W read at the run's measured read bandwidth."""
-    from moespec import predict
-    from moespec.models import get_spec
 
     paths_ = [folder / f for f in EXPERT_OP_FILES]
     fits = _read_csv(paths_[0], ["model", "layer", "kernel", "t_op", "c_u", "c_g", "c_t", "c_re"], "notebook 03's fits")
@@ -296,7 +299,6 @@ def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float =
         spec = None
     assumptions = []
     if trace is not None:
-        from moespec.routing import mean_union
 
         union = mean_union(trace, N_MAX)
         m, L = trace.top_k, trace.num_layers
@@ -375,7 +377,6 @@ def from_run(run: str | Path, use: str = "auto", version: str = "prediction", de
 
 # --- a bandwidth table ------------------------------------------------------------------------
 def _published_eps(engine: str) -> float | None:
-    from moespec import paths
 
     scalars = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv")
     row = scalars[(scalars["quantity"] == "epsilon") & (scalars["model_or_engine"] == engine)]
@@ -406,9 +407,6 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
     paper's) or the table's ``expert_bytes`` column; D = ``dense_ratio`` m W at the per-slot
     one-token bandwidth. ``eps``: the bandwidth error; for the published rows the paper's eps of
     the engine (labelled as theirs) when not given."""
-    from moespec.models import get_spec
-    from moespec.tables.bandwidth import PAPER_LABEL
-    from moespec.tables.theory import ENGINE_FORMAT, _preset_name, published_table1_path, read_table1
 
     path = Path(path)
     if not path.exists():
@@ -457,7 +455,6 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
         fmt = fmt or (str(df["fmt"].iloc[0]) if "fmt" in df.columns else spec.default_format)
     theirs = source == PAPER_LABEL or path.resolve() == published_table1_path().resolve()
     if trace is not None:
-        from moespec.routing import byte_share
 
         ubar = byte_share(trace, N_MAX)
         assumptions.append(f"byte share ubar(n) from the given routing trace ({trace.num_layers} layers, "

@@ -5,7 +5,7 @@ and speculative decoding with the oracle draft and with a real draft model."""
 from moespec.engine.speculative import (ModelDraft, OracleDraft, Step, StepResult, speculative_generate,
                                         speculative_step, summarize_steps)
 from moespec.engine.switch import SLOT_MAX, KernelExperts, Switch, install, moe_layers
-from moespec.engine.target import Engine, FakeTarget
+from moespec.engine.target import Engine
 
-__all__ = ["Engine", "FakeTarget", "KernelExperts", "ModelDraft", "OracleDraft", "SLOT_MAX", "Step", "StepResult",
+__all__ = ["Engine", "KernelExperts", "ModelDraft", "OracleDraft", "SLOT_MAX", "Step", "StepResult",
            "Switch", "install", "moe_layers", "speculative_generate", "speculative_step", "summarize_steps"]

@@ -1,6 +1,6 @@
 """Where a decode step's time goes: the whole step, its expert operation alone, the step without
 its expert operation, one drafted token, and a reference read, all timed round-robin in one run
-(:func:`moespec.bench.timing.time_interleaved`), for one or several subjects side by side.
+(:func:`moespec.measure.timing.time_interleaved`), for one or several subjects side by side.
 
 Components, for a pass of n tokens appended to a cache of ``depth`` positions:
 
@@ -11,7 +11,7 @@ Components, for a pass of n tokens appended to a cache of ``depth`` positions:
   (attention, norms, routers, embeddings, the LM head and the per-pass framework work);
 * ``draft_token``: one token of the subject's draft model (``ModelDraft.propose(..., k=1)`` at the
   same position: a cache crop and one forward of one token);
-* ``read``: one ``torch.sum`` over a fixed buffer (:class:`moespec.bench.regimes.ReferenceRead`),
+* ``read``: one ``torch.sum`` over a fixed buffer (:class:`moespec.measure.regimes.ReferenceRead`),
   the bandwidth regime of the run.
 
 The expert share of a step is ``experts / step`` at n = 1, the draft's cost ratio
@@ -27,7 +27,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from moespec.bench.timing import time_interleaved, timer_for
+from moespec.engine.speculative import ModelDraft
+from moespec.engine.switch import moe_layers
+from moespec.kernels import expert_forward
+from moespec.measure.regimes import ReferenceRead
+from moespec.measure.timing import time_interleaved, timer_for
 
 
 class ZeroExperts(nn.Module):
@@ -40,7 +44,6 @@ class ZeroExperts(nn.Module):
 def capture_expert_inputs(engine, ids) -> list[tuple]:
     """Run one pass of ``ids`` and return, per MoE layer, the kernel's arguments ``(x, ids,
     gates)`` (x padded as :class:`KernelExperts` pads it); the cache is cropped back."""
-    from moespec.engine.switch import moe_layers
 
     got, handles = {}, []
     for layer in moe_layers(engine.model):
@@ -64,9 +67,6 @@ def capture_expert_inputs(engine, ids) -> list[tuple]:
 
 
 def _callables(name: str, subject, prompt, n_values, dedup_kernels: bool) -> dict:
-    from moespec.engine.speculative import ModelDraft
-    from moespec.engine.switch import moe_layers
-    from moespec.kernels import expert_forward
 
     eng = subject.engine
     d = len(prompt)
@@ -130,7 +130,6 @@ def decode_breakdown(subjects: dict, prompts: dict, n_values=(1, 8), reps: int =
     (the cache depth is the prompt's length). Returns one row per (subject, component, pass) with
     the median and quartiles in seconds and, per subject, the derived rows ``rest`` (step minus
     experts), ``expert_share`` and ``draft_ratio`` (n = 1); ``read`` rows carry the bandwidth."""
-    from moespec.bench.regimes import ReferenceRead
 
     if 1 not in n_values:
         raise ValueError(f"n_values must include 1 (the decode step); got {n_values}")

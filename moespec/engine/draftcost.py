@@ -28,8 +28,12 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from moespec.bench.timing import time_interleaved
+from moespec import paths
 from moespec.engine.speculative import ModelDraft, speculative_generate, summarize_steps
+from moespec.measure.regimes import classify
+from moespec.measure.timing import time_interleaved
+from moespec.tables.oracle import paper_number
+from moespec.theory import expected_tokens
 
 
 def draft_cost_ratios(engine, drafts: dict, prompt, reps: int = 30, warmup: int = 2, reference=None) -> pd.DataFrame:
@@ -71,9 +75,8 @@ def draft_cost_sweep(engine, drafts: dict, prompts: list, ks, n_tokens: int, rep
     decoding (k = 0, knob NaN) on every prompt (module docstring). One row per run: prompt,
     draft_cost, k, rep, ref_GBps, the fields of :func:`summarize_steps`, and ``speedup``: its
     throughput over the median throughput of the same prompt's plain runs in the same bandwidth
-    regime (:func:`moespec.bench.regimes.classify` over the run's readings; all of the prompt's
+    regime (:func:`moespec.measure.regimes.classify` over the run's readings; all of the prompt's
     plain runs when that regime has none)."""
-    from moespec.bench.regimes import classify
 
     ks = sorted({int(k) for k in ks if int(k) >= 1})
     if not ks:
@@ -137,7 +140,6 @@ def predict_speedups(runs: pd.DataFrame) -> pd.DataFrame:
     docstring). Columns: draft_cost, k, a (measured acceptance at k), G (= G_a(k)), V_hat_s,
     V0_s, predicted, measured (median over prompts of the runs' speedups), measured_q25/q75,
     rel_error (predicted / measured - 1), tokens_per_step (measured median)."""
-    from moespec.theory import expected_tokens
 
     a_k = acceptance_by_k(runs)
     tau = runs.groupby("k")["t_verify_mean_s"].mean()              # verify of k + 1 tokens, any draft
@@ -191,8 +193,6 @@ def paper_references() -> dict:
     """The papers' published numbers drawn beside the sweep, labelled as theirs, never inputs:
     paper 1's median real-draft speedup at k = 1 (Appendix D.3) and paper 2's draft time per token
     over its pooled target intercept (eq. (6) / (A3): a drafted token's share of a target pass)."""
-    from moespec import paths
-    from moespec.tables.oracle import paper_number
 
     p1 = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv").set_index("quantity")["value"]
     return {"paper1_k1": float(p1["real_draft_median_speedup_k1"]),

@@ -1,4 +1,4 @@
-"""The engine's own expert operation timed alone by :mod:`moespec.bench.expert_op` (paper 1,
+"""The engine's own expert operation timed alone by :mod:`moespec.measure.expert_op` (paper 1,
 Section 2): the per-layer operation times of the measured-time version and the passes the fits
 (4)/(E.1) are made on, with the model's real expert weights and its recorded routing."""
 
@@ -8,8 +8,12 @@ import dataclasses
 
 import numpy as np
 
+from moespec.corpus import segments
 from moespec.engine.switch import KernelExperts, moe_layers
-from moespec.models import MoESpec, register
+from moespec.measure.expert_op import BenchConfig, run
+from moespec.model_shapes import MoESpec, register
+from moespec.model_shapes import spec_from_config
+from moespec.routing import RoutingTrace
 
 
 def engine_spec(engine, name: str) -> MoESpec:
@@ -17,13 +21,12 @@ def engine_spec(engine, name: str) -> MoESpec:
     it: N, H, I and the format from the installed expert weights (so Qwen3-MoE's and DeepSeek-V2's
     ``moe_intermediate_size``, not their dense ``intermediate_size``, and a widened expert's own
     shape), m and the layer counts from the config; DeepSeek's shared experts and dense FFN size
-    from :func:`moespec.models.spec_from_config` when the config names them."""
+    from :func:`moespec.model_shapes.spec_from_config` when the config names them."""
     cfg = engine.model.config
     w = layer_weights(engine)[0]
     n_exp, hidden, inter = w.shape
     shared, shared_i, dense_i = 0, 0, 0
     if getattr(cfg, "n_shared_experts", None):
-        from moespec.models import spec_from_config
 
         full = spec_from_config(cfg.to_dict())
         shared, shared_i = full.num_shared_experts, full.shared_intermediate
@@ -51,8 +54,6 @@ def record_trace(engine, docs: list, context: int, source: str):
     """Routing of ``docs`` (token arrays) recorded by teacher forcing through the engine, each
     document in consecutive segments of at most ``context`` tokens (each segment its own
     document, as :func:`moespec.corpus.segments`); returns a RoutingTrace."""
-    from moespec.corpus import segments
-    from moespec.routing import RoutingTrace
 
     out = []
     for doc in docs:
@@ -67,10 +68,9 @@ def record_trace(engine, docs: list, context: int, source: str):
 
 
 def bench_engine(engine, name: str, trace, out_dir=None, progress: bool = True, **config):
-    """Run :func:`moespec.bench.expert_op.run` on the engine's layers with their real weights and
+    """Run :func:`moespec.measure.expert_op.run` on the engine's layers with their real weights and
     the windows of ``trace``; ``config`` overrides :class:`BenchConfig` fields; ``out_dir``: the
     benchmark's folder (default ``paths.expert_op_dir()``, the run's). Returns the run folder."""
-    from moespec.bench.expert_op import BenchConfig, run
 
     engine_spec(engine, name)
     fields = {f.name for f in dataclasses.fields(BenchConfig)}

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from moespec import paths
+from moespec import corpus
 
 #: sha256 of the MT-Bench question file copied into data/mt_bench (see its SOURCE.md).
 MT_BENCH_SHA256 = "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7"
@@ -34,7 +35,6 @@ def mt_bench_first_turns(path: str | Path | None = None) -> list[str]:
 def validation_prompts(tokenizer, depth: int, count: int = 6) -> tuple[list[np.ndarray], list[str]]:
     """The first ``count`` WikiText validation articles (file order) with at least ``depth``
     tokens, truncated to ``depth``; returns (token arrays, titles). Raises if fewer exist."""
-    from moespec import corpus
 
     arts = corpus.articles("valid")
     ids = corpus.tokenize(arts, tokenizer)

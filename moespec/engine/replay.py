@@ -20,11 +20,14 @@ no dense layers), and its greedy tokens mean nothing; the draft is the oracle dr
 from __future__ import annotations
 
 import numpy as np
+import psutil
 import torch
 from torch import nn
 
 from moespec.engine.switch import KernelExperts, Switch, moe_layers
-from moespec.models import MoESpec, get_spec
+from moespec.engine.target import Engine
+from moespec.kernels import ExpertWeights
+from moespec.model_shapes import MoESpec, get_spec
 
 
 class ReplayRouting:
@@ -92,8 +95,11 @@ class ReplayRouting:
 
 class ReplayRouter(nn.Module):
     """Drop-in for a transformers top-k router (``forward(hidden) -> (logits, weights, ids)``)
-    returning the replayed ids of its layer with uniform gate weights. ``weight`` is a zero
-    ``[N, 1]`` buffer so that tools reading a router's N (``moespec.oracle.hf.RouterTap``) work."""
+    returning the replayed ids of its layer with uniform gate weights. It declares itself a router
+    (``moespec_router``, :func:`moespec.routing.record.is_router`), so the recorder and the oracle's
+    ``RouterTap`` find it; ``num_experts`` and ``top_k`` as a transformers router has them."""
+
+    moespec_router = True
 
     def __init__(self, layer: int, routing: ReplayRouting, num_experts: int, top_k: int):
         super().__init__()
@@ -140,7 +146,6 @@ def published_model(spec: MoESpec | str, trace, fmt: str = "int8_b32", layers: i
     (:func:`replay_engine` does both)."""
     from transformers import OlmoeConfig, OlmoeForCausalLM
 
-    from moespec.kernels import ExpertWeights
 
     spec = get_spec(spec) if isinstance(spec, str) else spec
     L = int(layers or spec.num_moe_layers)
@@ -149,7 +154,6 @@ def published_model(spec: MoESpec | str, trace, fmt: str = "int8_b32", layers: i
     check_trace(trace, spec, L)
     need = skeleton_bytes(spec, fmt, L, vocab_size, packed_copy=fmt == "int8_b32" and str(device) == "cpu")
     if memory_limit is None:
-        import psutil
 
         memory_limit = psutil.virtual_memory().available if str(device) == "cpu" else \
             torch.cuda.mem_get_info(torch.device(device))[0]
@@ -181,7 +185,6 @@ def published_model(spec: MoESpec | str, trace, fmt: str = "int8_b32", layers: i
 def replay_engine(model, routing: ReplayRouting, backend: str = "auto"):
     """An :class:`moespec.engine.Engine` on a :func:`published_model`, announcing every pass to
     the replaying routers."""
-    from moespec.engine.target import Engine
 
     engine = Engine(model, backend=backend)
     engine.pass_listeners.append(routing.on_pass)

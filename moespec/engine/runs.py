@@ -53,7 +53,7 @@ def oracle_sweep(engine, prompts: list, ks, a_values, n_tokens: int, reps: int =
     order. One row per run: the fields of :func:`summarize_steps` plus prompt, d, k, a, rep.
     ``routing_out``: a list that receives, per prompt, the routing ``[n_tokens, L, m]`` of the greedy
     continuation the runs verify (teacher-forced, untimed): the "text" routing of Table 3.
-    ``reference``: a :class:`moespec.bench.regimes.ReferenceRead` timed before each run (``ref_GBps``).
+    ``reference``: a :class:`moespec.measure.regimes.ReferenceRead` timed before each run (``ref_GBps``).
     """
     vocab = vocab or engine.model.config.vocab_size
     ks, a_values = list(ks), list(a_values)

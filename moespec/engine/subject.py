@@ -25,10 +25,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from moespec import paths
-from moespec.models import MoESpec, get_spec, register
+from moespec import zoo
+from moespec.engine import prompts as P
+from moespec.engine.operation import layer_weights
+from moespec.engine.replay import published_model, replay_engine
+from moespec.engine.target import Engine
+from moespec.engine.widen import (dense_mlp_bytes, dense_mlps, draft_intermediate, embed_expert_weights,
+                                  widen_dense_mlps, widen_expert_weights, widened_intermediate)
+from moespec.model_shapes import MoESpec, get_spec, register
+from moespec.routing import RoutingTrace, synthetic
 
 KINDS = ("byte-faithful", "default", "replay")
 
@@ -94,9 +103,7 @@ class Subject:
         (paper 1, Section 4) when the subject has a tokenizer; for a replayed subject one prompt
         per trace document (:meth:`moespec.engine.replay.ReplayRouting.prompt`); else seeded
         random ids (the quick profile's random models)."""
-        import numpy as np
 
-        from moespec.engine import prompts as P
 
         if self.replay is not None:
             if count > self.replay.trace.num_docs:
@@ -111,9 +118,7 @@ class Subject:
         """``count`` MT-Bench first turns (evenly spaced over the 80, so every category is
         represented; paper 1, Appendix D.3) cut to ``max_tokens``, or seeded random ids of 12..max
         tokens without a tokenizer."""
-        import numpy as np
 
-        from moespec.engine import prompts as P
 
         if self.tokenizer is not None:
             turns = P.mt_bench_first_turns()
@@ -126,9 +131,7 @@ class Subject:
         """Prompts for the given question texts (paper 2's Spec-Bench first turns), cut to
         ``max_tokens``: tokenized with the subject's tokenizer; for a replayed subject question i
         replays trace document i mod D; else seeded random ids of ``max_tokens`` tokens."""
-        import numpy as np
 
-        from moespec.engine import prompts as P
 
         if self.replay is not None:
             D = self.replay.trace.num_docs
@@ -140,7 +143,6 @@ class Subject:
 
     def expert_bytes_per_token(self) -> float:
         """Bytes the experts of one token read over all MoE layers at n = 1 (L m b)."""
-        from moespec.engine.operation import layer_weights
 
         m = int(self.target.config.num_experts_per_tok)
         return float(sum(m * w.bytes_per_expert for w in layer_weights(self.engine).values()))
@@ -156,7 +158,6 @@ def _dtype(dtype: str):
 
 def _trained_or_tiny(profile: str, device: str, dtype):
     """(target, draft, tokenizer) of the default subject: trained (full) or tiny random (quick)."""
-    from moespec import zoo
 
     if profile == "quick":
         target, draft = zoo.tiny_moe(**QUICK_MOE), zoo.tiny_draft(**QUICK_DRAFT)
@@ -171,7 +172,6 @@ def widen_draft(draft: torch.nn.Module, target_bytes_per_token: float, draft_cos
     """Widen ``draft``'s dense MLPs (in place, function-preserving) so that one drafted token reads
     ``draft_cost`` x the target's expert bytes per token of MLP weights (never narrower than
     trained); returns what was done."""
-    from moespec.engine.widen import dense_mlp_bytes, dense_mlps, draft_intermediate, widen_dense_mlps
 
     if draft_cost < 0:
         raise ValueError(f"draft_cost must be >= 0 (a share of the target's expert bytes per token), got {draft_cost}")
@@ -189,14 +189,13 @@ def load_subject(model: str = "byte-faithful", profile: str = "full", device: st
     """Build the subject ``model`` (module docstring) for ``profile`` on ``device``.
 
     ``fmt``: the kernels' storage format ('' = int8_b32 for the byte-faithful and replay subjects,
-    else the model's own precision). ``like``: the published shape (a :mod:`moespec.models` name;
+    else the model's own precision). ``like``: the published shape (a :mod:`moespec.model_shapes` name;
     '' = OLMoE, or the quick stand-in in the quick profile). ``dtype``: the precision the
     checkpoints load in ('' = f32 for the trained models, the checkpoint's own for a path).
     ``layout``: the byte-faithful widening, ``"published"`` (experts embedded in the published
     shape) or ``"intermediate"`` (only I widened, H kept; see docs/engine.md for why published is
     the default). ``layers``: MoE layers of the replay model (0 = the published count).
     """
-    from moespec.engine.target import Engine
 
     if profile not in ("quick", "full"):
         raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
@@ -228,7 +227,6 @@ def subject_from_models(kind: str, target, draft, tokenizer, origin: str, like: 
     """The ``"default"`` or ``"byte-faithful"`` subject made of the given OLMoE-family ``target`` and
     dense ``draft`` (``origin`` says what they are, e.g. "default MoE (trained here)"); the
     arguments are those of :func:`load_subject`. The models are changed in place."""
-    from moespec.engine.target import Engine
 
     if kind == "default":
         engine = Engine(target, backend=backend, fmt=fmt or None)
@@ -247,14 +245,11 @@ def subject_from_models(kind: str, target, draft, tokenizer, origin: str, like: 
 
 
 def _first_weights(engine):
-    from moespec.engine.operation import layer_weights
 
     return layer_weights(engine)[0]
 
 
 def _byte_faithful(target, drafter, tok, origin, like, fmt, layout, device, backend, seed) -> Subject:
-    from moespec.engine.target import Engine
-    from moespec.engine.widen import embed_expert_weights, widen_expert_weights, widened_intermediate
 
     spec = get_spec(like)
     cfg = target.config
@@ -293,8 +288,6 @@ def _byte_faithful(target, drafter, tok, origin, like, fmt, layout, device, back
 
 
 def _replay_subject(like, trace_file, profile, device, backend, fmt, layers, seed) -> Subject:
-    from moespec.engine.replay import published_model, replay_engine
-    from moespec.routing import RoutingTrace, synthetic
 
     spec = get_spec(like)
     L = int(layers or spec.num_moe_layers)
@@ -332,7 +325,6 @@ def _load_checkpoint(path: str, device: str, dtype):
 
 
 def _checkpoint_subject(path, draft_path, device, backend, fmt, dtype, seed, draft_cost) -> Subject:
-    from moespec.engine.target import Engine
 
     target = _load_checkpoint(path, device, dtype)
     drafter = _load_checkpoint(draft_path, device, dtype) if draft_path else None

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from moespec.kernels import ExpertWeights, expert_forward
+
 #: Largest pass the per-slot kernel runs with deduplication off (the paper's engines: n <= 9).
 SLOT_MAX = 9
 
@@ -53,7 +55,6 @@ class KernelExperts(nn.Module):
 
     def __init__(self, experts: nn.Module, switch: Switch, layer: int, fmt: str | None = None):
         super().__init__()
-        from moespec.kernels import ExpertWeights
 
         check_expert_layout(experts, layer)
         gate_up, down = experts.gate_up_proj.detach(), experts.down_proj.detach()
@@ -77,7 +78,6 @@ class KernelExperts(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
-        from moespec.kernels import expert_forward
 
         n, hidden = hidden_states.shape
         if self.switch.record is not None:

@@ -2,7 +2,7 @@
 
 :class:`Engine` wraps an ``OlmoeForCausalLM`` whose experts run through :mod:`moespec.kernels`
 (see :mod:`moespec.engine.switch`). The speculative loop talks to any object with the same four
-members (``prefill``, ``forward``, ``crop``, ``length``); tests use :class:`FakeTarget`.
+members (``prefill``, ``forward``, ``crop``, ``length``); the tests' stand-in is ``tests/fakes.py``'s ``FakeTarget``.
 """
 
 from __future__ import annotations
@@ -131,40 +131,3 @@ class Engine:
         self.crop(start)
         calls.sort(key=lambda c: c[0])
         return np.stack([ids_ for _, ids_ in calls], axis=1)
-
-
-class FakeTarget:
-    """A cheap deterministic stand-in for a target model (tests of the speculative loop): the
-    greedy token after ``t`` is ``(a * t + b) % vocab``; a pass costs nothing."""
-
-    def __init__(self, vocab: int = 1000, a: int = 7, b: int = 3):
-        self.vocab, self.a, self.b = int(vocab), int(a), int(b)
-        self.tokens: list[int] = []
-
-    def next_of(self, t: int) -> int:
-        return (self.a * int(t) + self.b) % self.vocab
-
-    @property
-    def length(self) -> int:
-        return len(self.tokens)
-
-    def prefill(self, ids) -> int:
-        self.tokens = [int(t) for t in ids]
-        return self.next_of(self.tokens[-1])
-
-    def forward(self, ids) -> list[int]:
-        ids = [int(t) for t in np.asarray(ids).reshape(-1)]
-        self.tokens.extend(ids)
-        return [self.next_of(t) for t in ids]
-
-    def crop(self, length: int) -> None:
-        if not 0 <= length <= len(self.tokens):
-            raise ValueError(f"cannot crop a cache of {len(self.tokens)} positions to {length}")
-        del self.tokens[length:]
-
-    def greedy(self, first: int, count: int) -> list[int]:
-        out, tok = [], int(first)
-        for _ in range(count):
-            tok = self.forward([tok])[0]
-            out.append(tok)
-        return out

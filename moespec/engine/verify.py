@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from moespec.bench.timing import MachineMonitor
+from moespec.measure.regimes import classify, dominant, regime_summary, split_point
+from moespec.measure.timing import MachineMonitor
 
 
 def prepare_prompt(engine, prompt, n_max: int = 9) -> list[int]:
@@ -33,9 +34,9 @@ def measure_verify_times(engine, prompts: list, n_max: int = 9, reps: int = 5, w
                          progress: bool = True, reference=None) -> tuple[pd.DataFrame, dict]:
     """Time the verify pass at n = 1..n_max with deduplication off and on on every prompt.
 
-    ``reference``: a :class:`moespec.bench.regimes.ReferenceRead` timed once in every repetition,
+    ``reference``: a :class:`moespec.measure.regimes.ReferenceRead` timed once in every repetition,
     at a random place among its passes; each row then carries that read's bandwidth
-    (``ref_GBps``), from which :func:`moespec.bench.regimes.classify` gives its regime.
+    (``ref_GBps``), from which :func:`moespec.measure.regimes.classify` gives its regime.
 
     Returns (rows, info): rows has prompt, d, n, dedup, rep, t_s, ref_GBps (NaN without a
     reference) and other_load (the share of the CPUs other processes used while the prompt's
@@ -106,8 +107,7 @@ def bootstrap_medians(groups: list[np.ndarray], n_boot: int = 2000, seed: int = 
 
 def with_regimes(rows: pd.DataFrame, threshold: float | None = None) -> pd.DataFrame:
     """``rows`` with a ``regime`` column from their same-round reference reads (``ref_GBps``;
-    :func:`moespec.bench.regimes.classify`; one regime when there is no reading)."""
-    from moespec.bench.regimes import classify
+    :func:`moespec.measure.regimes.classify`; one regime when there is no reading)."""
 
     bw = rows["ref_GBps"] if "ref_GBps" in rows else pd.Series(np.nan, index=rows.index)
     if bw.isna().all():
@@ -157,11 +157,10 @@ def regime_summaries(rows: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
     (``data/preregistration/scoring_rules_byte_faithful.json``): ``(for_rules, all_rows, info)``.
 
     ``rows`` carry ``ref_GBps`` (:func:`measure_verify_times` with a reference). The regime holding
-    most repetitions (:func:`moespec.bench.regimes.dominant`) gives ``for_rules``; a depth with
+    most repetitions (:func:`moespec.measure.regimes.dominant`) gives ``for_rules``; a depth with
     less than ``min_share`` of its repetitions in that regime keeps all its rows there (``info``
     says which). ``all_rows`` summarizes every row; ``info`` holds the threshold, the dominant
     regime, per-regime counts and bandwidths, and per depth the regime used."""
-    from moespec.bench.regimes import dominant, regime_summary, split_point
 
     bw = rows["ref_GBps"].to_numpy(float) if "ref_GBps" in rows else np.full(len(rows), np.nan)
     threshold = None if np.isnan(bw).all() else split_point(bw[~np.isnan(bw)])

@@ -28,13 +28,13 @@ import torch
 from torch import nn
 
 from moespec.kernels.weights import BLOCK, ExpertWeights, normalize_format, random_values
-from moespec.models import MoESpec, format_bytes, get_spec
+from moespec.model_shapes import MoESpec, format_bytes, get_spec
 
 
 def widened_intermediate(hidden_size: int, like: MoESpec | str, fmt: str) -> int:
     """I' such that an expert of hidden size ``hidden_size`` and intermediate size I' occupies, in
     kernel format ``fmt``, exactly the bytes of one expert of the published model ``like``
-    (:meth:`moespec.models.MoESpec.expert_bytes`): ``3 H I' = 3 H_pub I_pub`` weights.
+    (:meth:`moespec.model_shapes.MoESpec.expert_bytes`): ``3 H I' = 3 H_pub I_pub`` weights.
 
     Raises when no whole I' exists (H_pub I_pub not a multiple of H) or when I' is not a whole
     number of the format's blocks along the down projection's reduction dimension."""

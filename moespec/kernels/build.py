@@ -5,11 +5,13 @@ Nothing is compiled or touches CUDA at import: the first call of :func:`load_cpu
 ``paths.build_dir()`` (cached there; later calls and processes reuse the build). When a build
 cannot run, :class:`ExtensionBuildError` names what is missing (compiler, ninja, headers, nvcc).
 
-Layout (as in pytorch/extension-cpp): ``csrc/cpu/expert_ops.cpp`` defines the op schemas
-(``TORCH_LIBRARY(moespec, m)``) and the CPU implementations (``csrc/cpu/read_probe.cpp``: a memory
-read probe for benchmarks, in the same module); ``csrc/cuda/*.cu`` hold plain CUDA
-kernels and ``csrc/cuda/*.cpp`` a thin binding with ``TORCH_LIBRARY_IMPL(moespec, CUDA, m)``. The
-CUDA library is loaded after the CPU one, which owns the schemas. Fake (meta) implementations
+Layout (as in pytorch/extension-cpp, one concern per file): ``csrc/cpu/`` holds the CPU extension,
+every ``*.cpp`` there one translation unit of it (docs/kernels.md lists them: the dot kernels per
+ISA, activation staging, the thread pool, the driver shared by both kernels, the instrumentation,
+and ``registration.cpp``, which defines the op schemas with ``TORCH_LIBRARY(moespec, m)``);
+``csrc/cuda/*.cu`` hold plain CUDA kernels and ``csrc/cuda/*.cpp`` a thin binding with
+``TORCH_LIBRARY_IMPL(moespec, CUDA, m)``. The CUDA library is loaded after the CPU one, which owns
+the schemas. Fake (meta) implementations
 of the ops (:mod:`moespec.kernels.fake`) are registered with the schemas, so the ops also run under
 FakeTensor and ``torch.compile``.
 
@@ -22,18 +24,24 @@ reason, when it cannot.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import threading
+import zlib
 from pathlib import Path
 
+import torch
+
 from moespec import paths
+from moespec.kernels import fake
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-CPU_SOURCES = [CSRC / "cpu" / "expert_ops.cpp", CSRC / "cpu" / "read_probe.cpp"]
+CPU_SOURCES = sorted((CSRC / "cpu").glob("*.cpp"))
 CPU_CFLAGS = ["-O3", "-fopenmp", "-std=c++17", "-fno-math-errno"]  # ISA paths use target attributes
 _lock = threading.Lock()
 _loaded: dict = {}  # "cpu": the extension module, "cuda": True once loaded
@@ -69,7 +77,6 @@ def missing_requirements(cuda: bool = False) -> list[str]:
     if not py_inc or not (Path(py_inc) / "Python.h").exists():
         missing.append(f"Python headers (Python.h under {py_inc}; install python3-dev)")
     if cuda:
-        import torch
         from torch.utils.cpp_extension import CUDA_HOME
         if torch.version.cuda is None:  # (a CPU-only torch also leaves CUDA_HOME unset)
             missing.append(f"a CUDA build of torch (torch {torch.__version__} is CPU-only; "
@@ -109,7 +116,6 @@ def cxx_runtime_problem() -> str | None:
     if cxx in _cxx_checked:
         return _cxx_checked[cxx]
     problem = None
-    import torch
 
     torch_lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
     torch_needed = _elf_needed(torch_lib) if torch_lib.exists() else None
@@ -159,9 +165,9 @@ def load_cpu():
         return module
     with _lock:
         if _loaded.get("cpu") is None:
+            stamp = f"-DMOESPEC_CPU_HEADERS={headers_digest('cpu')}"
             module = _build("moespec_cpu", CPU_SOURCES, cuda=False, python_module=True,
-                            extra_cflags=CPU_CFLAGS, extra_ldflags=["-fopenmp"])
-            from moespec.kernels import fake
+                            extra_cflags=CPU_CFLAGS + [stamp], extra_ldflags=["-fopenmp"])
 
             fake.register()
             _loaded["cpu"] = module
@@ -172,16 +178,19 @@ def cuda_sources() -> list[Path]:
     return sorted((CSRC / "cuda").glob("*.cu")) + sorted((CSRC / "cuda").glob("*.cpp"))
 
 
-def cuda_headers_digest() -> str:
-    """A digest of the CUDA headers (``*.cuh``, ``*.h``). torch's extension builder decides whether
-    to rebuild from the source files and flags only, so the digest goes into the flags: an edited
-    header then rebuilds the extension instead of loading a stale one."""
-    import zlib
-
+def headers_digest(folder: str) -> str:
+    """A digest of the headers (``*.cuh``, ``*.h``) of ``csrc/<folder>``. torch's extension builder
+    decides whether to rebuild from the source files and flags only, so the digest goes into the
+    flags: an edited header then rebuilds the extension instead of loading a stale one."""
     digest = 0
-    for h in sorted((CSRC / "cuda").glob("*.cuh")) + sorted((CSRC / "cuda").glob("*.h")):
+    for h in sorted((CSRC / folder).glob("*.cuh")) + sorted((CSRC / folder).glob("*.h")):
         digest = zlib.crc32(h.name.encode() + h.read_bytes(), digest)
     return f"{digest:08x}"
+
+
+def cuda_headers_digest() -> str:
+    """:func:`headers_digest` of the CUDA sources."""
+    return headers_digest("cuda")
 
 
 def load_cuda() -> None:
@@ -222,7 +231,6 @@ def available(backend: str) -> bool:
     """Whether ``backend`` ('cpp' or 'cuda') builds and loads here (builds it if needed). A failed
     build is remembered for the process (:func:`build_error`; it is not tried again) and answers
     False, unless the backend is :func:`required`: then the :class:`ExtensionBuildError` is raised."""
-    import torch
 
     if backend not in ("cpp", "cuda"):
         return backend == "torch"
@@ -250,8 +258,6 @@ def available(backend: str) -> bool:
 def main(argv=None) -> int:
     """``python -m moespec.kernels [cpp|cuda]``: build (or load the cached build) now; print
     where it is, or the reason it failed, and exit 1 then. CI runs this before the tests."""
-    import argparse
-    import sys
 
     parser = argparse.ArgumentParser(prog="python -m moespec.kernels", description="build the moespec extension now")
     parser.add_argument("backend", nargs="?", choices=("cpp", "cuda"), default="cpp")

@@ -12,6 +12,10 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+import torch
+
+from moespec.kernels import build
+
 #: ``enum moespec_path``.
 PATHS = {"auto": 0, "legacy": 1, "fused": 2}
 #: ``MOESPEC_ERR_TUNING``.
@@ -104,7 +108,6 @@ def get_tuning(lib) -> Tuning:
 def get_plan(lib, x, ids, weights, kernel: str) -> Plan:
     """How a call with these tensors and ``kernel`` ('slot' or 'dedup') would run under the current
     tuning on the current device (no launch)."""
-    import torch
 
     if kernel not in ("slot", "dedup"):
         raise ValueError(f"kernel must be 'slot' or 'dedup', got {kernel!r}")
@@ -120,9 +123,7 @@ def get_plan(lib, x, ids, weights, kernel: str) -> Plan:
 def loaded_library() -> ctypes.CDLL:
     """The CUDA extension that :func:`moespec.kernels.build.load_cuda` loaded into this process
     (the same handle: tuning set here applies to ``torch.ops.moespec.*`` on CUDA tensors)."""
-    import torch
 
-    from moespec.kernels import build
 
     build.load_cuda()
     paths = [p for p in torch.ops.loaded_libraries if "moespec_cuda" in str(p)]

@@ -160,7 +160,7 @@ def _op(kernel: str):
 
 def _cpp_forward(x, ids, weights: ExpertWeights, gates, kernel: str, backend: str) -> torch.Tensor:
     """The checked path to the C++ CPU kernel, called through the extension module (pybind11)
-    rather than the dispatcher (see expert_ops.cpp): converts the arguments (dtypes, layouts) or
+    rather than the dispatcher (see csrc/cpu/registration.cpp): converts the arguments (dtypes, layouts) or
     names what is wrong as the other backends do, and keeps the function and the weight arguments
     on the weights object for :func:`expert_forward`'s fast path."""
     fn, wargs = weights.cached(("cpp", kernel, backend), lambda: (

@@ -4,7 +4,7 @@ An expert is a SwiGLU block: ``gate`` and ``up`` are ``[I, H]`` and ``down`` is 
 layer of ``N`` experts holds ``gate, up: [N, I, H]`` and ``down: [N, H, I]`` (rows are output
 features, the last dimension is the reduction dimension, as in ``torch.nn.Linear.weight``).
 
-Formats (names as in :data:`moespec.models.FORMATS`):
+Formats (names as in :data:`moespec.model_shapes.FORMATS`):
 
 * ``"f32"``  -- float32 tensors.
 * ``"bf16"`` -- bfloat16 tensors.
@@ -13,7 +13,7 @@ Formats (names as in :data:`moespec.models.FORMATS`):
   The weight at ``[e, r, k]`` is ``q[e, r, k] * scale[e, r, k // 32]``; scales are
   ``[N, I, H/32]`` for gate/up and ``[N, H, I/32]`` for down.
 
-The bytes of one expert, ``bytes_per_expert``, come from :func:`moespec.models.format_bytes`, the
+The bytes of one expert, ``bytes_per_expert``, come from :func:`moespec.model_shapes.format_bytes`, the
 same count the byte model (paper 1, Section 2: ``b = w_l``) uses.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from moespec.models import MoESpec, format_bytes, get_spec
+from moespec.model_shapes import MoESpec, format_bytes, get_spec
 
 #: Storage formats the kernels implement, with the torch dtype of their value tensors.
 KERNEL_FORMATS: dict[str, torch.dtype] = {"f32": torch.float32, "bf16": torch.bfloat16, "int8_b32": torch.int8}

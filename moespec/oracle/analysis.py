@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 
 from .bellman import PolicyValue, bellman, evaluate_policy, expected_cost, fixed_policy, q_values
-from .transitions import acceptance_probs
 from .cost import CostModel, cost_ar, cost_matrix
 from .delta import boundary_slope, delta_points, quadrant_counts
 from .junk import OracleInputs
 from .policy import EarlyExitPolicy, mean_union_by_k
 from .regression import Fit, coefficient
+from .transitions import acceptance_probs
 
 
 def cost_model_from_fits(target_fit: Fit, draft_fit: Fit, label: str = "fitted") -> CostModel:
@@ -228,7 +228,7 @@ def analyse(items: list[OracleInputs], model, train: list[OracleInputs], test: l
     sequence and in total, the Lmax sweep (Figure 2), delta space (Figure 3), the alpha = 0
     ablation (Appendix B.4) with the four changed positions whose added token is likeliest, the
     online early-exit policy learned on ``train`` and scored on ``test``, and, with
-    ``kernel_models`` (name -> cost model, e.g. :func:`moespec.oracle.kernels.kernel_models`), the
+    ``kernel_models`` (name -> cost model, e.g. :func:`moespec.oracle.kernel_cost.kernel_models`), the
     oracle under paper 1's per-kernel costs beside this one."""
     solved = [solve(it, model) for it in items]
     points, quad, bound = delta_space(solved)

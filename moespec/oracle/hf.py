@@ -1,10 +1,10 @@
 """Small helpers on top of ``transformers`` models that the oracle needs and the engine does not expose:
 reading the router's choices of every forward pass, and cutting a prefix out of a KV cache.
 
-``RouterTap`` hooks each MoE layer's router (a module whose forward returns
-``(router_logits, scores, top_k_index)``, as ``OlmoeTopKRouter`` in transformers 5.x) and keeps the
-selected expert ids of the last pass; the hook only stores a reference, so it adds almost nothing
-to a timed pass.
+``RouterTap`` hooks each MoE layer's router (found by :func:`moespec.routing.record.find_routers`,
+the rule the recorder uses: a module whose forward returns ``(router_logits, scores, top_k_index)``,
+as ``OlmoeTopKRouter`` in transformers 5.x) and keeps the selected expert ids of the last pass; the
+hook only stores a reference, so it adds almost nothing to a timed pass.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
+from transformers import DynamicCache
+
+from moespec.routing.record import find_routers
 
 
 @contextmanager
@@ -27,22 +30,12 @@ def torch_threads(n: int | None):
         torch.set_num_threads(old)
 
 
-def router_modules(model) -> list[torch.nn.Module]:
-    """The routers of a ``transformers`` MoE model, in layer order (OLMoE / Qwen3-MoE style ``mlp.gate``)."""
-    found = [m for name, m in model.named_modules()
-             if name.endswith("mlp.gate") and hasattr(m, "top_k") and hasattr(m, "weight")]
-    if not found:
-        raise ValueError(f"{type(model).__name__}: no MoE router modules (``*.mlp.gate`` with top_k) found; "
-                         "the oracle needs a transformers MoE model such as OlmoeForCausalLM")
-    return found
-
-
 class RouterTap:
     """Context manager recording the top-k expert ids chosen by every router in each forward pass."""
 
     def __init__(self, model):
-        self.routers = router_modules(model)
-        self.num_experts = int(self.routers[0].weight.shape[0])
+        self.routers = find_routers(model)[1]
+        self.num_experts = int(getattr(self.routers[0], "num_experts", None) or self.routers[0].weight.shape[0])
         self.top_k = int(self.routers[0].top_k)
         self._calls: list[torch.Tensor] = []
         self._handles = []
@@ -86,8 +79,6 @@ class RouterTap:
 
 def cache_prefix(cache, length: int, batch: int, config):
     """A new ``DynamicCache`` holding the first ``length`` positions of ``cache`` repeated ``batch`` times."""
-    from transformers import DynamicCache
-
     data = [(layer.keys[:, :, :length].expand(batch, -1, -1, -1),
              layer.values[:, :, :length].expand(batch, -1, -1, -1)) for layer in cache.layers]
     return DynamicCache(data, config=config)
@@ -96,8 +87,6 @@ def cache_prefix(cache, length: int, batch: int, config):
 @torch.inference_mode()
 def full_cache(model, ids):
     """Run ``model`` once over ``ids`` (1-D) with a fresh cache; return (logits [T, V], cache)."""
-    from transformers import DynamicCache
-
     cache = DynamicCache(config=model.config)
     device = model.get_input_embeddings().weight.device
     out = model(input_ids=torch.as_tensor(np.asarray(ids, dtype=np.int64), device=device).view(1, -1),

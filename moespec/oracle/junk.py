@@ -26,8 +26,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from moespec.io import atomic_path
+from moespec.routing.stats import union_sizes
+
 from .hf import RouterTap, cache_prefix, full_cache, torch_threads
-from .rounds import union_sizes
 
 
 @dataclass
@@ -126,7 +128,6 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
 
 def save_inputs(items: list[OracleInputs], path) -> None:
     """All sequences into one ``.npz`` (concatenated along positions, with offsets), atomically."""
-    from ..io import atomic_path
 
     if not items:
         raise ValueError("no oracle inputs to save")

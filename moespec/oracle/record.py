@@ -16,9 +16,13 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .. import paths
+from moespec import paths
+from moespec.engine import Engine, ModelDraft, speculative_step
+from moespec.io import write_dataframe
+from moespec.routing.stats import union_sizes
+
 from .hf import RouterTap, torch_threads
-from .rounds import RoundRecord, rounds_frame, union_sizes
+from .rounds import RoundRecord, rounds_frame, validate_rounds
 
 
 #: sha256 of the Spec-Bench question file copied into data/spec_bench (see its SOURCE.md).
@@ -64,7 +68,6 @@ def load_questions(categories=None, per_category: int | None = None, path=None) 
 
 def _engine(target, backend: str):
     """``target`` itself when it is already an engine, else a new ``moespec.engine.Engine`` on it."""
-    from moespec.engine import Engine
 
     return target if isinstance(target, Engine) else Engine(target, backend=backend)
 
@@ -98,7 +101,7 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     reads each selected expert once (as fused MoE kernels do), so verification time can follow the union.
     ``target_model`` may be a model or an existing ``moespec.engine.Engine``.
 
-    ``reference``: a :class:`moespec.bench.regimes.ReferenceRead` timed before each generation;
+    ``reference``: a :class:`moespec.measure.regimes.ReferenceRead` timed before each generation;
     its rounds carry the reading (``ref_GBps``), from which the bandwidth regime follows.
     ``drafter``: a drafter object to use instead of ``ModelDraft(draft_model)`` (e.g. an
     :class:`moespec.engine.OracleDraft` for a subject without a draft model; then ``repeats`` must be 1).
@@ -108,7 +111,6 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     the emitted tokens of the first K's run (greedy verification reproduces the target's greedy
     text, so these serve as the oracle's reference sequences).
     """
-    from moespec.engine import ModelDraft, speculative_step
 
     engine = _engine(target_model, backend)
     engine.dedup = dedup
@@ -148,13 +150,11 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
 
 
 def save_rounds(df: pd.DataFrame, path) -> Path:
-    from ..io import write_dataframe
 
     return write_dataframe(path, df)
 
 
 def load_rounds(path) -> pd.DataFrame:
-    from .rounds import validate_rounds
 
     path = Path(path)
     if not path.is_file():

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 import pandas as pd
 
+from moespec.routing.stats import union_sizes
+
 
 @dataclass(frozen=True)
 class RoundRecord:
@@ -35,26 +37,10 @@ class RoundRecord:
 
 ROUND_COLUMNS = [f.name for f in fields(RoundRecord)]
 #: Columns kept when present: ``ref_GBps``, the bandwidth of a same-round reference read
-#: (:mod:`moespec.bench.regimes`) taken before the round's generation.
+#: (:mod:`moespec.measure.regimes`) taken before the round's generation.
 OPTIONAL_COLUMNS = ["ref_GBps"]
 _FLOAT = ["T_T_ms", "T_D_ms", "ubar", "umax", "kv_use"]
 _INT = ["question_id", "K", "m", "round_idx", "L", "accepted"]
-
-
-def union_sizes(ids, num_experts: int) -> np.ndarray:
-    """Cumulative per-layer union sizes over positions.
-
-    ids: integer array ``[..., T, layers, topk]`` of selected experts (eq. A1). Returns
-    ``[..., T, layers]`` where entry t is |union over positions 0..t of the layer's experts| (eq. A2).
-    """
-    ids = np.asarray(ids)
-    if ids.ndim < 3 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"ids: expected an integer array [..., T, layers, topk]; got {ids.dtype} {ids.shape}")
-    if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
-        raise ValueError(f"ids: expert ids must lie in 0..{num_experts - 1}; found {ids.min()}..{ids.max()}")
-    onehot = np.zeros(ids.shape[:-1] + (num_experts,), dtype=bool)
-    np.put_along_axis(onehot, ids, True, axis=-1)
-    return np.logical_or.accumulate(onehot, axis=-3).sum(axis=-1)
 
 
 def ubar(ids, num_experts: int) -> float:
@@ -95,33 +81,3 @@ def validate_rounds(df: pd.DataFrame, where: str = "rounds") -> pd.DataFrame:
     if (df["K"] < 0).any() or ((df["accepted"] < 0) | (df["accepted"] > df["K"])).any():
         raise ValueError(f"{where}: need K >= 0 and 0 <= accepted <= K")
     return df.reset_index(drop=True)
-
-
-def synthetic_rounds(coef: dict, ks=range(1, 11), generations_per_k: int = 20, rounds_per_gen: int = 40,
-                     noise_ms: float = 0.05, draft_noise_ms: float = 0.02, num_experts: int = 64,
-                     topk: int = 8, seed: int = 0) -> pd.DataFrame:
-    """Rounds drawn from model (4) and (A4) with known coefficients, for tests and the quick profile.
-
-    coef: ``{"beta0": {m: ms}, "alpha": {m: ms per expert}, "c": ms per token, "draft_a": ms per
-    draft token, "draft_b": ms}``. Ubar is drawn per round between topk and min(N, m * topk); each
-    generation adds its own offset to T_T so that rounds within a generation are correlated (the
-    reason for clustered standard errors).
-    """
-    rng = np.random.default_rng(seed)
-    rows = []
-    for K in ks:
-        m = K + 1
-        for g in range(generations_per_k):
-            gen_offset = rng.normal(0.0, noise_ms)
-            L0 = int(rng.integers(20, 200))
-            for r in range(rounds_per_gen):
-                lo, hi = topk, min(num_experts, m * topk)
-                u = lo + (hi - lo) * rng.beta(2.0, 2.0)
-                L = L0 + 2 * r + int(rng.integers(0, 3 * K + 1))
-                tt = coef["beta0"][m] + coef["alpha"][m] * u + coef["c"] * L + gen_offset \
-                    + rng.normal(0.0, noise_ms)
-                td = coef["draft_a"] * K + coef["draft_b"] + rng.normal(0.0, draft_noise_ms)
-                rows.append(RoundRecord(f"syn-K{K}-g{g}", g, "synthetic", K, m, r, L, max(tt, 1e-6),
-                                        max(td, 1e-6), u, min(num_experts, u * 1.2), int(rng.integers(0, K + 1)),
-                                        (L + m) / 4096, "synthetic"))
-    return rounds_frame(rows)

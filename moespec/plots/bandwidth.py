@@ -23,7 +23,7 @@ def figure2_bandwidth(passes: pd.DataFrame, read_bw: dict | None = None, title: 
     interquartile range over layers and windows of each pass's requested bytes over its time
     (``passes`` from :func:`moespec.fit.window_bandwidths`). ``read_bw``: {model: DataFrame (n,
     read_GBps)} of the machine's read bandwidth measured inside the interleaved groups of the same
-    run (dotted; :func:`moespec.bench.expert_op.read_bandwidth` with ``by_n``)."""
+    run (dotted; :func:`moespec.measure.expert_op.read_bandwidth` with ``by_n``)."""
     models = list(dict.fromkeys(passes["model"]))
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 4.0, 3.8), squeeze=False)
     for ax, model in zip(axes[0], models):

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from moespec.plots._layout import add_caption, legend_outside
+from moespec.tables.predictions import oracle_cells
 
 #: The versions of the prediction chain (22), each named by what it puts into (22).
 VERSION_STYLE = {"prediction": dict(color="C3", ls="-", marker="o",
@@ -54,7 +54,6 @@ def verify_time_figure(summary: pd.DataFrame, title: str = "") -> plt.Figure:
 def oracle_figure(runs: pd.DataFrame, title: str = "") -> plt.Figure:
     """Oracle draft: tokens per step against G_a(k), and realized acceptance against a
     (each point one (d, k, a) cell, pooled over prompts and repetitions)."""
-    from moespec.tables.predictions import oracle_cells
 
     cells = oracle_cells(runs).rename(columns={"tokens_per_step": "tps"})
     drafted = cells[cells["k"] > 0]

@@ -39,6 +39,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from moespec.model_shapes import spec_from_config
 from moespec.routing.trace import RoutingTrace
 
 ENGINES = ("vllm", "sglang")
@@ -302,7 +303,6 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
                 dense_layers="auto", tokens: str = "all", source: str | None = None,
                 meta: dict | None = None) -> RoutingTrace:
     """A :class:`RoutingTrace` of engine sequences (see :func:`from_vllm` for the arguments)."""
-    from moespec.models import spec_from_config
 
     who = ENGINE_NAMES.get(engine, engine)
     if tokens not in TOKENS:
@@ -392,7 +392,7 @@ def from_vllm(outputs: Iterable[Any], *, num_experts: int | None = None, config=
     Args:
         num_experts: N; default from ``config``.
         config: the model's ``config.json`` (dict, file or checkpoint folder): N, top_k, which
-            decoder layers are dense, expert bytes w_l (:func:`moespec.models.spec_from_config`).
+            decoder layers are dense, expert bytes w_l (:func:`moespec.model_shapes.spec_from_config`).
         expert_bytes: w_l (one number, or one per routed layer); default from ``config`` in
             format ``fmt`` (default: the checkpoint's dtype), else 1 per layer.
         model: the trace's model name (default: the config's ``_name_or_path``).
@@ -428,7 +428,6 @@ def from_sglang(responses: Iterable[Any], *, num_layers: int | None = None, top_
     if num_layers is None or top_k is None:
         if config is None:
             raise ValueError("SGLang's payload is flat: pass num_layers and top_k, or the model config")
-        from moespec.models import spec_from_config
 
         spec = spec_from_config(config)
         num_layers = num_layers if num_layers is not None else spec.num_layers

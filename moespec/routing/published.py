@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from moespec import paths
-from moespec.models import PRESETS
+from moespec.model_shapes import PRESETS
 
 #: Label for every published value drawn beside ours.
 PUBLISHED_LABEL = "paper 1, published (their traces)"

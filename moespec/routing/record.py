@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from moespec.routing.trace import RoutingTrace
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where a model is recorded: the routing statistics stay numpy-only
     import torch
 
 #: model_type -> class name of the router module whose output[2] holds the top-k expert ids.
@@ -48,8 +48,17 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     return list(layers)
 
 
+def is_router(module, cls: str) -> bool:
+    """Whether ``module`` is a router: of the family's router class ``cls`` (:data:`ROUTER_CLASSES`),
+    or a stand-in that declares itself one with ``moespec_router = True`` (such as
+    :class:`moespec.engine.replay.ReplayRouter`), with the same ``forward -> (logits, weights, ids)``."""
+    return type(module).__name__ == cls or getattr(module, "moespec_router", False) is True
+
+
 def find_routers(model) -> tuple[list[int], list[torch.nn.Module]]:
-    """(decoder index, router module) of every MoE layer, in layer order.
+    """(decoder index, router module) of every MoE layer, in layer order: in each decoder layer the
+    one module for which :func:`is_router` holds. moespec's one rule for finding routers (the
+    recorder here, the oracle's :class:`moespec.oracle.hf.RouterTap`).
 
     Raises ValueError for a model family that moespec has no router hook for.
     """
@@ -62,7 +71,7 @@ def find_routers(model) -> tuple[list[int], list[torch.nn.Module]]:
     cls = ROUTER_CLASSES[mtype]
     idx, routers = [], []
     for i, layer in enumerate(decoder_layers(model)):
-        found = [m for m in layer.modules() if type(m).__name__ == cls]
+        found = [m for m in layer.modules() if is_router(m, cls)]
         if len(found) > 1:
             raise ValueError(f"decoder layer {i} holds {len(found)} {cls} modules, expected at most one")
         if found:

@@ -43,13 +43,14 @@ def _popcount(x: np.ndarray) -> np.ndarray:
 
 
 def bitmasks(ids: np.ndarray, num_experts: int) -> np.ndarray:
-    """Token-layer expert sets as word-major bitmasks: ``[T, L, m]`` ids → ``[W, T, L]`` uint64,
-    W = ceil(N/64); bit (e mod 64) of word (e div 64) is set when expert e is in the set."""
+    """Token-layer expert sets as word-major bitmasks: ``[..., m]`` ids (e.g. ``[T, L, m]``) →
+    ``[W, ...]`` uint64 (``[W, T, L]``), W = ceil(N/64); bit (e mod 64) of word (e div 64) is set when
+    expert e is in the set."""
     words = (num_experts + 63) // 64
-    out = np.zeros((words,) + ids.shape[:2], dtype=np.uint64)
+    out = np.zeros((words,) + ids.shape[:-1], dtype=np.uint64)
     one, zero = np.uint64(1), np.uint64(0)
-    for s in range(ids.shape[2]):  # one slot at a time: m passes over [T, L], no [T, L, m] temporaries
-        slot = ids[:, :, s].astype(np.uint64)
+    for s in range(ids.shape[-1]):  # one slot at a time: m passes over [T, L], no [T, L, m] temporaries
+        slot = ids[..., s].astype(np.uint64)
         if words == 1:
             out[0] |= one << slot
         else:
@@ -57,6 +58,30 @@ def bitmasks(ids: np.ndarray, num_experts: int) -> np.ndarray:
             for w in range(words):
                 out[w] |= np.where(word == w, bit, zero)
     return out
+
+
+def union_sizes(ids, num_experts: int) -> np.ndarray:
+    """The union of experts over the positions of a pass, per layer, cumulative: ids
+    ``[..., T, L, m]`` (integer, in ``[0, N)``) → ``[..., T, L]``, entry t = |union over positions
+    0..t of the layer's experts| (paper 2, eqs. A1-A2; at t = T - 1 paper 1's X_{l,t}(T) of the
+    window, Sec. 2). moespec's one computation of a union of experts: :func:`pass_union`, the
+    oracle's Ubar (eq. 5) and the benchmarks' U call it, and :func:`window_sums` builds every window
+    of a trace on the same bitmasks."""
+    ids = np.asarray(ids)
+    if ids.ndim < 3 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"ids: expected an integer array [..., T, layers, topk]; got {ids.dtype} {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
+        raise ValueError(f"ids: expert ids must lie in 0..{num_experts - 1}; found {ids.min()}..{ids.max()}")
+    masks = np.bitwise_or.accumulate(bitmasks(ids, num_experts), axis=-2)  # [W, ..., T, L]
+    return _popcount(masks).astype(np.int64)
+
+
+def pass_union(ids, num_experts: int) -> int:
+    """U: the distinct experts a pass of one layer names, ids ``[n, m]`` (paper 1, Sec. 2)."""
+    ids = np.asarray(ids)
+    if ids.ndim != 2:
+        raise ValueError(f"ids: expected [n, m] for one pass of one layer; got shape {ids.shape}")
+    return int(union_sizes(ids[:, None, :], num_experts)[-1, 0])
 
 
 @dataclass(frozen=True)

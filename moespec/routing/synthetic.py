@@ -165,7 +165,7 @@ def sticky(num_docs: int, doc_len: int | Sequence[int], num_layers: int, num_exp
 
 def calibrated(spec, targets: dict[int, float], num_docs: int, doc_len: int | Sequence[int],
                seed: int = 0, fmt: str | None = None) -> RoutingTrace:
-    """A sticky trace with the shape of ``spec`` (a :class:`moespec.models.MoESpec`: N, m, L and
+    """A sticky trace with the shape of ``spec`` (a :class:`moespec.model_shapes.MoESpec`: N, m, L and
     bytes w_l in ``fmt``) calibrated to ``targets`` = {2: rho(2)[, n: rho(n)]} (the largest n
     other than 2 sets the working set). The trace's source says it is synthetic and calibrated."""
     if 2 not in targets:

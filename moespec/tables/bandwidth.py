@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from moespec import paths
+from moespec.routing import stats
 
 #: Label of the paper's rows wherever they are shown beside ours.
 PAPER_LABEL = "paper 1, published (their hardware)"
@@ -74,7 +75,6 @@ def fit_table(fits: pd.DataFrame, errors: pd.DataFrame | None = None) -> pd.Data
 def distinct_share(traces, ns=(2, 4, 6, 8)) -> pd.DataFrame:
     """Figure 3 (right): the share of a pass's n·m slots that name distinct experts, U/(n·m),
     layer mean of the mean union of n consecutive tokens, per trace (``label``: its source)."""
-    from moespec.routing import stats
 
     rows = []
     for tr in traces:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from moespec import paths
 from moespec import theory as th
-from moespec.models import get_spec
+from moespec.model_shapes import PRESETS, get_spec
 from moespec.tables.bandwidth import PAPER_LABEL
 
 #: Columns a Table-1 CSV must carry (paper 1, Table 1; :func:`moespec.tables.bandwidth.table1`).
@@ -74,7 +74,6 @@ def table1_step_times(df: pd.DataFrame, kmax: int = 8, dense_ratio: float = 0.0)
 
 
 def _preset_name(model: str) -> str:
-    from moespec.models import PRESETS
 
     for name, spec in PRESETS.items():
         if model.lower() in (name, spec.paper_label.lower()):
@@ -97,3 +96,59 @@ def step_point_table(records: list[dict]) -> pd.DataFrame:
             row.update({f"a_{j}": float(x) for j, x in enumerate(a, start=1)})
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def bound_curves(eps_grid) -> dict[str, np.ndarray]:
+    """Table 2's bounds against the bandwidth error eps, from the theory's own functions at every
+    point: delta (C.7), the throughput lost (20) and the speedup factor - 1 (21)."""
+    eps = [float(e) for e in eps_grid]
+    delta = [th.delta_from_eps(e) for e in eps]
+    return {"delta = eps/(1-eps) (C.7)": np.array(delta),
+            "throughput lost 2 delta/(1+delta) (20)": np.array([th.throughput_loss_bound(d) for d in delta]),
+            "speedup factor - 1 = 1/(1-2 eps) - 1 (21)": np.array([th.speedup_factor_from_eps(e) - 1 for e in eps])}
+
+
+def published_epsilon() -> dict[str, float]:
+    """Paper 1's bandwidth error eps per engine (Section 4), from ``paper1_scalars.csv``."""
+    scalars = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv")
+    return {r.model_or_engine: float(r.value) for r in scalars[scalars["quantity"] == "epsilon"].itertuples()}
+
+
+def bounds_epsilon(table1: pd.DataFrame, engine: str, bandwidth_csv: str | Path = "", epsilon_csv: str | Path = "",
+                   eps_override: float = 0.0) -> tuple[float, str]:
+    """The bandwidth error eps of ``engine``'s rows of ``table1`` and where it comes from:
+    ``eps_override`` when it is > 0; for rows of paper 1's published table the paper's eps of that
+    engine (:func:`published_epsilon`); for rows of our own benchmark the engine eps notebook 03
+    measured (``03_epsilon.csv``: ``epsilon_csv``, else the one beside ``bandwidth_csv``, else this
+    run's, :func:`moespec.paths.figures_dir`). Nothing is assumed: a missing eps is an error naming
+    what to give."""
+    if eps_override:
+        return float(eps_override), f"eps_override = {eps_override:g}"
+    rows = table1[table1["engine"] == engine]
+    if rows.empty:
+        raise ValueError(f"engine {engine!r} is not in the Table-1 CSV; engines: {sorted(set(table1['engine']))}")
+    if (rows["source"] == PAPER_LABEL).all():
+        published = published_epsilon()
+        if engine not in published:
+            raise ValueError(f"paper 1 publishes no eps for {engine!r} (it does for {sorted(published)}); "
+                             "pass eps_override")
+        return published[engine], f"paper 1's published eps of {engine}"
+    candidates = [Path(epsilon_csv)] if epsilon_csv else []
+    if bandwidth_csv:
+        candidates.append(Path(bandwidth_csv).parent / "03_epsilon.csv")
+    candidates.append(paths.figures_dir() / "03_epsilon.csv")
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise FileNotFoundError(f"no eps for {engine!r} (our benchmark's rows): none of "
+                                f"{[str(c) for c in candidates]} exists; run notebook 03 on the same benchmark, or "
+                                "pass epsilon_csv or eps_override")
+    eps = pd.read_csv(found)
+    if "eps_engine" not in eps.columns or eps.empty:
+        raise ValueError(f"{found}: expected notebook 03's column eps_engine")
+    if len(eps) > 1 and "backend" in eps.columns:
+        mine = eps[[str(b) in engine for b in eps["backend"]]]
+        if len(mine) != 1:
+            raise ValueError(f"{found}: {len(eps)} backends {list(eps['backend'])}; none or several match engine "
+                             f"{engine!r}; pass eps_override")
+        eps = mine
+    return float(eps["eps_engine"].iloc[0]), f"notebook 03's engine eps ({found.name})"

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ._checks import check_positive, check_step_times, check_unit_interval, harmonize, num
+from .speculation import throughput
 
 
 def _ratio(eps):
@@ -47,13 +48,19 @@ def faster_kernel_margin(eps) -> float:
     return math.log((1 + eps) / (1 - eps))
 
 
+def log_gap(ubar, r):
+    """ln r(n) - ln ubar(n): positive where the deduplicating kernel is faster (paper 1, eq. (7)),
+    the quantity bound (19) compares with ln((1+eps)/(1-eps))."""
+    ubar = np.asarray(check_positive(np.asarray(ubar, dtype=float), "ubar"))
+    r = np.asarray(check_positive(np.asarray(r, dtype=float), "r"))
+    return np.log(r) - np.log(ubar)
+
+
 def kernels_agree(ubar, r, eps):
     """True where the predicted and the true sides of (7) are guaranteed to agree:
     |ln r(n) - ln ubar(n)| > ln((1+eps)/(1-eps)) (paper 1, eq. (19); f_l = 1, equal fixed work).
     ``ubar`` and ``r`` are the true byte share and bandwidth ratio."""
-    ubar = np.asarray(check_positive(np.asarray(ubar, dtype=float), "ubar"))
-    r = np.asarray(check_positive(np.asarray(r, dtype=float), "r"))
-    out = np.abs(np.log(r) - np.log(ubar)) > faster_kernel_margin(eps)
+    out = np.abs(log_gap(ubar, r)) > faster_kernel_margin(eps)
     return bool(out) if out.ndim == 0 else out
 
 
@@ -72,7 +79,6 @@ def separation_holds(V, a, delta) -> bool:
     """The separation condition of (20): (1+delta)/(1-delta) T_a(i) < T_a(k*) for every i != k*.
     When it holds, any V_hat within relative error delta has the same best draft length
     (paper 1, eq. (20); Appendix C, 'argmax agree')."""
-    from .speculation import throughput
 
     d = _delta(delta)
     T = throughput(V, a)

@@ -8,6 +8,8 @@ The time form assumes f_l = 1 and h = 0, as the paper does for (13)-(15).
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from ._checks import (as_array, check_acceptance, check_draft_length, check_finite, check_nonnegative,
@@ -151,6 +153,23 @@ def byte_step_times(m, W, rho_bars, D=0, kv=None):
     m, W, D = num(m), num(W), num(D)
     E = [m * W] + [dedup_bytes(m, W, k, rb[k - 1]) for k in range(1, len(rb) + 1)]
     return as_array([D + E[k] + num(_kv_at(kv, k)) for k in range(len(E))], "V")
+
+
+def periodic_reuse(pattern, n_max: int) -> list:
+    """Exact reuse rho(n), n = 1..n_max, of periodic routing with one slot (m = 1): the token at
+    position t selects expert ``pattern[t mod P]`` (any sequence of hashable symbols, e.g. "00102");
+    rho(n) is the share of the P phases whose n-th token's expert one of the n - 1 tokens before it
+    also selected (paper 1, eq. (1) on the infinite periodic sequence; App. B.2's "no single
+    threshold" patterns). rho(1) = 0. Fractions."""
+    P = len(pattern)
+    if P < 1:
+        raise ValueError("periodic_reuse: the pattern is empty")
+    n_max = check_draft_length(n_max, name="n_max", min_k=1)
+    out = [Fraction(0)]
+    for n in range(2, n_max + 1):
+        hits = sum(pattern[(t + n - 1) % P] in {pattern[(t + u) % P] for u in range(n - 1)} for t in range(P))
+        out.append(Fraction(hits, P))
+    return out
 
 
 def faster_draft_lengths(rho_bars, thresholds):

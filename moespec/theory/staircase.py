@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_acceptance, check_step_times, scalar_out
+from ._checks import check_acceptance, check_draft_length, check_step_times, harmonize, scalar_out
 from .polynomials import bisect_increasing, geometric_prefix
-from .speculation import best_draft_length
+from .speculation import best_draft_length, expected_tokens
 
 #: Bisection stops when the bracket of every alpha is narrower than this (error <= TOL/2).
 TOL = 1e-13
@@ -131,8 +131,6 @@ def convex_hypothesis(V, a=None) -> None:
 def reaches_convex(V, a, j: int):
     """k*(a) >= j decided by j and j - 1 alone: a^j V(j-1) > G_a(j-1) c_j (paper 1, eq. (10);
     eq. B.35). Valid only under c_(i+1) >= a c_i for every i (checked; ValueError otherwise)."""
-    from .speculation import expected_tokens
-    from ._checks import check_acceptance, check_draft_length, harmonize
 
     V, arr = harmonize(check_step_times(V, min_len=2), check_acceptance(a))
     j = check_draft_length(j, len(V) - 1, name="j", min_k=1)

@@ -25,7 +25,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, OlmoeConfig, OlmoeForCausalLM
 
 from moespec import paths
-from moespec.models import MoESpec, register
+from moespec.model_shapes import MoESpec, register
 from moespec.zoo import experts as _experts
 from moespec.zoo import store
 from moespec.zoo import tokenizer as _tok

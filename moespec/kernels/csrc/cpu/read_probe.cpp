@@ -17,7 +17,7 @@
 // Loads are 512-bit where the CPU has AVX-512 and MOESPEC_CPU_ISA does not cap it (as for the
 // kernels), else a portable loop.
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 
 #include <immintrin.h>
 #include <omp.h>
@@ -28,9 +28,10 @@
 #include <string>
 #include <tuple>
 
+#include "dot.h"  // isa_cap_allows_avx512: MOESPEC_CPU_ISA, as the kernels read it
+
 namespace moespec {
 
-bool isa_cap_allows_avx512();  // expert_ops.cpp: MOESPEC_CPU_ISA, as the kernels read it
 
 namespace {
 

@@ -24,11 +24,17 @@ from typing import Callable, Mapping
 
 import numpy as np
 import pandas as pd
+import torch
+from tqdm.auto import tqdm
 
 from moespec import io, paths, provenance
-from moespec.bench import timing
-from moespec.bench.ids import chosen_ids, distinct, trace_windows, u_grid
-from moespec.models import MoESpec, get_spec
+from moespec.kernels import ExpertWeights, expert_forward, resolve_backend
+from moespec.measure import timing
+from moespec.measure.ids import chosen_ids, trace_windows, u_grid
+from moespec.model_shapes import MoESpec, get_spec
+from moespec.routing import RoutingTrace, synthetic
+from moespec.routing.published import reuse_targets
+from moespec.routing.stats import pass_union
 
 FIELDS = ["run_id", "model", "layer", "kind", "kernel", "backend", "fmt", "device", "n", "m", "N", "U",
           "expert_bytes", "requested_bytes", "pass_id", "window", "t_median_s", "t_q25_s", "t_q75_s",
@@ -89,8 +95,6 @@ def synthetic_routing(model: str, seed: int = 0, num_docs: int = 8, doc_len: int
     """Synthetic routing for a preset when no recorded trace exists: the sticky process calibrated
     to paper 1's published layer-mean reuse of the model (:func:`moespec.routing.synthetic.calibrated`),
     else independent uniform routing. The trace's ``source`` says which; plots label windows with it."""
-    from moespec.routing import synthetic
-    from moespec.routing.published import reuse_targets
 
     spec = get_spec(model)
     try:
@@ -106,7 +110,6 @@ def routing_for(model: str, trace_file: str = "", seed: int = 0, num_docs: int =
     """The routing whose windows are timed: ``trace_file`` (a path, or a name in the trace folders
     of :func:`moespec.paths.trace_dirs`) if given; else the first recorded trace there whose
     ``model`` is ``model``; else :func:`synthetic_routing`. Each trace's ``label`` says which it is."""
-    from moespec.routing import RoutingTrace
 
     if trace_file:
         path = Path(trace_file)
@@ -125,15 +128,12 @@ def routing_for(model: str, trace_file: str = "", seed: int = 0, num_docs: int =
 
 def _resolve_backend(backend: str, device: str) -> str:
     """The backend ``auto`` runs on ``device`` (asks moespec.kernels when it can tell)."""
-    import torch
 
-    from moespec.kernels import resolve_backend
 
     return resolve_backend(backend, torch.device(device))
 
 
 def _weights_getter(weights, config: BenchConfig, spec: MoESpec) -> Callable[[int], object]:
-    from moespec.kernels.weights import ExpertWeights
 
     if weights is None:
         return lambda layer: ExpertWeights.random((spec.num_experts, spec.hidden_size, spec.expert_intermediate),
@@ -190,17 +190,6 @@ def find_runs(out_dir: Path | None = None) -> list[dict]:
         rec["run_dir"] = str(side.parent)
         runs.append(rec)
     return sorted(runs, key=lambda r: r.get("started", ""))
-
-
-def latest_run(out_dir: Path | None = None, complete: bool = True, **match) -> Path:
-    """The newest run folder whose config matches ``match`` (e.g. model="olmoe", backend="torch")."""
-    cands = [r for r in find_runs(out_dir)
-             if (not complete or r.get("status") == "complete")
-             and all(r["config"].get(k) == v for k, v in match.items())]
-    if not cands:
-        raise FileNotFoundError(f"no {'complete ' if complete else ''}expert-op run matching {match} "
-                                f"under {out_dir or paths.expert_op_dir()}")
-    return Path(cands[-1]["run_dir"])
 
 
 def load_rows(run_dir: Path) -> pd.DataFrame:
@@ -304,15 +293,11 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
     get_weights = _weights_getter(weights, config, spec)
     timer = timer or timing.timer_for(config.device)
     flush = flush or timing.CacheFlush(config.flush_bytes, config.device)
-    import torch
-
-    from moespec.kernels import expert_forward as forward
-
     threads_before = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
     try:
-        _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush, progress)
+        _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, expert_forward, timer, flush, progress)
     finally:
         torch.set_num_threads(threads_before)
     sidecar.update(status="complete", finished=_dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -324,8 +309,6 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
 def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush, progress):
     """Time every group not yet on disk, writing its rows as it finishes. A group is one
     (layer, n) (``interleave="n"``) or one layer with all its n (``interleave="layer"``)."""
-    import torch
-    from tqdm.auto import tqdm
 
     log = io.RowLog(run_dir / "rows.csv", FIELDS, KEY)
     done = log.done_keys()
@@ -367,7 +350,7 @@ def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, 
                          "requested_bytes": read_bytes, "pass_id": "read", "window": "",
                          **result["read"].row()})
         for n, p in todo:
-            U = distinct(p["ids"])
+            U = pass_union(p["ids"], spec.num_experts)
             for k in KERNELS:
                 if (str(layer), str(n), p["pass_id"], k) in done:
                     continue

@@ -1,6 +1,6 @@
 """Inputs of paper 1's per-kernel cost for the oracle (beyond paper 2): the per-slot and the
 deduplicating kernel's effective bandwidths, from the expert-operation benchmark when it has run
-(``moespec.bench.expert_op`` rows of the run, ``paths.expert_op_dir()``, Table 1's definition via
+(``moespec.measure.expert_op`` rows of the run, ``paths.expert_op_dir()``, Table 1's definition via
 ``moespec.fit.bandwidth_table``), otherwise assumed values the caller passes and labels as such.
 """
 
@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from moespec import paths
+from moespec import fit
+from moespec.measure.expert_op import load_rows
 
 from .cost import CostModel, KernelCostModel
 
@@ -18,8 +20,6 @@ from .cost import CostModel, KernelCostModel
 def bench_bandwidths(prefer=("default", "olmoe"), folder: Path | None = None) -> dict | None:
     """Median over n of beta_slot and beta_dedup (GB/s) of the newest benchmark run of the first
     model in ``prefer`` that has one; None when no run is on disk."""
-    from moespec import fit
-    from moespec.bench.expert_op import load_rows
 
     folder = Path(folder) if folder else paths.expert_op_dir()
     runs = sorted(p for p in folder.glob("*") if (p / "rows.csv").is_file()) if folder.is_dir() else []

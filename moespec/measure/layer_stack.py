@@ -4,14 +4,14 @@ A verify pass of n tokens through a MoE model runs, in each of its L MoE layers,
 operation on that layer's routing of the n tokens (paper 1, Section 4: the verify time T(n) whose
 expert part the kernels change). Here the preset's L layers get random weights in the kernel's
 format (drawn on the device), and the routing is replayed from a :class:`moespec.routing.RoutingTrace`
-(:func:`moespec.bench.expert_op.routing_for`: a recorded trace of the model if ``data/traces``
+(:func:`moespec.measure.expert_op.routing_for`: a recorded trace of the model if ``data/traces``
 holds one, else the synthetic one calibrated to paper 1's reuse; the rows carry its label):
 windows of n consecutive tokens, the same window in every layer. Each layer's input is the pass's
 x: attention, norms and residuals are not modelled, so this measures the expert bytes of a pass
 and the launch overhead around them, not a model's whole step. It is the part of issue 20's
 whole-model GPU run that needs no engine support (the engine's device=cuda is another issue's).
 
-Per (n, window), one interleaved run (``moespec.bench.timing``) times the L-layer pass with the
+Per (n, window), one interleaved run (``moespec.measure.timing``) times the L-layer pass with the
 per-slot kernel and with the dedup one, each eager (one op call per layer from Python; CUDA
 events with the host's enqueueing inside, as an eager engine pays it) and, on a GPU, replayed from
 one CUDA graph per pass (GPU time only), round-robin with a read of ``membw_bytes`` (the GPU's
@@ -30,11 +30,17 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+import torch
+from tqdm.auto import tqdm
 
 from moespec import io, paths, provenance
-from moespec.bench import timing
-from moespec.bench.ids import distinct, trace_windows
-from moespec.models import get_spec
+from moespec.kernels import ExpertWeights, build, expert_forward
+from moespec.measure import timing
+from moespec.measure import cuda_peers
+from moespec.measure.expert_op import routing_for
+from moespec.measure.ids import trace_windows
+from moespec.model_shapes import get_spec
+from moespec.routing.stats import pass_union
 
 FIELDS = ["model", "fmt", "device", "layers", "n", "m", "N", "window", "doc", "start", "U_mean", "kernel", "mode",
           "bytes", "t_s", "t_q25_s", "t_q75_s", "beta_GBps", "t_read_s", "beta_read_GBps", "of_read", "routing",
@@ -78,9 +84,7 @@ class StackConfig:
 def layer_call(kernel: str, device: str) -> Callable:
     """``f(x, ids, gates, weights) -> y`` for one layer: on a GPU the op itself (no per-call checks,
     no host sync: capturable in a CUDA graph); on the CPU ``expert_forward`` with the C++ backend."""
-    import torch
 
-    from moespec.kernels import expert_forward
 
     if str(device).startswith("cuda"):
         op = {"slot": torch.ops.moespec.expert_slot, "dedup": torch.ops.moespec.expert_dedup}[kernel]
@@ -103,12 +107,7 @@ def stack_pass(kernel: str, device: str, x, ids_layers, gates_layers, weights) -
 
 def run(config: StackConfig, out_dir: Path | None = None, progress: bool = True) -> Path:
     """Measure the layer stack; returns the run folder (``rows.csv``, ``report.md``, ``provenance.json``)."""
-    import torch
-    from tqdm.auto import tqdm
 
-    from moespec.bench import cuda_peers
-    from moespec.bench.expert_op import routing_for
-    from moespec.kernels import ExpertWeights, build
 
     cuda = str(config.device).startswith("cuda")
     if cuda:
@@ -147,7 +146,7 @@ def run(config: StackConfig, out_dir: Path | None = None, progress: bool = True)
                           for layer in range(L)]
             gates_layers = [torch.softmax(torch.randn((n, m), generator=gen, device=config.device), dim=1)
                             for _ in range(L)]
-            U = [distinct(ids_nlm[:, layer, :]) for layer in range(L)]
+            U = [pass_union(ids_nlm[:, layer, :], N) for layer in range(L)]
             calls, timers, flags = {}, {}, []
             for kernel in KERNELS:
                 fn = stack_pass(kernel, config.device, x, ids_layers, gates_layers, weights)

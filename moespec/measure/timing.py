@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -60,6 +60,13 @@ class Timing:
         """The columns every timing row carries: ``t_median_s, t_q25_s, t_q75_s, reps``."""
         return {"t_median_s": self.median_s, "t_q25_s": self.q25_s, "t_q75_s": self.q75_s,
                 "reps": self.reps}
+
+
+def summary_line(name: str, row: Mapping, unit: str = "s", width: int = 24) -> str:
+    """One printed line of a timing row (:meth:`Timing.row`): median and IQR in ``unit`` (s or ms)."""
+    scale = {"s": 1.0, "ms": 1e3}[unit]
+    return (f"  {name:{width}s} median {row['t_median_s'] * scale:.3f} {unit}  (IQR {row['t_q25_s'] * scale:.3f}-"
+            f"{row['t_q75_s'] * scale:.3f} {unit}, {row['reps']} runs)")
 
 
 class CpuTimer:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from moespec import paths
 
 #: notebook -> profile -> parameter -> value (None: derived in the notebook from the subject,
@@ -66,7 +68,6 @@ def setup(profile: str, device: str, threads: int, out_dir: str = "") -> Path:
     """Check the profile and device, set torch's threads (one thread: batch-one passes on a
     shared CPU, where more threads wait on descheduled ones), and return the results folder
     (``out_dir`` or ``<run data>/engine/<profile>``, see :func:`moespec.paths.run_data_dir`)."""
-    import torch
 
     if profile not in ("quick", "full"):
         raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")

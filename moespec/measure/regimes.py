@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moespec.bench.timing import read_bandwidth_callable, timer_for
+from moespec.measure.timing import read_bandwidth_callable, timer_for
 
 #: Bytes of the reference read: large against the caches, short against a timed round (~5-8 ms here).
 REF_BYTES = 2**28

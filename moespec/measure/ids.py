@@ -1,6 +1,6 @@
 """Expert ids for the passes of the expert-operation benchmark (paper 1, Section 2).
 
-Two kinds: *chosen ids*, where a pass of n tokens names exactly U distinct experts across its
+Three kinds: *random ids* (:func:`random_ids`, random routing, as the kernel benchmarks use); *chosen ids*, where a pass of n tokens names exactly U distinct experts across its
 n·m slots (from heavy repetition, U = m, to none, U = min(N, n·m)), so that a fit can separate the
 time of a first read of an expert from that of a repeated read (eq. (4), (E.1)); and *windows*
 of n consecutive tokens copied from recorded routing.
@@ -9,6 +9,12 @@ of n consecutive tokens copied from recorded routing.
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+
+def random_ids(n: int, m: int, num_experts: int, rng: np.random.Generator) -> torch.Tensor:
+    """``[n, m]`` int64: each token m distinct experts drawn uniformly (random routing)."""
+    return torch.from_numpy(np.stack([rng.choice(num_experts, m, replace=False) for _ in range(n)]).astype(np.int64))
 
 
 def feasible_u(n: int, m: int, num_experts: int) -> range:
@@ -58,11 +64,6 @@ def chosen_ids(n: int, m: int, num_experts: int, U: int, rng: np.random.Generato
         ids[t] = rng.permutation(np.concatenate([fresh, old]))
         seen += k
     return ids
-
-
-def distinct(ids: np.ndarray) -> int:
-    """U: the number of distinct experts a pass's ids ``[n, m]`` name."""
-    return int(np.unique(np.asarray(ids)).size)
 
 
 def trace_windows(docs, layer: int | None, n: int, count: int,

@@ -1,6 +1,6 @@
 """ctypes wrapper over ``libggml_peer.so``: ggml's CPU MUL_MAT_ID expert FFN as a peer kernel.
 
-    from benchmarks.ggml_peer.peer import GgmlExperts, available     # or put benchmarks/ggml_peer on sys.path
+    from moespec.measure.ggml_peer import GgmlExperts, available
     peer = GgmlExperts.from_weights(w, fmt="q8_0", threads=2)         # w: moespec.kernels.ExpertWeights
     y = peer(x, ids, gates)                                           # [n, H] float32, like expert_forward
 
@@ -12,28 +12,23 @@ the pass's rows by expert, so each distinct expert is read once per matrix: a de
 Formats: ``f32``, ``bf16`` (ggml's fp32->bf16 rounding, nearest even) and ``q8_0`` (ggml's own
 quantizer: one scale per 32 values, like moespec's ``int8_b32``, but the scale is stored as fp16,
 34 bytes per 32 weights against int8_b32's 36). Build the library first with
-``.venv/bin/python benchmarks/ggml_peer/build.py``; :func:`available` says whether it is there.
+``.venv/bin/python benchmarks/ggml_peer/build.py`` (the build script and ``driver.cpp`` stay with
+the benchmarks); :func:`available` says whether it is there.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import sys
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parents[1]) not in sys.path:
-    sys.path.insert(0, str(HERE.parents[1]))
-
-from moespec import paths  # noqa: E402
+from moespec import paths
+from moespec.kernels.weights import normalize_format as kernel_format
 
 #: ggml formats and the code driver.cpp takes; moespec's names map onto them.
 FORMATS = {"f32": 0, "bf16": 1, "q8_0": 2}
-_ALIASES = {"fp32": "f32", "float32": "f32", "bfloat16": "bf16", "int8_b32": "q8_0", "int8": "q8_0",
-            "q8": "q8_0"}
 #: moespec's format -> the peer's format of the same weights.
 FROM_MOESPEC = {"f32": "f32", "bf16": "bf16", "int8_b32": "q8_0"}
 
@@ -97,11 +92,16 @@ def version() -> str:
 
 
 def normalize_format(fmt: str) -> str:
-    key = _ALIASES.get(str(fmt).lower(), str(fmt).lower())
-    if key not in FORMATS:
-        raise ValueError(f"unsupported ggml peer format {fmt!r}; expected one of {sorted(FORMATS)} "
-                         f"(aliases {sorted(_ALIASES)})")
-    return key
+    """ggml's name of a format: one of :data:`FORMATS`, or a moespec name or alias
+    (:func:`moespec.kernels.normalize_format`) mapped by :data:`FROM_MOESPEC` (int8_b32 -> q8_0)."""
+    key = str(fmt).lower()
+    if key in FORMATS:
+        return key
+    try:
+        return FROM_MOESPEC[kernel_format(key)]
+    except ValueError:
+        raise ValueError(f"unsupported ggml peer format {fmt!r}; expected one of {sorted(FORMATS)} or a moespec "
+                         f"format ({sorted(FROM_MOESPEC)}, with its aliases)") from None
 
 
 def expert_bytes(fmt: str, hidden_size: int, intermediate_size: int) -> int:

@@ -1,0 +1,119 @@
+"""Finding the marked blocks of a Markdown file and rewriting them (:mod:`moespec.report`)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from pathlib import Path
+
+from moespec import io, paths
+from moespec.report.blocks import BLOCKS
+from moespec.report.run import ReportError, RunFiles
+
+#: The files ``moespec report`` writes, relative to the repository root.
+DOC_GLOBS = ("README.md", "docs/*.md", "figures/README.md")
+
+#: Markers stand alone on their lines (an indented or quoted example in a page is not a marker).
+_OPEN = re.compile(r"^<!-- moespec-report:(?P<name>[\w-]+)(?P<args>[^>\n]*?)-->$", re.M)
+_CLOSE = re.compile(r"^<!-- /moespec-report:(?P<name>[\w-]+) -->$", re.M)
+
+
+def doc_files(root: Path | None = None) -> list[Path]:
+    """README.md, docs/*.md and figures/README.md under ``root`` (the repository by default)."""
+    root = Path(root) if root else paths.ROOT
+    out = []
+    for pattern in DOC_GLOBS:
+        out += sorted(root.glob(pattern))
+    return out
+
+
+def _params(args: str, where: str) -> tuple[dict, bool]:
+    """``key=value`` words of a marker (shell quoting) and whether it says ``if-present``."""
+    params, optional = {}, False
+    for word in shlex.split(args):
+        if word == "if-present":
+            optional = True
+        elif "=" in word:
+            key, value = word.split("=", 1)
+            params[key.replace("-", "_")] = value
+        else:
+            raise ReportError(f"{where}: marker word {word!r} is neither key=value nor if-present")
+    return params, optional
+
+
+def render_text(text: str, run: RunFiles, where: str = "<text>") -> str:
+    """``text`` with every marked block rewritten from ``run``. Refuses unknown block names,
+    an opening marker without its closing one (and the reverse), and nested blocks."""
+    out, pos = [], 0
+    while True:
+        m = _OPEN.search(text, pos)
+        stray = _CLOSE.search(text, pos, m.start() if m else len(text))
+        if stray is not None:
+            line = text.count("\n", 0, stray.start()) + 1
+            raise ReportError(f"{where}:{line}: closing marker of block {stray['name']!r} without its opening one")
+        if m is None:
+            out.append(text[pos:])
+            return "".join(out)
+        name, line = m["name"], text.count("\n", 0, m.start()) + 1
+        here = f"{where}:{line} (block {name!r})"
+        close = re.compile(rf"^<!-- /moespec-report:{re.escape(name)} -->$", re.M).search(text, m.end())
+        if close is None:
+            raise ReportError(f"{here}: no closing marker <!-- /moespec-report:{name} -->")
+        inner = _OPEN.search(text, m.end(), close.start())
+        if inner is not None:
+            raise ReportError(f"{here}: block {inner['name']!r} opens inside it; blocks do not nest")
+        if name not in BLOCKS:
+            raise ReportError(f"{here}: unknown block; known blocks: {sorted(BLOCKS)}")
+        params, optional = _params(m["args"], here)
+        fn, needs = BLOCKS[name]
+        try:
+            missing = [f for f in (n.format(**params) for n in needs) if not run.has(f)]
+            if missing and optional:
+                body = (f"*(The run {run_label(run)} has no {', '.join(f'`{f}`' for f in missing)}: it predates "
+                        "the table. `make reproduce` writes it, `moespec report figures` fills this in.)*")
+            else:
+                body = fn(run, **params)
+        except ReportError as exc:
+            raise ReportError(f"{here}: {exc}") from exc
+        except TypeError as exc:
+            raise ReportError(f"{here}: {exc}") from exc
+        out.append(text[pos:m.end()] + "\n" + body.strip("\n") + "\n" + close.group(0))
+        pos = close.end()
+
+
+def run_label(run: RunFiles) -> str:
+    """The run's folder name and commit, for the text of a block that has no file to read."""
+    man = run.manifest
+    return f"of {str(man.get('started', '?')).replace('T', ' ')} (commit {str(man.get('git_commit', '?'))[:7]})"
+
+
+def _diff(old: str, new: str, path: Path) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(path), f"{path} (report)", n=1))
+
+
+def _rendered(run_dir: str | Path, files) -> dict[Path, tuple[str, str]]:
+    """``{file: (text now, text from the run)}`` for every file whose blocks change."""
+    run = RunFiles(run_dir)
+    out = {}
+    for path in files if files is not None else doc_files():
+        path = Path(path)
+        old = path.read_text()
+        new = render_text(old, run, str(path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path))
+        if new != old:
+            out[path] = (old, new)
+    return out
+
+
+def check_files(run_dir: str | Path, files=None) -> dict[Path, str]:
+    """``{file: unified diff}`` for every file whose blocks differ from what ``run_dir`` gives."""
+    return {path: _diff(old, new, path) for path, (old, new) in _rendered(run_dir, files).items()}
+
+
+def update_files(run_dir: str | Path, files=None) -> list[Path]:
+    """Rewrite the blocks of ``files`` (default :func:`doc_files`) from ``run_dir``; returns the
+    files that changed. Every file is rendered before any is written, so an error changes nothing."""
+    changed = _rendered(run_dir, files)
+    for path, (_, new) in changed.items():
+        io.write_text(path, new)
+    return list(changed)
