@@ -13,7 +13,7 @@ backward, gradient clip, optimiser step of ``--batch-size`` x 256 tokens):
 * ``draft current + teacher``: the same plus the MoE teacher's forward pass (grouped experts),
   the cost of a distillation step as the recipe trains it.
 
-Steps are timed with the project's harness (``moespec.bench.timing.time_interleaved``:
+Steps are timed with the project's harness (``moespec.measure.timing.time_interleaved``:
 round-robin, medians and quartiles), ``--warmup`` untimed rounds first (torch.compile compiles
 in the first). The other processes' CPU share over the run is recorded (``MachineMonitor``).
 Rows: ``data/bench/training/<stamp>_training.csv`` (+ ``_provenance.json``).
@@ -24,7 +24,6 @@ Run: ``.venv/bin/python benchmarks/bench_training.py [--reps 15] [--threads 1]``
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import sys
 from pathlib import Path
 
@@ -32,12 +31,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
-from moespec import io, paths, provenance, zoo  # noqa: E402
-from moespec.bench.timing import MachineMonitor, time_interleaved  # noqa: E402
-from moespec.zoo import build  # noqa: E402
-from moespec.zoo.experts import IMPLEMENTATION, PADDED_IMPLEMENTATION  # noqa: E402
-from moespec.zoo.train import Trainer, TrainConfig  # noqa: E402
+from moespec import io, paths, zoo
+from moespec.measure import protocols
+from moespec.measure.timing import MachineMonitor, time_interleaved
+from moespec.zoo import build
+from moespec.zoo.experts import IMPLEMENTATION, PADDED_IMPLEMENTATION
+from moespec.zoo.train import Trainer, TrainConfig, bf16_native
 
 
 def _model(what: str, experts: str | None = None):
@@ -93,12 +92,11 @@ def main(argv=None) -> int:
     with MachineMonitor() as mon:
         timings = time_interleaved({k: tr.step for k, tr in paths_.items()}, reps=args.reps, warmup=args.warmup)
     df = rows(timings, args.batch_size * zoo.CONTEXT).assign(threads=args.threads, **mon.state.row())
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = paths.ensure(args.out or paths.data_dir() / "bench" / "training")
+    stamp = protocols.stamp()
+    out = paths.ensure(args.out or paths.bench_dir() / "training")
     io.write_dataframe(out / f"{stamp}_training.csv", df)
-    io.write_json(out / f"{stamp}_training_provenance.json", {"args": {k: str(v) for k, v in vars(args).items()},
-                                                             "bf16_native": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
-                                                             **provenance.full_record()})
+    protocols.write_provenance(out / f"{stamp}_training_provenance.json",
+                               {**{k: str(v) for k, v in vars(args).items()}, "bf16_native": bf16_native()})
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(df[["path", "t_median_s", "t_q25_s", "t_q75_s", "tokens_per_s", "speedup_vs_previous"]].round(4))
     print(f"other processes' CPU share during the run: {mon.state.other_load:.2f}; rows: {out}/{stamp}_training.csv")

@@ -25,11 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
-from moespec import corpus, paths, zoo  # noqa: E402
-from moespec.routing import record, reuse  # noqa: E402
-from moespec.zoo import build, evaluate  # noqa: E402
-from moespec.zoo.train import Trainer, TrainConfig  # noqa: E402
+from moespec import corpus, paths, zoo
+from moespec.routing import record, reuse
+from moespec.zoo import build, evaluate
+from moespec.zoo.train import Trainer, TrainConfig
 
 
 def fit_documents(tok) -> list[np.ndarray]:
@@ -64,7 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--window", type=int, default=1, help="steps the selection shares are averaged over")
     ap.add_argument("--router-z", type=float, default=0.0)
     ap.add_argument("--layers", type=int, default=None, help="MoE layers (default the config's)")
-    ap.add_argument("--out", type=Path, default=paths.data_dir() / "bench" / "router_recipes.jsonl")
+    ap.add_argument("--out", type=Path, default=paths.bench_dir() / "router_recipes.jsonl")
     args = ap.parse_args(argv)
     torch.set_num_threads(build.TRAIN_THREADS)
     tok = build.train_tokenizer("full")

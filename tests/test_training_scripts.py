@@ -9,7 +9,7 @@ import torch
 
 from bench_scripts import load_benchmark
 from moespec import zoo
-from moespec.bench.timing import Timing
+from moespec.measure.timing import Timing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
