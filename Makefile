@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.moespec-installed
 
-.PHONY: install build-ext test test-browser reproduce quick bench bench-kernels clean-build
+.PHONY: install build-ext test test-browser reproduce quick bench bench-kernels bench-training models clean-build
 
 install: $(STAMP)
 
@@ -48,6 +48,15 @@ reproduce: $(STAMP)
 # data/ there; the committed figures/ are never touched)
 quick: $(STAMP)
 	$(BIN)/moespec reproduce --profile quick --out runs/quick
+
+# train the default models from scratch into data/models (about an hour on 2 cores) instead of
+# loading the committed build in data/checkpoints; `make reproduce` then uses them
+models: $(STAMP)
+	$(BIN)/moespec build-models --force
+
+# training speed: the previous and the current training path, interleaved (docs/models.md)
+bench-training: $(STAMP)
+	$(BIN)/python benchmarks/bench_training.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_routing_stats.py

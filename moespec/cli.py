@@ -44,9 +44,9 @@ def _build_models(args) -> int:
     from moespec import zoo
 
     summary = zoo.build_default_models(force=args.force, profile=args.profile, seed=args.seed,
-                                       progress=not args.no_progress)
+                                       progress=not args.no_progress, out=args.out)
     for name, info in summary.items():
-        state = f"built in {info['seconds']:.0f} s" if info.get("built") else "cached"
+        state = f"trained in {info['seconds']:.0f} s" if info.get("built") else info["how"]
         print(f"{name}: {info['folder']} ({state})")
     return 0
 
@@ -223,9 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the make reproduce run: full profile, every notebook, defaults only; measurements in data/ "
                           "and, at the end, the run's figures copied into the committed figures/")
     rep.set_defaults(func=_reproduce)
-    bld = sub.add_parser("build-models", help="train the embedded default MoE, draft and tokenizer "
-                                              "into data/models (skips what is cached)")
-    bld.add_argument("--force", action="store_true", help="rebuild even if cached")
+    bld = sub.add_parser("build-models", help="build the embedded default MoE, draft and tokenizer into "
+                                              "data/models (reuses a cached or the committed build)")
+    bld.add_argument("--force", action="store_true",
+                     help="train from scratch even if a cached or committed build of the recipe exists")
+    bld.add_argument("--out", type=Path, help="models folder (default data/models; data/checkpoints "
+                                              "refreshes the committed build)")
     bld.add_argument("--profile", choices=["full", "smoke"], default="full")
     bld.add_argument("--seed", type=int, default=0)
     bld.add_argument("--no-progress", action="store_true", help="no progress bar")

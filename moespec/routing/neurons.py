@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from moespec.routing.record import decoder_layers
 
@@ -143,11 +144,11 @@ class _ObserverHooks:
 @torch.no_grad()
 def fit_neuron_clusters(model, documents: Sequence, num_groups: int = 64, top_k: int = 8,
                         max_tokens: int = 4096, iters: int = 15, seed: int = 0,
-                        context: int | None = None) -> NeuronClusters:
+                        context: int | None = None, progress: bool = True) -> NeuronClusters:
     """Cluster every layer's FFN neurons by co-activation on ``documents`` (token-id arrays).
 
     Uses at most ``max_tokens`` calibration tokens (documents in order, each cut to the model's
-    context or ``context``).
+    context or ``context``). ``progress``: a tqdm bar over the layers being clustered.
     """
     layers = decoder_layers(model)
     downs = [_ffn_down(l, i) for i, l in enumerate(layers)]
@@ -170,7 +171,7 @@ def fit_neuron_clusters(model, documents: Sequence, num_groups: int = 64, top_k:
     if used == 0:
         raise ValueError("fit_neuron_clusters: no calibration tokens")
     assignment = []
-    for layer_acts in acts:
+    for layer_acts in tqdm(acts, desc="cluster neurons", unit="layer", disable=not progress, mininterval=2):
         a = torch.cat(layer_acts).T.numpy()  # [I, tokens]: each neuron's |activation| profile
         a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
         assignment.append(balanced_kmeans(a, num_groups, iters=iters, seed=seed))

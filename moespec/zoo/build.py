@@ -1,20 +1,30 @@
 """Build the embedded default models: tokenizer, then MoE, then draft, each cached on disk.
 
-Recipe (``PROFILES["full"]``, what ``make reproduce`` runs): a 4096-symbol byte-level BPE
+Recipe (``PROFILES["full"]``, what ``make reproduce`` uses): a 4096-symbol byte-level BPE
 tokenizer trained on the WikiText-2 train split; the default MoE
-(:func:`moespec.zoo.default_moe_config`) and the draft (:func:`moespec.zoo.default_draft_config`)
-each trained from scratch on that split (articles joined by ``<|endoftext|>``, cut into
-256-token blocks) with AdamW, warm-up and cosine decay, a fixed number of steps, seed 0. The MoE
-trains with the router's load-balancing loss (coefficient 0.01, OLMoE's) and the grouped expert
-operation of :mod:`moespec.zoo.experts`.
+(:func:`moespec.zoo.default_moe_config`) trained from scratch on that split (articles joined by
+``<|endoftext|>``, cut into 256-token blocks) with AdamW, warm-up and cosine decay, a fixed
+number of steps, seed 0, the router's per-layer load-balancing loss and the grouped expert
+operation of :mod:`moespec.zoo.experts`; then the draft (:func:`moespec.zoo.default_draft_config`)
+distilled from the trained MoE on the same split: its loss is the KL divergence to the MoE's
+next-token distribution alone (``distill=1.0``; the smoke profile mixes in the next-token loss).
 
-Each artifact is skipped when its folder holds a build of the same recipe (``moespec.json``),
-rebuilt otherwise. ``PROFILES["smoke"]`` trains a few steps of smaller models for tests.
+Where each artifact comes from, in order:
+
+1. ``out`` (default ``data/models/``) already holds a build of the same recipe (``moespec.json``);
+2. the committed checkpoints (``data/checkpoints/``, :func:`committed_dir`) hold one: it is
+   copied into ``out`` (the full recipe takes ~50 minutes of training on a 2-core CPU; the
+   committed build is what the figures were made with);
+3. otherwise it is trained. ``force=True`` (``moespec build-models --force``, ``make models``,
+   notebook 00's ``retrain=True``) always trains, with the same code and recipe.
+
+``PROFILES["smoke"]`` trains a few steps of smaller models for tests.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -24,8 +34,9 @@ from transformers import LlamaForCausalLM, OlmoeForCausalLM
 
 from moespec import corpus, paths, provenance
 from moespec import zoo
-from moespec.zoo import store
+from moespec.zoo import evaluate, store
 from moespec.zoo import tokenizer as _tok
+from moespec.zoo.experts import IMPLEMENTATION
 from moespec.zoo.train import TrainConfig, train_lm
 
 #: Intra-op threads for training. One thread makes a build bit-reproducible (no thread-count
@@ -35,40 +46,50 @@ TRAIN_THREADS = 1
 
 PROFILES = {
     "full": {"vocab_size": zoo.VOCAB_SIZE, "train_articles": None, "model_overrides": {},
-             "moe": TrainConfig(steps=400, batch_size=8, seq_len=zoo.CONTEXT, lr=3e-3, warmup=20),
-             "draft": TrainConfig(steps=400, batch_size=8, seq_len=zoo.CONTEXT, lr=3e-3, warmup=20)},
+             "moe": TrainConfig(steps=3000, batch_size=8, seq_len=zoo.CONTEXT, lr=3e-3, warmup=50,
+                                log_every=20),
+             "draft": TrainConfig(steps=3000, batch_size=8, seq_len=zoo.CONTEXT, lr=3e-3, warmup=50,
+                                  log_every=20, precision="bf16-autocast", compile=True, distill=1.0)},
     "smoke": {"vocab_size": 300, "train_articles": 3,
               "model_overrides": {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 2,
                                   "num_experts": 16, "num_experts_per_tok": 4, "max_position_embeddings": 64},
               "moe": TrainConfig(steps=3, batch_size=2, seq_len=64, warmup=1, log_every=1),
-              "draft": TrainConfig(steps=3, batch_size=2, seq_len=64, warmup=1, log_every=1)},
+              "draft": TrainConfig(steps=3, batch_size=2, seq_len=64, warmup=1, log_every=1, distill=0.5)},
 }
 
+ARTIFACTS = ("tokenizer", "moe", "draft")
 
-def _recipe(profile: str, seed: int, what: str) -> dict:
+
+def folder_name(what: str) -> str:
+    """The folder of an artifact inside a models directory."""
+    return {"tokenizer": zoo.TOKENIZER_DIR, "moe": zoo.MOE_DIR, "draft": zoo.DRAFT_DIR}[what]
+
+
+def committed_dir() -> Path:
+    """``data/checkpoints/``: the full recipe's build, committed to git (safetensors + config +
+    ``moespec.json`` with recipe, loss history, hardware and commit)."""
+    return paths.data_dir() / "checkpoints"
+
+
+def recipe(profile: str, seed: int, what: str) -> dict:
+    """The recipe of one artifact (JSON-normalised): what decides whether a cached build is reused."""
     p = PROFILES[profile]
     r = {"profile": profile, "seed": seed, "threads": TRAIN_THREADS, "vocab_size": p["vocab_size"],
          "train_articles": p["train_articles"], "model_overrides": p["model_overrides"]}
     if what in ("moe", "draft"):
         r["train"] = {**p[what].to_dict(), "seed": seed}
-        cfg = zoo.default_moe_config(p["vocab_size"]) if what == "moe" else zoo.default_draft_config(p["vocab_size"])
-        r["config"] = cfg.to_diff_dict()
+        r["config"] = model_config(what, profile).to_diff_dict()
+        if what == "draft":  # the draft is distilled from the MoE: its recipe includes the teacher's
+            r["teacher"] = recipe(profile, seed, "moe")
     return json.loads(json.dumps(r, default=str))
 
 
-def _cached(folder: Path, recipe: dict) -> bool:
-    return folder.is_dir() and store.read_meta(folder).get("recipe") == recipe
+def _recipe_of(folder: Path) -> dict | None:
+    return store.read_meta(folder).get("recipe") if folder.is_dir() else None
 
 
-def _training_stream(tok, n_articles: int | None) -> np.ndarray:
-    """WikiText-2 train articles, tokenized, joined with one ``<|endoftext|>`` before each."""
-    arts = corpus.articles("train")[:n_articles]
-    eos = tok.convert_tokens_to_ids(_tok.EOS)
-    ids = corpus.tokenize(arts, tok)
-    return np.concatenate([np.concatenate([[eos], a]) for a in ids]).astype(np.int64)
-
-
-def _config(what: str, profile: str):
+def model_config(what: str, profile: str):
+    """The transformers config of the MoE or the draft under ``profile``."""
     p = PROFILES[profile]
     cfg = zoo.default_moe_config(p["vocab_size"]) if what == "moe" else zoo.default_draft_config(p["vocab_size"])
     for k, v in p["model_overrides"].items():
@@ -80,55 +101,105 @@ def _config(what: str, profile: str):
     return cfg
 
 
+def new_model(what: str, profile: str = "full"):
+    """A freshly initialised (under the caller's seed) MoE or draft of ``profile``; the MoE with
+    the grouped expert operation used in training."""
+    cls = OlmoeForCausalLM if what == "moe" else LlamaForCausalLM
+    model = cls(model_config(what, profile))
+    if what == "moe":
+        model.config._experts_implementation = IMPLEMENTATION
+    return model
+
+
+def train_tokenizer(profile: str = "full"):
+    """The byte-level BPE tokenizer of ``profile`` trained on the WikiText-2 train articles."""
+    p = PROFILES[profile]
+    arts = corpus.articles("train")[:p["train_articles"]]
+    return _tok.wrap(_tok.train_bpe((a.text for a in arts), p["vocab_size"]))
+
+
+def training_stream(tok, n_articles: int | None) -> np.ndarray:
+    """WikiText-2 train articles, tokenized, joined with one ``<|endoftext|>`` before each."""
+    arts = corpus.articles("train")[:n_articles]
+    eos = tok.convert_tokens_to_ids(_tok.EOS)
+    ids = corpus.tokenize(arts, tok)
+    return np.concatenate([np.concatenate([[eos], a]) for a in ids]).astype(np.int64)
+
+
+def _copy_committed(what: str, dest: Path) -> None:
+    src = committed_dir() / folder_name(what)
+    tmp = dest.with_name(dest.name + ".tmp-copy")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(src, tmp)
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+
+
+def _train(what: str, profile: str, seed: int, stream: np.ndarray, teacher, progress: bool, tok):
+    torch.manual_seed(seed)
+    model = new_model(what, profile)
+    tcfg = TrainConfig(**{**PROFILES[profile][what].to_dict(), "seed": seed})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TRAIN_THREADS)
+    try:
+        t0 = time.perf_counter()
+        history = train_lm(model, stream, tcfg, progress=progress, desc=f"train {what}",
+                           teacher=teacher if tcfg.distill > 0 else None)
+        seconds = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+    tokens = history[-1]["tokens"]
+    timing = {"seconds": seconds, "threads": TRAIN_THREADS, "tokens": tokens, "tokens_per_s": tokens / seconds}
+    return model, history, timing, evaluate.checkpoint_check(model, tok)
+
+
 def build(force: bool = False, profile: str = "full", seed: int = 0, progress: bool = True,
-          out: Path | None = None) -> dict:
+          out: Path | None = None, use_committed: bool = True) -> dict:
     """Build what is missing into ``out`` (default ``paths.models_dir()``); return a summary
-    with each artifact's folder, whether it was rebuilt, and its build time in seconds."""
+    with each artifact's folder and how it was obtained (``"cached"``, ``"committed"`` or
+    ``"trained"``, with the build time in seconds).
+
+    ``force``: train everything from scratch. ``use_committed=False``: never copy the committed
+    checkpoints (train what is not cached).
+    """
     if profile not in PROFILES:
         raise ValueError(f"unknown build profile {profile!r}; expected one of {sorted(PROFILES)}")
     out = paths.ensure(Path(out) if out else paths.models_dir())
-    p = PROFILES[profile]
     summary: dict = {}
-
-    tok_dir = out / zoo.TOKENIZER_DIR
-    rec = _recipe(profile, seed, "tokenizer")
-    meta_path = tok_dir / store.META
-    if force or not (meta_path.is_file() and json.loads(meta_path.read_text()).get("recipe") == rec):
-        t0 = time.perf_counter()
-        arts = corpus.articles("train")[:p["train_articles"]]
-        tok = _tok.wrap(_tok.train_bpe((a.text for a in arts), p["vocab_size"]))
-        tok.save_pretrained(str(tok_dir))
-        meta_path.write_text(json.dumps({"recipe": rec, "seconds": time.perf_counter() - t0}, indent=1))
-        summary["tokenizer"] = {"folder": str(tok_dir), "built": True, "seconds": time.perf_counter() - t0}
-    else:
-        summary["tokenizer"] = {"folder": str(tok_dir), "built": False}
-    tok = zoo.load_tokenizer(tok_dir)
-    stream = None
-
-    for what, cls, name in (("moe", OlmoeForCausalLM, zoo.MOE_DIR), ("draft", LlamaForCausalLM, zoo.DRAFT_DIR)):
-        folder = out / name
-        rec = _recipe(profile, seed, what)
-        if not force and not summary["tokenizer"]["built"] and _cached(folder, rec):
-            summary[what] = {"folder": str(folder), "built": False, **store.read_meta(folder).get("timing", {})}
-            continue
-        if stream is None:
-            stream = _training_stream(tok, p["train_articles"])
-        torch.manual_seed(seed)
-        model = cls(_config(what, profile))
-        if what == "moe":
-            zoo.use_sorted_experts(model)
-        tcfg = TrainConfig(**{**p[what].to_dict(), "seed": seed})
-        threads = torch.get_num_threads()
-        torch.set_num_threads(TRAIN_THREADS)
-        try:
+    rebuilt = False  # an artifact trained here: everything after it is trained too
+    tok = stream = moe = None
+    for what in ARTIFACTS:
+        folder, rec = out / folder_name(what), recipe(profile, seed, what)
+        if not force and not rebuilt and _recipe_of(folder) == rec:
+            summary[what] = {"folder": str(folder), "how": "cached", "built": False}
+        elif (not force and not rebuilt and use_committed
+              and _recipe_of(committed_dir() / folder_name(what)) == rec):
+            _copy_committed(what, folder)
+            summary[what] = {"folder": str(folder), "how": "committed", "built": False}
+        else:
+            rebuilt = True
             t0 = time.perf_counter()
-            history = train_lm(model, stream, tcfg, progress=progress, desc=f"train {what}")
-            seconds = time.perf_counter() - t0
-        finally:
-            torch.set_num_threads(threads)
-        meta = {"recipe": rec, "history": history, "train_tokens_available": int(len(stream)),
-                "timing": {"seconds": seconds, "threads": TRAIN_THREADS},
-                "provenance": provenance.full_record()}
-        store.save(model, folder, meta)
-        summary[what] = {"folder": str(folder), "built": True, "seconds": seconds}
+            if what == "tokenizer":
+                tok = train_tokenizer(profile)
+                store.save_tokenizer(tok, folder, {"recipe": rec, "seconds": time.perf_counter() - t0})
+                summary[what] = {"folder": str(folder), "how": "trained", "built": True,
+                                 "seconds": time.perf_counter() - t0}
+                continue
+            tok = tok or zoo.load_tokenizer(out / zoo.TOKENIZER_DIR)
+            stream = training_stream(tok, PROFILES[profile]["train_articles"]) if stream is None else stream
+            teacher = None
+            if what == "draft":
+                teacher = moe if moe is not None else store.load(out / zoo.MOE_DIR)
+                teacher.config._experts_implementation = IMPLEMENTATION
+            model, history, timing, check = _train(what, profile, seed, stream, teacher, progress, tok)
+            if what == "moe":
+                moe = model
+            meta = {"recipe": rec, "history": history, "train_tokens_available": int(len(stream)),
+                    "timing": timing, "check": check, "provenance": provenance.full_record()}
+            store.save(model, folder, meta)
+            summary[what] = {"folder": str(folder), "how": "trained", "built": True, **timing}
+        if what != "tokenizer" and summary[what]["how"] != "trained":
+            summary[what].update(store.read_meta(folder).get("timing", {}))
     return summary

@@ -27,9 +27,7 @@ def save(model: PreTrainedModel, folder: Path, meta: dict | None = None) -> Path
     the end, so an interrupted build never leaves a half-written checkpoint.
     """
     folder = Path(folder)
-    tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    tmp = _temporary(folder)
     if getattr(model, "hf_quantizer", None) is not None:
         # a GGUF-loaded model is dequantized in memory but flagged quantized, which
         # save_pretrained refuses; write its float weights and its config without the flag
@@ -43,9 +41,30 @@ def save(model: PreTrainedModel, folder: Path, meta: dict | None = None) -> Path
     else:
         model.save_pretrained(tmp, safe_serialization=True)
     (tmp / META).write_text(json.dumps(meta or {}, indent=1, default=str))
+    _replace_folder(tmp, folder)
+    return folder
+
+
+def _replace_folder(tmp: Path, folder: Path) -> None:
     if folder.exists():
         shutil.rmtree(folder)
     tmp.rename(folder)
+
+
+def _temporary(folder: Path) -> Path:
+    tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    return tmp
+
+
+def save_tokenizer(tokenizer, folder: Path, meta: dict | None = None) -> Path:
+    """Write a transformers tokenizer and ``meta`` into ``folder`` atomically (as :func:`save`)."""
+    folder = Path(folder)
+    tmp = _temporary(folder)
+    tokenizer.save_pretrained(str(tmp))
+    (tmp / META).write_text(json.dumps(meta or {}, indent=1, default=str))
+    _replace_folder(tmp, folder)
     return folder
 
 
