@@ -73,7 +73,7 @@ from moespec.plots.models import training_curves
 from moespec.plots.routing import figure1_reuse
 from moespec.routing.neurons import NeuronClusters, fit_neuron_clusters
 from moespec.routing.published import published_reuse
-from moespec.tables.routing import reuse_curves, reuse_table
+from moespec.tables.routing import reuse_by_layer, reuse_curves, reuse_table
 from moespec.zoo import evaluate, smollm2, sources, store
 
 if profile not in ("quick", "full"):
@@ -230,6 +230,10 @@ io.save_figure(figure1_reuse(curves, published=published,
                paths.figures_dir() / "00_reuse_sources.png")
 table = reuse_table(fit_traces, resamples=resamples, seed=seed, published=published)
 io.write_dataframe(paths.figures_dir() / "00_reuse_sources.csv", table)
+by_layer = reuse_by_layer(fit_traces)
+io.write_dataframe(paths.figures_dir() / "00_reuse_layers.csv", by_layer)
+for src, g in by_layer.groupby("source", sort=False):
+    print(f"{src}: rho_hat(2) per layer " + ", ".join(f"{v:.3f}" for v in g["rho_hat_2"]))
 for _, r in table.iterrows():
     if pd.isna(r["tokens"]):
         print(f"{r['source']}: rho(2) = {r['rho_hat_2']:.3f}, rho(9) = {r['rho_hat_9']:.3f}")

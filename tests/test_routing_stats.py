@@ -190,3 +190,21 @@ def test_bitmasks_and_popcount_fallback():
     assert stats._popcount(masks).tolist() == [[4], [4]]
     x = np.random.default_rng(0).integers(0, 2**63, size=1000, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
     assert np.array_equal(stats._bitcount_table(x), [bin(int(v)).count("1") for v in x])
+
+
+def test_reuse_by_layer_hand_case():
+    """Layer 0 routes every token to the same experts (rho(n) = 1 for n >= 2); layer 1 moves to
+    disjoint experts at every token (rho = 0): one row per layer with those values."""
+    import numpy as np
+
+    from moespec.routing import RoutingTrace
+    from moespec.tables.routing import reuse_by_layer
+
+    T, m = 12, 2
+    doc = np.zeros((T, 2, m), dtype=np.int64)
+    doc[:, 0] = [0, 1]
+    doc[:, 1] = np.arange(T * m).reshape(T, m) % 24
+    tr = RoutingTrace([doc], num_experts=24, source="hand")
+    df = reuse_by_layer([tr])
+    assert list(df["layer"]) == [0, 1] and list(df["source"]) == ["hand", "hand"]
+    assert df["rho_hat_2"].tolist() == [1.0, 0.0] and df["rho_hat_9"].tolist() == [1.0, 0.0]

@@ -622,6 +622,44 @@ def microkernel(run: RunFiles, file: str) -> str:
             + ", ".join(parts) + ".")
 
 
+@block("training-speed")
+def training_speed(run: RunFiles, file: str) -> str:
+    """bench_training.py: tokens/s of the previous and the current training path of each embedded
+    model, interleaved in one run, with the speed-up (ratio of median step times) and the
+    issue's 3x goal."""
+    df = run.repo_csv(f"benchmarks/results/training/{file}")
+    prov = run.repo_json(f"benchmarks/results/training/{file.replace('.csv', '_provenance.json')}")
+    rows = []
+    for r in df.itertuples():
+        is_previous = r.path.endswith("previous")
+        goal = "" if is_previous or "teacher" in r.path else ("met" if r.speedup_vs_previous >= 3 else "short")
+        rows.append([r.path, num(r.t_median_s * 1e3, 0), f"{num(r.t_q25_s * 1e3, 0)}–{num(r.t_q75_s * 1e3, 0)}",
+                     f"{r.tokens_per_s:,.0f}", "" if is_previous else f"{r.speedup_vs_previous:.2f}x",
+                     goal])
+    return (f"Run `{file}` ({when(prov.get('date', '')) if prov.get('date') else file[:16]}; {machine(prov)}, "
+            f"{int(df['threads'].iloc[0])} thread, other processes' CPU share {df['other_load'].iloc[0]:.2f}; "
+            f"{int(df['reps'].iloc[0])} steps per path of {int(df['tokens_per_step'].iloc[0]):,} tokens):\n\n"
+            + md_table(["path", "step (ms, median)", "interquartile range (ms)", "tokens/s", "vs previous",
+                        "3x goal"], rows))
+
+
+@block("checkpoints")
+def checkpoints(run: RunFiles) -> str:
+    """The committed build of the embedded models (``data/checkpoints/*/moespec.json``): what was
+    trained, for how long, how fast, its final loss and fingerprint, and where."""
+    rows = []
+    for what in ("default-moe", "default-draft"):
+        meta = run.repo_json(f"data/checkpoints/{what}/moespec.json")
+        t, h, rec = meta["timing"], meta["history"][-1], meta["recipe"]["train"]
+        rows.append([what, f"{t['tokens']:,}", f"{t['seconds'] / 60:.1f}", f"{t['tokens_per_s']:,.0f}",
+                     rec["precision"] + (", compiled" if rec["compile"] else "")
+                     + (f", distilled (lambda {rec['distill']:g})" if rec["distill"] else ""),
+                     num(h["lm_loss"], 3), num(meta["check"]["nll_per_token"], 4),
+                     short_commit(meta["provenance"]["git_commit"]), machine(meta["provenance"])])
+    return md_table(["model", "tokens trained", "minutes", "tokens/s", "path", "last training loss (nats/token)",
+                     "fingerprint (nats/token)", "commit", "machine"], rows)
+
+
 @block("read-patterns")
 def read_patterns(run: RunFiles, files: str) -> str:
     """bench_read_patterns.py: each read pattern of the kernels against torch.sum, per regime."""

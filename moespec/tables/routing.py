@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from moespec.routing import RoutingTrace, bootstrap
+from moespec.routing import RoutingTrace, bootstrap, reuse
 from moespec.routing.published import PUBLISHED_LABEL
 
 
@@ -54,3 +54,16 @@ def reuse_table(traces: Sequence[RoutingTrace], resamples: int = 2000, seed: int
     counts = ["N", "m", "L", "docs", "tokens"]
     df[counts] = df[counts].astype("Int64")  # integers, empty on the published rows
     return df
+
+
+def reuse_by_layer(traces: Sequence[RoutingTrace], ns: Sequence[int] = (2, 9)) -> pd.DataFrame:
+    """rho_hat_l(n) of every traced layer of each trace (paper 1, App. D.2 estimator), one row per
+    (source, layer): where along the depth a router reuses its experts."""
+    rows = []
+    for tr in traces:
+        rho = reuse(tr, max(ns))
+        layers = tr.meta.get("layer_indices") or list(range(tr.num_layers))
+        for l in range(tr.num_layers):
+            rows.append({"source": tr.label, "layer": int(layers[l]),
+                         **{f"rho_hat_{n}": float(rho[l, n - 1]) for n in ns}})
+    return pd.DataFrame(rows)
