@@ -155,11 +155,12 @@ def _kernel_manager_logging_to(log) -> type:
     return LoggedKernelManager
 
 
-def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any]) -> NotebookRun:
+def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any], progress: bool = False) -> NotebookRun:
     """Execute one notebook with papermill into ``out_dir``; raise :class:`NotebookError` naming
     the notebook and the failing cell. ``NotebookRun.parameters`` are the values the notebook ran
     with: its declared defaults overridden by what papermill injected. The kernel's own output
-    goes to ``out_dir/logs/<notebook>.kernel.log``."""
+    goes to ``out_dir/logs/<notebook>.kernel.log``. ``progress``: a bar (stderr) naming the
+    notebook and the cell it is executing (papermill's, e.g. ``00_default_models: 7/25 cells``)."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -168,7 +169,8 @@ def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any]) -> N
     start = time.perf_counter()
     try:
         with open(paths.ensure(Path(out_dir) / "logs") / f"{notebook.stem}.kernel.log", "ab") as log:
-            pm.execute_notebook(str(notebook), str(out), parameters=parameters, progress_bar=False,
+            bar = {"desc": notebook.stem, "unit": "cell", "position": 1, "leave": False} if progress else False
+            pm.execute_notebook(str(notebook), str(out), parameters=parameters, progress_bar=bar,
                                 cwd=str(notebook.parent), kernel_name="python3",
                                 kernel_manager_class=_kernel_manager_logging_to(log))
     except PapermillExecutionError as exc:
@@ -435,7 +437,7 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
                 current = nb
                 bar.set_postfix_str(nb.stem)
                 try:
-                    result = run_notebook(nb, run_dir, params_of[nb])
+                    result = run_notebook(nb, run_dir, params_of[nb], progress=progress)
                 except NotebookError:
                     with _on_signals(signal.SIG_IGN):   # a moment to write down where it stopped
                         manifest.update(status="failed", failed=nb.stem,

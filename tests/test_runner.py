@@ -292,3 +292,12 @@ def test_an_interrupted_run_says_so_everywhere(tmp_path, sig, status):
     else:
         os.kill(kernel, signal.SIGKILL)
         pytest.fail(f"the notebook's kernel (pid {kernel}) outlived the interrupted run")
+
+
+def test_progress_names_the_notebook_and_its_cell(folder, tmp_path, capsys):
+    """With progress on, a run says which notebook it is in and which of its cells it executes."""
+    runner.reproduce("quick", out=tmp_path / "run", progress=True, notebooks_folder=folder)
+    err = capsys.readouterr().err
+    assert "moespec reproduce (quick)" in err
+    # papermill's cell bar per notebook: 01_first holds 4 cells with the injected parameters, 02_second 3
+    assert "01_first:" in err and "/4 [" in err and "02_second:" in err and "/3 [" in err and "cell/s" in err
