@@ -660,6 +660,17 @@ def checkpoints(run: RunFiles) -> str:
                      "fingerprint (nats/token)", "commit", "machine"], rows)
 
 
+@block("router-recipes")
+def router_recipes(run: RunFiles, file: str) -> str:
+    """benchmarks/router_recipes.py: each router recipe's evaluation points (perplexity, reuse,
+    load spread) as JSON lines."""
+    df = pd.read_json(run.repo_path(f"benchmarks/results/training/{file}"), lines=True)
+    rows = [[r.name, f"{r.tokens / 1e6:.2f} M", num(r.ppl_token, 1), num(r.rho2), num(r.rho9), num(r.cv_max, 2),
+             num(r.minload, 3), num(r.maxload, 2)] for r in df.itertuples()]
+    return md_table(["run", "tokens", "perplexity", "rho_hat(2)", "rho_hat(9)", "load CV", "idlest / mean",
+                     "busiest / mean"], rows)
+
+
 @block("read-patterns")
 def read_patterns(run: RunFiles, files: str) -> str:
     """bench_read_patterns.py: each read pattern of the kernels against torch.sum, per regime."""
