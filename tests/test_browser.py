@@ -67,8 +67,9 @@ def jupyterlab(tmp_path):
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
                                                                           "checkForUpdates": False}))
     port, token = _free_port(), secrets.token_hex(16)
+    run = tmp_path / "run"  # the notebook's run folder: its figures land in run/figures
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(paths.ROOT), os.environ.get("PYTHONPATH")])),
-           "MOESPEC_RUN_DIR": str(tmp_path / "run"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+           "MOESPEC_RUN_DIR": str(run), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
            "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
     log = open(tmp_path / "jupyterlab.log", "w")
@@ -94,7 +95,7 @@ def jupyterlab(tmp_path):
             if time.monotonic() > deadline:
                 raise RuntimeError("JupyterLab did not answer within 120 s")
             time.sleep(0.5)
-        yield {"url": url, "token": token, "root": root, "figures": tmp_path / "figures", "tmp": tmp_path}
+        yield {"url": url, "token": token, "root": root, "figures": run / "figures", "tmp": tmp_path}
     finally:
         proc.terminate()
         try:
