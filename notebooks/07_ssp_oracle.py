@@ -290,8 +290,9 @@ for name, prefix, what in ((headline.label, "07_", f"measured cost ({headline.la
     print(r.sweep.round(3).to_string(index=False))
     print(f"[{what}] quadrant I {r.quadrants['I']}, II {r.quadrants['II']}, III {r.quadrants['III']}, IV "
           f"{r.quadrants['IV']}; slope {r.bound['slope_ms_per_token']:.4f} ms/token, quadrant-III crossing "
-          f"{r.bound['q3_crossing_line']} of {r.bound['n_q3']}; alpha = 0 changes k at "
-          f"{100 * r.ablation['share_changed']:.1f}% of positions")
+          f"{r.bound['q3_crossing_line']} of {r.bound['n_q3']}; "
+          + (f"alpha = 0 changes k at {100 * r.ablation['share_changed']:.1f}% of positions" if r.ablation["defined"]
+             else f"alpha = 0 ablation: {r.ablation['reason']}"))
     print(f"[{what}] held-out ({r.online_info['test_sequences']} sequences): oracle {r.online_info['oracle']:.3f}, online "
           f"early exit {r.online_info['online']:.3f} ({100 * r.online_info['online'] / r.online_info['oracle']:.1f}% "
           f"of the oracle), best fixed k on train (k={r.online_info['k_best_train']}) {r.online_info['fixed_best_train']:.3f}")

@@ -64,6 +64,20 @@ def test_alpha0_ablation(items):
     assert s0["changed"] == 0 and len(none) == 0
 
 
+def test_alpha0_ablation_is_undefined_when_the_remaining_terms_are_not_a_time(items):
+    """A fit whose intercept is below zero (all of a pass in the expert term) has no alpha = 0 problem:
+    the ablation says so instead of re-solving with negative pass times; the full model still solves."""
+    fit = CostModel(draft_a=0.28, draft_b=0.1, beta0=-1.0, alpha=0.95, c=1e-4)
+    changed, s = A.alpha0_ablation(items, fit)
+    assert s["defined"] is False and len(changed) == 0 and np.isnan(s["share_changed"])
+    worst = 0.28 + 0.1 - 1.0 + 1e-4 * min(float(np.min(it.L_prefix)) for it in items)   # k = 1 at the shortest prefix
+    assert f"negative pass time ({worst:.4g} ms; beta0 = -1 ms)" in s["reason"]
+    assert s["speedup_full"] == A.totals(*zip(*[(r.value, r.cost_ar) for r in (A.solve(it, fit) for it in items)]))[
+        "speedup"]
+    assert A.alpha0_ablation(items, MODEL)[1]["defined"] is True
+    assert len(A.analyse(items, fit, items[:3], items[3:], 8).selected) == 0      # the analysis goes on
+
+
 def test_early_exit_decisions():
     pol = EarlyExitPolicy(slope=1.0, marginal_cost=np.array([0.5, 0.5, 0.5]))
     q = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 0.4, 1.0, 1.0], [0.9, 0.9, 0.9, 0.9], [0.2, 1, 1, 1]])

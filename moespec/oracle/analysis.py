@@ -90,11 +90,29 @@ def alpha0_ablation(items: list[OracleInputs], model: CostModel) -> tuple[pd.Dat
     choice) and a summary: share of
     positions changed, share with k_alpha0 = k_full + 1, and the full-cost speedup of the alpha = 0
     policy (what ignoring the expert term costs).
+
+    The ablation is defined only where the remaining terms are a time: when the fit's other terms
+    (intercept, context, draft) predict a negative pass for some position, nothing is re-solved;
+    the summary says ``defined: False`` with the most negative such cost, the shares are NaN and no
+    position is listed (on a subject whose step is nearly all expert reads the fitted intercept can
+    be below zero, as its standard error allows).
     """
     rows, full_vals, abl_vals, ar = [], [], [], []
-    for it in items:
+    columns = {"seq_id": object, "i": object, "k_full": object, "k_alpha0": object, "p_added": float,
+               "dQ_full_ms": float, "dQ_alpha0_ms": float, "dU_experts": float}
+    costs0 = [cost_matrix(it.U, it.L_prefix, model.without_experts()) for it in items]
+    worst = min((float(np.nanmin(c)) for c in costs0 if np.isfinite(c).any()), default=0.0)
+    if worst < 0:
+        full = [solve(it, model) for it in items]
+        return pd.DataFrame(columns=list(columns)).astype(columns), {
+            "positions": sum(it.n for it in items), "defined": False, "changed": 0, "share_changed": float("nan"),
+            "share_plus_one": float("nan"), "mean_shift": float("nan"),
+            "speedup_full": totals([f.value for f in full], [f.cost_ar for f in full])["speedup"],
+            "speedup_alpha0_policy_full_cost": float("nan"),
+            "reason": (f"without the expert term the fitted cost predicts a negative pass time ({worst:.4g} ms; "
+                       f"beta0 = {model.beta0:.4g} ms): the ablation is undefined for this fit")}
+    for it, cost0 in zip(items, costs0):
         full = solve(it, model)
-        cost0 = cost_matrix(it.U, it.L_prefix, model.without_experts())
         dp0, pol0 = bellman(it.p, cost0)
         abl_vals.append(evaluate_policy(it.p, full.cost, pol0))
         full_vals.append(full.value)
@@ -109,11 +127,9 @@ def alpha0_ablation(items: list[OracleInputs], model: CostModel) -> tuple[pd.Dat
                          "dQ_full_ms": float(Q[i, k0 - 1] - Q[i, k - 1]),
                          "dQ_alpha0_ms": float(Q0[i, k0 - 1] - Q0[i, k - 1]),
                          "dU_experts": float(EU[i, k0 - 1] - EU[i, k - 1])})
-    changed = pd.DataFrame(rows, columns=["seq_id", "i", "k_full", "k_alpha0", "p_added", "dQ_full_ms",
-                                          "dQ_alpha0_ms", "dU_experts"]).astype(
-        {"p_added": float, "dQ_full_ms": float, "dQ_alpha0_ms": float, "dU_experts": float})
+    changed = pd.DataFrame(rows, columns=list(columns)).astype({k: v for k, v in columns.items() if v is float})
     n = sum(it.n for it in items)
-    summary = {"positions": n, "changed": len(changed), "share_changed": len(changed) / n,
+    summary = {"positions": n, "defined": True, "changed": len(changed), "share_changed": len(changed) / n,
                "share_plus_one": float(np.sum(changed.k_alpha0 == changed.k_full + 1)) / n,
                "mean_shift": float((changed.k_alpha0 - changed.k_full).mean()) if len(changed) else 0.0,
                "speedup_full": totals(full_vals, ar)["speedup"],

@@ -245,6 +245,25 @@ def _bench_record(run: RunFiles, file: str) -> dict:
     return rec
 
 
+@block("reproduce-time")
+def reproduce_time(run: RunFiles, file: str, limit_min: str = "90") -> str:
+    """benchmarks/time_reproduce.py's record: ``make reproduce`` on a fresh clone, end to end."""
+    rec = _bench_record(run, file)
+    total = rec["total_s"] / 60
+    if rec["rc"] != 0:
+        return (f"`make reproduce` on a fresh clone of {short_commit(rec['commit'])} exited with {rec['rc']} after "
+                f"{total:.1f} min (`{file}`).")
+    before = rec.get("before_notebooks_s")
+    nbs = ", ".join(f"{nb['name'][:2]} {nb['wall_s'] / 60:.1f}" for nb in rec["notebooks"] if nb.get("wall_s"))
+    verdict = "met" if total <= float(limit_min) else "**not met**"
+    return (f"`make reproduce` on a fresh clone of commit {short_commit(rec['commit'])}, started "
+            f"{when(rec['started_utc'][:19])}, took **{total:.1f} min** end to end on {machine(rec['provenance'])} "
+            f"(goal ≤ {limit_min} min: {verdict}): "
+            + (f"{before / 60:.1f} min creating `.venv`, installing and building before the first notebook, then "
+               if before is not None else "")
+            + f"notebooks (min) {nbs} (`{file}`; {rec['how']}).")
+
+
 @block("routing-speed")
 def routing_speed(run: RunFiles, file: str) -> str:
     """benchmarks/bench_routing_stats.py's record: statistics and bootstrap times."""
