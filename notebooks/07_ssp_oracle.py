@@ -250,9 +250,9 @@ for name, cm in models.items():
               else "07_" + name.replace(" ", "_") + "_")
     for tname, table in analyses[name].tables().items():
         if isinstance(table, dict):
-            io.write_json(fig_dir / f"{prefix}{tname}.json", {**table, "subject": label, "cost_model": name})
+            io.write_json(fig_dir / f"{prefix}{tname}.json", {**table, "subject": label, "analysis": name})
         else:
-            io.write_dataframe(fig_dir / f"{prefix}{tname}.csv", table.assign(subject=label, cost_model=name))
+            io.write_dataframe(fig_dir / f"{prefix}{tname}.csv", table.assign(subject=label, analysis=name))
 print(f"per-kernel bandwidths: slot {bw_kernels['slot_GBps']:.3g} GB/s, dedup {bw_kernels['dedup_GBps']:.3g} GB/s — "
       f"{bw_kernels['source']}")
 overview = pd.DataFrame([{"cost_model": n, "draft_a_ms": r.model.draft_a, "alpha_ms": r.model.alpha,

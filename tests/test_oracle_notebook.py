@@ -41,6 +41,10 @@ def test_notebook_07_quick(run_notebook, tmp_path):
                   r"([0-9.]+)", text)
     assert m and float(m.group(1)) == pytest.approx(cf["oracle"], abs=1e-3)
     assert cf["oracle"] >= cf["online"] - 1e-12
+    for prefix in ("07_", "07_cf_"):   # each row names its kernel cost model; the analysis it belongs to is beside it
+        kernels = pd.read_csv(figures / f"{prefix}kernel_cost_models.csv")
+        assert list(kernels.cost_model) == ["one alpha (fitted)", "per-slot kernel", "dedup kernel"]
+        assert kernels.analysis.nunique() == 1
     regression = pd.read_csv(figures / "07_regression_by_regime.csv")
     assert "all rows" in set(regression["rows"]) and (regression["eq4_r2_in"] <= 1).all()
     rounds = pd.read_csv(tmp_path / "oracle" / "rounds.csv")

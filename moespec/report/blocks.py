@@ -399,7 +399,8 @@ def _paper_scalar(run: RunFiles, quantity: str) -> pd.DataFrame:
 
 
 def _reread_span(values) -> str:
-    """Paper 1's re-read costs, some published as ranges ("0.18-0.22"): the span of every bound."""
+    """Re-read costs, some written as ranges ("0.18-0.22": paper 1's published values, and ours when
+    the layers' fits differ): the span of every bound."""
     nums = []
     for v in values.dropna().astype(str):
         nums += [float(x) for x in v.split("-") if x]
@@ -424,7 +425,7 @@ def expert_op_fits(run: RunFiles) -> str:
          f"r {span(paper.n2_r, 2)}, ubar {span(paper.n2_ubar, 2)}"],
         ["r(8), ubar(8)", f"{num(ours.n8_r)}, {num(ours.n8_ubar)}",
          f"r {span(paper.n8_r, 2)}, ubar {span(paper.n8_ubar, 2)}"],
-        ["re-read cost c_re/c_u", num(ours.reread_cost, 2),
+        ["re-read cost c_re/c_u", _reread_span(pd.Series([ours.reread_cost])),
          ", ".join(f"{_reread_span(v)} {e}" for e, v in by_engine if v.notna().any())],
         ["epsilon (slot, dedup, engine)", f"{num(eps.eps_slot)}, {num(eps.eps_dedup)}, {num(eps.eps_engine)}",
          "engine " + ", ".join(f"{float(r.value):g} {r.model_or_engine}" for r in peps.itertuples())],
