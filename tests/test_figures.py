@@ -168,6 +168,26 @@ def figure_functions() -> dict:
     return found
 
 
+def test_engine_figures_keep_legend_off_the_axis_label_and_references_in_view():
+    """The breakdown's legend sits in space of its own below the axes (it once covered the x label),
+    and the draft-cost figure shows paper 2's reference line inside its x range."""
+    from moespec.plots import engine
+    shares = pd.DataFrame([dict(subject="byte-faithful", step_ms=9.4, experts_ms=6.2, draft_token_ms=0.97,
+                                expert_share=0.65, draft_ratio=0.10)])
+    fig = engine.breakdown_figure(shares, title="decode step at d = 64: " + "a long subject label " * 4)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    label = fig.axes[0].xaxis.label.get_window_extent(renderer)
+    assert not legend.overlaps(label) and legend.y1 <= label.y0
+    pred = pd.DataFrame([dict(draft_cost=c, k=1, predicted=1.0, measured=1.0, measured_q25=0.9, measured_q75=1.1)
+                         for c in (0.0, 0.1)])
+    ratios = pd.DataFrame({"draft_cost": [0.0, 0.1], "cost_ratio": [0.11, 0.2]})
+    ax = engine.draft_cost_figure(pred, ratios, {"paper2_ratio": 0.077}).axes[0]
+    assert ax.get_xlim()[0] < 0.077 < ax.get_xlim()[1]
+    plt.close("all")
+
+
 def test_every_figure_function_has_a_case():
     missing = sorted(set(figure_functions()) - set(CASES))
     assert not missing, f"figure functions without a rendering case in tests/test_figures.py: {missing}"

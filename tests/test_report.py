@@ -64,6 +64,16 @@ def test_blocks_render_exactly_from_a_hand_made_run(run_dir):
     assert report.render_text(out, run) == out          # idempotent
 
 
+def test_breakdown_goals_judge_each_target(run_dir):
+    (run_dir / "05_breakdown.csv").write_text(
+        "subject,step_ms,experts_ms,expert_share,draft_ratio,read_GBps,peak_memory_GiB\n"
+        "byte-faithful,10,6.5,0.65,0.108,37.17,4.31\nsmall,1,0.1,0.1,0.05,36.0,17\n")
+    out = report.render_text(_doc(("breakdown-goals", "")), RunFiles(run_dir))
+    assert ("read 37.2, 36.0 GB/s): byte-faithful: expert share 0.65 (>= 0.6: met); draft ratio 0.108 (<= 0.1: "
+            "**not met**); peak memory GiB 4.31 (<= 16: met); small: expert share 0.1 (>= 0.6: **not met**); "
+            "draft ratio 0.05 (<= 0.1: met); peak memory GiB 17 (<= 16: **not met**).") in out
+
+
 def test_generic_table_renders_whatever_the_csv_holds(run_dir):
     out = report.render_text(_doc(("table", "file=00_quality.csv")), RunFiles(run_dir))
     assert "| quantity | value | goal | met |\n| --- | --- | --- | --- |\n| ppl | 157.331 | <= 150 | False |" in out

@@ -3,6 +3,8 @@ real-draft speedup against the draft's cost per token with the theory's predicti
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -11,7 +13,8 @@ import pandas as pd
 def breakdown_figure(shares: pd.DataFrame, title: str = "") -> plt.Figure:
     """One bar per subject: the n = 1 decode step split into its expert operation and the rest,
     with one drafted token beside it (:func:`moespec.engine.breakdown.shares`)."""
-    fig, ax = plt.subplots(figsize=(5.6, 0.9 + 0.75 * len(shares)))
+    height = 1.9 + 0.6 * len(shares)
+    fig, ax = plt.subplots(figsize=(6.4, height))
     y = np.arange(len(shares))
     ax.barh(y, shares["experts_ms"], color="C3", label="expert operation (its kernels alone)")
     ax.barh(y, shares["step_ms"] - shares["experts_ms"], left=shares["experts_ms"], color="0.7",
@@ -22,13 +25,15 @@ def breakdown_figure(shares: pd.DataFrame, title: str = "") -> plt.Figure:
                 va="center", fontsize=7)
     ax.set_yticks(y)
     ax.set_yticklabels(shares["subject"], fontsize=8)
-    ax.set_ylabel("subject (target model as run)")
+    ax.set_ylim(-0.6, len(shares) - 0.2)
+    ax.set_ylabel("subject")
     ax.set_xlabel("time at n = 1 (ms, median of interleaved repetitions)")
     ax.set_xlim(0, 1.6 * float(shares["step_ms"].max()))
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(shares) < 3 else -0.2), ncol=2)
     if title:
-        ax.set_title(title, fontsize=8)
-    fig.tight_layout()
+        ax.set_title(textwrap.fill(title, 90), fontsize=8)
+    # the legend below the axes, in space of its own (it never covers the axis label)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower center", ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0.5 / height, 1, 1))
     return fig
 
 
@@ -54,11 +59,12 @@ def draft_cost_figure(pred: pd.DataFrame, ratios: pd.DataFrame, paper: dict | No
         if "paper1_k1" in paper:
             ax.axhline(paper["paper1_k1"], color="C2", ls=":", label="paper 1: median speedup at k = 1, Qwen3-0.6B (theirs)")
     ax.axhline(1, color="k", lw=0.8)
+    ax.set_xlim(0, 1.05 * max(float(c.max()), (paper or {}).get("paper2_ratio", 0.0)))   # the references in view
     ax.set_xlabel("cost ratio c: one drafted token / one target decode step (measured, same rounds)")
     ax.set_ylabel("speedup over plain decoding")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
     if title:
-        ax.set_title(title, fontsize=8)
+        ax.set_title(textwrap.fill(title, 90), fontsize=8)
     fig.tight_layout()
     return fig

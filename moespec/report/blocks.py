@@ -459,6 +459,26 @@ def band_hits(curves: pd.DataFrame, version: str, d) -> tuple[int, int]:
     return int(inside), len(ns)
 
 
+#: Issue 16's targets for the byte-faithful subject's decode step (docs/engine.md).
+BREAKDOWN_TARGETS = {"expert_share": (">=", 0.6), "draft_ratio": ("<=", 0.1), "peak_memory_GiB": ("<=", 16.0)}
+
+
+@block("breakdown-goals", "05_breakdown.csv")
+def breakdown_goals(run: RunFiles) -> str:
+    """Notebook 05's decode-step breakdown against issue 16's targets: the expert operation's share
+    of an n = 1 step, one drafted token over a step, the run's peak memory."""
+    rows = []
+    for r in run.csv("05_breakdown.csv").itertuples():
+        for col, (op, target) in BREAKDOWN_TARGETS.items():
+            value = float(getattr(r, col))
+            met = value >= target if op == ">=" else value <= target
+            rows.append(f"{col.replace('_', ' ')} {value:.3g} ({op} {target:g}: {'met' if met else '**not met**'})")
+        rows[-3] = f"{r.subject}: " + rows[-3]
+    return ("Issue 16's targets (`05_breakdown.csv`, one interleaved run at n = 1, read "
+            + ", ".join(f"{float(v):.1f}" for v in run.csv("05_breakdown.csv")["read_GBps"]) + " GB/s): "
+            + "; ".join(rows) + ".")
+
+
 @block("whole-model", "05_agreement.csv", "05_verify_summary.csv", "05_oracle_cells.csv", "05_real_draft.csv",
        "06_curves.csv", "06_table4_preregistered.csv", "06_table8_rules.csv")
 def whole_model(run: RunFiles) -> str:
