@@ -49,8 +49,8 @@ reproduce: $(STAMP)
 quick: $(STAMP)
 	$(BIN)/moespec reproduce --profile quick --out runs/quick
 
-# train the default models from scratch into data/models (about an hour on 2 cores) instead of
-# loading the committed build in data/checkpoints; `make reproduce` then uses them
+# train the default models from scratch into data/models (about an hour on 2 cores), replacing
+# the committed build there; `make reproduce` then uses them
 models: $(STAMP)
 	$(BIN)/moespec build-models --force
 

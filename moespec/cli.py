@@ -224,11 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "and, at the end, the run's figures copied into the committed figures/")
     rep.set_defaults(func=_reproduce)
     bld = sub.add_parser("build-models", help="build the embedded default MoE, draft and tokenizer into "
-                                              "data/models (reuses a cached or the committed build)")
+                                              "data/models (reuses the build there, committed with the full recipe's)")
     bld.add_argument("--force", action="store_true",
-                     help="train from scratch even if a cached or committed build of the recipe exists")
-    bld.add_argument("--out", type=Path, help="models folder (default data/models; data/checkpoints "
-                                              "refreshes the committed build)")
+                     help="train from scratch even if data/models holds a build of the recipe (replaces it)")
+    bld.add_argument("--out", type=Path, help="models folder (default data/models, the committed build)")
     bld.add_argument("--profile", choices=["full", "smoke"], default="full")
     bld.add_argument("--seed", type=int, default=0)
     bld.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -88,7 +88,8 @@ def build_dir() -> Path:
 
 
 def models_dir() -> Path:
-    """Cached embedded models (trained by ``make reproduce``; not committed)."""
+    """The embedded models: committed with the full recipe's build (``make models`` retrains them
+    in place; :mod:`moespec.zoo.build`)."""
     return data_dir() / "models"
 
 

@@ -17,10 +17,10 @@
 # %% [markdown]
 # # 00 · The embedded default models and the two WikiText routing sources
 #
-# No machine here reaches a model hub, so moespec trains its own models (DESIGN.md, "The offline
-# world"): a small **OLMoE-architecture MoE** (N = 64 experts, m = 8 per token, the
+# moespec needs no model hub (nothing downloads weights at run time), so it trains its own models:
+# a small **OLMoE-architecture MoE** (N = 64 experts, m = 8 per token, the
 # `transformers` OlmoeForCausalLM class, so the recorder and the engine run the same code as on
-# the real OLMoE) and a small **dense draft model** (Llama, 2 layers), both trained from scratch
+# the real OLMoE) and a small **dense draft model** (Llama, 1 layer), both trained from scratch
 # on the WikiText-2 train split with a byte-level BPE tokenizer trained here. A second routing
 # source comes from a **real pretrained LM**, SmolLM2-135M, whose FFNs stay dense: an observer
 # records per token the 8 of 64 co-activation neuron clusters carrying the most activation mass
@@ -29,7 +29,7 @@
 # The MoE is trained first; the draft is then **distilled** from it (next-token loss mixed with the
 # KL divergence to the MoE's next-token distribution), as real drafts are trained to agree with
 # their target. The full recipe takes about an hour of training on a 2-core CPU, so its build is
-# committed (`data/checkpoints/`, with recipe, loss history, hardware and commit) and loaded here;
+# committed (`data/models/`, with recipe, loss history, hardware and commit) and loaded here;
 # `retrain=True` (or `make models`) trains it again from scratch with the same code.
 #
 # This notebook builds (or loads) the models, reports their validation perplexity against the

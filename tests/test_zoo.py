@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from moespec import zoo
+from moespec import paths, zoo
 from moespec.zoo import build, store
 from moespec.zoo.experts import IMPLEMENTATION, PADDED_IMPLEMENTATION
 from moespec.zoo.train import Trainer, TrainConfig, lr_at, router_z_loss
+
+#: The committed full build of the embedded models.
+COMMITTED_MODELS = paths.ROOT / "data" / "models"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -72,8 +75,10 @@ def test_build_caches_and_is_deterministic(smoke_models, tmp_path):
     assert all(v["built"] for v in first.values())
     again = zoo.build_default_models(profile="smoke", out=out, progress=False)
     assert not any(v["built"] for v in again.values())  # cached: same recipe, nothing rebuilt
-    other = zoo.build_default_models(profile="smoke", out=tmp_path, progress=False, use_committed=False)
+    other = zoo.build_default_models(profile="smoke", out=tmp_path, progress=False)
     assert all(v["built"] for v in other.values())
+    forced = zoo.build_default_models(profile="smoke", out=tmp_path, progress=False, force=True)
+    assert [v["how"] for v in forced.values()] == ["trained"] * 3   # force trains over a cached build
     for name in (zoo.MOE_DIR, zoo.DRAFT_DIR):
         a, b = store.load(out / name), store.load(tmp_path / name)
         for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
@@ -206,19 +211,6 @@ def test_compiled_bf16_step_matches_eager_f32():
     assert not torch.equal(a.lm_head.weight, build.new_model("draft", "smoke").lm_head.weight)
 
 
-def test_committed_checkpoints_are_copied_when_their_recipe_matches(smoke_models, tmp_path, monkeypatch):
-    """A build finds the committed checkpoints (here: a smoke build standing in for them) and
-    copies them instead of training; force=True trains regardless."""
-    out, _ = smoke_models
-    monkeypatch.setattr(build, "committed_dir", lambda: out)
-    got = zoo.build_default_models(profile="smoke", out=tmp_path / "m", progress=False)
-    assert [v["how"] for v in got.values()] == ["committed"] * 3
-    a, b = store.load(out / zoo.MOE_DIR), store.load(tmp_path / "m" / zoo.MOE_DIR)
-    assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
-    forced = zoo.build_default_models(profile="smoke", out=tmp_path / "m", progress=False, force=True)
-    assert [v["how"] for v in forced.values()] == ["trained"] * 3
-
-
 def test_build_records_history_speed_and_fingerprint(smoke_models):
     out, _ = smoke_models
     meta = store.read_meta(out / zoo.DRAFT_DIR)
@@ -252,10 +244,10 @@ def test_share_average_is_an_exponential_average_from_the_first_batch():
 
 @pytest.mark.parametrize("what", ["moe", "draft"])
 def test_committed_checkpoints_load_match_their_recipe_and_reproduce_their_loss(what):
-    """The committed full build (data/checkpoints): loads strictly, its config is the one its
+    """The committed full build (data/models): loads strictly, its config is the one its
     recipe records, the recipe is today's full recipe (so make reproduce uses it instead of
     training), and it reproduces the next-token loss recorded when it was built."""
-    folder = build.committed_dir() / build.folder_name(what)
+    folder = COMMITTED_MODELS / build.folder_name(what)
     meta = store.read_meta(folder)
     assert meta, f"{folder}: no committed checkpoint"
     assert meta["recipe"] == build.recipe("full", 0, what)
@@ -266,11 +258,11 @@ def test_committed_checkpoints_load_match_their_recipe_and_reproduce_their_loss(
                 "num_experts_per_tok", "norm_topk_prob", "max_position_embeddings"):
         if key in want:
             assert got[key] == want[key], key
-    tok = zoo.load_tokenizer(build.committed_dir() / zoo.TOKENIZER_DIR)
+    tok = zoo.load_tokenizer(COMMITTED_MODELS / zoo.TOKENIZER_DIR)
     from moespec.zoo import evaluate
 
     check = meta["check"]
     again = evaluate.checkpoint_check(model, tok, check["articles"], check["tokens"])
     assert again["predicted"] == check["predicted"]
     assert again["nll_per_token"] == pytest.approx(check["nll_per_token"], rel=1e-5)
-    assert store.read_meta(build.committed_dir() / zoo.TOKENIZER_DIR)["recipe"] == build.recipe("full", 0, "tokenizer")
+    assert store.read_meta(COMMITTED_MODELS / zoo.TOKENIZER_DIR)["recipe"] == build.recipe("full", 0, "tokenizer")

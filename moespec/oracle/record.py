@@ -37,7 +37,7 @@ def load_questions(categories=None, per_category: int | None = None, path=None) 
     """Spec-Bench questions (first turn), optionally the first ``per_category`` of each category."""
     path = Path(path) if path else questions_path()
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: Spec-Bench questions missing (copied from ../shared/data/spec_bench)")
+        raise FileNotFoundError(f"{path}: Spec-Bench questions missing (the repository's data/spec_bench/question.jsonl; see its SOURCE.md)")
     data = path.read_bytes()
     if path == questions_path() and hashlib.sha256(data).hexdigest() != SPEC_BENCH_SHA256:
         raise ValueError(f"{path}: sha256 {hashlib.sha256(data).hexdigest()} differs from the recorded "

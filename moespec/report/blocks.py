@@ -685,11 +685,11 @@ def training_speed(run: RunFiles, file: str) -> str:
 
 @block("checkpoints")
 def checkpoints(run: RunFiles) -> str:
-    """The committed build of the embedded models (``data/checkpoints/*/moespec.json``): what was
+    """The committed build of the embedded models (``data/models/*/moespec.json``): what was
     trained, for how long, how fast, its final loss and fingerprint, and where."""
     rows = []
     for what in ("default-moe", "default-draft"):
-        meta = run.repo_json(f"data/checkpoints/{what}/moespec.json")
+        meta = run.repo_json(f"data/models/{what}/moespec.json")
         t, h, rec = meta["timing"], meta["history"][-1], meta["recipe"]["train"]
         rows.append([what, f"{t['tokens']:,}", f"{t['seconds'] / 60:.1f}", f"{t['tokens_per_s']:,.0f}",
                      rec["precision"] + (", compiled" if rec["compile"] else "")

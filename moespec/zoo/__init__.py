@@ -129,16 +129,16 @@ def load_draft(device: str = "cpu", folder: Path | None = None, dtype=torch.floa
 
 
 def build_default_models(force: bool = False, profile: str = "full", seed: int = 0,
-                         progress: bool = True, out: Path | None = None, use_committed: bool = True) -> dict:
-    """Reuse the cached or the committed build of the tokenizer, default MoE and draft, or train
-    them (``force=True``: always train); return their folders and how each was obtained.
+                         progress: bool = True, out: Path | None = None) -> dict:
+    """Reuse the build of the tokenizer, default MoE and draft in ``out`` (default ``data/models/``,
+    committed with the full recipe's build), or train them (``force=True``: always train); return
+    their folders and how each was obtained.
 
     See :mod:`moespec.zoo.build` for the recipe and what each profile trains.
     """
     from moespec.zoo.build import build
 
-    return build(force=force, profile=profile, seed=seed, progress=progress, out=out,
-                 use_committed=use_committed)
+    return build(force=force, profile=profile, seed=seed, progress=progress, out=out)
 
 
 __all__ = ["default_moe_config", "default_draft_config", "default_moe_spec", "load_default_moe",

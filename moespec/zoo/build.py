@@ -9,14 +9,12 @@ operation of :mod:`moespec.zoo.experts`; then the draft (:func:`moespec.zoo.defa
 distilled from the trained MoE on the same split: its loss is the KL divergence to the MoE's
 next-token distribution alone (``distill=1.0``; the smoke profile mixes in the next-token loss).
 
-Where each artifact comes from, in order:
-
-1. ``out`` (default ``data/models/``) already holds a build of the same recipe (``moespec.json``);
-2. the committed checkpoints (``data/checkpoints/``, :func:`committed_dir`) hold one: it is
-   copied into ``out`` (the full recipe takes ~50 minutes of training on a 2-core CPU; the
-   committed build is what the figures were made with);
-3. otherwise it is trained. ``force=True`` (``moespec build-models --force``, ``make models``,
-   notebook 00's ``retrain=True``) always trains, with the same code and recipe.
+Where each artifact comes from: ``out`` (default ``data/models/``) already holds a build of the
+same recipe (its ``moespec.json``), or it is trained. ``data/models/`` is committed with the full
+recipe's build (the full recipe takes ~50 minutes of training on a 2-core CPU; the committed build
+is what the figures were made with), so a fresh clone trains nothing. ``force=True``
+(``moespec build-models --force``, ``make models``, notebook 00's ``retrain=True``) always trains,
+with the same code and recipe, and replaces what ``out`` holds.
 
 ``PROFILES["smoke"]`` trains a few steps of smaller models for tests.
 """
@@ -24,7 +22,6 @@ Where each artifact comes from, in order:
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -63,12 +60,6 @@ ARTIFACTS = ("tokenizer", "moe", "draft")
 def folder_name(what: str) -> str:
     """The folder of an artifact inside a models directory."""
     return {"tokenizer": zoo.TOKENIZER_DIR, "moe": zoo.MOE_DIR, "draft": zoo.DRAFT_DIR}[what]
-
-
-def committed_dir() -> Path:
-    """``data/checkpoints/``: the full recipe's build, committed to git (safetensors + config +
-    ``moespec.json`` with recipe, loss history, hardware and commit)."""
-    return paths.data_dir() / "checkpoints"
 
 
 def recipe(profile: str, seed: int, what: str) -> dict:
@@ -126,17 +117,6 @@ def training_stream(tok, n_articles: int | None) -> np.ndarray:
     return np.concatenate([np.concatenate([[eos], a]) for a in ids]).astype(np.int64)
 
 
-def _copy_committed(what: str, dest: Path) -> None:
-    src = committed_dir() / folder_name(what)
-    tmp = dest.with_name(dest.name + ".tmp-copy")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    shutil.copytree(src, tmp)
-    if dest.exists():
-        shutil.rmtree(dest)
-    tmp.rename(dest)
-
-
 def _train(what: str, profile: str, seed: int, stream: np.ndarray, teacher, progress: bool, tok):
     torch.manual_seed(seed)
     model = new_model(what, profile)
@@ -156,13 +136,12 @@ def _train(what: str, profile: str, seed: int, stream: np.ndarray, teacher, prog
 
 
 def build(force: bool = False, profile: str = "full", seed: int = 0, progress: bool = True,
-          out: Path | None = None, use_committed: bool = True) -> dict:
+          out: Path | None = None) -> dict:
     """Build what is missing into ``out`` (default ``paths.models_dir()``); return a summary
-    with each artifact's folder and how it was obtained (``"cached"``, ``"committed"`` or
-    ``"trained"``, with the build time in seconds).
+    with each artifact's folder and how it was obtained (``"cached"`` or ``"trained"``, with the
+    build time in seconds).
 
-    ``force``: train everything from scratch. ``use_committed=False``: never copy the committed
-    checkpoints (train what is not cached).
+    ``force``: train everything from scratch.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown build profile {profile!r}; expected one of {sorted(PROFILES)}")
@@ -174,10 +153,6 @@ def build(force: bool = False, profile: str = "full", seed: int = 0, progress: b
         folder, rec = out / folder_name(what), recipe(profile, seed, what)
         if not force and not rebuilt and _recipe_of(folder) == rec:
             summary[what] = {"folder": str(folder), "how": "cached", "built": False}
-        elif (not force and not rebuilt and use_committed
-              and _recipe_of(committed_dir() / folder_name(what)) == rec):
-            _copy_committed(what, folder)
-            summary[what] = {"folder": str(folder), "how": "committed", "built": False}
         else:
             rebuilt = True
             t0 = time.perf_counter()
