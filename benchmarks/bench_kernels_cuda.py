@@ -124,11 +124,6 @@ def ubar_uniform(n: int, m: int, num_experts: int) -> float:
     return num_experts * (1.0 - q ** n) / (n * m)
 
 
-def requested_bytes(kernel: str, n: int, m: int, U: int, b: float) -> float:
-    """Bytes a call requests (paper 1, Section 2): per-slot n*m*b; dedup and the peers U*b."""
-    return n * m * b if kernel == "slot" else U * b
-
-
 def callable_name(variant: str, kernel: str, graph: bool = False) -> str:
     return f"{variant}/{kernel}" + ("/graph" if graph else "")
 
@@ -148,6 +143,8 @@ def device_random_weights(shape, fmt: str, device: str, seed: int):
 
 def rows_for(model, fmt, n, shape, m, U, b, timings, read_bytes, protocol, plans, state, flags=()) -> list[dict]:
     """One row per timed callable (all but the read) of one interleaved run."""
+    from moespec.measure.expert_op import requested_bytes
+
     N, H, I = shape
     tr = timings["read"]
     beta_r = read_bytes / tr.median_s

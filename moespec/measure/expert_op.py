@@ -91,6 +91,13 @@ class BenchConfig:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
 
 
+def requested_bytes(kernel: str, n: int, m: int, U: int, b: float) -> float:
+    """Bytes one expert call of a pass requests (paper 1, Section 2): the per-slot kernel reads its
+    n*m slots, the deduplicating kernel (and any peer that reads each expert once) the U distinct
+    experts; ``b`` bytes per expert."""
+    return n * m * b if kernel == "slot" else U * b
+
+
 def synthetic_routing(model: str, seed: int = 0, num_docs: int = 8, doc_len: int = 256):
     """Synthetic routing for a preset when no recorded trace exists: the sticky process calibrated
     to paper 1's published layer-mean reuse of the model (:func:`moespec.routing.synthetic.calibrated`),
@@ -354,7 +361,7 @@ def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, 
             for k in KERNELS:
                 if (str(layer), str(n), p["pass_id"], k) in done:
                     continue
-                req = n * spec.top_k * b if k == "slot" else U * b
+                req = requested_bytes(k, n, spec.top_k, U, b)
                 rows.append({**base, "n": n, "kind": p["kind"], "kernel": k, "U": U, "expert_bytes": b,
                              "requested_bytes": req, "pass_id": p["pass_id"], "window": p["window"],
                              **result[f"{n}/{p['pass_id']}/{k}"].row()})

@@ -37,7 +37,7 @@ from moespec import io, paths, provenance
 from moespec.kernels import ExpertWeights, build, expert_forward
 from moespec.measure import timing
 from moespec.measure import cuda_peers
-from moespec.measure.expert_op import routing_for
+from moespec.measure.expert_op import requested_bytes, routing_for
 from moespec.measure.ids import trace_windows
 from moespec.model_shapes import get_spec
 from moespec.routing.stats import pass_union
@@ -167,7 +167,7 @@ def run(config: StackConfig, out_dir: Path | None = None, progress: bool = True)
                 if name == "read":
                     continue
                 kernel, mode = name.split("/")
-                nbytes = float(sum(n * m * b if kernel == "slot" else u * b for u in U))
+                nbytes = float(sum(requested_bytes(kernel, n, m, u, b) for u in U))
                 rows.append({"model": config.model, "fmt": config.fmt, "device": config.device, "layers": L, "n": n,
                              "m": m, "N": N, "window": w, "doc": doc, "start": start, "U_mean": float(np.mean(U)),
                              "kernel": kernel, "mode": mode, "bytes": nbytes, "t_s": t.median_s, "t_q25_s": t.q25_s,
