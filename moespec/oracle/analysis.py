@@ -81,7 +81,8 @@ def delta_space(solved: list[Solved]) -> tuple[pd.DataFrame, dict, dict]:
     return pts, quadrant_counts(pts), boundary_slope(pts)
 
 
-def alpha0_ablation(items: list[OracleInputs], model: CostModel) -> tuple[pd.DataFrame, dict]:
+def alpha0_ablation(items: list[OracleInputs], model: CostModel,
+                    solved: list | None = None) -> tuple[pd.DataFrame, dict]:
     """Appendix B.4: re-solve with the expert term removed (alpha = 0) and compare decisions.
 
     Returns one row per position whose k changed (k_full, k_alpha0, the surrogate match probability
@@ -95,24 +96,24 @@ def alpha0_ablation(items: list[OracleInputs], model: CostModel) -> tuple[pd.Dat
     (intercept, context, draft) predict a negative pass for some position, nothing is re-solved;
     the summary says ``defined: False`` with the most negative such cost, the shares are NaN and no
     position is listed (on a subject whose step is nearly all expert reads the fitted intercept can
-    be below zero, as its standard error allows).
+    be below zero, as its standard error allows). ``solved``: the items already solved under
+    ``model`` (:func:`solve`), when the caller has them.
     """
+    solved = solved if solved is not None else [solve(it, model) for it in items]
     rows, full_vals, abl_vals, ar = [], [], [], []
     columns = {"seq_id": object, "i": object, "k_full": object, "k_alpha0": object, "p_added": float,
                "dQ_full_ms": float, "dQ_alpha0_ms": float, "dU_experts": float}
     costs0 = [cost_matrix(it.U, it.L_prefix, model.without_experts()) for it in items]
     worst = min((float(np.nanmin(c)) for c in costs0 if np.isfinite(c).any()), default=0.0)
     if worst < 0:
-        full = [solve(it, model) for it in items]
         return pd.DataFrame(columns=list(columns)).astype(columns), {
             "positions": sum(it.n for it in items), "defined": False, "changed": 0, "share_changed": float("nan"),
             "share_plus_one": float("nan"), "mean_shift": float("nan"),
-            "speedup_full": totals([f.value for f in full], [f.cost_ar for f in full])["speedup"],
+            "speedup_full": totals([f.value for f in solved], [f.cost_ar for f in solved])["speedup"],
             "speedup_alpha0_policy_full_cost": float("nan"),
             "reason": (f"without the expert term the fitted cost predicts a negative pass time ({worst:.4g} ms; "
                        f"beta0 = {model.beta0:.4g} ms): the ablation is undefined for this fit")}
-    for it, cost0 in zip(items, costs0):
-        full = solve(it, model)
+    for it, cost0, full in zip(items, costs0, solved):
         dp0, pol0 = bellman(it.p, cost0)
         abl_vals.append(evaluate_policy(it.p, full.cost, pol0))
         full_vals.append(full.value)
@@ -248,7 +249,7 @@ def analyse(items: list[OracleInputs], model, train: list[OracleInputs], test: l
     oracle under paper 1's per-kernel costs beside this one."""
     solved = [solve(it, model) for it in items]
     points, quad, bound = delta_space(solved)
-    changed, abl = alpha0_ablation(items, model)
+    changed, abl = alpha0_ablation(items, model, solved)
     online, info = online_evaluation(train, test, model)
     kern = kdiff = None
     if kernel_models:
