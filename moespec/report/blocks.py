@@ -467,16 +467,16 @@ BREAKDOWN_TARGETS = {"expert_share": (">=", 0.6), "draft_ratio": ("<=", 0.1), "p
 def breakdown_goals(run: RunFiles) -> str:
     """Notebook 05's decode-step breakdown against issue 16's targets: the expert operation's share
     of an n = 1 step, one drafted token over a step, the run's peak memory."""
-    rows = []
-    for r in run.csv("05_breakdown.csv").itertuples():
-        for col, (op, target) in BREAKDOWN_TARGETS.items():
-            value = float(getattr(r, col))
-            met = value >= target if op == ">=" else value <= target
-            rows.append(f"{col.replace('_', ' ')} {value:.3g} ({op} {target:g}: {'met' if met else '**not met**'})")
-        rows[-3] = f"{r.subject}: " + rows[-3]
+    df = run.csv("05_breakdown.csv")
+
+    def verdict(value: float, op: str, target: float) -> str:
+        return "met" if (value >= target if op == ">=" else value <= target) else "**not met**"
+
+    subjects = [f"{r.subject}: " + "; ".join(
+        f"{col.replace('_', ' ')} {float(getattr(r, col)):.3g} ({op} {target:g}: {verdict(float(getattr(r, col)), op, target)})"
+        for col, (op, target) in BREAKDOWN_TARGETS.items()) for r in df.itertuples()]
     return ("Issue 16's targets (`05_breakdown.csv`, one interleaved run at n = 1, read "
-            + ", ".join(f"{float(v):.1f}" for v in run.csv("05_breakdown.csv")["read_GBps"]) + " GB/s): "
-            + "; ".join(rows) + ".")
+            + ", ".join(f"{float(v):.1f}" for v in df["read_GBps"]) + " GB/s): " + "; ".join(subjects) + ".")
 
 
 @block("whole-model", "05_agreement.csv", "05_verify_summary.csv", "05_oracle_cells.csv", "05_real_draft.csv",
