@@ -19,20 +19,23 @@ from moespec import paths
 #: e.g. the depths from its context, or read from the pre-registered rules).
 DEFAULTS = {
     "05": {
-        "quick": dict(depths=[24, 48], prompts_per_depth=2, verify_reps=3, n_boot=200, oracle_ks=[0, 1, 2, 3],
-                      a_values=[0.5, 0.8, 0.95], n_tokens=10, oracle_prompts=2, oracle_reps=1, real_ks=[1, 2],
+        "quick": dict(depths=[24, 48], prompts_per_depth=3, verify_reps=3, n_boot=200, oracle_ks=[0, 1, 2, 3],
+                      a_values=[0.5, 0.8, 0.95], n_tokens=10, oracle_prompts=2, oracle_reps=1, real_ks=[1, 2, 3],
                       real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3], agree_tokens=12, breakdown_reps=5,
-                      ratio_reps=5),
-        "full": dict(depths=None, prompts_per_depth=6, verify_reps=20, n_boot=2000, oracle_ks=list(range(9)),
+                      ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1, cal_reps=1, draft_cal_prompts=1,
+                      loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2),
+        "full": dict(depths=None, prompts_per_depth=6, verify_reps=12, n_boot=2000, oracle_ks=list(range(9)),
                      a_values=None, n_tokens=48, oracle_prompts=3, oracle_reps=2, real_ks=list(range(1, 9)),
                      real_tokens=32, real_prompts=16, draft_costs=None, agree_tokens=64, breakdown_reps=30,
-                     ratio_reps=30),
+                     ratio_reps=30, states=["quiet", "loaded"], cal_prompts=3, cal_reps=2, draft_cal_prompts=4,
+                     loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0, 0.2],
+                     loaded_real_prompts=8),
     },
     "06": {
         "quick": dict(wiki_docs=3, context=32, bench_reps=2, u_count=3, windows_per_n=2, flush_bytes=2**20,
-                      membw_bytes=2**22),
+                      membw_bytes=2**22, loaded_bench_reps=2),
         "full": dict(wiki_docs=None, context=None, bench_reps=5, u_count=6, windows_per_n=6, flush_bytes=None,
-                     membw_bytes=None),
+                     membw_bytes=None, loaded_bench_reps=3),
     },
     "07": {
         "quick": dict(round_questions_per_category=1, round_categories=5, round_tokens=8, round_ks=[0, 1, 2, 3, 4, 5],

@@ -1,4 +1,4 @@
-"""Issue 16's goals for the whole-model results, decided from a run's own numbers: each goal's
+"""Issue 16's and issue 24's goals for the whole-model results, decided from a run's own numbers: each goal's
 value, its target and ``met`` (True) or short (False). They are pre-registered beside the rules
 (``goals_reported`` of ``data/preregistration/scoring_rules_byte_faithful.json``) and are reported,
 never used to tune the subject."""
@@ -47,6 +47,36 @@ def draft_cost_goals(pred: pd.DataFrame, stop: dict) -> pd.DataFrame:
         _row("draft cost at which drafting stops paying, predicted within one grid step",
              f"measured {stop['stop_cost_measured']}, predicted {stop['stop_cost_predicted']}; "
              f"{stop['grid_steps_apart']} steps apart", "<= 1 step", stop["grid_steps_apart"] <= 1)])
+
+
+def round_model_goals(plain: pd.DataFrame, oracle: pd.DataFrame | None, real: pd.DataFrame | None,
+                      plain_tolerance: float = 0.03, tolerance: float = 0.05) -> pd.DataFrame:
+    """Issue 24's prediction goals per machine state, from notebook 05's tables: the plain decode
+    step V(0) within ``plain_tolerance`` of the measured one in every context (``plain``:
+    :func:`moespec.predict.speculative.plain_step` rows), the oracle-draft speedup within
+    ``tolerance`` in every (d, k, a) cell and the real-draft speedup within ``tolerance`` at every
+    (draft cost, k) (:mod:`moespec.predict.speculative` tables, ``state`` columns), and whether the
+    measured speedups lie inside the predictions' intervals."""
+    rows = []
+    for state in list(dict.fromkeys(plain["state"])):
+        p = plain[plain["state"] == state]
+        worst = p.loc[p["rel_error"].abs().idxmax()]
+        rows.append(_row(f"plain step V(0) predicted within {100 * plain_tolerance:.0f} %, every context, {state}",
+                         "; ".join(f"{r.context}: {100 * r.rel_error:+.1f} %" for r in p.itertuples()),
+                         f"<= {100 * plain_tolerance:.0f} %", abs(worst["rel_error"]) <= plain_tolerance))
+        for name, frame, col, where in (("oracle-draft", oracle, "speedup_rel_error", "(d, k, a) cell"),
+                                        ("real-draft", real, "rel_error", "(draft cost, k) point")):
+            if frame is None or frame.empty or state not in set(frame["state"]):
+                continue
+            f = frame[(frame["state"] == state) & (frame["k"] >= 1)]
+            inside = int((f[col].abs() <= tolerance).sum())
+            rows.append(_row(f"{name} speedup predicted within {100 * tolerance:.0f} % at every {where}, {state}",
+                             f"{inside} of {len(f)}; largest |error| {100 * f[col].abs().max():.1f} %",
+                             "all", inside == len(f)))
+            held = f["speedup_inside" if name == "oracle-draft" else "inside"]
+            rows.append(_row(f"{name} measured speedup inside the predicted interval, {state}",
+                             f"{int(held.sum())} of {len(f)}", "all (reported)", bool(held.all())))
+    return pd.DataFrame(rows)
 
 
 def paper2_goals(regression: dict, online_info: dict) -> pd.DataFrame:

@@ -112,8 +112,3 @@ def throughput_grid(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
     if med.isna().any().any():
         raise ValueError("oracle runs do not cover every (a, k) pair")
     return med.index.to_numpy(float), med.columns.to_numpy(int), med.to_numpy()
-
-
-def step_overhead(runs: pd.DataFrame) -> np.ndarray:
-    """h(k): the median over runs of each run's median time per step outside the verify pass."""
-    return runs.groupby("k")["h_median_s"].median().sort_index().to_numpy()

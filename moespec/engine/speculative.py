@@ -237,7 +237,10 @@ def summarize_steps(steps: list[Step]) -> dict:
     """Tokens per step, realized acceptance and throughput of a run.
 
     Realized acceptance is the geometric maximum-likelihood estimate: accepted drafts over
-    accepted drafts plus rejections (drafts after the first rejection are never examined).
+    accepted drafts plus rejections (drafts after the first rejection are never examined). Times
+    per round: medians and means of the step, the verify pass and the draft; ``h_median_s`` the
+    median of the step outside its verify pass (draft included), ``t_host_mean_s`` the mean of the
+    step outside both the verify pass and the draft (the round model's h(k)).
     """
     if not steps:
         raise ValueError("no steps to summarize")
@@ -256,4 +259,5 @@ def summarize_steps(steps: list[Step]) -> dict:
             "t_step_mean_s": float(np.mean([s.t_step_s for s in steps])),
             "t_verify_mean_s": float(np.mean([s.t_verify_s for s in steps])),
             "t_draft_mean_s": float(np.mean([s.t_draft_s for s in steps])),
-            "h_median_s": float(np.median([s.t_step_s - s.t_verify_s for s in steps]))}
+            "h_median_s": float(np.median([s.t_step_s - s.t_verify_s for s in steps])),
+            "t_host_mean_s": float(np.mean([s.t_step_s - s.t_verify_s - s.t_draft_s for s in steps]))}

@@ -122,9 +122,27 @@ class Subject:
 
         if self.tokenizer is not None:
             turns = P.mt_bench_first_turns()
-            picked = [turns[i] for i in np.linspace(0, len(turns) - 1, count).round().astype(int)]
+            picked = [turns[i] for i in _spread(len(turns), count)]
             return P.tokenize_prompts(picked, self.tokenizer, max_tokens=max_tokens)
         rng = np.random.default_rng([seed, 1])
+        return [rng.integers(1, self.vocab_size, size=min(12, max_tokens)) for _ in range(count)]
+
+    def calibration_chat_prompts(self, count: int, max_tokens: int, test_count: int, seed: int = 0) -> list:
+        """``count`` MT-Bench first turns that :meth:`chat_prompts` with ``test_count`` does not pick
+        (evenly spaced over the rest), cut to ``max_tokens``: the round calibration's prompts, so
+        that the draft's measured cost and the runs it predicts share no prompt. Without a
+        tokenizer, seeded random ids drawn apart from the test prompts'."""
+
+        if self.tokenizer is not None:
+            turns = P.mt_bench_first_turns()
+            used = set(_spread(len(turns), test_count).tolist())
+            rest = [i for i in range(len(turns)) if i not in used]
+            if count > len(rest):
+                raise ValueError(f"{count} calibration prompts asked; {len(rest)} MT-Bench first turns are not "
+                                 f"among the {test_count} test prompts")
+            picked = [turns[rest[j]] for j in _spread(len(rest), count)]
+            return P.tokenize_prompts(picked, self.tokenizer, max_tokens=max_tokens)
+        rng = np.random.default_rng([seed, 3])
         return [rng.integers(1, self.vocab_size, size=min(12, max_tokens)) for _ in range(count)]
 
     def question_prompts(self, texts: list, max_tokens: int, seed: int = 0) -> list:
@@ -146,6 +164,11 @@ class Subject:
 
         m = int(self.target.config.num_experts_per_tok)
         return float(sum(m * w.bytes_per_expert for w in layer_weights(self.engine).values()))
+
+
+def _spread(total: int, count: int) -> np.ndarray:
+    """``count`` indices evenly spaced over 0..total-1 (both ends included)."""
+    return np.linspace(0, total - 1, count).round().astype(int)
 
 
 def _dtype(dtype: str):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from moespec import predict
+from moespec.theory import crossover
 
 
 def agreement_totals(agree: pd.DataFrame) -> dict:
@@ -42,7 +42,7 @@ def compare_engines(a, b, prompts: list, n_tokens: int) -> pd.DataFrame:
 
 def verify_report(summary: pd.DataFrame) -> list[dict]:
     """Per depth: tau(1), tau at n = 9 with each kernel, S(n) for n >= 2, its intervals and the
-    measured crossover (:func:`moespec.predict.crossover`). Times in ms."""
+    measured crossover (:func:`moespec.theory.crossover`). Times in ms."""
     out = []
     for d, s in summary.groupby("d"):
         s = s.sort_values("n")
@@ -53,7 +53,7 @@ def verify_report(summary: pd.DataFrame) -> list[dict]:
                     "tau_dedup_last_ms": 1e3 * float(s["tau_dedup_s"].iloc[-1]), "n_last": int(s["n"].iloc[-1]),
                     "S_ms": (1e3 * S[1:]).tolist(), "S_lo_ms": (1e3 * s["S_lo_s"].to_numpy()[1:]).tolist(),
                     "S_hi_ms": (1e3 * s["S_hi_s"].to_numpy()[1:]).tolist(),
-                    "interval_excludes_zero": decided[1:].tolist(), "crossover": predict.crossover(S)})
+                    "interval_excludes_zero": decided[1:].tolist(), "crossover": crossover(S)})
     return out
 
 

@@ -12,7 +12,7 @@ Modules: :mod:`.speculation` (G_a, T_a, k*, speedup (9), condition (8), a0),
 
 from .bounds import (delta_from_eps, faster_kernel_margin, kernels_agree, log_gap, relative_step_error,
                      saving_amplification, saving_bound, separation_holds, speedup_factor_from_eps,
-                     speedup_interval, throughput_loss_bound, verify_time_bound)
+                     speedup_interval, speedup_interval_by_k, throughput_loss_bound, verify_time_bound)
 from .dedup import (byte_step_times, byte_threshold, dedup_bytes, dedup_speedup,
                     faster_draft_lengths, periodic_reuse, reuse_threshold, reuse_threshold_from, rho_bar,
                     union_bytes)
@@ -20,7 +20,7 @@ from .speculation import (best_draft_length, expected_tokens, faster_than_plain,
                           speedup, throughput)
 from .staircase import (Staircase, convex_hypothesis, convex_step_points, pair_thresholds,
                         reaches_convex, staircase, step_points)
-from .steptime import (VerifyTime, bandwidth_ratio, byte_share, dedup_faster, saving,
+from .steptime import (VerifyTime, bandwidth_ratio, byte_share, crossover, crossover_distance, dedup_faster, saving,
                        saving_from_ratio, slot_expert_bytes)
 from .table1 import (interpolate_bandwidth, reuse_from_byte_share, table1_verify_times,
                      verify_times_from_bandwidths)
@@ -31,11 +31,11 @@ __all__ = [
     "pair_thresholds", "step_points", "Staircase", "staircase", "convex_hypothesis",
     "reaches_convex", "convex_step_points",
     "VerifyTime", "slot_expert_bytes", "saving", "saving_from_ratio", "byte_share",
-    "bandwidth_ratio", "dedup_faster",
+    "bandwidth_ratio", "dedup_faster", "crossover", "crossover_distance",
     "rho_bar", "union_bytes", "dedup_bytes", "reuse_threshold", "reuse_threshold_from",
     "byte_threshold", "byte_step_times", "faster_draft_lengths", "dedup_speedup",
     "verify_time_bound", "saving_bound", "saving_amplification", "faster_kernel_margin",
-    "kernels_agree", "log_gap", "periodic_reuse", "throughput_loss_bound", "separation_holds", "speedup_interval",
+    "kernels_agree", "log_gap", "periodic_reuse", "throughput_loss_bound", "separation_holds", "speedup_interval", "speedup_interval_by_k",
     "delta_from_eps", "speedup_factor_from_eps", "relative_step_error",
     "interpolate_bandwidth", "reuse_from_byte_share", "table1_verify_times",
     "verify_times_from_bandwidths",

@@ -97,6 +97,22 @@ def speedup_interval(delta):
     return (1 - d) / (1 + d), (1 + d) / (1 - d)
 
 
+def speedup_interval_by_k(delta):
+    """Per draft length, (lo[k], hi[k]) with lo[k] <= S(k)/S_hat(k) <= hi[k], where S(k) = E(k) V(0)/V(k)
+    is the speedup of draft length k and S_hat its prediction from step times with relative errors
+    (1 - delta_j) V(j) <= V_hat(j) <= (1 + delta_j) V(j) (``delta`` one value per k = 0..kmax):
+    lo[k] = (1 - delta_k)/(1 + delta_0), hi[k] = (1 + delta_k)/(1 - delta_0). With one delta for
+    every k this is bound (21)'s interval (paper 1, eq. (21); eq. C.6) for any k, not only the best;
+    at k = 0 the ratio is exactly 1 (the same V(0) above and below)."""
+    d = np.asarray(delta, dtype=float).reshape(-1)
+    if d.size == 0 or np.any(~np.isfinite(d)) or np.any(d < 0) or np.any(d >= 1):
+        raise ValueError(f"delta: one value in [0, 1) per k needed; found {d.tolist()}")
+    lo = (1 - d) / (1 + d[0])
+    hi = (1 + d) / (1 - d[0])
+    lo[0] = hi[0] = 1.0
+    return lo, hi
+
+
 def delta_from_eps(eps):
     """delta = eps/(1-eps): the relative step-time error that bandwidth errors |e| <= eps alone
     can cause, with exact draft and host time (paper 1, Sec. 3.5; Appendix C, before C.7)."""

@@ -159,3 +159,24 @@ def dedup_faster(ubar, r):
     """True where the deduplicating kernel is faster: ubar(n) < r(n) (paper 1, eq. (7);
     f_l = 1 and equal fixed work)."""
     return np.less(ubar, r)
+
+
+def crossover(S: np.ndarray, n_from: int = 2) -> int | None:
+    """Smallest n >= n_from from which the saving's point estimate stays positive through the
+    last n (paper 1, Section 2); None when there is none. ``S[n-1]`` is S(n)."""
+    S = np.asarray(S, float)
+    n_last = len(S)
+    best = None
+    for n in range(n_last, n_from - 1, -1):
+        if S[n - 1] > 0:
+            best = n
+        else:
+            break
+    return best
+
+
+def crossover_distance(pred: int | None, meas: int | None, n_last: int) -> int:
+    """|pred − meas| with 'none' counted as n_last + 1 (Table 8: a measured crossover at n = 9
+    is within one of none)."""
+    none = n_last + 1
+    return abs((none if pred is None else pred) - (none if meas is None else meas))

@@ -1,0 +1,171 @@
+"""Round models from notebook 05's round calibration (:mod:`moespec.engine.calibration`): the rows of
+decode loops timed before the speculative runs, turned into :class:`RoundModel` terms.
+
+* :func:`from_verify_loops`: one round model per cache depth for the oracle draft (context
+  ``d=<depth>``): tau_p(n) of both kernels, the saving S(n) paired within each (prompt,
+  repetition), h(k) and the oracle draft's own time, from the teacher-forced loops;
+* :func:`from_draft_runs`: one round model per real draft (context ``chat``, the calibration
+  prompts), every term as that draft runs: t_draft(k) = a_d k + b_d fitted over runs (intercept
+  kept), tau_dedup(k + 1) and h(k) from its runs at each k, tau_slot(k + 1) from the per-slot runs
+  of the draft as trained, the one-token pass from the plain runs (k = 0).
+
+Each value is the mean over runs of a run's mean time per round (a run's throughput is its tokens
+over its total time, so the expected round time is a mean), with a bootstrap interval of that mean
+over runs. Runs of the bandwidth regime holding most of them are used (``regime``), as the
+pre-registered protocol has it; the model records which.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from moespec.measure.regimes import classify, dominant, split_point
+
+from .round_model import DraftTime, RoundModel, Term, fit_draft_time
+
+ORACLE_DRAFT = "oracle draft"
+
+
+def tag_regimes(rows: pd.DataFrame, threshold: float | None = "auto") -> tuple[pd.DataFrame, str, float | None]:
+    """``rows`` with a ``regime`` column from their same-round reads (``ref_GBps``), the dominant
+    regime and the threshold used (``"auto"``: :func:`moespec.measure.regimes.split_point` of the rows)."""
+    bw = rows["ref_GBps"].to_numpy(float) if "ref_GBps" in rows else np.full(len(rows), np.nan)
+    if np.isnan(bw).all():
+        return rows.assign(regime="one"), "one", None
+    if threshold == "auto":
+        threshold = split_point(bw[~np.isnan(bw)])
+    tagged = rows.assign(regime=classify(bw, threshold))
+    return tagged, dominant(tagged["regime"]), threshold
+
+
+def _in_regime(rows: pd.DataFrame, regime: str, cells: list) -> pd.DataFrame:
+    """The rows of ``regime`` when it holds at least a quarter of them and a run of every cell
+    (combination of ``cells`` columns) the rows cover, else every row (its ``regime`` column then
+    says which regimes entered)."""
+    sel = rows[rows["regime"] == regime]
+    keys = lambda f: set(map(tuple, f[cells].astype(str).drop_duplicates().to_numpy()))  # noqa: E731
+    if len(sel) >= 0.25 * len(rows) and keys(sel) == keys(rows):
+        return sel
+    return rows
+
+
+def _per_run(rows: pd.DataFrame, index: str, col: str, values) -> list[np.ndarray]:
+    return [rows.loc[rows[index] == v, col].to_numpy(float) for v in values]
+
+
+def _read(rows: pd.DataFrame) -> float | None:
+    bw = rows["ref_GBps"].to_numpy(float) if "ref_GBps" in rows else np.array([np.nan])
+    return None if np.isnan(bw).all() else float(np.nanmedian(bw))
+
+
+def _paired_saving(rows: pd.DataFrame, n_max: int, source: str, n_boot: int, seed: int) -> Term:
+    """S(n) = slot - dedup per (prompt, rep) at each n, a bootstrap interval of its mean."""
+    out = []
+    for n in range(1, n_max + 1):
+        g = rows[rows["n"] == n].pivot_table(index=["prompt", "rep"], columns="dedup", values="t_verify_mean_s",
+                                             aggfunc="mean")
+        if set(g.columns) != {False, True}:
+            raise ValueError(f"verify loops at n = {n} lack one of the kernels (dedup off and on needed)")
+        out.append((g[False] - g[True]).dropna().to_numpy(float))
+    mean = np.array([x.mean() for x in out])
+    rng = np.random.default_rng(seed)
+    lo, hi = [], []
+    for x in out:
+        boot = x[rng.integers(x.size, size=(n_boot, x.size))].mean(axis=1)
+        lo.append(float(np.quantile(boot, 0.025)))
+        hi.append(float(np.quantile(boot, 0.975)))
+    return Term(mean, np.minimum(lo, mean), np.maximum(hi, mean), np.array([x.size for x in out]), source, "loop")
+
+
+def from_verify_loops(rows: pd.DataFrame, subject: str, state: str = "quiet", n_boot: int = 2000, seed: int = 0,
+                      threshold="auto") -> dict:
+    """{depth: RoundModel} for the oracle draft from :func:`moespec.engine.calibration.verify_loops`
+    rows (module docstring). The per-slot kernel's n = 1 loops and the deduplicating kernel's are
+    the same pass (n = 1 runs the per-slot kernel either way); both are kept as measured."""
+    need = {"prompt", "rep", "d", "n", "dedup", "t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s"}
+    if missing := need - set(rows.columns):
+        raise ValueError(f"verify-loop rows lack column(s) {sorted(missing)}")
+    tagged, main, _ = tag_regimes(rows, threshold)
+    out = {}
+    for d, g in tagged.groupby("d"):
+        used = _in_regime(g, main, ["n", "dedup"])
+        n_max = int(used["n"].max())
+        ns = range(1, n_max + 1)
+        src = f"notebook 05, round calibration: teacher-forced decode loops at d = {d} (verify_loops.csv)"
+        verify = {p: Term.from_samples(_per_run(used[used["dedup"] == (p == "dedup")], "n", "t_verify_mean_s", ns),
+                                       f"{src}, {'deduplicating' if p == 'dedup' else 'per-slot'} kernel", "loop",
+                                       n_boot, seed + i) for i, p in enumerate(("slot", "dedup"))}
+        ded = used[used["dedup"]]
+        host = Term.from_samples(_per_run(ded, "k", "t_host_mean_s", range(n_max)), f"{src}, host work per round",
+                                 "loop", n_boot, seed + 2)
+        draft = Term.from_samples(_per_run(ded, "k", "t_draft_mean_s", range(n_max)),
+                                  f"{src}, the oracle draft's own time per round", "loop", n_boot, seed + 3)
+        draft = DraftTime(ORACLE_DRAFT, Term(np.where(np.arange(n_max) > 0, draft.values_s, 0.0),
+                                             np.where(np.arange(n_max) > 0, draft.lo_s, 0.0),
+                                             np.where(np.arange(n_max) > 0, draft.hi_s, 0.0), draft.runs,
+                                             draft.source, "loop"))
+        out[int(d)] = RoundModel(subject=subject, context=f"d={int(d)}", state=state, verify=verify, host=host,
+                                 draft=draft, saving=_paired_saving(used, n_max, f"{src}, saving (paired)", n_boot,
+                                                                    seed + 4),
+                                 depth=float(d) + float(used["emitted"].mean()) / 2 if "emitted" in used else float(d),
+                                 regime=str(used["regime"].iloc[0]) if used["regime"].nunique() == 1 else "all rows",
+                                 read_GBps=_read(used),
+                                 notes={"runs": int(len(used)), "prompts": int(used["prompt"].nunique())})
+    return out
+
+
+def draft_name(cost: float) -> str:
+    """The name of the real draft widened to draft cost ``cost`` (0: the draft as trained)."""
+    return "the run's own draft (as trained)" if float(cost) == 0 else f"the run's draft widened to cost {cost:g}"
+
+
+def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", context: str = "chat",
+                    n_boot: int = 2000, seed: int = 0, threshold="auto") -> dict:
+    """{draft cost: RoundModel} from a calibration sweep (:func:`moespec.engine.draftcost.draft_cost_sweep`
+    with ``slot_costs``), every term measured as the draft runs (module docstring)."""
+    need = {"prompt", "rep", "k", "draft_cost", "dedup", "t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s"}
+    if missing := need - set(rows.columns):
+        raise ValueError(f"draft calibration rows lack column(s) {sorted(missing)}")
+    tagged, main, _ = tag_regimes(rows, threshold)
+    used = _in_regime(tagged, main, ["draft_cost", "k", "dedup"])
+    plain = used[used["k"] == 0]
+    slot_runs = used[(used["k"] >= 1) & ~used["dedup"].astype(bool)]
+    if plain.empty:
+        raise ValueError("draft calibration rows hold no plain runs (k = 0)")
+    costs = sorted(used.loc[used["k"] >= 1, "draft_cost"].dropna().unique())
+    slot_cost = sorted(slot_runs["draft_cost"].unique())
+    src = f"notebook 05, round calibration: speculative runs with the real draft on {context} calibration prompts"
+    out = {}
+    for i, r in enumerate(costs):
+        mine = used[(used["draft_cost"] == r) & used["dedup"].astype(bool) & (used["k"] >= 1)]
+        ks = sorted(int(k) for k in mine["k"].unique())
+        kmax = max(ks)
+        if ks != list(range(1, kmax + 1)):
+            raise ValueError(f"draft cost {r:g}: calibration runs at k = {ks}; every k = 1..{kmax} is needed")
+        both = pd.concat([plain, mine])
+        ded_tau = Term.from_samples(_per_run(both, "k", "t_verify_mean_s", range(kmax + 1)),
+                                    f"{src}: verify passes of k + 1 tokens, deduplicating kernel (k = 0: plain runs)",
+                                    "loop", n_boot, seed + 10 * i)
+        own_slot = r in slot_cost
+        sr = slot_runs[slot_runs["draft_cost"] == (r if own_slot else slot_cost[0])] if slot_cost else slot_runs
+        if sr.empty:
+            raise ValueError("draft calibration rows hold no per-slot runs (slot_costs of draft_cost_sweep)")
+        slot_tau = Term.from_samples(_per_run(pd.concat([plain, sr]), "k", "t_verify_mean_s", range(kmax + 1)),
+                                     f"{src}: verify passes of k + 1 tokens, per-slot kernel"
+                                     + ("" if own_slot else f", runs of the draft at cost {slot_cost[0]:g}"),
+                                     "loop", n_boot, seed + 10 * i + 1)
+        host = Term.from_samples(_per_run(both, "k", "t_host_mean_s", range(kmax + 1)), f"{src}: host work per round",
+                                 "loop", n_boot, seed + 10 * i + 2)
+        draft = fit_draft_time(mine["k"], mine["t_draft_mean_s"], draft_name(r), kmax,
+                               f"{src}: t_draft(k) = a k + b fitted over runs, k = 1..{kmax}", n_boot, seed + 10 * i + 3)
+        per_k = mine.groupby("k")["t_draft_mean_s"].mean()
+        out[float(r)] = RoundModel(
+            subject=subject, context=context, state=state, verify={"slot": slot_tau, "dedup": ded_tau}, host=host,
+            draft=draft, saving=None,
+            depth=float(both["prompt_tokens"].mean() + both["emitted"].mean() / 2) if "prompt_tokens" in both else None,
+            regime=str(used["regime"].iloc[0]) if used["regime"].nunique() == 1 else "all rows", read_GBps=_read(both),
+            notes={"draft_cost": float(r), "runs": int(len(both)), "prompts": int(both["prompt"].nunique()),
+                   "draft_fit_residual_ms": {int(k): float(1e3 * (v - draft.term.values_s[int(k)]))
+                                             for k, v in per_k.items()}})
+    return out

@@ -1,0 +1,402 @@
+"""The round model: the time of one speculative round (a step) of draft length k,
+
+    V(k) = t_draft(k) + tau_p(k + 1) + h(k),    k = 0..kmax,
+
+paper 1's step time (Section 3.1, the denominator of eq. (9)) with the draft's time written out as
+paper 2 fits it (eq. (A4): t_draft(k) = a_d k + b_d for k >= 1; no draft runs at k = 0, so
+t_draft(0) = 0). tau_p(n) is the target's verify pass of n tokens with expert kernel p (``slot``,
+``dedup``, or the ``switch`` engine: per-slot below a crossover, deduplicating from it) and h(k) the
+host's work of a round outside the draft and the verify pass (acceptance, cache crop).
+
+Every term is a :class:`Term`: its values, a 95 % interval of each value, the runs behind it, and
+where it comes from (``source``: which measurement; ``protocol``: how it was timed). A
+:class:`RoundModel` holds one set of terms for one context (a cache depth, or the prompts of a
+workload), one draft and one machine state (its ``state`` label and the read bandwidth measured in
+the same rounds), and is the only place in moespec that assembles a step time: notebook 05's
+predictions, chain (22) and Tables 3/4/7/8, ``moespec advise`` and paper 2's cost model read it.
+
+The interval of V(k) is the sum of its terms' intervals (each term's interval is that of its
+estimate; their errors are not assumed to cancel). From it, the relative step-time error
+delta_k = max(V(k)/V_lo(k) - 1, 1 - V(k)/V_hi(k)) enters paper 1's bounds (20)/(21) per k
+(:func:`moespec.theory.speedup_interval_by_k`). A verify term predicted from bandwidths carries
+the interval of bound (17) instead (:meth:`RoundModel.with_verify`).
+
+Arrays over pass sizes are indexed by n - 1; arrays over draft lengths by k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from moespec import io
+from moespec.theory import crossover, expected_tokens, speedup_interval_by_k
+
+SCHEMA_ID = "moespec.round_model/1"
+KERNELS = ("slot", "dedup")
+ENGINES = ("slot", "dedup", "switch")
+#: Protocols a term may have been measured under (docs/advise.md, "The round model").
+PROTOCOLS = {
+    "loop": "timed inside decode-loop rounds (the state a round leaves the machine in)",
+    "grid": "timed in notebook 05's shuffled grid (each pass after an unrelated pass or a 256 MiB read)",
+    "fit": "a least-squares fit over runs of the loop (intercept kept)",
+    "prediction": "predicted by chain (22) from the expert-operation fits, interval of bound (17)",
+    "given": "given by the user",
+    "free": "taken as free (zero) by request",
+}
+
+
+class RoundModelError(ValueError):
+    """A round model or one of its terms is malformed; the message names the term and the value."""
+
+
+def _arr(x, what: str) -> np.ndarray:
+    a = np.asarray(x, dtype=float).reshape(-1)
+    if a.size == 0 or not np.all(np.isfinite(a)):
+        raise RoundModelError(f"{what}: finite values needed, found {a.tolist()}")
+    return a
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of a round per index (n - 1 for a verify pass, k for draft and host time), in
+    seconds: ``values_s`` (the estimate), ``lo_s``/``hi_s`` (its 95 % interval), ``runs`` (the runs
+    behind each value), ``source`` and ``protocol`` (a key of :data:`PROTOCOLS`)."""
+
+    values_s: np.ndarray
+    lo_s: np.ndarray
+    hi_s: np.ndarray
+    runs: np.ndarray
+    source: str
+    protocol: str
+
+    def __post_init__(self):
+        v = _arr(self.values_s, f"term ({self.source}) values")
+        lo, hi = _arr(self.lo_s, f"term ({self.source}) lower ends"), _arr(self.hi_s, f"term ({self.source}) upper ends")
+        runs = np.asarray(self.runs, dtype=int).reshape(-1)
+        if not (v.shape == lo.shape == hi.shape == runs.shape):
+            raise RoundModelError(f"term ({self.source}): values, interval and runs differ in length "
+                                  f"({v.size}, {lo.size}, {hi.size}, {runs.size})")
+        if np.any(lo > v + 1e-15) or np.any(hi < v - 1e-15):
+            i = int(np.argmax((lo > v + 1e-15) | (hi < v - 1e-15)))
+            raise RoundModelError(f"term ({self.source}): interval [{lo[i]}, {hi[i]}] does not hold its value "
+                                  f"{v[i]} at index {i}")
+        if self.protocol not in PROTOCOLS:
+            raise RoundModelError(f"term ({self.source}): protocol {self.protocol!r} is not one of {sorted(PROTOCOLS)}")
+        for name, value in (("values_s", v), ("lo_s", lo), ("hi_s", hi), ("runs", runs)):
+            object.__setattr__(self, name, value)
+
+    def __len__(self) -> int:
+        return len(self.values_s)
+
+    @property
+    def spread_s(self) -> np.ndarray:
+        """The larger distance from the value to an end of its interval, per index."""
+        return np.maximum(self.values_s - self.lo_s, self.hi_s - self.values_s)
+
+    @classmethod
+    def exact(cls, values, source: str, protocol: str, runs=None) -> "Term":
+        """A term known without error (a given value, or zero for a free draft)."""
+        v = np.asarray(values, float).reshape(-1)
+        return cls(v, v.copy(), v.copy(), np.zeros(v.size, int) if runs is None else runs, source, protocol)
+
+    @classmethod
+    def from_samples(cls, samples: list, source: str, protocol: str, n_boot: int = 2000, seed: int = 0,
+                     level: float = 0.95) -> "Term":
+        """The mean of each index's samples (one value per run) and a bootstrap interval of that
+        mean (runs resampled with replacement). Every index needs at least one sample."""
+        rng = np.random.default_rng(seed)
+        q = ((1 - level) / 2, 1 - (1 - level) / 2)
+        vals, lo, hi, runs = [], [], [], []
+        for i, x in enumerate(samples):
+            x = np.asarray(x, float).reshape(-1)
+            if x.size == 0 or not np.all(np.isfinite(x)):
+                raise RoundModelError(f"term ({source}): index {i} needs finite samples, found {x.tolist()}")
+            vals.append(float(x.mean()))
+            boot = x[rng.integers(x.size, size=(n_boot, x.size))].mean(axis=1)
+            a, b = np.quantile(boot, q)
+            lo.append(min(float(a), vals[-1]))
+            hi.append(max(float(b), vals[-1]))
+            runs.append(x.size)
+        return cls(np.array(vals), np.array(lo), np.array(hi), np.array(runs), source, protocol)
+
+    def to_dict(self) -> dict:
+        return {"values_ms": (1e3 * self.values_s).tolist(), "lo_ms": (1e3 * self.lo_s).tolist(),
+                "hi_ms": (1e3 * self.hi_s).tolist(), "runs": self.runs.tolist(), "source": self.source,
+                "protocol": self.protocol}
+
+    @classmethod
+    def from_dict(cls, d: dict, what: str = "term") -> "Term":
+        try:
+            return cls(np.asarray(d["values_ms"], float) * 1e-3, np.asarray(d["lo_ms"], float) * 1e-3,
+                       np.asarray(d["hi_ms"], float) * 1e-3, np.asarray(d["runs"], int), str(d["source"]),
+                       str(d["protocol"]))
+        except (KeyError, TypeError) as err:
+            raise RoundModelError(f"{what}: needs values_ms, lo_ms, hi_ms, runs, source, protocol ({err})") from None
+
+
+@dataclass(frozen=True)
+class DraftTime:
+    """The draft's time per round, k = 0..kmax: ``term`` (t_draft(0) = 0), and the fit
+    t_draft(k) = a k + b (paper 2, eq. (A4)) it was evaluated from, where there is one
+    (``a_s``/``b_s``, seconds per drafted token and per round)."""
+
+    name: str
+    term: Term
+    a_s: float | None = None
+    b_s: float | None = None
+
+    @classmethod
+    def from_fit(cls, name: str, a_s: float, b_s: float, kmax: int, source: str, protocol: str = "given",
+                 lo_s=None, hi_s=None, runs=None) -> "DraftTime":
+        """t_draft(k) = a k + b for k = 1..kmax and 0 at k = 0; exact unless an interval is given."""
+        if not (np.isfinite(a_s) and np.isfinite(b_s)) or a_s < 0 or a_s + b_s < 0:
+            raise RoundModelError(f"draft {name!r}: t_draft(k) = {a_s * 1e3:g} k + {b_s * 1e3:g} ms must be a finite "
+                                  "time >= 0 at every k >= 1 (a >= 0, a + b >= 0)")
+        k = np.arange(kmax + 1, dtype=float)
+        v = np.where(k > 0, a_s * k + b_s, 0.0)
+        term = Term(v, v if lo_s is None else lo_s, v if hi_s is None else hi_s,
+                    np.zeros(kmax + 1, int) if runs is None else runs, source, protocol)
+        return cls(name, term, float(a_s), float(b_s))
+
+    @classmethod
+    def free(cls, kmax: int) -> "DraftTime":
+        return cls("free draft", Term.exact(np.zeros(kmax + 1), "a draft taken as free (asked for by name)", "free"))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "term": self.term.to_dict(),
+                "a_ms_per_token": None if self.a_s is None else 1e3 * self.a_s,
+                "b_ms_per_round": None if self.b_s is None else 1e3 * self.b_s}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DraftTime":
+        a, b = d.get("a_ms_per_token"), d.get("b_ms_per_round")
+        return cls(str(d["name"]), Term.from_dict(d["term"], f"draft {d.get('name')!r}"),
+                   None if a is None else 1e-3 * float(a), None if b is None else 1e-3 * float(b))
+
+
+def fit_draft_time(k, t_s, name: str, kmax: int, source: str, n_boot: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> DraftTime:
+    """t_draft(k) = a k + b by least squares over runs (one mean draft time per round per run at
+    its k >= 1; paper 2, eq. (A4), intercept kept), with a bootstrap interval of the fitted value at
+    each k (runs resampled within each k)."""
+    k = np.asarray(k, float)
+    t = np.asarray(t_s, float)
+    ok = k >= 1
+    k, t = k[ok], t[ok]
+    if np.unique(k).size < 2:
+        raise RoundModelError(f"draft {name!r}: a fit a k + b needs runs at two draft lengths or more; "
+                              f"found k = {sorted(set(k.astype(int).tolist()))}")
+    if not np.all(np.isfinite(t)):
+        raise RoundModelError(f"draft {name!r}: non-finite draft times")
+    a, b = np.polyfit(k, t, 1)
+    rng = np.random.default_rng(seed)
+    groups = {int(x): np.flatnonzero(k == x) for x in np.unique(k)}
+    ks = np.arange(kmax + 1, dtype=float)
+    boot = np.empty((n_boot, kmax + 1))
+    for i in range(n_boot):
+        idx = np.concatenate([g[rng.integers(g.size, size=g.size)] for g in groups.values()])
+        ab = np.polyfit(k[idx], t[idx], 1)
+        boot[i] = np.where(ks > 0, ab[0] * ks + ab[1], 0.0)
+    q = ((1 - level) / 2, 1 - (1 - level) / 2)
+    v = np.where(ks > 0, a * ks + b, 0.0)
+    lo, hi = np.minimum(np.quantile(boot, q[0], axis=0), v), np.maximum(np.quantile(boot, q[1], axis=0), v)
+    runs = np.array([0] + [int(sum(g.size for g in groups.values()))] * kmax)
+    return DraftTime.from_fit(name, float(a), float(b), kmax, source, "fit", lo, hi, runs)
+
+
+@dataclass(frozen=True)
+class RoundModel:
+    """One context's round: ``verify[p]`` (tau_p(n), n = 1..n_max), ``saving`` (S(n) = tau_slot -
+    tau_dedup with an interval of its own, paired where it was measured paired; None when the
+    kernels were not both measured), ``host`` (h(k)), ``draft`` (:class:`DraftTime`); what it is
+    of (``subject``, ``context``, ``depth``: mean cache positions, ``state``: machine state,
+    ``regime``, ``read_GBps``: median same-round read) and ``notes`` (anything the consumer prints)."""
+
+    subject: str
+    context: str
+    state: str
+    verify: dict
+    host: Term
+    draft: DraftTime
+    saving: Term | None = None
+    depth: float | None = None
+    regime: str = "one"
+    read_GBps: float | None = None
+    notes: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if set(self.verify) != set(KERNELS):
+            raise RoundModelError(f"round model {self.context!r}: verify terms for {sorted(self.verify)}, need {KERNELS}")
+        n = {p: len(t) for p, t in self.verify.items()}
+        if len(set(n.values())) != 1 or n["slot"] < 1:
+            raise RoundModelError(f"round model {self.context!r}: verify terms cover different pass sizes {n}")
+        if self.saving is not None and len(self.saving) != n["slot"]:
+            raise RoundModelError(f"round model {self.context!r}: saving covers {len(self.saving)} pass sizes, "
+                                  f"verify {n['slot']}")
+        if np.any(self.verify["slot"].values_s <= 0) or np.any(self.verify["dedup"].values_s <= 0):
+            raise RoundModelError(f"round model {self.context!r}: verify times must be positive")
+        if np.any(self.host.values_s < 0) or np.any(self.draft.term.values_s < 0):
+            raise RoundModelError(f"round model {self.context!r}: host and draft times must be >= 0")
+
+    # --- sizes ----------------------------------------------------------------------------
+    @property
+    def n_max(self) -> int:
+        return len(self.verify["slot"])
+
+    @property
+    def kmax(self) -> int:
+        """The longest draft length every term covers (verify passes up to kmax + 1 tokens)."""
+        return min(len(self.host) - 1, len(self.draft.term) - 1, self.n_max - 1)
+
+    # --- terms ----------------------------------------------------------------------------
+    def crossover(self) -> int | None:
+        """The pass size from which deduplication is faster (point estimates; theory.crossover)."""
+        return crossover(self.verify["slot"].values_s - self.verify["dedup"].values_s)
+
+    def _verify(self, engine: str, n_switch: int | None, part: str) -> np.ndarray:
+        if engine not in ENGINES:
+            raise RoundModelError(f"engine must be one of {ENGINES}; found {engine!r}")
+        if engine != "switch":
+            return getattr(self.verify[engine], part).copy()
+        slot, dedup = getattr(self.verify["slot"], part), getattr(self.verify["dedup"], part)
+        if n_switch is None:
+            return slot.copy()
+        n = np.arange(1, self.n_max + 1)
+        return np.where(n < n_switch, slot, dedup)
+
+    def tau(self, engine: str = "dedup", n_switch: int | None = None) -> np.ndarray:
+        """tau(n), n = 1..n_max, of ``engine`` (``switch``: per-slot below ``n_switch``)."""
+        return self._verify(engine, n_switch, "values_s")
+
+    def step_times(self, engine: str = "dedup", n_switch: int | None = None) -> np.ndarray:
+        """V(k) = t_draft(k) + tau(k + 1) + h(k), k = 0..kmax."""
+        K = self.kmax + 1
+        return self.draft.term.values_s[:K] + self.tau(engine, n_switch)[:K] + self.host.values_s[:K]
+
+    def step_interval(self, engine: str = "dedup", n_switch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(V_lo(k), V_hi(k)): the sum of the terms' interval ends, k = 0..kmax."""
+        K = self.kmax + 1
+        lo = self.draft.term.lo_s[:K] + self._verify(engine, n_switch, "lo_s")[:K] + self.host.lo_s[:K]
+        hi = self.draft.term.hi_s[:K] + self._verify(engine, n_switch, "hi_s")[:K] + self.host.hi_s[:K]
+        return lo, hi
+
+    def delta_by_k(self, engine: str = "dedup", n_switch: int | None = None) -> np.ndarray:
+        """delta_k: the smallest delta with (1 - delta) V <= V_hat(k) <= (1 + delta) V for every V in
+        the step's interval, V_hat the point estimate (the per-k input of bounds (20)/(21))."""
+        V = self.step_times(engine, n_switch)
+        lo, hi = self.step_interval(engine, n_switch)
+        return np.maximum(V / lo - 1, 1 - V / hi)
+
+    def speedups(self, tokens_per_step, engine: str = "dedup", n_switch: int | None = None) -> dict:
+        """Predicted speedup over plain decoding at every k, E(k) V(0) / V(k) (paper 1, eq. (9) with
+        the expected tokens per step E(k) given: G_a(k) for a geometric acceptance, or measured), and
+        its interval from delta_k (:func:`moespec.theory.speedup_interval_by_k`). ``tokens_per_step``:
+        one value per k = 0..kmax (E(0) = 1), or a scalar acceptance rate a in [0, 1)."""
+        V = self.step_times(engine, n_switch)
+        K = len(V)
+        if np.ndim(tokens_per_step) == 0:
+            E = np.asarray(expected_tokens(float(tokens_per_step), np.arange(K)), float)
+        else:
+            E = np.asarray(tokens_per_step, float)[:K]
+            if E.size != K:
+                raise RoundModelError(f"tokens per step: one value per k = 0..{K - 1} needed, found {E.size}")
+        sp = E * V[0] / V
+        lo, hi = speedup_interval_by_k(self.delta_by_k(engine, n_switch))
+        return {"V_s": V, "speedup": sp, "speedup_lo": sp * lo, "speedup_hi": sp * hi, "tokens_per_step": E}
+
+    # --- variants ---------------------------------------------------------------------------
+    def with_verify(self, tau: dict, source: str, protocol: str = "prediction", half_width: dict | None = None,
+                    saving_half_width=None) -> "RoundModel":
+        """The same round with the verify terms replaced (e.g. by a version of chain (22)): ``tau``
+        {kernel: seconds per n}, ``half_width`` {kernel: the interval's half-width per n} (bound (17),
+        eps/(1 - eps) M_p(n); zero when None), ``saving_half_width``: that of the saving (bound (18))."""
+        terms = {}
+        for p in KERNELS:
+            v = np.asarray(tau[p], float)
+            w = np.zeros_like(v) if half_width is None else np.asarray(half_width[p], float)
+            terms[p] = Term(v, np.maximum(v - w, 1e-12), v + w, np.zeros(v.size, int), f"{source} ({p})", protocol)
+        S = terms["slot"].values_s - terms["dedup"].values_s
+        sw = np.zeros_like(S) if saving_half_width is None else np.asarray(saving_half_width, float)
+        saving = Term(S, S - sw, S + sw, np.zeros(S.size, int), f"{source} (saving)", protocol)
+        return replace(self, verify=terms, saving=saving)
+
+    def with_draft(self, draft: DraftTime) -> "RoundModel":
+        return replace(self, draft=draft)
+
+    # --- files ------------------------------------------------------------------------------
+    def key(self) -> tuple:
+        return (self.state, self.context, self.draft.name)
+
+    def to_dict(self) -> dict:
+        return {"subject": self.subject, "context": self.context, "state": self.state, "depth": self.depth,
+                "regime": self.regime, "read_GBps": self.read_GBps,
+                "verify": {p: t.to_dict() for p, t in self.verify.items()},
+                "saving": None if self.saving is None else self.saving.to_dict(), "host": self.host.to_dict(),
+                "draft": self.draft.to_dict(), "notes": self.notes}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RoundModel":
+        try:
+            ctx = d["context"]
+            return cls(subject=str(d["subject"]), context=str(ctx), state=str(d["state"]),
+                       verify={p: Term.from_dict(d["verify"][p], f"round model {ctx!r} verify {p}") for p in KERNELS},
+                       host=Term.from_dict(d["host"], f"round model {ctx!r} host"), draft=DraftTime.from_dict(d["draft"]),
+                       saving=None if d.get("saving") is None else Term.from_dict(d["saving"], f"round model {ctx!r} saving"),
+                       depth=d.get("depth"), regime=str(d.get("regime", "one")), read_GBps=d.get("read_GBps"),
+                       notes=dict(d.get("notes") or {}))
+        except KeyError as err:
+            raise RoundModelError(f"round model: missing field {err}") from None
+
+
+@dataclass
+class RoundModels:
+    """The round models of one run (every machine state, context and draft it calibrated), and the
+    order of its measurements (``order``: phase -> UTC start time, so that a reader can check that
+    every input of a prediction was measured before the runs that test it)."""
+
+    models: list
+    order: dict = field(default_factory=dict)
+
+    def select(self, state: str | None = None, context: str | None = None, draft: str | None = None) -> list:
+        out = [m for m in self.models if (state is None or m.state == state)
+               and (context is None or m.context == context) and (draft is None or m.draft.name == draft)]
+        return out
+
+    def get(self, state: str | None = None, context: str | None = None, draft: str | None = None) -> RoundModel:
+        """The one round model matching; an error listing what exists when none or several do."""
+        found = self.select(state, context, draft)
+        if len(found) != 1:
+            have = sorted({m.key() for m in self.models})
+            raise RoundModelError(f"round models: state={state!r}, context={context!r}, draft={draft!r} match "
+                                  f"{len(found)}; the run has (state, context, draft) = {have}")
+        return found[0]
+
+    @property
+    def states(self) -> list[str]:
+        return list(dict.fromkeys(m.state for m in self.models))
+
+    def save(self, path) -> Path:
+        return io.write_json(path, {"schema": SCHEMA_ID, "order": self.order,
+                                    "models": [m.to_dict() for m in self.models]})
+
+    @classmethod
+    def load(cls, path) -> "RoundModels":
+        import json
+
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise RoundModelError(f"round model file {path} does not exist (notebook 05 writes it)") from None
+        except ValueError as err:
+            raise RoundModelError(f"{path}: not valid JSON ({err})") from None
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA_ID:
+            raise RoundModelError(f"{path}: not a round-model file (schema {SCHEMA_ID!r} expected, found "
+                                  f"{d.get('schema') if isinstance(d, dict) else type(d).__name__!r})")
+        try:
+            return cls([RoundModel.from_dict(m) for m in d["models"]], dict(d.get("order") or {}))
+        except RoundModelError as err:
+            raise RoundModelError(f"{path}: {err}") from None

@@ -1,0 +1,163 @@
+"""The round model's predictions of the speculative runs, beside their measurements (paper 1, eq. (9),
+Section 4 and Appendix D): every prediction is a claim about a measurement of the same quantity in
+the same machine state, reported with its gap.
+
+* :func:`oracle_predictions`: the oracle-draft grid (Section 4): per (d, k, a) the step time, the
+  throughput G_a(k) / V(k) and the speedup G_a(k) V(0) / V(k) of the depth's round model against the
+  runs' (the oracle draft's acceptance is geometric by construction, so G_a(k) is the theory's);
+* :func:`real_draft_predictions`: the real-draft sweep (Appendix D.3) at every (draft cost, k): the
+  speedup E(k) V(0) / V(k) of that draft's round model, with E(k) the tokens per step the runs
+  measured at k (a real draft's acceptance is not geometric: its accepted tokens come in runs), and
+  beside it the geometric G_a(k) at the measured acceptance;
+* :func:`plain_step` : the plain decode step V(0) predicted against the measured one;
+* :func:`stop_paying`: the first draft cost from which drafting no longer pays, measured and predicted.
+
+Measured speedups are medians over prompts of the runs' speedups (each run's throughput over the
+same prompt's plain runs in the same regime); measured step times are means of the runs' mean time
+per round. The round model was measured before these runs (:mod:`moespec.engine.calibration`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from moespec.theory import expected_tokens
+
+from .round_model import RoundModel
+
+
+def _check(rows: pd.DataFrame, need: set, what: str) -> None:
+    if missing := need - set(rows.columns):
+        raise ValueError(f"{what} lack column(s) {sorted(missing)}")
+
+
+def oracle_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (d, k, a) of the oracle grid (``runs``: :func:`moespec.engine.runs.oracle_sweep` rows,
+    deduplication on) and ``models`` {d: RoundModel}: measured and predicted step time (ms),
+    throughput (tokens/s) and speedup over the same depth's plain runs, the speedup's interval
+    from the round model's per-k delta, and the relative errors (predicted / measured - 1)."""
+    _check(runs, {"d", "k", "a", "throughput", "t_step_mean_s"}, "oracle runs")
+    out = []
+    for d, g in runs.groupby("d"):
+        if int(d) not in models:
+            raise ValueError(f"no round model for depth d = {d} (round models for {sorted(models)})")
+        rm: RoundModel = models[int(d)]
+        V = rm.step_times("dedup")
+        T0 = float(g.loc[g["k"] == 0, "throughput"].median())
+        for (k, a), c in g.groupby(["k", "a"]):
+            k = int(k)
+            if k > rm.kmax:
+                raise ValueError(f"oracle runs at k = {k} beyond the round model's kmax = {rm.kmax} (d = {d})")
+            sp = rm.speedups(float(min(a, 1 - 1e-12)))
+            T_meas = float(c["throughput"].median())
+            G = float(expected_tokens(float(min(a, 1 - 1e-12)), k))
+            out.append({"d": int(d), "k": k, "a": float(a), "runs": int(len(c)),
+                        "V_meas_ms": 1e3 * float(c["t_step_mean_s"].mean()), "V_hat_ms": 1e3 * float(V[k]),
+                        "throughput_meas": T_meas, "throughput_hat": G / float(V[k]),
+                        "speedup_meas": T_meas / T0, "speedup_hat": float(sp["speedup"][k]),
+                        "speedup_lo": float(sp["speedup_lo"][k]), "speedup_hi": float(sp["speedup_hi"][k]),
+                        "state": rm.state})
+    df = pd.DataFrame(out)
+    df["V_rel_error"] = df["V_hat_ms"] / df["V_meas_ms"] - 1
+    df["throughput_rel_error"] = df["throughput_hat"] / df["throughput_meas"] - 1
+    df["speedup_rel_error"] = df["speedup_hat"] / df["speedup_meas"] - 1
+    df["speedup_inside"] = (df["speedup_meas"] >= df["speedup_lo"]) & (df["speedup_meas"] <= df["speedup_hi"])
+    return df
+
+
+def tokens_per_step(runs: pd.DataFrame) -> pd.Series:
+    """Per k: the measured tokens per step (emitted over steps, pooled over the runs at k)."""
+    g = runs.groupby("k")[["emitted", "steps"]].sum()
+    return g["emitted"] / g["steps"]
+
+
+def acceptance_by_k(runs: pd.DataFrame) -> pd.Series:
+    """The measured acceptance per k >= 1: accepted / (accepted + rejections), pooled over drafts,
+    prompts and repetitions (the geometric estimate of
+    :func:`moespec.engine.speculative.summarize_steps`)."""
+    g = runs[runs.k >= 1].groupby("k")[["accepted", "rejections"]].sum()
+    return g["accepted"] / (g["accepted"] + g["rejections"])
+
+
+def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (draft cost, k >= 1) of a real-draft sweep (``runs``:
+    :func:`moespec.engine.draftcost.draft_cost_sweep` rows) and ``models`` {draft cost: RoundModel}:
+    the measured speedup (median over prompts, quartiles), the round model's prediction with
+    E(k) = the runs' tokens per step at k (``predicted``, with ``predicted_lo``/``_hi`` from the
+    model's per-k delta) and with the geometric G_a(k) at the runs' acceptance
+    (``predicted_geometric``), measured and predicted step times (ms), and the relative error of
+    ``predicted``. Widening a draft changes no token, so E(k) and a are pooled over draft costs."""
+    _check(runs, {"prompt", "k", "draft_cost", "speedup", "emitted", "steps", "accepted", "rejections",
+                  "t_step_mean_s"}, "real-draft runs")
+    E = tokens_per_step(runs)
+    a_k = acceptance_by_k(runs)
+    plain_step = float(runs.loc[runs.k == 0, "t_step_mean_s"].mean())
+    out = []
+    for (r, k), g in runs[runs.k >= 1].groupby(["draft_cost", "k"]):
+        k = int(k)
+        if float(r) not in models:
+            raise ValueError(f"no round model for draft cost {r:g} (round models for {sorted(models)})")
+        rm: RoundModel = models[float(r)]
+        if k > rm.kmax:
+            raise ValueError(f"real-draft runs at k = {k} beyond the round model's kmax = {rm.kmax}")
+        tps = np.array([1.0] + [float(E.get(j, np.nan)) for j in range(1, rm.kmax + 1)])
+        tps = np.where(np.isfinite(tps), tps, 1.0)   # k's without runs do not enter row k
+        sp = rm.speedups(tps)
+        a = float(min(a_k[k], 1 - 1e-9))
+        geo = float(expected_tokens(a, k)) * sp["V_s"][0] / sp["V_s"][k]
+        per_prompt = g.groupby("prompt")["speedup"].median()
+        out.append({"draft_cost": float(r), "k": k, "a": a, "G": float(expected_tokens(a, k)),
+                    "tokens_per_step": float(E[k]), "V_hat_ms": 1e3 * float(sp["V_s"][k]),
+                    "V_meas_ms": 1e3 * float(g["t_step_mean_s"].mean()), "V0_hat_ms": 1e3 * float(sp["V_s"][0]),
+                    "V0_meas_ms": 1e3 * plain_step, "predicted": float(sp["speedup"][k]),
+                    "predicted_lo": float(sp["speedup_lo"][k]), "predicted_hi": float(sp["speedup_hi"][k]),
+                    "predicted_geometric": geo, "measured": float(per_prompt.median()),
+                    "measured_q25": float(per_prompt.quantile(0.25)), "measured_q75": float(per_prompt.quantile(0.75)),
+                    "state": rm.state})
+    df = pd.DataFrame(out)
+    df["rel_error"] = df["predicted"] / df["measured"] - 1
+    df["rel_error_geometric"] = df["predicted_geometric"] / df["measured"] - 1
+    df["inside"] = (df["measured"] >= df["predicted_lo"]) & (df["measured"] <= df["predicted_hi"])
+    return df
+
+
+def plain_step(model: RoundModel, runs: pd.DataFrame, label: str) -> dict:
+    """The plain decode step: the round model's V(0) against the mean round time of ``runs``' k = 0
+    runs, with V(0)'s interval and the relative error."""
+    plain = runs[runs["k"] == 0]
+    if plain.empty:
+        raise ValueError(f"{label}: no plain runs (k = 0) to compare V(0) with")
+    V = model.step_times("dedup")
+    lo, hi = model.step_interval("dedup")
+    meas = float(plain["t_step_mean_s"].mean())
+    return {"runs": label, "context": model.context, "state": model.state, "V0_hat_ms": 1e3 * float(V[0]),
+            "V0_lo_ms": 1e3 * float(lo[0]), "V0_hi_ms": 1e3 * float(hi[0]), "V0_meas_ms": 1e3 * meas,
+            "rel_error": float(V[0] / meas - 1), "plain_runs": int(len(plain))}
+
+
+def stop_paying(pred: pd.DataFrame, ratios: pd.DataFrame | None = None) -> dict:
+    """The first draft cost of the grid (ascending) from which drafting no longer pays: the best
+    speedup over k >= 1 at most 1, measured (median over prompts) and predicted; their distance in
+    grid steps (None where one of them never stops paying on the grid: then the distance counts
+    the end of the grid as the next step). With ``ratios`` the measured cost ratio c of each knob
+    is reported too."""
+    grid = sorted(pred.draft_cost.unique())
+    best = pred.groupby("draft_cost")[["measured", "predicted"]].max().reindex(grid)
+
+    def first(col):
+        below = [i for i, r in enumerate(grid) if best.loc[r, col] <= 1.0]
+        return below[0] if below else None
+
+    im, ip = first("measured"), first("predicted")
+    none = len(grid)
+    out = {"grid": [float(r) for r in grid], "best_measured": best["measured"].tolist(),
+           "best_predicted": best["predicted"].tolist(),
+           "stop_index_measured": im, "stop_index_predicted": ip,
+           "stop_cost_measured": None if im is None else float(grid[im]),
+           "stop_cost_predicted": None if ip is None else float(grid[ip]),
+           "grid_steps_apart": abs((none if im is None else im) - (none if ip is None else ip))}
+    if ratios is not None:
+        c = ratios.set_index("draft_cost")["cost_ratio"]
+        out["cost_ratio"] = [float(c.get(r, np.nan)) for r in grid]
+    return out

@@ -1,0 +1,12 @@
+"""What the whole-model notebooks run, section by section: each function measures, writes its files
+into the run folder (never naming a folder itself: :mod:`moespec.paths`) and returns a
+:class:`Result` the notebook shows. The notebooks narrate; the orchestration, file names and
+printouts live here.
+
+* :mod:`.whole_model`: notebook 05 (breakdown, output checks, verify grid, round calibration per
+  machine state, oracle-draft and real-draft runs against the round model's predictions).
+"""
+
+from .result import Result
+
+__all__ = ["Result"]

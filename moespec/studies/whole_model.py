@@ -1,0 +1,400 @@
+"""Notebook 05's sections: the whole-model runs of paper 1 (Section 4, Appendices D-E) on one
+subject, and the round model that predicts them (issue 24).
+
+Order of a run (recorded in ``run.json`` and in the round-model file, so that a reader can check
+that every input of a prediction was measured before the runs that test it):
+
+0. where a decode step's time goes (one interleaved run);
+1. the output checks (dedup off/on, and a widened subject against the unwidened model);
+2. the verify grid: tau_p(n) in the shuffled grid (the earlier protocol, kept beside the loop's);
+3. per machine state (``quiet``, then ``loaded``: :func:`moespec.measure.load.machine_state`):
+   a. round calibration: teacher-forced decode loops at each depth on prompts the oracle runs do
+      not use, and the real draft at every cost and k on MT-Bench turns the test runs do not use;
+      the round models of the state (:mod:`moespec.predict.calibration`);
+   b. the oracle-draft grid, against the depth's round model (:func:`moespec.predict.speculative.oracle_predictions`);
+   c. the real draft on the test MT-Bench turns at every draft cost, against each draft's round model;
+4. the two verify protocols side by side; the goals; the round-model file ``05_round_model.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+
+from moespec import io, provenance
+from moespec.engine import breakdown as B
+from moespec.engine import draftcost as DC
+from moespec.engine import goals as G
+from moespec.engine import summaries as SM
+from moespec.engine.calibration import verify_loops
+from moespec.engine.runs import greedy_agreement, oracle_sweep
+from moespec.engine.subject import load_subject, widen_draft
+from moespec.engine.verify import measure_verify_times, regime_summaries
+from moespec.measure.load import machine_state
+from moespec.measure.regimes import ReferenceRead
+from moespec.plots.engine import breakdown_figure, draft_cost_figure
+from moespec.plots.predictions import oracle_figure, real_draft_figure, verify_time_figure
+from moespec.plots.rounds import predictions_figure, protocols_figure, round_terms_figure
+from moespec.predict import calibration as CAL
+from moespec.predict import speculative as SP
+from moespec.predict.round_model import RoundModels
+from moespec.routing import RoutingTrace
+from moespec.tables.predictions import oracle_cells
+from moespec.tables.rounds import protocol_table, round_terms_table
+
+from .result import Result, table
+
+ROUND_MODEL_FILE = "05_round_model.json"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+class WholeModelStudy:
+    """The state of one notebook-05 run: the subject, its run sizes ``P`` (``moespec.notebook_profiles``),
+    the data folder ``out`` and figures folder ``fig_dir``, the reference read, and what the
+    sections measured so far (round models, predictions, the order of the phases)."""
+
+    def __init__(self, sub, P: dict, out, fig_dir, profile: str, device: str = "cpu", seed: int = 0,
+                 backend: str = "auto", dtype: str = ""):
+        self.sub, self.P, self.out, self.fig_dir = sub, P, out, fig_dir
+        self.profile, self.device, self.seed, self.backend, self.dtype = profile, device, seed, backend, dtype
+        self.label = sub.label
+        self.ref = ReferenceRead(device=device)
+        self.prompts_by_depth = {d: sub.depth_prompts(d, P["prompts_per_depth"], seed) for d in P["depths"]}
+        self.order: dict = {}
+        self.models: list = []
+        self.states: dict = {}
+        self.frames: dict = {"oracle_pred": [], "real_pred": [], "plain": [], "verify_loops": [], "real": [],
+                             "draft_cal": [], "oracle": []}
+        self.results: dict = {}
+
+    # --- helpers -----------------------------------------------------------------------------
+    def _fig(self, name: str):
+        return self.fig_dir / name
+
+    def _write(self, name: str, df: pd.DataFrame, figure: bool = True) -> None:
+        io.write_dataframe((self.fig_dir if figure else self.out) / name, df.assign(subject=self.label) if figure else df)
+
+    def _drafts(self, costs) -> dict:
+        drafts = {}
+        for r in costs:
+            drafts[float(r)] = copy.deepcopy(self.sub.draft)
+            widen_draft(drafts[float(r)], self.sub.expert_bytes_per_token(), float(r), seed=self.seed + 1)
+        return drafts
+
+    def sizes(self, state: str) -> dict:
+        """The run sizes of ``state``: the profile's, with the loaded state's own where it has them."""
+        P = dict(self.P)
+        if state != "quiet":
+            for key in ("oracle_prompts", "oracle_reps", "draft_costs", "real_prompts"):
+                if P.get(f"loaded_{key}") is not None:
+                    P[key] = P[f"loaded_{key}"]
+        return P
+
+    # --- 0. breakdown -------------------------------------------------------------------------
+    def breakdown(self) -> Result:
+        d0 = self.P["depths"][0]
+        bd = B.decode_breakdown({self.sub.kind: self.sub}, {self.sub.kind: self.prompts_by_depth[d0][0]},
+                                reps=self.P["breakdown_reps"], device=self.device)
+        shares = B.shares(bd).assign(label=self.label)
+        io.write_dataframe(self.out / "breakdown.csv", bd)
+        io.write_dataframe(self._fig("05_breakdown.csv"), shares)
+        io.save_figure(breakdown_figure(shares, title=f"decode step at d = {d0}: {self.label}"),
+                       self._fig("05_breakdown.png"))
+        s = shares.iloc[0]
+        self.results["breakdown"] = s
+        return Result([f"n = 1 step {s.step_ms:.3f} ms: expert operation {s.experts_ms:.3f} ms "
+                       f"({100 * s.expert_share:.1f} %), without it {s.step_without_experts_ms:.3f} ms; one drafted "
+                       f"token {s.draft_token_ms:.3f} ms ({s.draft_ratio:.3f} of a step); read {s.read_GBps:.1f} GB/s; "
+                       f"peak memory {s.peak_memory_GiB:.2f} GiB"], files=["05_breakdown.csv", "05_breakdown.png"])
+
+    # --- 1. output checks ---------------------------------------------------------------------
+    def agreement(self) -> Result:
+        P = self.P
+        agree = pd.concat([greedy_agreement(self.sub.engine, self.prompts_by_depth[d][:3], P["agree_tokens"]).assign(d=d)
+                           for d in P["depths"]])
+        io.write_dataframe(self.out / "agreement.csv", agree)
+        self._write("05_agreement.csv", agree)
+        tot = SM.agreement_totals(agree)
+        self.results["agreement"] = tot
+        lines = [f"greedy tokens equal with dedup off and on: {tot['greedy_equal']} of {tot['tokens']}",
+                 f"verify argmax equal with dedup off and on: {tot['verify_argmax_equal']} of {tot['verify_rows']} rows",
+                 f"verify argmax equal to batch-one greedy: {tot['verify_matches_greedy']} of {tot['verify_rows']} rows"]
+        if self.sub.kind == "byte-faithful":
+            unwidened = load_subject("default", profile=self.profile, device=self.device, backend=self.backend,
+                                     fmt=self.sub.description["fmt"], dtype=self.dtype, seed=self.seed)
+            same = pd.concat([SM.compare_engines(self.sub.engine, unwidened.engine, self.prompts_by_depth[d][:3],
+                                                 P["agree_tokens"]).assign(d=d) for d in P["depths"]])
+            self._write("05_function_preserved.csv", same)
+            lines.append(f"greedy tokens equal to the unwidened model in {self.sub.description['fmt']}: "
+                         f"{int(same.greedy_equal.sum())} of {int(same.tokens.sum())}; largest |logit difference| "
+                         f"{same.max_abs_logit_diff.max():.3g} (logits up to {same.max_abs_logit.max():.3g})")
+            del unwidened
+        return Result(lines)
+
+    # --- 2. the shuffled grid -----------------------------------------------------------------
+    def verify_grid(self) -> Result:
+        """Section 2: tau_p(n) in the shuffled grid of 18 passes and a reference read per repetition
+        (the earlier protocol, kept as the second protocol beside the decode loops)."""
+        self.order["verify_grid"] = _now()
+        parts, argmax = [], {"rows": 0, "settings": 0, "greedy": 0}
+        for d in self.P["depths"]:
+            rows, info = measure_verify_times(self.sub.engine, self.prompts_by_depth[d], n_max=9,
+                                              reps=self.P["verify_reps"], seed=self.seed, depth=d, reference=self.ref)
+            parts.append(rows)
+            argmax["rows"] += info["argmax_rows"]
+            argmax["settings"] += info["argmax_agree_settings"]
+            argmax["greedy"] += info["argmax_agree_greedy"]
+        rows = pd.concat(parts, ignore_index=True)
+        summary, summary_all, regimes = regime_summaries(rows, n_boot=self.P["n_boot"], seed=self.seed)
+        io.write_dataframe(self.out / "verify_rows.csv", rows)
+        io.write_dataframe(self.out / "verify_summary.csv", summary)
+        io.write_dataframe(self.out / "verify_summary_all.csv", summary_all)
+        self._write("05_verify_summary.csv", summary.assign(rows=regimes["dominant"], protocol="grid"))
+        self._write("05_verify_summary_all_rows.csv", summary_all.assign(rows="all", protocol="grid"))
+        io.save_figure(verify_time_figure(summary, title=f"shuffled grid: {self.label}; {self.device}, regime "
+                                                         f"{regimes['dominant']} (threshold {regimes['threshold_GBps']} GB/s)"),
+                       self._fig("05_verify_time.png"))
+        self.grid, self.regimes, self.argmax = summary, regimes, argmax
+        lines = [f"verify argmax (n = 9 passes) equal with dedup off and on: {argmax['settings']} of {argmax['rows']} rows",
+                 f"other processes' share of the CPUs during the grid: median {rows['other_load'].median():.2f}, "
+                 f"max {rows['other_load'].max():.2f}",
+                 f"bandwidth regimes (reference read {self.ref.nbytes >> 20} MiB): {regimes['regimes']}; threshold "
+                 f"{regimes['threshold_GBps']}; rules' regime {regimes['dominant']!r}"]
+        for r in SM.verify_report(summary):
+            lines.append(f"grid d={r['d']}: tau(1) = {r['tau1_ms']:.3f} ms; tau_slot(9) = {r['tau_slot_last_ms']:.3f} ms, "
+                         f"tau_dedup(9) = {r['tau_dedup_last_ms']:.3f} ms; crossover {r['crossover']}")
+        return Result(lines)
+
+    # --- 3a. round calibration ----------------------------------------------------------------
+    def calibrate(self, state: str) -> Result:
+        """Round calibration in ``state``: verify loops at each depth, the real draft at every cost
+        and k on calibration prompts; the state's round models."""
+        P = self.sizes(state)
+        self.order[f"calibration {state}"] = _now()
+        n_oracle = self.P["oracle_prompts"]
+        with machine_state(state, pin=self.device == "cpu") as ms:
+            loops = []
+            for d in P["depths"]:
+                cal = self.prompts_by_depth[d][n_oracle:n_oracle + P["cal_prompts"]] or self.prompts_by_depth[d][-1:]
+                loops.append(verify_loops(self.sub.engine, cal, n_max=9, n_tokens=P["n_tokens"], reps=P["cal_reps"],
+                                          seed=self.seed + 7, depth=d, reference=self.ref).assign(state=state))
+            loops = pd.concat(loops, ignore_index=True)
+            draft_rows = None
+            if self.sub.draft is not None:
+                cal_prompts = self.sub.calibration_chat_prompts(P["draft_cal_prompts"],
+                                                                self.sub.context - P["real_tokens"] - 10,
+                                                                P["real_prompts"], seed=self.seed)
+                drafts = self._drafts(P["draft_costs"])
+                draft_rows = DC.draft_cost_sweep(self.sub.engine, drafts, cal_prompts, P["real_ks"], P["real_tokens"],
+                                                 seed=self.seed + 11, reference=self.ref, slot_costs=[min(drafts)],
+                                                 desc=f"draft calibration ({state})").assign(state=state)
+        self.states[state] = ms.describe()
+        by_depth = CAL.from_verify_loops(loops, self.label, state, n_boot=P["n_boot"], seed=self.seed)
+        models = list(by_depth.values())
+        by_cost = {}
+        if draft_rows is not None:
+            by_cost = CAL.from_draft_runs(draft_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed)
+            models += list(by_cost.values())
+        self.models += models
+        self.frames["verify_loops"].append(loops)
+        if draft_rows is not None:
+            self.frames["draft_cal"].append(draft_rows)
+        self.results[f"models {state}"] = {"depth": by_depth, "cost": by_cost}
+        io.write_dataframe(self.out / "verify_loops.csv", pd.concat(self.frames["verify_loops"], ignore_index=True))
+        if self.frames["draft_cal"]:
+            io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
+        terms = round_terms_table(models)
+        lines = [f"[{state}] {ms.describe()['what']}; read {np.nanmedian(loops['ref_GBps']):.2f} GB/s (median of the "
+                 f"loops' same-round reads)"]
+        for rm in models:
+            V = rm.step_times("dedup")
+            lo, hi = rm.step_interval("dedup")
+            fit = (f"; t_draft(k) = {1e3 * rm.draft.a_s:.3f} k + {1e3 * rm.draft.b_s:.3f} ms"
+                   if rm.draft.a_s is not None else "")
+            lines.append(f"[{state}] {rm.context}, {rm.draft.name}: V(0) = {1e3 * V[0]:.3f} ms "
+                         f"[{1e3 * lo[0]:.3f}, {1e3 * hi[0]:.3f}], V(1) = {1e3 * V[1]:.3f} ms, V({rm.kmax}) = "
+                         f"{1e3 * V[-1]:.3f} ms{fit}")
+        return Result(lines, {f"round model terms ({state})": table(terms, ["context", "draft", "k", "t_draft_ms",
+                                                                           "tau_dedup_ms", "tau_slot_ms", "host_ms",
+                                                                           "V_ms", "V_lo_ms", "V_hi_ms", "delta"])})
+
+    # --- 3b. the oracle-draft grid ------------------------------------------------------------
+    def oracle_runs(self, state: str) -> Result:
+        P = self.sizes(state)
+        self.order[f"oracle runs {state}"] = _now()
+        parts = []
+        with machine_state(state, pin=self.device == "cpu"):
+            for d in P["depths"]:
+                routing = []
+                parts.append(oracle_sweep(self.sub.engine, self.prompts_by_depth[d][:P["oracle_prompts"]], P["oracle_ks"],
+                                          P["a_values"], P["n_tokens"], reps=P["oracle_reps"], seed=self.seed, depth=d,
+                                          routing_out=routing if state == "quiet" else None,
+                                          reference=self.ref).assign(state=state))
+                if state == "quiet":
+                    RoutingTrace(routing, num_experts=int(self.sub.description["expert_shape"][0]),
+                                 source=f"greedy continuations verified at d={d}").save(self.out / f"routing_text_d{d}.npz")
+        oracle = pd.concat(parts, ignore_index=True)
+        models = self.results[f"models {state}"]["depth"]
+        pred = SP.oracle_predictions(models, oracle)
+        plain = [SP.plain_step(models[d], oracle[oracle["d"] == d], f"oracle runs d={d}") for d in P["depths"]]
+        self.frames["oracle"].append(oracle)
+        self.frames["oracle_pred"].append(pred)
+        self.frames["plain"] += plain
+        lines = []
+        if state == "quiet":
+            io.write_dataframe(self.out / "oracle_runs.csv", oracle)
+            io.save_figure(oracle_figure(oracle, title=f"oracle draft, {self.label}"), self._fig("05_oracle_acceptance.png"))
+            cells = oracle_cells(oracle)
+            self._write("05_oracle_cells.csv", cells)
+            orc = SM.oracle_report(oracle, cells)
+            self.results["oracle_report"] = orc
+            lines += [f"oracle runs: {orc['runs']}; largest |realized a - a| over (d, k, a) cells: {orc['max_abs_a_error']:.3f}",
+                      f"tokens per step / G_a(k): median {orc['tps_over_G_median']:.3f}, range {orc['tps_over_G_min']:.3f} "
+                      f"to {orc['tps_over_G_max']:.3f}",
+                      f"steps cut short (batched argmax differs from batch-one greedy): {orc['cut_short']} of {orc['steps']}"]
+        else:
+            io.write_dataframe(self.out / f"oracle_runs_{state}.csv", oracle)
+        spec = pred[pred["k"] >= 1]
+        lines += [f"[{state}] plain step V(0): " + "; ".join(f"{p['runs']}: predicted {p['V0_hat_ms']:.3f} ms, measured "
+                                                             f"{p['V0_meas_ms']:.3f} ms ({100 * p['rel_error']:+.1f} %)"
+                                                             for p in plain),
+                  f"[{state}] oracle-draft speedup predicted within 5 % at {int((spec.speedup_rel_error.abs() <= 0.05).sum())} "
+                  f"of {len(spec)} (d, k, a) cells; largest |error| {100 * spec.speedup_rel_error.abs().max():.1f} %; "
+                  f"measured inside the predicted interval at {int(spec.speedup_inside.sum())}"]
+        return Result(lines)
+
+    # --- 3c. the real draft -------------------------------------------------------------------
+    def real_draft(self, state: str) -> Result:
+        if self.sub.draft is None:
+            return Result([f"no real draft for this subject ({self.sub.description['real']}); section skipped"])
+        P = self.sizes(state)
+        self.order[f"real-draft runs {state}"] = _now()
+        drafts = self._drafts(P["draft_costs"])
+        prompts = self.sub.chat_prompts(P["real_prompts"], max_tokens=self.sub.context - P["real_tokens"] - 10,
+                                        seed=self.seed)
+        with machine_state(state, pin=self.device == "cpu"):
+            ratios = (DC.draft_cost_ratios(self.sub.engine, drafts, prompts[0], reps=P["ratio_reps"], reference=self.ref)
+                      if state == "quiet" else None)
+            real = DC.draft_cost_sweep(self.sub.engine, drafts, prompts, P["real_ks"], P["real_tokens"], seed=self.seed,
+                                       reference=self.ref, desc=f"real draft ({state})").assign(state=state)
+        models = self.results[f"models {state}"]["cost"]
+        pred = SP.real_draft_predictions(models, real)
+        plain = SP.plain_step(models[min(models)], real, "real-draft runs (MT-Bench)")
+        self.frames["real"].append(real)
+        self.frames["real_pred"].append(pred)
+        self.frames["plain"].append(plain)
+        summ, rep = SM.real_draft_report(real)
+        lines = [f"[{state}] plain step V(0), MT-Bench: predicted {plain['V0_hat_ms']:.3f} ms, measured "
+                 f"{plain['V0_meas_ms']:.3f} ms ({100 * plain['rel_error']:+.1f} %)",
+                 f"[{state}] real-draft speedup predicted within 5 % at {int((pred.rel_error.abs() <= 0.05).sum())} of "
+                 f"{len(pred)} (cost, k) points; largest |error| {100 * pred.rel_error.abs().max():.1f} % (geometric "
+                 f"G_a(k) instead of the measured tokens per step: {100 * pred.rel_error_geometric.abs().max():.1f} %); "
+                 f"measured inside the predicted interval at {int(pred.inside.sum())}",
+                 f"[{state}] draft cost {rep['draft_cost']:g}: plain decoding fastest on {rep['plain_fastest']} of "
+                 f"{rep['prompts']} prompts; median speedup k=1 {rep['speedup_k1']:.3f}, k={rep['k_last']} "
+                 f"{rep['speedup_k_last']:.3f}"]
+        if state == "quiet":
+            stop = SP.stop_paying(pred, ratios)
+            io.write_dataframe(self.out / "real_draft.csv", real)
+            io.write_dataframe(self.out / "draft_cost_ratios.csv", ratios)
+            self._write("05_draft_cost_ratios.csv", ratios)
+            io.write_json(self._fig("05_draft_cost_stop.json"), {**stop, "subject": self.label})
+            self._write("05_real_draft.csv", summ)
+            refs = DC.paper_references()
+            full = self.profile == "full"
+            io.save_figure(draft_cost_figure(pred, ratios, refs if full else None,
+                                             title=f"real draft on MT-Bench first turns at several draft costs: {self.label}"),
+                           self._fig("05_draft_cost.png"))
+            io.save_figure(real_draft_figure(real[(real.k == 0) | (real.draft_cost == rep["draft_cost"])],
+                                             {1: refs["paper1_k1"]} if full else None,
+                                             title=f"real draft (draft cost {rep['draft_cost']:g}), {self.label}"),
+                           self._fig("05_real_draft.png"))
+            self.results["stop"], self.results["real_report"] = stop, rep
+            lines.append(f"drafting stops paying from draft cost {stop['stop_cost_measured']} (measured), "
+                         f"{stop['stop_cost_predicted']} (predicted): {stop['grid_steps_apart']} grid steps apart; cost "
+                         f"ratios {np.round(stop['cost_ratio'], 3).tolist()}")
+        else:
+            io.write_dataframe(self.out / f"real_draft_{state}.csv", real)
+        return Result(lines, {f"real draft: predicted vs measured ({state})": table(
+            pred, ["draft_cost", "k", "tokens_per_step", "V_hat_ms", "V_meas_ms", "predicted", "predicted_lo",
+                   "predicted_hi", "measured", "rel_error", "predicted_geometric"])})
+
+    # --- 4. side by side, goals, files ----------------------------------------------------------
+    def finish(self, rules_prov: dict, **record_fields) -> Result:
+        """The protocols side by side, every prediction table, the goals, the round-model file and
+        ``run.json`` (with the order of the phases, and ``record_fields``: what the notebook adds,
+        e.g. ``subject_args``, which notebook 06 reads)."""
+        models = RoundModels(self.models, self.order)
+        models.save(self._fig(ROUND_MODEL_FILE))
+        io.write_dataframe(self._fig("05_round_terms.csv"), round_terms_table(self.models))
+        quiet = self.results["models quiet"]["depth"]
+        proto = protocol_table(self.grid, quiet)
+        self._write("05_verify_protocols.csv", proto)
+        io.save_figure(protocols_figure(proto, title=f"verify time: shuffled grid against decode loops, {self.label}"),
+                       self._fig("05_verify_protocols.png"))
+        io.save_figure(round_terms_figure([m for m in self.models if m.state == "quiet"],
+                                          title=f"round model (quiet machine), {self.label}"),
+                       self._fig("05_round_model.png"))
+        oracle_pred = pd.concat(self.frames["oracle_pred"], ignore_index=True)
+        real_pred = pd.concat(self.frames["real_pred"], ignore_index=True) if self.frames["real_pred"] else None
+        plain = pd.DataFrame(self.frames["plain"])
+        self._write("05_oracle_predictions.csv", oracle_pred)
+        self._write("05_plain_step.csv", plain)
+        if real_pred is not None:
+            self._write("05_draft_cost_predictions.csv", real_pred)
+        io.save_figure(predictions_figure(oracle_pred, real_pred, title=f"round-model predictions against the runs, "
+                                                                         f"{self.label}"),
+                       self._fig("05_predictions.png"))
+        goals = G.round_model_goals(plain, oracle_pred, real_pred)
+        if "stop" in self.results:
+            goals = pd.concat([goals, G.draft_cost_goals(real_pred[real_pred.state == "quiet"], self.results["stop"])
+                               .iloc[[1]]], ignore_index=True)
+        self._write("05_goals.csv", goals)
+        record = {"profile": self.profile, "subject": self.label, "subject_kind": self.sub.kind,
+                  "description": self.sub.description, "depths": self.P["depths"], "sizes": self.P,
+                  "device": self.device, "backend": self.backend, "started": self.order, "finished": _now(),
+                  "rules": rules_prov, "regimes": self.regimes, "verify_argmax": self.argmax,
+                  "machine_states": self.states, "n_tokens": self.P["n_tokens"], "ks": self.P["oracle_ks"],
+                  "a_values": list(self.P["a_values"]), "provenance": provenance.full_record(), **record_fields}
+        io.write_json(self.out / "run.json", record)
+        self.record = record
+        first_test = self.order.get("oracle runs quiet")
+        before = (rules_prov.get("committed_at") is not None and first_test is not None
+                  and dt.datetime.fromisoformat(rules_prov["committed_at"]) < dt.datetime.fromisoformat(first_test))
+        lines = [f"grid minus loop at n = 1: " + ", ".join(
+            f"d = {d}: {g['grid_minus_loop_ms'].iloc[0]:+.3f} ms" for d, g in
+            proto[(proto.n == 1) & (proto.kernel == "slot")].groupby("d")),
+            f"measured in order (UTC): " + "; ".join(f"{k} {v[11:19]}" for k, v in self.order.items()),
+            f"rules committed {rules_prov.get('committed_at')} before the speculative runs started {first_test}: {before}"]
+        return Result(lines, {"goals": goals})
+
+    def summary(self) -> str:
+        """The notebook's closing paragraph, every number from this run's tables."""
+        s, tot = self.results["breakdown"], self.results["agreement"]
+        crossovers = {r["d"]: r["crossover"] for r in SM.verify_report(self.grid)}
+        plain = pd.DataFrame(self.frames["plain"])
+        out = (f"**{self.profile} profile, {self.label}.** A decode step at n = 1 spends {100 * s.expert_share:.0f} % of "
+               f"its time in the expert operation and a drafted token costs {s.draft_ratio:.2f} of a step. Deduplication "
+               f"off and on give the same greedy tokens ({tot['greedy_equal']} of {tot['tokens']}); the grid's saving makes "
+               "deduplication faster from n = " + ", ".join(f"{c} (d = {d})" for d, c in crossovers.items()) + ". "
+               f"The round model predicts the plain step within {100 * plain.rel_error.abs().max():.1f} % in every "
+               f"context and state measured ({', '.join(sorted(set(plain.state)))}).")
+        oracle = pd.concat(self.frames["oracle_pred"], ignore_index=True)
+        spec = oracle[oracle.k >= 1]
+        out += (f" Oracle draft: speedup within 5 % at {int((spec.speedup_rel_error.abs() <= 0.05).sum())} of "
+                f"{len(spec)} (state, d, k, a) cells.")
+        if self.frames["real_pred"]:
+            real = pd.concat(self.frames["real_pred"], ignore_index=True)
+            rep = self.results["real_report"]
+            out += (f" Real draft: within 5 % at {int((real.rel_error.abs() <= 0.05).sum())} of {len(real)} (state, cost, k) "
+                    f"points; at draft cost {rep['draft_cost']:g} plain decoding is fastest on {rep['plain_fastest']} of "
+                    f"{rep['prompts']} prompts (median speedup {rep['speedup_k1']:.3f} at k = 1).")
+        if self.profile != "full":
+            out += " The quick profile runs tiny models; set `profile = \"full\"` for the measurements behind figures/."
+        return out
