@@ -123,8 +123,9 @@ def _advise(args) -> int:
         result = advice.advise(args.run, args.acceptance, acceptance_table=args.acceptance_table,
                                bandwidth=args.bandwidth, engine=args.engine, model=args.model, trace=args.trace,
                                eps=args.eps, use=args.use, version=args.version, depth=args.depth,
-                               dense_ratio=args.dense_ratio, draft_ms=args.draft_ms, fmt=args.format,
-                               target=args.target, draft=args.draft)
+                               dense_ratio=args.dense_ratio, draft_fit=args.draft_fit, free_draft=args.free_draft,
+                               state=args.state, context=args.context, draft_of_run=args.run_draft,
+                               fmt=args.format, target=args.target, draft=args.draft)
     except (advice.AdviceInputError, ValueError, KeyError, OSError) as exc:
         print(f"moespec advise: {exc}", file=sys.stderr)
         return 1
@@ -139,12 +140,12 @@ def _advise(args) -> int:
 
 def _add_advise(sub) -> None:
     adv = sub.add_parser("advise", help="expert kernel and draft length for speculative decoding, from a run "
-                                        "folder (notebooks 03/06) or a bandwidth table",
+                                        "folder (notebook 05's round model, or 03's fits) or a bandwidth table",
                          description="Decide from which pass size the deduplicating expert kernel is faster, "
                                      "the best draft length k*(a) per kernel with the error bands of paper 1's "
                                      "bounds (17)-(21), the throughput a wrong choice loses, and settings for "
                                      "vLLM, SGLang and llama.cpp. Prints a table and writes JSON.")
-    adv.add_argument("run", nargs="?", type=Path, help="run folder with notebook 06's or 03's tables")
+    adv.add_argument("run", nargs="?", type=Path, help="run folder with notebook 05's round model or 03's fits")
     adv.add_argument("-a", "--acceptance", nargs="+", type=float, metavar="A",
                      help="acceptance rate(s) a in [0, 1)")
     adv.add_argument("--acceptance-table", type=Path, metavar="CSV",
@@ -157,14 +158,23 @@ def _add_advise(sub) -> None:
     adv.add_argument("--trace", type=Path, metavar="NPZ", help="routing trace whose union/byte share is used")
     adv.add_argument("--eps", type=float, help="bandwidth error of the table's engine (published rows: the paper's)")
     adv.add_argument("--use", choices=["auto", "engine", "expert-op"], default="auto",
-                     help="which fits of the run: notebook 06's engine chain or notebook 03's (auto: 06 if present)")
-    adv.add_argument("--version", default="prediction",
-                     help="version of notebook 06's chain: prediction, text, measured-time, calibrated, measured")
-    adv.add_argument("--depth", type=int, help="context depth of notebook 06's runs (default: the first)")
+                     help="which part of the run: notebook 05's round model or notebook 03's fits (auto: 05 if present)")
+    adv.add_argument("--version", default="loop",
+                     help="verify term: loop (the round model's, timed in decode loops; default), a version of "
+                          "notebook 06's chain (22): prediction, text, measured-time, calibrated; or grid (notebook "
+                          "05's shuffled grid, the earlier protocol)")
+    adv.add_argument("--depth", type=int, help="context depth of notebook 06's chain version (default: the first)")
+    adv.add_argument("--state", help="machine state of the round model (quiet, loaded; default quiet)")
+    adv.add_argument("--context", help="context of the round model (chat: the real draft's prompts; d=<depth>: the "
+                                       "oracle draft's; default chat where the run has it)")
+    adv.add_argument("--run-draft", metavar="NAME", help="which of the run's drafts (default: the draft as trained)")
     adv.add_argument("--dense-ratio", type=float, default=0.5,
                      help="dense bytes per pass as a multiple of m W where the source has none (default 0.5)")
-    adv.add_argument("--draft-ms", type=float,
-                     help="draft time per drafted token, ms (default: measured h(k) of notebook 06, else 0)")
+    adv.add_argument("--draft-fit", metavar="A,B",
+                     help="another draft: t_draft(k) = A k + B ms (ms per drafted token, ms per round; paper 2's "
+                          "eq. (A4)); default the run's own draft, measured")
+    adv.add_argument("--free-draft", action="store_true",
+                     help="take the draft as free (t_draft = 0): the theory's idealization, only when asked for")
     adv.add_argument("--target", default="<target-model>", help="target model name/path in the settings")
     adv.add_argument("--draft", default="<draft-model>", help="draft model name/path in the settings")
     adv.add_argument("--json", default="advice.json", metavar="PATH",

@@ -16,13 +16,15 @@
 # %% [markdown]
 # # 08 — The answer: which expert kernel, from which pass size, and which draft length
 #
-# `moespec.advise` on this run: notebook 06's prediction chain (22) for the engine when the run has
-# it, else notebook 03's fits of the expert operation (paper 1, Sections 3–4). For each acceptance
-# rate a it gives the pass size from which the deduplicating kernel is faster (with the interval
-# of bound (18)), the best draft length k*(a) per kernel with its predicted speedup and the
-# interval of bound (21), the share of throughput a wrong choice loses, and settings for vLLM,
-# SGLang and llama.cpp. The same answer comes from the command line:
-# `moespec advise RUN_FOLDER -a 0.5 0.7 0.9`.
+# `moespec.advise` on this run: notebook 05's **round model** when the run has it (every term of a
+# round, V(k) = t_draft(k) + tau_p(k + 1) + h(k), timed inside decode loops before the runs it
+# predicts, with its 95 % interval; the run's own draft), else notebook 03's fits of the expert
+# operation (paper 1, Sections 3–4). For each acceptance rate a it gives the pass size from which
+# the deduplicating kernel is faster (with the saving's interval), the best draft length k*(a) per
+# kernel with its predicted speedup and its band at every k (bound (21) with the round model's
+# delta_k), the share of throughput a wrong choice loses, the answer in every machine state the run
+# measured, and settings for vLLM, SGLang and llama.cpp. The same answer comes from the command
+# line: `moespec advise RUN_FOLDER -a 0.5 0.7 0.9`.
 #
 # With `run_folder = ""` the notebook reads the tables this run wrote; when they give no decision
 # (a notebook opened on its own, without notebooks 03/06, or quick-profile fits that err beyond
@@ -34,7 +36,8 @@ device = "cpu"
 seed = 0
 run_folder = ""          # empty: this run's tables (else the committed full run's figures/)
 acceptance = [0.5, 0.7, 0.9]
-draft_ms = -1.0          # draft time per drafted token (ms); < 0: h(k) measured by notebook 06, else 0
+draft_fit = ""           # "A,B": another draft, t_draft(k) = A k + B ms; "": the run's own draft (measured)
+free_draft = False       # True: take the draft as free (the theory's idealization; only when asked for)
 dense_ratio = 0.5        # dense bytes per pass / (m W) where the run has none (notebook 03's fits)
 
 # %%
@@ -46,7 +49,7 @@ from moespec import advice, io, paths
 from moespec.plots.advise import advice_figure
 
 figures = paths.ensure(paths.figures_dir())
-options = dict(draft_ms=None if draft_ms < 0 else draft_ms, dense_ratio=dense_ratio)
+options = dict(draft_fit=draft_fit or None, free_draft=free_draft, dense_ratio=dense_ratio)
 try:
     result = advice.advise(Path(run_folder) if run_folder else figures, acceptance, **options)
 except advice.AdviceInputError as refused:

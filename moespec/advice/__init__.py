@@ -14,8 +14,8 @@ from pathlib import Path
 from moespec.routing import RoutingTrace
 
 from .decide import decide
-from .inputs import (AdviceInputError, VerifyCurves, acceptance_from_table, from_bandwidth_table, from_run,
-                     outputs_folder)
+from .inputs import (AdviceInputError, VerifyCurves, acceptance_from_table, draft_option, from_bandwidth_table,
+                     from_run, outputs_folder)
 from .report import ADVICE_SCHEMA, format_text, validate, write_json
 from .settings import VERSIONS, engine_settings
 
@@ -34,17 +34,22 @@ def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model
 
 def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: str | Path | None = None,
            bandwidth: str | Path | None = None, engine: str | None = None, model: str | None = None,
-           trace=None, eps: float | None = None, use: str = "auto", version: str = "prediction",
-           depth: int | None = None, dense_ratio: float = 0.5, draft_ms: float | None = None,
+           trace=None, eps: float | None = None, use: str = "auto", version: str = "loop",
+           depth: int | None = None, dense_ratio: float = 0.5, draft_fit=None, free_draft: bool = False,
+           state: str | None = None, context: str | None = None, draft_of_run: str | None = None,
            fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>") -> dict:
     """Decide the expert kernel and draft length (JSON-ready dict, schema :data:`ADVICE_SCHEMA`).
 
-    Inputs: a run folder ``run`` (notebook 06's engine chain, or notebook 03's fits; ``use``), or a
+    Inputs: a run folder ``run`` (notebook 05's round model, or notebook 03's fits; ``use``), or a
     bandwidth table ``bandwidth`` (Table-1 layout or one row per n; ``engine``/``model`` pick a row),
     optionally with a routing ``trace`` (a RoutingTrace or the path of one). Acceptance rates:
     ``acceptance`` (floats in [0, 1)) and/or ``acceptance_table`` (:func:`.inputs.acceptance_from_table`).
-    ``dense_ratio``: dense bytes per pass as a multiple of m W where the source has none;
-    ``draft_ms``: draft time per drafted token (ms) where the run did not measure h(k).
+    The draft: the run's own (``draft_of_run``: which of the run's drafts; default the draft as
+    trained), or ``draft_fit`` = (a, b) ms per drafted token and per round, or ``free_draft``; a
+    source without a draft of its own needs one of the two. ``state``/``context``: which of the
+    run's round models (default the quiet machine and the real draft's prompts); ``version``: the
+    verify term (``loop``, a chain (22) version at ``depth``, or ``grid``). ``dense_ratio``: dense
+    bytes per pass as a multiple of m W where the source has none.
     """
     if (run is None) == (bandwidth is None):
         raise AdviceInputError("give either a run folder or a bandwidth table (not both, not neither)")
@@ -58,15 +63,16 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
         if not Path(trace).exists():
             raise AdviceInputError(f"routing trace {trace} does not exist")
         trace = RoutingTrace.load(trace)
+    chosen = draft_option(draft_fit, free_draft)
     if run is not None:
         curves = from_run(run, use=use, version=version, depth=depth, trace=trace, dense_ratio=dense_ratio,
-                          draft_ms=draft_ms)
+                          draft=chosen, state=state, context=context, draft_of_run=draft_of_run)
     else:
         curves = from_bandwidth_table(bandwidth, engine=engine, model=model, trace=trace, eps=eps,
-                                      dense_ratio=dense_ratio, draft_ms=draft_ms or 0.0, fmt=fmt)
+                                      dense_ratio=dense_ratio, draft=chosen, fmt=fmt)
     return advise_curves(curves, pairs, target=target, draft=draft)
 
 
-__all__ = ["advise", "advise_curves", "decide", "VerifyCurves", "AdviceInputError", "from_run",
+__all__ = ["advise", "advise_curves", "decide", "VerifyCurves", "AdviceInputError", "from_run", "draft_option",
            "from_bandwidth_table", "acceptance_from_table", "outputs_folder", "engine_settings",
            "ADVICE_SCHEMA", "validate", "write_json", "format_text", "VERSIONS"]

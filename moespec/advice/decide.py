@@ -1,8 +1,10 @@
-"""The decision of ``moespec advise``, from verify curves and acceptance rates, by the theory of
+"""The decision of ``moespec advise``, from a round model and acceptance rates, by the theory of
 paper 1 (Section 3; Table 2's bounds): from which pass size the deduplicating kernel is faster,
-the best draft length k*(a) and its speedup per kernel, the error bands of bounds (17)-(21), and
-the share of throughput a wrong choice loses. Every number is a call into :mod:`moespec.theory`
-or :func:`moespec.predict.crossover`; nothing here re-derives the math.
+the best draft length k*(a) and its speedup per kernel, the error band of every speedup per k
+(bound (21) with delta_k from the round model's terms, :meth:`RoundModel.speedups`), the share of
+throughput a wrong choice loses, and how the answer changes between the machine states the run
+measured. Every step time is the round model's (:mod:`moespec.predict.round_model`); every other
+number a call into :mod:`moespec.theory`.
 
 Three engines are compared: per-slot kernel at every pass size ("slot"), deduplicating kernel
 from n = 2 ("dedup", n = 1 runs the per-slot kernel either way), and "switch": per-slot below the
@@ -14,29 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from moespec import theory as th
-from moespec.predict import crossover
+from moespec.theory import crossover
 
 from .inputs import VerifyCurves
 
 ENGINES = ("slot", "dedup", "switch")
 ENGINE_NAMES = {"slot": "per-slot kernel at every n", "dedup": "deduplicating kernel from n = 2",
                 "switch": "per-slot below the crossover, deduplicating from it"}
-SCHEMA_ID = "moespec.advice/1"
-
-
-def switch_times(curves: VerifyCurves, n_switch: int | None) -> np.ndarray:
-    """tau_switch(n): per-slot for n < n_switch, deduplicating from n_switch (per-slot throughout
-    when there is no crossover)."""
-    n = np.arange(1, curves.n_max + 1)
-    if n_switch is None:
-        return curves.tau["slot"].copy()
-    return np.where(n < n_switch, curves.tau["slot"], curves.tau["dedup"])
-
-
-def step_times(curves: VerifyCurves, engine: str, n_switch: int | None) -> np.ndarray:
-    """V(k) = tau(k + 1) + h(k), k = 0..kmax (paper 1, Sec. 3.1), of one engine."""
-    tau = switch_times(curves, n_switch) if engine == "switch" else curves.tau[engine]
-    return tau[: curves.kmax + 1] + curves.h
+SCHEMA_ID = "moespec.advice/2"
 
 
 def _opt(x):
@@ -53,7 +40,7 @@ def kernel_decision(curves: VerifyCurves) -> dict:
         row = {"n": i + 1, "tau_slot_ms": 1e3 * curves.tau["slot"][i], "tau_dedup_ms": 1e3 * curves.tau["dedup"][i],
                "saving_ms": 1e3 * S[i], "saving_lo_ms": 1e3 * curves.S_lo[i], "saving_hi_ms": 1e3 * curves.S_hi[i],
                "dedup_faster": bool(S[i] > 0), "sign_certain": bool(curves.S_lo[i] > 0 or curves.S_hi[i] < 0)}
-        if curves.ubar is not None and curves.r is not None:
+        if curves.ubar is not None and curves.r is not None and curves.eps is not None:
             row.update(ubar=float(curves.ubar[i]), r=float(curves.r[i]))
             if i > 0:
                 row["kernels_agree_19"] = bool(th.kernels_agree(curves.ubar[i], curves.r[i], curves.eps))
@@ -62,16 +49,27 @@ def kernel_decision(curves: VerifyCurves) -> dict:
             "guaranteed_from_n": _opt(crossover(curves.S_lo)), "interval": curves.interval, "pass_sizes": rows}
 
 
-def _engine_at(V: np.ndarray, a: float, delta: float) -> dict:
+def _engine_at(rm, engine: str, n_switch, a: float) -> dict:
+    V = rm.step_times(engine, n_switch)
     T = np.asarray(th.throughput(V, a), float)
     k = int(th.best_draft_length(V, a))
-    sp = float(th.speedup(V, a, k))
-    lo, hi = th.speedup_interval(delta)
+    sp = rm.speedups(a, engine, n_switch)
+    delta = rm.delta_by_k(engine, n_switch)
     neighbours = [j for j in (k - 1, k + 1) if 0 <= j < len(V)]
-    return {"k_star": k, "speedup": sp, "speedup_lo": sp * float(lo), "speedup_hi": sp * float(hi),
-            "throughput_per_s": float(T[k]), "k_star_certain": bool(th.separation_holds(V, a, delta)),
+    dmax = float(np.max(delta))
+    return {"k_star": k, "speedup": float(sp["speedup"][k]), "speedup_lo": float(sp["speedup_lo"][k]),
+            "speedup_hi": float(sp["speedup_hi"][k]), "throughput_per_s": float(T[k]),
+            "k_star_certain": bool(dmax < 1 and th.separation_holds(V, a, dmax)),
             "loss_k_off_by_one": float(max(1 - T[j] / T[k] for j in neighbours)) if neighbours else 0.0,
-            "speedup_by_k": [float(x) for x in T / T[0]]}
+            "speedup_by_k": [float(x) for x in sp["speedup"]], "speedup_lo_by_k": [float(x) for x in sp["speedup_lo"]],
+            "speedup_hi_by_k": [float(x) for x in sp["speedup_hi"]], "delta_by_k": [float(x) for x in delta],
+            "step_ms_by_k": [1e3 * float(x) for x in V]}
+
+
+def _recommend(rm, a: float, n_switch) -> tuple[str, dict]:
+    engines = {e: _engine_at(rm, e, n_switch, a) for e in ENGINES}
+    best = max(ENGINES, key=lambda e: engines[e]["throughput_per_s"])   # a tie: the simpler engine (order of ENGINES)
+    return best, engines
 
 
 def decide(curves: VerifyCurves, acceptance) -> dict:
@@ -82,34 +80,56 @@ def decide(curves: VerifyCurves, acceptance) -> dict:
     if not pairs:
         raise ValueError("acceptance: give at least one acceptance rate")
     th.expected_tokens(np.array([a for a, _ in pairs]), 0)  # theory's check: every a in [0, 1)
-    eps = curves.eps
-    delta = float(th.delta_from_eps(eps))
+    rm = curves.round_model
     kd = kernel_decision(curves)
     n_switch = kd["from_n"]
     per_a = []
     for a, label in pairs:
-        engines = {e: _engine_at(step_times(curves, e, n_switch), a, delta) for e in ENGINES}
-        # on a tie the simpler engine (order of ENGINES) is recommended
-        best = max(ENGINES, key=lambda e: engines[e]["throughput_per_s"])
+        best, engines = _recommend(rm, a, n_switch)
         top = engines[best]["throughput_per_s"]
         rec = engines[best]
+        dmax = float(np.max(rec["delta_by_k"]))
+        lo_by_k, hi_by_k = rec["speedup_lo_by_k"], rec["speedup_hi_by_k"]
+        # drafting may pay or may not, by the bands: the best k's interval holds 1, or (plain decoding
+        # recommended) some k's interval reaches above 1
+        undecided = (rec["k_star"] > 0 and rec["speedup_lo"] <= 1.0) or (
+            rec["k_star"] == 0 and any(h > 1.0 for h in hi_by_k[1:]))
+        states = {}
+        for state, other in curves.other_states.items():
+            o_best, o_eng = _recommend(other, a, _opt(other.crossover()))
+            o = o_eng[o_best]
+            states[state] = {"engine": o_best, "k": o["k_star"], "speedup": o["speedup"], "speedup_lo": o["speedup_lo"],
+                             "speedup_hi": o["speedup_hi"], "read_GBps": other.read_GBps,
+                             "differs": (o_best, o["k_star"]) != (best, rec["k_star"]) and not (
+                                 o["k_star"] == 0 and rec["k_star"] == 0)}
         per_a.append({
             "a": a, "label": label, "engines": engines,
             "recommended": {"engine": best, "engine_name": ENGINE_NAMES[best], "k": rec["k_star"],
                             "speculate": rec["k_star"] > 0, "speedup": rec["speedup"],
                             "speedup_lo": rec["speedup_lo"], "speedup_hi": rec["speedup_hi"],
-                            "verify_pass_tokens": rec["k_star"] + 1, "k_certain": rec["k_star_certain"]},
+                            "verify_pass_tokens": rec["k_star"] + 1, "k_certain": rec["k_star_certain"],
+                            "interval_contains_1": bool(undecided)},
+            "other_states": states,
             "loss_if_wrong": {
                 "per_slot_kernel_only": 1 - engines["slot"]["throughput_per_s"] / top,
                 "dedup_kernel_only": 1 - engines["dedup"]["throughput_per_s"] / top,
                 "draft_length_off_by_one": rec["loss_k_off_by_one"],
                 "plain_decoding": 1 - 1 / rec["speedup"],
-                "bound_20": float(th.throughput_loss_bound(delta))}})
-    lo, hi = th.speedup_interval(delta)
+                "bound_20": float(th.throughput_loss_bound(min(dmax, 1 - 1e-12)))}})
+    dmax = float(max(np.max(x["engines"][x["recommended"]["engine"]]["delta_by_k"]) for x in per_a))
+    lo, hi = th.speedup_interval(min(dmax, 1 - 1e-12))
+    eps = curves.eps
+    K = rm.kmax + 1
     return {"schema": SCHEMA_ID, "subject": dict(curves.subject), "inputs": list(curves.inputs),
-            "assumptions": list(curves.assumptions),
-            "error": {"eps": eps, "delta": delta, "verify_time_rel_17": delta,
-                      "margin_19": float(th.faster_kernel_margin(eps)), "loss_bound_20": float(th.throughput_loss_bound(delta)),
+            "assumptions": list(curves.assumptions), "band_covers": list(curves.covers),
+            "error": {"eps": eps, "delta": dmax,
+                      "verify_time_rel_17": None if eps is None else float(th.delta_from_eps(eps)),
+                      "margin_19": None if eps is None else float(th.faster_kernel_margin(eps)),
+                      "loss_bound_20": float(th.throughput_loss_bound(min(dmax, 1 - 1e-12))),
                       "speedup_factor_21": [float(lo), float(hi)]},
-            "draft_time_ms": [1e3 * float(x) for x in curves.h],
+            "draft_time_ms": [1e3 * float(x) for x in rm.draft.term.values_s[:K]],
+            "host_time_ms": [1e3 * float(x) for x in rm.host.values_s[:K]],
+            "draft": {"name": rm.draft.name, "source": rm.draft.term.source, "protocol": rm.draft.term.protocol,
+                      "a_ms_per_token": None if rm.draft.a_s is None else 1e3 * rm.draft.a_s,
+                      "b_ms_per_round": None if rm.draft.b_s is None else 1e3 * rm.draft.b_s},
             "dedup": kd, "acceptance": per_a}

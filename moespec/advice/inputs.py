@@ -1,16 +1,21 @@
-"""What ``moespec advise`` decides on: the whole-model verify times of both expert kernels at pass
-sizes n = 1..9, the interval of their difference, the draft time h(k) and the bandwidth error eps,
-read from one of three sources (paper 1, Sections 3-4):
+"""What ``moespec advise`` decides on: one round model (:class:`moespec.predict.round_model.RoundModel`,
+V(k) = t_draft(k) + tau_p(k + 1) + h(k) with every term's source and interval) for both expert
+kernels at pass sizes n = 1..9, read from one of three sources (paper 1, Sections 3-4):
 
-* a run folder with notebook 06's prediction chain (22) for the engine (``06_curves.csv``);
+* a run folder with notebook 05's round-model file (``05_round_model.json``): every term measured
+  inside decode-loop rounds, per machine state, context and draft; the verify term may be
+  replaced by a version of notebook 06's chain (22) (``06_curves.csv``), with the interval of
+  bound (17) at the engine's eps;
 * a run folder with notebook 03's fits (4)/(E.1) of the expert operation (``03_fit_coefficients.csv``,
   ``03_epsilon.csv``, ``03_bandwidth_all_models.csv``), scaled to every MoE layer of the model;
 * a bandwidth table (paper 1's Table 1 layout with n = 2 and 8, or one row per n) plus, optionally,
   a routing trace whose byte share ubar(n) replaces the table's.
 
-Every number comes from these files; what the files do not hold (the dense bytes of a pass, the
-draft time) is an argument with a stated default, and each such choice is listed in
-``assumptions``. A run whose fits are missing, non-finite or unphysical is refused with an
+The draft's time is the run's own draft by default (its fit in the round model); ``draft_fit``
+(a, b in ms per drafted token and per round) names another, ``free_draft`` a free one; a source
+without a draft of its own needs one of the two. What the files do not hold (the dense bytes of a
+pass, the host's time for the fits and tables) is an argument or stated default, listed in
+``assumptions``. A run whose files are missing, non-finite or unphysical is refused with an
 :class:`AdviceInputError` naming the file and the value.
 """
 
@@ -26,6 +31,8 @@ import pandas as pd
 from moespec import theory as th
 from moespec import paths, predict
 from moespec.fit import COEFS
+from moespec.predict.calibration import ORACLE_DRAFT, draft_name
+from moespec.predict.round_model import DraftTime, RoundModel, RoundModelError, RoundModels, Term
 from moespec.model_shapes import get_spec
 from moespec.routing import byte_share, mean_union
 from moespec.tables.bandwidth import PAPER_LABEL
@@ -34,8 +41,11 @@ from moespec.tables.theory import ENGINE_FORMAT, _preset_name, published_table1_
 N_MAX = 9
 #: Files of notebook 03 that the fits path reads.
 EXPERT_OP_FILES = ("03_fit_coefficients.csv", "03_epsilon.csv", "03_bandwidth_all_models.csv")
-#: Versions of the chain (22) in ``06_curves.csv``; "measured" is notebook 05's measurement.
-VERSIONS = ("prediction", "text", "measured-time", "calibrated", "measured")
+#: Verify-time versions: "loop", the round model's own (decode loops); the versions of the chain (22)
+#: in ``06_curves.csv``; "grid", notebook 05's shuffled grid (the earlier protocol, for comparison).
+VERSIONS = ("loop", "prediction", "text", "measured-time", "calibrated", "grid")
+CHAIN_VERSIONS = ("prediction", "text", "measured-time", "calibrated")
+ROUND_MODEL_FILE = "05_round_model.json"
 MANIFESTS = ("manifest.json", "MANIFEST.json")
 
 
@@ -45,56 +55,116 @@ class AdviceInputError(ValueError):
 
 @dataclass
 class VerifyCurves:
-    """Verify times tau_p(n) of the per-slot ("slot") and deduplicating ("dedup") engine, n = 1..n_max,
-    in seconds (entry n-1), and what they rest on.
+    """What the decision rests on: ``round_model`` (verify times tau_p(n) of the per-slot ("slot")
+    and deduplicating ("dedup") kernel, n = 1..n_max, the saving's interval, the draft's and the
+    host's time per round, each with its interval and source), ``interval`` (what the saving's
+    interval is), ``eps`` (the bandwidth error where verify times are predicted from bandwidths;
+    None where they are measured), ``covers`` (which terms the step-time band covers), ``subject``
+    (model, engine, format, where measured, whose numbers), ``inputs`` and ``assumptions``;
+    ``ubar``/``r`` for the margin (19) where the source has them; ``other_states``: the same round
+    in the run's other machine states (state -> RoundModel)."""
 
-    ``S_lo``/``S_hi``: an interval of the saving S(n) = tau_slot(n) - tau_dedup(n) (bound (18) around
-    a prediction, or a measured 95% interval), described by ``interval``. ``h[k]``: draft and host
-    time of a step of draft length k (s), k = 0..kmax with kmax < n_max. ``ubar``/``r``: byte share and bandwidth ratio where the
-    source has them (for the margin (19)). ``subject``: model, engine, format, where measured and
-    whose numbers they are (``source``).
-    """
-
-    tau: dict
-    S_lo: np.ndarray
-    S_hi: np.ndarray
+    round_model: RoundModel
     interval: str
-    h: np.ndarray
-    eps: float
+    eps: float | None
     subject: dict
     inputs: list = field(default_factory=list)
     assumptions: list = field(default_factory=list)
+    covers: list = field(default_factory=list)
     ubar: np.ndarray | None = None
     r: np.ndarray | None = None
+    other_states: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        for p in ("slot", "dedup"):
-            t = np.asarray(self.tau[p], dtype=float)
-            if t.shape != (len(self.tau["slot"]),) or not np.all(np.isfinite(t)) or np.any(t <= 0):
-                raise AdviceInputError(f"verify times tau_{p}(n) must be positive and finite; found {list(t)}")
-            self.tau[p] = t
-        n_max = len(self.tau["slot"])
-        self.h = np.asarray(self.h, dtype=float)
-        if (self.h.ndim != 1 or not 1 <= len(self.h) <= n_max or np.any(self.h < 0)
-                or not np.all(np.isfinite(self.h))):
-            raise AdviceInputError(f"draft time h(k) needs one value >= 0 per k = 0..kmax, kmax <= {n_max - 1}; "
-                                   f"found {list(np.ravel(self.h))}")
-        if not (np.isfinite(self.eps) and 0 <= self.eps < 0.5):
+        if self.eps is not None and not (np.isfinite(self.eps) and 0 <= self.eps < 0.5):
             raise AdviceInputError(f"bandwidth error eps = {self.eps} is outside [0, 1/2): the bounds (18)-(21) "
                                    "say nothing there (C.7 needs eps < 1/2); the fits are not usable for a decision")
+        if self.round_model.saving is None:
+            raise AdviceInputError(f"round model {self.round_model.context!r}: no interval of the saving S(n) "
+                                   "(both kernels must be measured or predicted)")
+        if self.round_model.n_max < 2:
+            raise AdviceInputError("verify times cover n = 1 only; the kernel decision needs n = 1..9")
+
+    @property
+    def tau(self) -> dict:
+        return {p: self.round_model.tau(p) for p in ("slot", "dedup")}
+
+    @property
+    def S_lo(self) -> np.ndarray:
+        return self.round_model.saving.lo_s
+
+    @property
+    def S_hi(self) -> np.ndarray:
+        return self.round_model.saving.hi_s
 
     @property
     def n_max(self) -> int:
-        return len(self.tau["slot"])
+        return self.round_model.n_max
 
     @property
     def kmax(self) -> int:
-        """The longest draft length decided on: h(k) is known for k = 0..kmax (verify passes up to kmax + 1)."""
-        return len(self.h) - 1
+        """The longest draft length decided on (every term covers k = 0..kmax)."""
+        return self.round_model.kmax
 
     @property
     def saving(self) -> np.ndarray:
-        return self.tau["slot"] - self.tau["dedup"]
+        return self.round_model.saving.values_s
+
+
+def predicted_round(tau: dict, M: dict, eps: float, half_S, draft: DraftTime, subject: str, context: str,
+                    source: str, n_max: int = N_MAX) -> RoundModel:
+    """A round model whose verify times are predicted from bandwidths (the fits of notebook 03 or a
+    bandwidth table): tau_p(n) with the interval of bound (17), eps/(1 - eps) M_p(n) around it
+    (M_p the memory part), the saving with bound (18)'s ``half_S``; the host's time taken as zero
+    (these sources do not measure it; stated in the assumptions); ``draft``: the given draft."""
+    for p in ("slot", "dedup"):
+        t = np.asarray(tau[p], float)
+        if t.shape != (n_max,) or not np.all(np.isfinite(t)) or np.any(t <= 0):
+            raise AdviceInputError(f"verify times tau_{p}(n) must be positive and finite; found {list(t)}")
+    host = Term.exact(np.zeros(n_max), "not measured by this source: taken as 0", "given")
+    base = RoundModel(subject=subject, context=context, state="as the source measured", host=host,
+                      draft=draft, verify={p: Term.exact(np.asarray(tau[p], float), source, "prediction")
+                                           for p in ("slot", "dedup")})
+    r = eps / (1 - eps)
+    return base.with_verify(tau, source, "prediction", half_width={p: r * np.asarray(M[p], float) for p in M},
+                            saving_half_width=half_S)
+
+
+def draft_option(draft_fit=None, free_draft: bool = False, kmax: int = N_MAX - 1) -> DraftTime | None:
+    """The draft the user named: ``draft_fit`` (a, b) in ms per drafted token and per round
+    (t_draft(k) = a k + b, paper 2's eq. (A4)), or ``free_draft``; None when neither (the run's own)."""
+    if draft_fit is not None and free_draft:
+        raise AdviceInputError("give either --draft-fit A,B or --free-draft, not both")
+    if free_draft:
+        return DraftTime.free(kmax)
+    if draft_fit is None:
+        return None
+    try:
+        a, b = (float(x) for x in (draft_fit.split(",") if isinstance(draft_fit, str) else draft_fit))
+    except (TypeError, ValueError):
+        raise AdviceInputError(f"--draft-fit needs two numbers A,B (ms per drafted token, ms per round); "
+                               f"found {draft_fit!r}") from None
+    try:
+        return DraftTime.from_fit(f"a given draft: t_draft(k) = {a:g} k + {b:g} ms", a * 1e-3, b * 1e-3, kmax,
+                                  "given (--draft-fit)", "given")
+    except RoundModelError as err:
+        raise AdviceInputError(f"--draft-fit {a:g},{b:g}: {err}") from None
+
+
+def _draft_or_refuse(draft: DraftTime | None, where: str) -> DraftTime:
+    if draft is None:
+        raise AdviceInputError(f"{where} has no draft of its own: name one with --draft-fit A,B (ms per drafted "
+                               "token, ms per round; paper 2's t_draft(k) = a k + b) or ask for --free-draft")
+    return draft
+
+
+def _draft_assumption(draft: DraftTime) -> str:
+    if draft.term.protocol == "free":
+        return "draft time t_draft(k) = 0: the draft taken as free (asked for by name: --free-draft)"
+    if draft.a_s is not None:
+        return (f"draft time t_draft(k) = {1e3 * draft.a_s:.4g} k + {1e3 * draft.b_s:.4g} ms for k >= 1 "
+                f"({draft.name}; {draft.term.source})")
+    return f"draft time per round measured ({draft.name}; {draft.term.source})"
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -115,20 +185,6 @@ def _finite(values, what: str, positive: bool = True) -> np.ndarray:
         raise AdviceInputError(f"{what}: {'positive ' if positive else ''}finite numbers needed; "
                                f"found {arr[bad][0]!r} at position {int(np.argmax(bad))}")
     return arr
-
-
-def draft_times(draft_ms: float, n_max: int = N_MAX) -> np.ndarray:
-    """h(k) = k · draft_ms (ms -> s): the draft model's time for k drafted tokens."""
-    if not (np.isfinite(draft_ms) and draft_ms >= 0):
-        raise AdviceInputError(f"draft_ms must be a finite number >= 0; found {draft_ms!r}")
-    return np.arange(n_max) * draft_ms * 1e-3
-
-
-def _draft_assumption(draft_ms: float) -> str:
-    if draft_ms == 0:
-        return ("draft time h(k) = 0: the draft model and host are taken as free (the theory's idealization); "
-                "give draft_ms (per drafted token) to include them")
-    return f"draft time h(k) = k x {draft_ms:g} ms (given)"
 
 
 def manifest(folder: Path) -> dict | None:
@@ -155,11 +211,12 @@ def outputs_folder(run: str | Path) -> Path:
     if man and man.get("figures_dir"):
         candidates.append(Path(man["figures_dir"]))
     for folder in candidates:
-        if (folder / "06_curves.csv").exists() or (folder / EXPERT_OP_FILES[0]).exists():
+        if (folder / ROUND_MODEL_FILE).exists() or (folder / EXPERT_OP_FILES[0]).exists():
             return folder
     raise AdviceInputError(
-        f"no fits in {run}: expected notebook 06's 06_curves.csv or notebook 03's {', '.join(EXPERT_OP_FILES)} "
-        f"(looked in {', '.join(str(c) for c in dict.fromkeys(candidates))}); run notebook 03 or 06 first")
+        f"no round model or fits in {run}: expected notebook 05's {ROUND_MODEL_FILE} or notebook 03's "
+        f"{', '.join(EXPERT_OP_FILES)} (looked in {', '.join(str(c) for c in dict.fromkeys(candidates))}); "
+        "run notebook 03 or 05 first")
 
 
 def _check_manifest(run: Path, man: dict | None) -> dict:
@@ -176,82 +233,124 @@ def _check_manifest(run: Path, man: dict | None) -> dict:
     return {"hardware": hw or "unknown", "run_started": man.get("started"), "git_commit": man.get("git_commit")}
 
 
-# --- notebook 06: the engine's prediction chain --------------------------------------------------
-def from_engine_run(folder: Path, run: Path, version: str = "prediction", depth: int | None = None,
-                    draft_ms: float | None = None) -> VerifyCurves:
-    """The chain (22) of notebook 06 for one context depth: tau_p(n) of ``version`` (``06_curves.csv``),
-    the engine's eps (``06_epsilon.csv``; runs before it was written: ``06_table7_error.csv``, three
-    decimals), and h(k) measured in the speculative runs (``06_step_overhead.csv``) unless
-    ``draft_ms`` is given."""
-    if version not in VERSIONS:
-        raise AdviceInputError(f"version must be one of {VERSIONS}; found {version!r}")
-    path = folder / "06_curves.csv"
-    curves = _read_csv(path, ["d", "n", "version", "tau_slot_ms", "tau_dedup_ms", "band_ms", "S_lo_ms", "S_hi_ms"],
-                       "notebook 06's chain")
+# --- notebook 05: the round model (and notebook 06's chain for the verify term) -----------------
+def _pick_round(models: RoundModels, path: Path, state: str | None, context: str | None,
+                draft: str | None) -> RoundModel:
+    states = models.states
+    state = state or ("quiet" if "quiet" in states else states[0])
+    contexts = list(dict.fromkeys(m.context for m in models.select(state=state)))
+    if context is None:
+        context = "chat" if "chat" in contexts else min((c for c in contexts if c.startswith("d=")),
+                                                         key=lambda c: int(c[2:]), default=contexts[0])
+    if draft is None:
+        names = [m.draft.name for m in models.select(state=state, context=context)]
+        draft = draft_name(0.0) if draft_name(0.0) in names else (ORACLE_DRAFT if ORACLE_DRAFT in names else names[0])
+    try:
+        return models.get(state, context, draft)
+    except RoundModelError as err:
+        raise AdviceInputError(f"{path}: {err}") from None
+
+
+def _chain_verify(rm: RoundModel, folder: Path, version: str, depth: int | None, eps: float) -> tuple[RoundModel, int, str]:
+    """``rm`` with notebook 06's chain (22) version ``version`` as its verify term (its interval
+    bound (17) at eps around the predicted expert time; the saving's bound (18))."""
+    path = folder / ("06_curves.csv" if rm.state == "quiet" else f"06_curves_{rm.state}.csv")
+    curves = _read_csv(path, ["d", "n", "version", "tau_slot_ms", "tau_dedup_ms"], "notebook 06's chain")
     depths = sorted(int(d) for d in curves["d"].unique())
     d = depths[0] if depth is None else int(depth)
     if d not in depths:
         raise AdviceInputError(f"{path}: no context depth d = {d}; depths present: {depths}")
-    g = curves[(curves["d"] == d) & (curves["version"] == version)].sort_values("n")
+    want = "measured-grid" if version == "grid" else version
+    g = curves[(curves["d"] == d) & (curves["version"] == want)].sort_values("n")
     if list(g["n"]) != list(range(1, N_MAX + 1)):
-        raise AdviceInputError(f"{path}: version {version!r} at d = {d} covers n = {list(g['n'])}, "
-                               f"not 1..{N_MAX}")
-    tau = {p: _finite(g[f"tau_{p}_ms"], f"{path}: tau_{p}_ms ({version}, d = {d})") * 1e-3 for p in ("slot", "dedup")}
-    S = tau["slot"] - tau["dedup"]
-    if version == "measured":
-        lo = _finite(g["S_lo_ms"], f"{path}: S_lo_ms (measured, d = {d})", positive=False) * 1e-3
-        hi = _finite(g["S_hi_ms"], f"{path}: S_hi_ms (measured, d = {d})", positive=False) * 1e-3
-        interval = "95% bootstrap interval of the measured saving (notebook 05)"
-    else:
-        band = _finite(g["band_ms"], f"{path}: band_ms ({version}, d = {d}): the band of bound (18)",
-                       positive=False) * 1e-3
-        lo, hi = S - band, S + band
-        interval = "band of bound (18) at the engine's eps around the predicted saving"
+        raise AdviceInputError(f"{path}: version {want!r} at d = {d} covers n = {list(g['n'])}, not 1..{N_MAX}")
+    tau = {p: _finite(g[f"tau_{p}_ms"], f"{path}: tau_{p}_ms ({want}, d = {d})") * 1e-3 for p in ("slot", "dedup")}
+    if version == "grid":
+        lo = _finite(g["S_lo_ms"], f"{path}: S_lo_ms (grid, d = {d})", positive=False) * 1e-3
+        hi = _finite(g["S_hi_ms"], f"{path}: S_hi_ms (grid, d = {d})", positive=False) * 1e-3
+        S = tau["slot"] - tau["dedup"]
+        out = rm.with_verify(tau, f"notebook 05's shuffled grid at d = {d} ({path.name})", "grid",
+                             saving_half_width=np.maximum(S - lo, hi - S))
+        return out, d, "95% bootstrap interval of the grid's measured saving (notebook 05)"
+    for c in ("band_ms", "M_slot_ms", "M_dedup_ms"):
+        if c not in g.columns:
+            raise AdviceInputError(f"{path}: column {c!r} missing (runs before the round model); use version 'loop'")
+    band = _finite(g["band_ms"], f"{path}: band_ms ({version}, d = {d})", positive=False) * 1e-3
+    M = {p: _finite(g[f"M_{p}_ms"], f"{path}: M_{p}_ms", positive=False) * 1e-3 for p in ("slot", "dedup")}
+    r = eps / (1 - eps)
+    out = rm.with_verify(tau, f"chain (22), version {version!r}, d = {d} ({path.name})", "prediction",
+                         half_width={p: r * M[p] for p in M}, saving_half_width=band)
+    return out, d, "band of bound (18) at the engine's eps around the predicted saving"
+
+
+def from_round_model_run(folder: Path, run: Path, version: str = "loop", depth: int | None = None,
+                         state: str | None = None, context: str | None = None, draft_of_run: str | None = None,
+                         draft: DraftTime | None = None) -> VerifyCurves:
+    """The round model of notebook 05 (``05_round_model.json``): machine ``state`` (default quiet),
+    ``context`` (default ``chat``, the real draft's prompts, else the shallowest depth) and the
+    run's draft ``draft_of_run`` (default the draft as trained); ``draft`` (:func:`draft_option`)
+    replaces the draft term. ``version`` other than ``loop`` replaces the verify term by that version
+    of notebook 06's chain (22) at ``depth`` (or by notebook 05's shuffled grid: ``grid``)."""
+    if version not in VERSIONS:
+        raise AdviceInputError(f"version must be one of {VERSIONS}; found {version!r}")
+    path = folder / ROUND_MODEL_FILE
+    try:
+        models = RoundModels.load(path)
+    except RoundModelError as err:
+        raise AdviceInputError(str(err)) from None
+    rm = _pick_round(models, path, state, context, draft_of_run)
     inputs = [str(path)]
-    eps_path = folder / "06_epsilon.csv"
+    eps = None
+    eps_path = folder / ("06_epsilon.csv" if rm.state == "quiet" else f"06_epsilon_{rm.state}.csv")
     if eps_path.exists():
         eps = float(_finite(_read_csv(eps_path, ["eps_engine"], "engine eps")["eps_engine"].iloc[:1],
                             f"{eps_path}: eps_engine")[0])
-        inputs.append(str(eps_path))
-    else:
-        t7_path = folder / "06_table7_error.csv"
-        t7 = _read_csv(t7_path, ["d", "engine_eps", "source"], "the engine's eps (06_epsilon.csv or 06_table7_error.csv)")
-        row = t7[(t7["source"] == "this run") & (t7["d"] == d)]
-        if row.empty:
-            raise AdviceInputError(f"{t7_path}: no row of this run at d = {d} with the engine's eps")
-        eps = float(_finite(row["engine_eps"].iloc[:1], f"{t7_path}: engine_eps")[0])
-        inputs.append(f"{t7_path} (eps to three decimals; runs from this version on write 06_epsilon.csv)")
-    assumptions = [f"verify times: version {version!r} of the chain (22) at context depth d = {d} "
-                   f"(depths in the run: {depths})"]
-    h_path = folder / "06_step_overhead.csv"
-    if draft_ms is None and h_path.exists():
-        hk = _read_csv(h_path, ["d", "k", "h_s"], "measured draft time h(k)")
-        hk = hk[hk["d"] == d].sort_values("k")
-        if hk.empty or list(hk["k"]) != list(range(len(hk))) or len(hk) > N_MAX:
-            raise AdviceInputError(f"{h_path}: h(k) at d = {d} covers k = {list(hk['k'])}, not 0..kmax "
-                                   f"with kmax <= {N_MAX - 1}")
-        h = _finite(hk["h_s"], f"{h_path}: h_s", positive=False)
-        inputs.append(str(h_path))
-        assumptions.append(f"draft time h(k): measured per step outside the verify pass in notebook 05's "
-                           f"oracle-draft runs, k = 0..{len(h) - 1} (the draft lengths decided on)")
-    else:
-        h = draft_times(draft_ms or 0.0)
-        assumptions.append(_draft_assumption(draft_ms or 0.0)
-                           + ("" if draft_ms is not None else " (this run has no 06_step_overhead.csv)"))
+    interval = "95% interval of the paired saving measured in decode loops (round calibration, notebook 05)"
+    where = f"{rm.context}, {rm.state} machine"
+    if version != "loop":
+        if version != "grid" and eps is None:
+            raise AdviceInputError(f"{eps_path} is missing: version {version!r} needs the engine's eps (notebook 06)")
+        rm, d, interval = _chain_verify(rm, folder, version, depth, eps or 0.0)
+        inputs.append(str(folder / "06_curves.csv"))
+        where += f"; verify term: {version} at d = {d}"
+    if draft is not None:
+        rm = rm.with_draft(draft)
+    if rm.saving is None:   # a context whose kernels' runs were not paired: both kernels' intervals added
+        rm = rm.with_verify({p: rm.tau(p) for p in ("slot", "dedup")}, rm.verify["dedup"].source,
+                            rm.verify["dedup"].protocol,
+                            half_width={p: rm.verify[p].spread_s for p in ("slot", "dedup")},
+                            saving_half_width=rm.verify["slot"].spread_s + rm.verify["dedup"].spread_s)
+        interval = "the two kernels' 95% intervals added (their runs were not paired)"
+    others = {}
+    if version == "loop":
+        for other in models.states:
+            found = models.select(other, rm.context, draft_of_run or _pick_round(models, path, rm.state, rm.context,
+                                                                                 None).draft.name)
+            if other != rm.state and len(found) == 1:
+                others[other] = found[0].with_draft(draft) if draft is not None else found[0]
+    covers = [f"verify: {rm.verify['dedup'].protocol} ({rm.verify['dedup'].source})",
+              f"draft: {rm.draft.term.protocol} ({rm.draft.term.source})",
+              f"host: {rm.host.protocol} ({rm.host.source})"]
+    assumptions = [f"round model of {where}: V(k) = t_draft(k) + tau(k + 1) + h(k), each term with its 95 % "
+                   f"interval; read bandwidth {rm.read_GBps:.2f} GB/s (same-round reads), regime {rm.regime}"
+                   if rm.read_GBps is not None else f"round model of {where}",
+                   _draft_assumption(rm.draft),
+                   f"host time h(k): {rm.host.source}"]
     meta = _check_manifest(run, manifest(run) or manifest(folder))
     t3, fits_path = folder / "06_table3_predictions.csv", folder / "06_fits.csv"
     model = engine = None
-    fmt = str(pd.read_csv(fits_path)["fmt"].iloc[0]) if fits_path.exists() else "as run by notebook 06"
+    fmt = str(pd.read_csv(fits_path)["fmt"].iloc[0]) if fits_path.exists() else "as run by notebook 05"
     if t3.exists():
         rows = pd.read_csv(t3)
         ours = rows[rows.get("source", pd.Series(dtype=str)) == "this run"]
         if not ours.empty:
             model, engine = str(ours["model"].iloc[0]), str(ours["engine"].iloc[0])
-    subject = {"model": model or "the engine's model (notebook 06)", "engine": engine or "moespec engine",
-               "format": fmt, "source": "this run", "from": "notebook 06 (engine fits, chain (22))",
-               "run": str(run), **meta}
-    return VerifyCurves(tau=tau, S_lo=lo, S_hi=hi, interval=interval, h=h, eps=eps, subject=subject,
-                        inputs=inputs, assumptions=assumptions)
+    subject = {"model": model or rm.subject, "engine": engine or "moespec engine", "format": fmt,
+               "source": "this run", "from": f"notebook 05's round model ({where})", "run": str(run),
+               "state": rm.state, "context": rm.context, "draft": rm.draft.name, "regime": rm.regime,
+               "read_GBps": rm.read_GBps, **meta}
+    return VerifyCurves(round_model=rm, interval=interval, eps=eps, subject=subject, inputs=inputs,
+                        assumptions=assumptions, covers=covers, other_states=others)
 
 
 # --- notebook 03: fits of the expert operation -------------------------------------------------
@@ -275,7 +374,7 @@ def _check_fits(fits: pd.DataFrame, path: Path) -> None:
 
 
 def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float = 0.5,
-                       draft_ms: float = 0.0) -> VerifyCurves:
+                       draft: DraftTime | None = None) -> VerifyCurves:
     """Verify times from notebook 03's fits (4)/(E.1): per layer, the fit at the mean union of the
     windows (the run's byte share ubar(n), or ``trace``'s mean union per layer), summed over every
     MoE layer of the model (layers without a fit of their own take the fitted layers' mean
@@ -333,46 +432,55 @@ def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float =
     slot, dedup = th.verify_times_from_bandwidths(E_slot / M["slot"], E_dedup / M["dedup"], E_dedup / E_slot,
                                                   m, W, dense_bytes=dense_ratio * m * W, dense_bandwidth=beta_D)
     half = np.asarray(th.saving_bound(eps, slot.expert_time(), dedup.expert_time()), float)
-    S = slot.tau() - dedup.tau()
+    draft = _draft_or_refuse(draft, f"notebook 03's fits ({paths_[0]})")
     layers = sorted(int(x) for x in fits["layer"].unique())
     assumptions += [f"expert operation: fits (4)/(E.1) of layer(s) {layers} at expert bytes b = {b:.0f} B, "
                     f"applied to all {L} MoE layers", routing,
                     f"dense bytes per pass D = {dense_ratio:g} m W (not measured by notebook 03), {dense_note}",
-                    _draft_assumption(draft_ms)]
+                    _draft_assumption(draft), "host time h(k) = 0: notebook 03 does not measure it"]
     backend = fits["backend"].iloc[0] if "backend" in fits else "?"
     fmt = fits["fmt"].iloc[0] if "fmt" in fits else "?"
     meta = _check_manifest(run, manifest(run) or manifest(folder))
     subject = {"model": (f"{spec.paper_label or spec.name} ({spec.num_moe_layers} MoE layers, m = {spec.top_k}), "
                          f"benchmark shape {model}") if spec else model, "engine": f"moespec {backend} kernels",
                "format": fmt, "source": "this run", "from": "notebook 03 (expert-operation fits)", "run": str(run), **meta}
-    return VerifyCurves(tau={"slot": slot.tau(), "dedup": dedup.tau()}, S_lo=S - half, S_hi=S + half,
-                        interval="band of bound (18) at the fits' eps around the predicted saving",
-                        h=draft_times(draft_ms), eps=eps, subject=subject, inputs=[str(p) for p in paths_],
-                        assumptions=assumptions,
+    rm = predicted_round({"slot": slot.tau(), "dedup": dedup.tau()},
+                         {"slot": slot.memory_time(), "dedup": dedup.memory_time()}, eps, half, draft,
+                         subject["model"], "notebook 03's fits", "fits (4)/(E.1) of notebook 03, bound (17) at eps")
+    return VerifyCurves(round_model=rm, interval="band of bound (18) at the fits' eps around the predicted saving",
+                        eps=eps, subject=subject, inputs=[str(p) for p in paths_], assumptions=assumptions,
+                        covers=["verify: bound (17) at the fits' eps", f"draft: {draft.term.protocol}",
+                                "host: not covered (taken as 0)"],
                         ubar=th.byte_share(dedup.expert_bytes, slot.expert_bytes),
                         r=th.bandwidth_ratio(dedup.bandwidth, slot.bandwidth))
 
 
-def from_run(run: str | Path, use: str = "auto", version: str = "prediction", depth: int | None = None,
-             trace=None, dense_ratio: float = 0.5, draft_ms: float | None = None) -> VerifyCurves:
-    """Verify curves of a run folder: notebook 06's engine chain when present (``use="auto"`` or
-    ``"engine"``), else notebook 03's expert-operation fits (``use="expert-op"``)."""
+def from_run(run: str | Path, use: str = "auto", version: str = "loop", depth: int | None = None,
+             trace=None, dense_ratio: float = 0.5, draft: DraftTime | None = None, state: str | None = None,
+             context: str | None = None, draft_of_run: str | None = None) -> VerifyCurves:
+    """Verify curves of a run folder: notebook 05's round model when present (``use="auto"`` or
+    ``"engine"``; :func:`from_round_model_run`), else notebook 03's expert-operation fits
+    (``use="expert-op"``)."""
     run = Path(run)
     folder = outputs_folder(run)
-    has_engine = (folder / "06_curves.csv").exists()
+    has_engine = (folder / ROUND_MODEL_FILE).exists()
     has_op = (folder / EXPERT_OP_FILES[0]).exists()
     if use not in ("auto", "engine", "expert-op"):
         raise AdviceInputError(f"use must be 'auto', 'engine' or 'expert-op'; found {use!r}")
     if use == "engine" or (use == "auto" and has_engine):
         if not has_engine:
-            raise AdviceInputError(f"{folder}: notebook 06's 06_curves.csv is missing (use='engine')")
+            raise AdviceInputError(f"{folder}: notebook 05's {ROUND_MODEL_FILE} is missing (use='engine')")
         if trace is not None:
-            raise AdviceInputError("a routing trace applies to notebook 03's fits; notebook 06's chain "
+            raise AdviceInputError("a routing trace applies to notebook 03's fits; notebook 05's round model "
                                    "already used the engine's own routing (use='expert-op')")
-        return from_engine_run(folder, run, version=version, depth=depth, draft_ms=draft_ms)
+        return from_round_model_run(folder, run, version=version, depth=depth, state=state, context=context,
+                                    draft_of_run=draft_of_run, draft=draft)
     if not has_op:
         raise AdviceInputError(f"{folder}: notebook 03's {EXPERT_OP_FILES[0]} is missing (use='expert-op')")
-    return from_expert_op_run(folder, run, trace=trace, dense_ratio=dense_ratio, draft_ms=draft_ms or 0.0)
+    for name, value in (("state", state), ("context", context), ("draft_of_run", draft_of_run)):
+        if value is not None:
+            raise AdviceInputError(f"{name}={value!r} names a round model; notebook 03's fits have none (use='engine')")
+    return from_expert_op_run(folder, run, trace=trace, dense_ratio=dense_ratio, draft=draft)
 
 
 # --- a bandwidth table ------------------------------------------------------------------------
@@ -398,7 +506,7 @@ def _pick_row(df: pd.DataFrame, path: Path, engine: str | None, model: str | Non
 
 def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str | None = None,
                          trace=None, eps: float | None = None, dense_ratio: float = 0.5,
-                         draft_ms: float = 0.0, fmt: str | None = None) -> VerifyCurves:
+                         draft: DraftTime | None = None, fmt: str | None = None) -> VerifyCurves:
     """Verify curves from a bandwidth table: paper 1's Table-1 layout (effective bandwidths and ubar
     at n = 2 and 8, interpolated as :mod:`moespec.theory.table1` states; notebook 04's step times)
     or one row per n = 1..9 (``beta_slot_GBps``, ``beta_dedup_GBps``, ``ubar``, as notebook 02's
@@ -469,17 +577,22 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
     slot, dedup = th.verify_times_from_bandwidths(beta_slot, beta_dedup, ubar, m, W,
                                                   dense_bytes=dense_ratio * m * W, dense_bandwidth=beta_slot[0])
     half = np.asarray(th.saving_bound(eps, slot.expert_time(), dedup.expert_time()), float)
-    S = slot.tau() - dedup.tau()
+    draft = _draft_or_refuse(draft, f"bandwidth table {path}")
     assumptions += [f"dense bytes per pass D = {dense_ratio:g} m W (the table has none), read at the per-slot "
-                    "one-token bandwidth; t0 = phi = 0", _draft_assumption(draft_ms)]
+                    "one-token bandwidth; t0 = phi = 0", _draft_assumption(draft),
+                    "host time h(k) = 0: a bandwidth table does not measure it"]
     subject = {"model": model_name, "engine": eng_name, "format": fmt,
                "source": PAPER_LABEL if theirs else source,
                "from": "paper 1's published Table 1 (their hardware): an illustration, not a measurement of "
                        "this project" if theirs else f"bandwidth table {path.name}"}
-    return VerifyCurves(tau={"slot": slot.tau(), "dedup": dedup.tau()}, S_lo=S - half, S_hi=S + half,
-                        interval="band of bound (18) at eps around the saving of these step times",
-                        h=draft_times(draft_ms), eps=float(eps), subject=subject, inputs=[str(path)],
-                        assumptions=assumptions, ubar=th.byte_share(dedup.expert_bytes, slot.expert_bytes),
+    rm = predicted_round({"slot": slot.tau(), "dedup": dedup.tau()},
+                         {"slot": slot.memory_time(), "dedup": dedup.memory_time()}, float(eps), half, draft,
+                         str(model_name), "bandwidth table", f"bandwidth table {path.name}, bound (17) at eps")
+    return VerifyCurves(round_model=rm, interval="band of bound (18) at eps around the saving of these step times",
+                        eps=float(eps), subject=subject, inputs=[str(path)], assumptions=assumptions,
+                        covers=["verify: bound (17) at eps", f"draft: {draft.term.protocol}",
+                                "host: not covered (taken as 0)"],
+                        ubar=th.byte_share(dedup.expert_bytes, slot.expert_bytes),
                         r=th.bandwidth_ratio(dedup.bandwidth, slot.bandwidth))
 
 

@@ -9,14 +9,19 @@ from moespec import io
 from .decide import ENGINE_NAMES, ENGINES, SCHEMA_ID
 
 _NUM = {"type": "number"}
+_NUMS = {"type": "array", "items": {"type": "number"}, "minItems": 1}
+_NUM_OR_NULL = {"type": ["number", "null"]}
 _INT_OR_NULL = {"type": ["integer", "null"]}
 _ENGINE = {"type": "object",
            "required": ["k_star", "speedup", "speedup_lo", "speedup_hi", "throughput_per_s", "k_star_certain",
-                        "loss_k_off_by_one", "speedup_by_k"],
+                        "loss_k_off_by_one", "speedup_by_k", "speedup_lo_by_k", "speedup_hi_by_k", "delta_by_k",
+                        "step_ms_by_k"],
            "properties": {"k_star": {"type": "integer", "minimum": 0}, "speedup": {"type": "number", "exclusiveMinimum": 0},
                           "speedup_lo": _NUM, "speedup_hi": _NUM, "throughput_per_s": _NUM,
                           "k_star_certain": {"type": "boolean"}, "loss_k_off_by_one": {"type": "number", "minimum": 0},
-                          "speedup_by_k": {"type": "array", "items": _NUM, "minItems": 1}}}
+                          "speedup_by_k": _NUMS, "speedup_lo_by_k": _NUMS, "speedup_hi_by_k": _NUMS,
+                          "delta_by_k": {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1},
+                          "step_ms_by_k": _NUMS}}
 _SETTING = {"type": "object", "required": ["cli", "note"],
             "properties": {"cli": {"type": "string"}, "note": {"type": "string"}}}
 
@@ -26,21 +31,27 @@ ADVICE_SCHEMA = {
     "$id": SCHEMA_ID,
     "title": "moespec advise: expert kernel and draft length for speculative decoding on an MoE model",
     "type": "object",
-    "required": ["schema", "subject", "inputs", "assumptions", "error", "draft_time_ms", "dedup", "acceptance",
-                 "settings", "versions_cited"],
+    "required": ["schema", "subject", "inputs", "assumptions", "band_covers", "error", "draft_time_ms",
+                 "host_time_ms", "draft", "dedup", "acceptance", "settings", "versions_cited"],
     "properties": {
         "schema": {"const": SCHEMA_ID},
         "subject": {"type": "object", "required": ["model", "engine", "format", "source", "from"],
                     "properties": {k: {"type": ["string", "null"]} for k in ("model", "engine", "format", "source", "from")}},
         "inputs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "assumptions": {"type": "array", "items": {"type": "string"}},
+        "band_covers": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "error": {"type": "object",
                   "required": ["eps", "delta", "verify_time_rel_17", "margin_19", "loss_bound_20", "speedup_factor_21"],
-                  "properties": {"eps": {"type": "number", "minimum": 0, "exclusiveMaximum": 0.5},
-                                 "delta": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-                                 "verify_time_rel_17": _NUM, "margin_19": _NUM, "loss_bound_20": _NUM,
+                  "properties": {"eps": {"type": ["number", "null"], "minimum": 0, "exclusiveMaximum": 0.5},
+                                 "delta": {"type": "number", "minimum": 0},
+                                 "verify_time_rel_17": _NUM_OR_NULL, "margin_19": _NUM_OR_NULL, "loss_bound_20": _NUM,
                                  "speedup_factor_21": {"type": "array", "items": _NUM, "minItems": 2, "maxItems": 2}}},
         "draft_time_ms": {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1},
+        "host_time_ms": {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1},
+        "draft": {"type": "object", "required": ["name", "source", "protocol", "a_ms_per_token", "b_ms_per_round"],
+                  "properties": {"name": {"type": "string"}, "source": {"type": "string"},
+                                 "protocol": {"type": "string"}, "a_ms_per_token": _NUM_OR_NULL,
+                                 "b_ms_per_round": _NUM_OR_NULL}},
         "dedup": {"type": "object", "required": ["from_n", "earliest_n", "guaranteed_from_n", "interval", "pass_sizes"],
                   "properties": {"from_n": _INT_OR_NULL, "earliest_n": _INT_OR_NULL, "guaranteed_from_n": _INT_OR_NULL,
                                  "interval": {"type": "string"},
@@ -56,16 +67,21 @@ ADVICE_SCHEMA = {
                                                     "sign_certain": {"type": "boolean"},
                                                     "ubar": _NUM, "r": _NUM, "kernels_agree_19": {"type": "boolean"}}}}}},
         "acceptance": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["a", "label", "engines", "recommended", "loss_if_wrong"],
+            "type": "object", "required": ["a", "label", "engines", "recommended", "other_states", "loss_if_wrong"],
             "properties": {
                 "a": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "label": {"type": "string"},
                 "engines": {"type": "object", "required": list(ENGINES),
                             "properties": {e: _ENGINE for e in ENGINES}, "additionalProperties": False},
                 "recommended": {"type": "object",
                                 "required": ["engine", "engine_name", "k", "speculate", "speedup", "speedup_lo",
-                                             "speedup_hi", "verify_pass_tokens", "k_certain"],
+                                             "speedup_hi", "verify_pass_tokens", "k_certain", "interval_contains_1"],
                                 "properties": {"engine": {"enum": list(ENGINES)}, "k": {"type": "integer", "minimum": 0},
-                                               "speculate": {"type": "boolean"}}},
+                                               "speculate": {"type": "boolean"},
+                                               "interval_contains_1": {"type": "boolean"}}},
+                "other_states": {"type": "object", "additionalProperties": {
+                    "type": "object", "required": ["engine", "k", "speedup", "speedup_lo", "speedup_hi", "differs"],
+                    "properties": {"engine": {"enum": list(ENGINES)}, "k": {"type": "integer", "minimum": 0},
+                                   "differs": {"type": "boolean"}}}},
                 "loss_if_wrong": {"type": "object",
                                   "required": ["per_slot_kernel_only", "dedup_kernel_only", "draft_length_off_by_one",
                                                "plain_decoding", "bound_20"],
@@ -102,39 +118,65 @@ def _n(x) -> str:
     return "none up to 9" if x is None else str(x)
 
 
+def _interval(lo: float, hi: float) -> str:
+    return f"[{lo:.3f}, {hi:.3f}]"
+
+
 def format_text(advice: dict) -> str:
     """The advice as the table ``moespec advise`` prints."""
     s, err, kd = advice["subject"], advice["error"], advice["dedup"]
     lo21, hi21 = err["speedup_factor_21"]
-    out = [f"moespec advise: {s['model']}, {s['engine']} ({s['format']})",
-           f"  numbers from: {s['from']}; {s['source']}" + (f"; hardware: {s['hardware']}" if s.get("hardware") else ""),
-           f"  bandwidth error eps = {err['eps']:.3f} -> step-time error delta = {err['delta']:.3f}: verify times within "
-           f"+-{_pct(err['verify_time_rel_17'])} (17); a draft length chosen on them loses at most "
-           f"{_pct(err['loss_bound_20'])} of the best throughput (20); best speedup within x[{lo21:.3f}, {hi21:.3f}] (21)",
-           "Assumptions:", *[f"  - {a}" for a in advice["assumptions"]],
-           "",
-           f"Expert kernel: deduplication is faster from n = {_n(kd['from_n'])} tokens per pass "
-           f"(earliest {_n(kd['earliest_n'])}, guaranteed from {_n(kd['guaranteed_from_n'])}; {kd['interval']})",
-           "   n   tau slot ms   tau dedup ms   saving ms [interval]         dedup faster   sign certain"]
+    head = [f"moespec advise: {s['model']}, {s['engine']} ({s['format']})",
+            f"  numbers from: {s['from']}; {s['source']}" + (f"; hardware: {s['hardware']}" if s.get("hardware") else "")]
+    if s.get("state"):
+        head.append(f"  machine state: {s['state']}" + (f", read {s['read_GBps']:.2f} GB/s in the same rounds"
+                                                       if s.get("read_GBps") is not None else "")
+                    + f", bandwidth regime {s.get('regime', 'one')}")
+    if err["eps"] is not None:
+        head.append(f"  bandwidth error eps = {err['eps']:.3f}: predicted verify times within +-{_pct(err['verify_time_rel_17'])} "
+                    "(17) where the verify term is predicted from bandwidths")
+    head.append(f"  step-time error: delta = {err['delta']:.3f} (largest over k of the recommended engine's delta_k); "
+                f"a draft length chosen on these step times loses at most {_pct(err['loss_bound_20'])} of the best "
+                f"throughput (20); best speedup within x[{lo21:.3f}, {hi21:.3f}] (21)")
+    head.append("  the band covers: " + "; ".join(advice["band_covers"]))
+    out = head + ["Assumptions:", *[f"  - {a}" for a in advice["assumptions"]], "",
+                  f"Expert kernel: deduplication is faster from n = {_n(kd['from_n'])} tokens per pass "
+                  f"(earliest {_n(kd['earliest_n'])}, guaranteed from {_n(kd['guaranteed_from_n'])}; {kd['interval']})",
+                  "   n   tau slot ms   tau dedup ms   saving ms [interval]         dedup faster   sign certain"]
     for r in kd["pass_sizes"]:
         out.append(f"  {r['n']:>2}   {r['tau_slot_ms']:>11.4f}   {r['tau_dedup_ms']:>12.4f}   "
                    f"{r['saving_ms']:>+8.4f} [{r['saving_lo_ms']:+.4f}, {r['saving_hi_ms']:+.4f}]   "
                    f"{'yes' if r['dedup_faster'] else 'no':>12}   {'yes' if r['sign_certain'] else 'no':>12}")
+    out += ["", "Round: V(k) = t_draft(k) + tau(k + 1) + h(k) (ms), deduplicating engine",
+            "   k   t_draft   h(k)    V(k)"]
+    V = advice["acceptance"][0]["engines"]["dedup"]["step_ms_by_k"]
+    for k, (d, h, v) in enumerate(zip(advice["draft_time_ms"], advice["host_time_ms"], V)):
+        out.append(f"  {k:>2}   {d:7.3f}  {h:6.3f}  {v:7.3f}")
     for item, setting in zip(advice["acceptance"], advice["settings"]):
         rec, loss = item["recommended"], item["loss_if_wrong"]
         out += ["", f"Draft length at acceptance a = {item['a']:.3f} ({item['label']}):",
-                "  engine                                                k*   speedup [bound (21)]     k* certain (20)   lost at k*+-1"]
+                "  engine                                                k*   speedup [band (21) at delta_k*]   k* certain (20)   lost at k*+-1"]
         for e in ENGINES:
             x = item["engines"][e]
-            out.append(f"  {ENGINE_NAMES[e]:<52}  {x['k_star']:>2}   {x['speedup']:.3f} [{x['speedup_lo']:.3f}, "
-                       f"{x['speedup_hi']:.3f}]   {'yes' if x['k_star_certain'] else 'no':>15}   "
-                       f"{_pct(x['loss_k_off_by_one']):>12}")
+            out.append(f"  {ENGINE_NAMES[e]:<52}  {x['k_star']:>2}   {x['speedup']:.3f} {_interval(x['speedup_lo'], x['speedup_hi'])}"
+                       f"          {'yes' if x['k_star_certain'] else 'no':>15}   {_pct(x['loss_k_off_by_one']):>12}")
+        eng = item["engines"][rec["engine"]]
+        out.append("  speedup by k, " + rec["engine_name"] + ": " + ", ".join(
+            f"k={k} {sp:.3f} {_interval(lo, hi)}" for k, (sp, lo, hi) in
+            enumerate(zip(eng["speedup_by_k"], eng["speedup_lo_by_k"], eng["speedup_hi_by_k"])) if k > 0))
         verdict = (f"draft k = {rec['k']} token{'s' if rec['k'] != 1 else ''} (verify passes of "
                    f"{rec['verify_pass_tokens']}), "
-                   f"{rec['engine_name']}: speedup {rec['speedup']:.3f} [{rec['speedup_lo']:.3f}, {rec['speedup_hi']:.3f}]"
+                   f"{rec['engine_name']}: speedup {rec['speedup']:.3f} {_interval(rec['speedup_lo'], rec['speedup_hi'])}"
                    if rec["speculate"] else "plain decoding (k = 0): speculation does not pay at this acceptance rate")
-        out += [f"  -> {verdict}",
-                f"  throughput lost by a wrong choice: per-slot kernel only {_pct(loss['per_slot_kernel_only'])}, "
+        out.append(f"  -> {verdict}")
+        if rec["interval_contains_1"]:
+            out.append("  !! the band holds a speedup of 1: by these measurements drafting may or may not pay here")
+        for state, o in item["other_states"].items():
+            what = (f"draft k = {o['k']} ({ENGINE_NAMES[o['engine']]}), speedup {o['speedup']:.3f} "
+                    f"{_interval(o['speedup_lo'], o['speedup_hi'])}" if o["k"] > 0 else "plain decoding")
+            out.append(f"  in the {state} machine state{' (read %.2f GB/s)' % o['read_GBps'] if o.get('read_GBps') else ''}: "
+                       f"{what}" + ("  <- DIFFERS from the recommendation above" if o["differs"] else " (the same)"))
+        out += [f"  throughput lost by a wrong choice: per-slot kernel only {_pct(loss['per_slot_kernel_only'])}, "
                 f"dedup kernel only {_pct(loss['dedup_kernel_only'])}, draft length off by one "
                 f"{_pct(loss['draft_length_off_by_one'])}, plain decoding {_pct(loss['plain_decoding'])} "
                 f"(bound (20) for a k chosen on these step times: {_pct(loss['bound_20'])})",

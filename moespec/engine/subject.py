@@ -88,10 +88,11 @@ class Subject:
 
     @property
     def rules_file(self) -> Path:
-        """The pre-registered scoring rules for this subject: the byte-faithful subject's own
-        (issue 16), the original ones for the default subject, else the byte-faithful file's rules,
-        applied but not pre-registered for this subject (:attr:`preregistered`)."""
-        name = "scoring_rules.json" if self.kind == "default" else "scoring_rules_byte_faithful.json"
+        """The pre-registered scoring rules for this subject: the byte-faithful subject's, registered
+        again with the round-model protocol (issue 24; the rules of issue 16's file, unchanged), the
+        original ones for the default subject, else the byte-faithful file's rules, applied but not
+        pre-registered for this subject (:attr:`preregistered`)."""
+        name = "scoring_rules.json" if self.kind == "default" else "scoring_rules_round_model.json"
         return paths.data_dir() / "preregistration" / name
 
     @property

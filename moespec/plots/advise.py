@@ -43,10 +43,11 @@ def advice_figure(advice: dict, title: str = "") -> plt.Figure:
                    label=f"a = {item['a']:.2f}: {ENGINE_NAMES[rec['engine']]}")
         if rec["engine"] != "slot":
             right.plot(k, item["engines"]["slot"]["speedup_by_k"], ":", color=color)
+        right.fill_between(k, eng["speedup_lo_by_k"], eng["speedup_hi_by_k"], color=color, alpha=0.12, lw=0)
         right.errorbar([rec["k"]], [rec["speedup"]], yerr=[[rec["speedup"] - rec["speedup_lo"]],
                                                            [rec["speedup_hi"] - rec["speedup"]]],
                        fmt="*", ms=12, color=color, capsize=3)
-    right.plot([], [], "k*", ms=10, label="best draft length k*, with the interval of bound (21)")
+    right.plot([], [], "k*", ms=10, label="best draft length k*; shaded: the band of bound (21) at every k")
     right.plot([], [], "k:", label="per-slot kernel at every n (where not the recommended engine)")
     right.axhline(1, color="0.4", lw=0.8, ls="--", label="plain decoding (speedup 1)")
     right.set_xlabel("draft length k (tokens drafted per step)")
@@ -56,12 +57,12 @@ def advice_figure(advice: dict, title: str = "") -> plt.Figure:
     right.grid(alpha=0.3)
     err = advice["error"]
     fig.suptitle(title or f"moespec advise: {s['model']}, {s['engine']} ({s['format']}); numbers from {s['from']}, "
-                          f"{s['source']}; eps = {err['eps']:.3f}", fontsize=9)
-    fig.text(0.01, 0.005, "eps: median relative error of the fitted operation times on unseen routing windows "
-                          "(paper 1, Sec. 4); bounds (18) and (21) of paper 1, Table 2. "
-                          "Draft time per step h(k), k = 0..: "
-                          f"{', '.join(f'{x:.2g}' for x in advice['draft_time_ms'])} ms "
-                          f"({'measured' if any('measured' in a for a in advice['assumptions'] if 'h(k)' in a) else 'assumed'}).",
+                          f"{s['source']}; delta = {err['delta']:.3f}", fontsize=9)
+    fig.text(0.01, 0.005, "Round model V(k) = t_draft(k) + tau(k + 1) + h(k); bands: bound (21) per k with delta_k from "
+                          "the terms' 95 % intervals (and eps, where a verify term is predicted from bandwidths). "
+                          f"Draft: {advice['draft']['name']}; draft time per round k = 0..: "
+                          f"{', '.join(f'{x:.2g}' for x in advice['draft_time_ms'])} ms; host: "
+                          f"{', '.join(f'{x:.2g}' for x in advice['host_time_ms'])} ms.",
              fontsize=7, color="0.3")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
