@@ -36,7 +36,7 @@ device = "cpu"
 seed = 0
 run_folder = ""          # empty: this run's tables (else the committed full run's figures/)
 acceptance = [0.5, 0.7, 0.9]
-draft_fit = ""           # "A,B": another draft, t_draft(k) = A k + B ms; "": the run's own draft (measured)
+draft_fit = ""           # A,B: another draft, t_draft(k) = A k + B ms; empty: the draft of the run (measured)
 free_draft = False       # True: take the draft as free (the theory's idealization; only when asked for)
 dense_ratio = 0.5        # dense bytes per pass / (m W) where the run has none (notebook 03's fits)
 

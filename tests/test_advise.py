@@ -25,25 +25,39 @@ from conftest import notebook_text
 COMMITTED = paths.ROOT / "figures"
 
 
-def curves(tau_slot, tau_dedup, eps, band=None, h=None):
+def curves(tau_slot, tau_dedup, eps, band=None, h=None, draft=None, spread=None):
+    """Verify curves of a round model with these verify times (their interval +- ``spread``), the
+    saving's interval +- ``band``, host time ``h`` (default 0) and ``draft`` (default free)."""
     tau_slot, tau_dedup = np.asarray(tau_slot, float), np.asarray(tau_dedup, float)
     S = tau_slot - tau_dedup
+    n = len(S)
     band = np.zeros_like(S) if band is None else np.asarray(band, float)
-    return VerifyCurves(tau={"slot": tau_slot, "dedup": tau_dedup}, S_lo=S - band, S_hi=S + band,
-                        interval="given", h=np.zeros(len(S)) if h is None else h, eps=eps,
+    w = np.zeros(n) if spread is None else np.asarray(spread, float)
+    verify = {p: predict.Term(t, t - w, t + w, np.ones(n, int), "test", "loop")
+              for p, t in (("slot", tau_slot), ("dedup", tau_dedup))}
+    host = predict.Term.exact(np.zeros(n) if h is None else np.asarray(h, float), "test", "loop")
+    rm = predict.RoundModel("test", "d=0", "quiet", verify, host, draft or predict.DraftTime.free(len(host.values_s) - 1),
+                            saving=predict.Term(S, S - band, S + band, np.ones(n, int), "test", "loop"))
+    return VerifyCurves(round_model=rm, interval="given", eps=eps,
                         subject={"model": "m", "engine": "e", "format": "f", "source": "test", "from": "test"},
-                        inputs=["test"])
+                        inputs=["test"], covers=["test"])
 
 
 # --- hand-checkable cases -----------------------------------------------------------------------
 def test_jump_example_by_hand():
-    """V_dedup = (1, 2, 2) (paper 1, App. B.3) and V_slot = (1, 2.5, 3), eps = 1/10."""
-    c = curves([1, 2.5, 3], [1, 2, 2], eps=0.1, band=[0.1, 0.6, 0.2])
+    """V_dedup = (1, 2, 2) (paper 1, App. B.3) and V_slot = (1, 2.5, 3); every verify time known to
+    within 10 % (interval [0.9 tau, 1.1 tau]): delta_k = 1/9 at every k."""
+    tau_s, tau_d = np.array([1, 2.5, 3.0]), np.array([1, 2, 2.0])
+    c = curves(tau_s, tau_d, eps=0.1, band=[0.1, 0.6, 0.2], spread=None)
+    rm = c.round_model
+    c.round_model = rm.with_verify({"slot": tau_s, "dedup": tau_d}, "test", "loop",
+                                   half_width={"slot": 0.1 * tau_s, "dedup": 0.1 * tau_d},
+                                   saving_half_width=[0.1, 0.6, 0.2])
     adv = advice.advise_curves(c, [0.5, 0.9])
     # S = (0, 1/2, 1): positive from n = 2; lower end (-0.1, -0.1, 0.8) from n = 3; upper end from 2
     assert adv["dedup"]["from_n"] == 2
     assert adv["dedup"]["guaranteed_from_n"] == 3 and adv["dedup"]["earliest_n"] == 2
-    delta = 1 / 9
+    delta = 1 / 9                                      # V/V_lo - 1 = 1/0.9 - 1
     err = adv["error"]
     assert err["delta"] == pytest.approx(delta)
     assert err["loss_bound_20"] == pytest.approx(0.2)                    # 2 delta/(1 + delta)
@@ -58,11 +72,18 @@ def test_jump_example_by_hand():
     assert d["k_star"] == 2 and d["speedup"] == pytest.approx(1.355)
     assert d["speedup_lo"] == pytest.approx(1.355 * 0.8) and d["speedup_hi"] == pytest.approx(1.355 * 1.25)
     assert d["speedup_by_k"] == pytest.approx([1, 0.95, 1.355])
+    # per k: [(1 - d_k)/(1 + d_0), (1 + d_k)/(1 - d_0)] x speedup(k), exactly 1 at k = 0
+    assert d["speedup_lo_by_k"] == pytest.approx([1, 0.95 * 0.8, 1.355 * 0.8])
+    assert d["speedup_hi_by_k"] == pytest.approx([1, 0.95 * 1.25, 1.355 * 1.25])
+    assert d["delta_by_k"] == pytest.approx([delta] * 3)
     assert d["k_star_certain"]                                            # 1.25 x 1 < 1.355
     assert d["loss_k_off_by_one"] == pytest.approx(1 - 0.95 / 1.355)
     assert nine["engines"]["slot"]["k_star"] == 0
     assert nine["engines"]["switch"]["k_star"] == 2                       # switch at n = 2: V = V_dedup
     assert nine["recommended"]["engine"] == "dedup"                       # ties go to the simpler engine
+    assert not nine["recommended"]["interval_contains_1"]                  # 1.355 x 0.8 > 1
+    assert half["recommended"]["engine"] == "slot" and not half["recommended"]["interval_contains_1"]  # <= 0.6 x 1.25
+    assert half["engines"]["dedup"]["speedup_hi_by_k"][2] == pytest.approx(0.875 * 1.25)  # a band above 1
     loss = nine["loss_if_wrong"]
     assert loss["per_slot_kernel_only"] == pytest.approx(1 - 1 / 1.355)
     assert loss["dedup_kernel_only"] == 0 and loss["plain_decoding"] == pytest.approx(1 - 1 / 1.355)
@@ -75,18 +96,32 @@ def test_jump_example_by_hand():
 
 
 def test_draft_time_enters_the_step_time():
-    """h(k) = k x 1 ms makes drafting dearer: V(k) = tau(k+1) + h(k), so k* can only fall."""
+    """A draft of 1 ms per token and 0.5 ms per round makes drafting dearer: V(k) = t_draft(k) +
+    tau(k+1) + h(k) with t_draft(0) = 0 and the intercept kept, so k* can only fall; host time is a
+    separate term."""
     tau = np.array([1.0, 1.1, 1.2, 1.3]) * 1e-3
     free = advice.advise_curves(curves(tau, tau, eps=0.01), [0.8])
-    dear = advice.advise_curves(curves(tau, tau, eps=0.01, h=np.arange(4) * 1e-3), [0.8])
-    V = tau + np.arange(4) * 1e-3
+    draft = advice.draft_option("1,0.5", kmax=3)
+    dear = advice.advise_curves(curves(tau, tau, eps=0.01, draft=draft, h=np.full(4, 0.1e-3)), [0.8])
+    t_draft = np.array([0, 1.5, 2.5, 3.5]) * 1e-3
+    V = tau + t_draft + 0.1e-3
     assert dear["acceptance"][0]["engines"]["slot"]["k_star"] == th.best_draft_length(V, 0.8)
+    assert dear["acceptance"][0]["engines"]["slot"]["step_ms_by_k"] == pytest.approx(1e3 * V)
     assert dear["acceptance"][0]["engines"]["slot"]["k_star"] < free["acceptance"][0]["engines"]["slot"]["k_star"]
-    assert dear["draft_time_ms"] == pytest.approx([0, 1, 2, 3])
-    # h known for k = 0..1 only (a run that drafted up to 1 token): decisions stop at k = 1
+    assert dear["draft_time_ms"] == pytest.approx([0, 1.5, 2.5, 3.5])      # the intercept is kept
+    assert dear["host_time_ms"] == pytest.approx([0.1] * 4)
+    assert dear["draft"]["a_ms_per_token"] == 1 and dear["draft"]["b_ms_per_round"] == 0.5
+    assert free["draft"]["protocol"] == "free"
+    # host time known for k = 0..1 only (a run that drafted up to 1 token): decisions stop at k = 1
     short = advice.advise_curves(curves(tau, tau, eps=0.01, h=[0.0, 0.0]), [0.95])
     eng = short["acceptance"][0]["engines"]["slot"]
     assert len(eng["speedup_by_k"]) == 2 and eng["k_star"] == th.best_draft_length(tau[:2], 0.95) == 1
+    with pytest.raises(AdviceInputError, match="two numbers"):
+        advice.draft_option("1")
+    with pytest.raises(AdviceInputError, match="not both"):
+        advice.draft_option("1,0", free_draft=True)
+    with pytest.raises(AdviceInputError, match="time >= 0"):
+        advice.draft_option("1,-2")
 
 
 def test_no_crossover_keeps_the_per_slot_kernel():
@@ -98,32 +133,35 @@ def test_no_crossover_keeps_the_per_slot_kernel():
 
 # --- agreement with theory on committed and published inputs ------------------------------------------
 def test_committed_run_agrees_with_theory():
+    """advise on the committed run decides on its round model (05_round_model.json: the quiet machine,
+    the real draft's prompts, the draft as trained): every step time is that model's, every k* and
+    speedup the theory's on it, and the bands are the model's per-k delta."""
+    from moespec.predict.calibration import draft_name
+
     adv = advice.advise(COMMITTED, [0.4, 0.7])
-    c = pd.read_csv(COMMITTED / "06_curves.csv")
-    g = c[(c["d"] == 64) & (c["version"] == "prediction")].sort_values("n")
-    tau = {p: g[f"tau_{p}_ms"].to_numpy() / 1e3 for p in ("slot", "dedup")}
-    assert adv["dedup"]["from_n"] == predict.crossover(tau["slot"] - tau["dedup"])
-    assert adv["dedup"]["guaranteed_from_n"] == predict.crossover((g["S_ms"] - g["band_ms"]).to_numpy())
-    eps = float(pd.read_csv(COMMITTED / "06_epsilon.csv")["eps_engine"].iloc[0])      # full precision
-    assert adv["error"]["eps"] == eps
-    t7 = float(pd.read_csv(COMMITTED / "06_table7_error.csv").query("source == 'this run' and d == 64")["engine_eps"].iloc[0])
-    assert t7 == round(eps, 3)                                                   # the table's three decimals
-    h = pd.read_csv(COMMITTED / "06_step_overhead.csv").query("d == 64").sort_values("k")["h_s"].to_numpy()
+    rm = predict.RoundModels.load(COMMITTED / "05_round_model.json").get("quiet", "chat", draft_name(0.0))
+    assert adv["dedup"]["from_n"] == predict.crossover(rm.tau("slot") - rm.tau("dedup"))
     for item in adv["acceptance"]:
         for p in ("slot", "dedup"):
-            V = tau[p][: len(h)] + h          # V(k) = tau(k + 1) + h(k), h measured in notebook 05's runs
+            V = rm.step_times(p)
             got = item["engines"][p]
+            assert got["step_ms_by_k"] == pytest.approx(1e3 * V)
             assert got["k_star"] == th.best_draft_length(V, item["a"])
             assert got["speedup"] == pytest.approx(th.speedup(V, item["a"], got["k_star"]))
-    assert adv["subject"]["source"] == "this run" and "06_curves.csv" in adv["inputs"][0]
-    assert any("draft time h(k): measured" in a for a in adv["assumptions"])
+            assert got["delta_by_k"] == pytest.approx(rm.delta_by_k(p))
+    assert adv["draft_time_ms"] == pytest.approx(1e3 * rm.draft.term.values_s[:rm.kmax + 1])
+    assert adv["host_time_ms"] == pytest.approx(1e3 * rm.host.values_s[:rm.kmax + 1])
+    assert adv["subject"]["source"] == "this run" and "05_round_model.json" in adv["inputs"][0]
+    assert adv["subject"]["state"] == "quiet" and adv["draft"]["protocol"] == "fit"
+    assert set(adv["acceptance"][0]["other_states"]) == set(predict.RoundModels.load(
+        COMMITTED / "05_round_model.json").states) - {"quiet"}
 
 
 def test_published_table_is_labelled_and_matches_notebook_04():
     from moespec.tables import theory as tables
 
     path = tables.published_table1_path()
-    adv = advice.advise(bandwidth=path, engine="llama.cpp Metal", model="Qwen3", acceptance=[0.8])
+    adv = advice.advise(bandwidth=path, engine="llama.cpp Metal", model="Qwen3", acceptance=[0.8], free_draft=True)
     assert adv["subject"]["source"] == PAPER_LABEL and "their hardware" in adv["subject"]["from"]
     assert adv["error"]["eps"] == 0.031  # paper 1's published eps of llama.cpp Metal (reference data)
     row = tables.read_table1(path).query("engine == 'llama.cpp Metal' and model == 'Qwen3'")
@@ -146,7 +184,10 @@ def test_bandwidth_by_n_with_a_trace(tmp_path):
     ids = np.tile(np.arange(8), (50, 2, 1))
     trace = RoutingTrace([ids], num_experts=64)
     trace.save(tmp_path / "t.npz")
-    adv = advice.advise(bandwidth=tmp_path / "bw.csv", trace=tmp_path / "t.npz", eps=0.05, acceptance=[0.5])
+    with pytest.raises(AdviceInputError, match="no draft of its own.*--draft-fit"):
+        advice.advise(bandwidth=tmp_path / "bw.csv", trace=tmp_path / "t.npz", eps=0.05, acceptance=[0.5])
+    adv = advice.advise(bandwidth=tmp_path / "bw.csv", trace=tmp_path / "t.npz", eps=0.05, acceptance=[0.5],
+                        free_draft=True)
     rows = adv["dedup"]["pass_sizes"]
     assert [r["ubar"] for r in rows] == pytest.approx(1 / n)
     # ubar = 1/n < r = 1/2 from n = 3 on (n = 2: equal, no saving)
@@ -199,7 +240,9 @@ def test_refusals(tmp_path):
     with pytest.raises(AdviceInputError, match="eps = 0.6"):
         curves([1, 2], [1, 2], eps=0.6)
     with pytest.raises(AdviceInputError, match="no context depth d = 7"):
-        advice.advise(COMMITTED, [0.5], depth=7)
+        advice.advise(COMMITTED, [0.5], version="prediction", depth=7)
+    with pytest.raises(AdviceInputError, match="state='busy'"):
+        advice.advise(COMMITTED, [0.5], state="busy")
 
 
 def _fake_expert_op_run(folder, override=None):
@@ -220,21 +263,24 @@ def _fake_expert_op_run(folder, override=None):
 
 
 def test_flagged_fits_are_refused(tmp_path):
+    free = dict(free_draft=True)
     with pytest.raises(AdviceInputError, match="layer 0 slot fit: time per byte c_u"):
-        advice.advise(_fake_expert_op_run(tmp_path / "a", {("slot", "c_u"): -1e-12}), [0.5])
+        advice.advise(_fake_expert_op_run(tmp_path / "a", {("slot", "c_u"): -1e-12}), [0.5], **free)
     with pytest.raises(AdviceInputError, match="layer 0 dedup fit: coefficient c_t = nan"):
-        advice.advise(_fake_expert_op_run(tmp_path / "b", {("dedup", "c_t"): np.nan}), [0.5])
+        advice.advise(_fake_expert_op_run(tmp_path / "b", {("dedup", "c_t"): np.nan}), [0.5], **free)
     run = _fake_expert_op_run(tmp_path / "c")
     (run / "manifest.json").write_text(json.dumps({"failed": "03_fits"}))
     with pytest.raises(AdviceInputError, match="did not finish"):
-        advice.advise(run, [0.5])
+        advice.advise(run, [0.5], **free)
     with pytest.raises(AdviceInputError, match="dedup fit predicts a non-positive operation time"):
-        advice.advise(_fake_expert_op_run(tmp_path / "e", {("dedup", "t_op"): -1.0}), [0.5])
+        advice.advise(_fake_expert_op_run(tmp_path / "e", {("dedup", "t_op"): -1.0}), [0.5], **free)
     eps_run = _fake_expert_op_run(tmp_path / "f")
     pd.DataFrame({"eps_engine": [0.7]}).to_csv(eps_run / "03_epsilon.csv", index=False)
     with pytest.raises(AdviceInputError, match="eps = 0.7 is outside"):
-        advice.advise(eps_run, [0.5])
-    ok = advice.advise(_fake_expert_op_run(tmp_path / "d"), [0.5])
+        advice.advise(eps_run, [0.5], **free)
+    with pytest.raises(AdviceInputError, match="no draft of its own"):
+        advice.advise(_fake_expert_op_run(tmp_path / "g"), [0.5])
+    ok = advice.advise(_fake_expert_op_run(tmp_path / "d"), [0.5], **free)
     # the fits' own prediction: sum over 16 layers of t_op + c_u·U·b + c_re·(n·m − U)·b, plus D/beta_read
     b, m = 25165824.0, 8
     one = 16 * (1e-4 + 4e-11 * m * b) + 0.5 * m * 16 * b / 25e9
@@ -252,11 +298,11 @@ def test_quick_run_of_notebook_03(tmp_path, monkeypatch):
                      extra={"backend": "torch", "out_dir": str(tmp_path / "bench")})
     eps = float(pd.read_csv(run / "figures" / "03_epsilon.csv")["eps_engine"].iloc[0])
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
-    cli = subprocess.run([sys.executable, "-m", "moespec.cli", "advise", str(run), "-a", "0.6",
+    cli = subprocess.run([sys.executable, "-m", "moespec.cli", "advise", str(run), "-a", "0.6", "--free-draft",
                           "--json", str(tmp_path / "advice.json")], capture_output=True, text=True, env=env,
                          timeout=300)
     try:
-        adv = advice.advise(run, [0.3, 0.9])
+        adv = advice.advise(run, [0.3, 0.9], free_draft=True)
     except AdviceInputError as refused:  # flagged fits (c_u, c_g <= 0 or a non-positive time) or eps >= 1/2
         msg = str(refused)
         assert "03_" in msg and ("(flagged" in msg or "outside [0, 1/2)" in msg), msg
@@ -287,9 +333,10 @@ def test_notebook_08_on_this_runs_tables(tmp_path, monkeypatch):
     """Notebook 08 reads the tables of the run it is part of (here notebook 03's, written by hand),
     writes advise's answer as JSON and a figure, and ends with its summary."""
     figures = _fake_expert_op_run(tmp_path / "run08" / "figures")  # the run's own tables
-    runner.reproduce(profile="quick", only=["08"], out=tmp_path / "run08", progress=False)
+    runner.reproduce(profile="quick", only=["08"], out=tmp_path / "run08", progress=False,
+                     extra={"free_draft": True})   # notebook 03's fits have no draft of their own
     written = json.loads((figures / "08_advice.json").read_text())
-    assert written == json.loads(json.dumps(advice.advise(figures, [0.5, 0.7, 0.9])))
+    assert written == json.loads(json.dumps(advice.advise(figures, [0.5, 0.7, 0.9], free_draft=True)))
     assert (figures / "08_advice.png").stat().st_size > 0
     text = notebook_text(tmp_path / "run08" / "08_advise.ipynb")
     assert "committed full run" not in text and "Expert kernel: deduplication" in text

@@ -16,6 +16,8 @@ from moespec.engine.subject import load_subject, widen_draft
 from moespec.engine.verify import measure_verify_times, regime_summaries
 from moespec.measure.regimes import ReferenceRead, classify, dominant, regime_summary, split_point
 from moespec.notebook_profiles import DEFAULTS, default_depths, resolve
+from moespec.predict import calibration as CAL
+from moespec.predict import speculative as SP
 from moespec.theory import expected_tokens
 
 
@@ -64,43 +66,61 @@ def test_profiles_keep_what_the_caller_set():
         default_depths(64, 48)
 
 
-def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3) -> pd.DataFrame:
-    """Synthetic sweep rows whose times and acceptance follow the theory exactly."""
+def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3, slot: float = 1.2,
+          ks=(1, 2, 4)) -> pd.DataFrame:
+    """Synthetic sweep rows whose times and acceptance follow the theory exactly: verify t_verify[k]
+    (per-slot: ``slot`` times it, draft cost 0 only), draft a_d k + b_d, host h per round."""
     rows = []
     for p in range(prompts):
-        rows.append({"prompt": p, "draft_cost": np.nan, "k": 0, "accepted": 0, "rejections": 0, "tokens_per_step": 1.0,
-                     "t_verify_mean_s": t_verify[0], "t_draft_mean_s": 0.0, "t_step_mean_s": t_verify[0] + h,
-                     "throughput": 1 / (t_verify[0] + h), "speedup": 1.0})
+        rows.append({"prompt": p, "rep": 0, "prompt_tokens": 40, "draft_cost": np.nan, "k": 0, "dedup": True,
+                     "accepted": 0, "rejections": 0, "steps": 100, "emitted": 100, "tokens_per_step": 1.0,
+                     "t_verify_mean_s": t_verify[0], "t_draft_mean_s": 0.0, "t_host_mean_s": h,
+                     "t_step_mean_s": t_verify[0] + h, "throughput": 1 / (t_verify[0] + h), "speedup": 1.0,
+                     "ref_GBps": 10.0})
         for r, (ad, bd) in t_draft.items():
-            for k in (1, 2, 4):
-                G = expected_tokens(a, k)
-                V = ad * k + bd + t_verify[k] + h
-                acc = 1000 * a                              # accepted / (accepted + rejections) = a
-                rows.append({"prompt": p, "draft_cost": r, "k": k, "accepted": acc, "rejections": 1000 - acc,
-                             "tokens_per_step": G, "t_verify_mean_s": t_verify[k], "t_draft_mean_s": ad * k + bd,
-                             "t_step_mean_s": V, "throughput": G / V, "speedup": G / V * (t_verify[0] + h)})
+            for k in ks:
+                for dedup in (True, False) if r == min(t_draft) else (True,):
+                    G = expected_tokens(a, k)
+                    tv = t_verify[k] * (1 if dedup else slot)
+                    V = ad * k + bd + tv + h
+                    acc = 1000 * a                              # accepted / (accepted + rejections) = a
+                    rows.append({"prompt": p, "rep": 0, "prompt_tokens": 40, "draft_cost": r, "k": k, "dedup": dedup,
+                                 "accepted": acc, "rejections": 1000 - acc, "steps": 1000, "emitted": 1000 * G,
+                                 "tokens_per_step": G, "t_verify_mean_s": tv, "t_draft_mean_s": ad * k + bd,
+                                 "t_host_mean_s": h, "t_step_mean_s": V, "throughput": G / V,
+                                 "speedup": G / V * (t_verify[0] + h), "ref_GBps": 10.0})
     return pd.DataFrame(rows)
 
 
 def test_prediction_equals_the_theory_on_runs_that_follow_it():
-    tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 4: 20e-3}
-    runs = _runs(0.6, tv, {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3), 0.4: (4e-3, 0.1e-3)}, h=0.5e-3)
-    pred = DC.predict_speedups(runs)
-    assert np.allclose(pred.rel_error, 0, atol=1e-9)
+    tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
+    drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3), 0.4: (4e-3, 0.1e-3)}
+    cal = _runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3, 4))       # the calibration: every k = 1..4
+    models = CAL.from_draft_runs(cal, "synthetic", n_boot=50)
+    test = _runs(0.6, tv, {r: ab for r, ab in drafts.items()}, h=0.5e-3)[lambda f: f.dedup]
+    pred = SP.real_draft_predictions(models, test)
+    assert np.allclose(pred.rel_error, 0, atol=1e-9) and np.allclose(pred.rel_error_geometric, 0, atol=1e-9)
     row = pred[(pred.draft_cost == 0.2) & (pred.k == 2)].iloc[0]
     V = 2e-3 * 2 + 0.1e-3 + 16e-3 + 0.5e-3
     assert row.predicted == pytest.approx((1 + 0.6 + 0.36) * 10.5e-3 / V)
-    stop = DC.stop_paying(pred)
+    # the draft fit keeps the intercept: t_draft(k) = a k + b exactly, t_draft(0) = 0
+    rm = models[0.2]
+    assert rm.draft.a_s == pytest.approx(2e-3) and rm.draft.b_s == pytest.approx(0.1e-3)
+    assert rm.draft.term.values_s[0] == 0 and rm.draft.term.values_s[3] == pytest.approx(6.1e-3)
+    assert rm.tau("slot")[2] == pytest.approx(1.2 * 16e-3)         # per-slot from the draft-cost-0 runs
+    stop = SP.stop_paying(pred)
     best = pred.groupby("draft_cost").predicted.max()
     first = next(i for i, r in enumerate(sorted(best.index)) if best[r] <= 1)
     assert stop["stop_index_measured"] == stop["stop_index_predicted"] == first and stop["grid_steps_apart"] == 0
-    assert DC.acceptance_by_k(runs).round(9).eq(0.6).all()
+    assert SP.acceptance_by_k(test).round(9).eq(0.6).all()
+    plain = SP.plain_step(models[0.0], test, "synthetic")
+    assert plain["rel_error"] == pytest.approx(0, abs=1e-12)
 
 
 def test_stop_paying_counts_grid_steps_and_never():
     pred = pd.DataFrame({"draft_cost": [0.0, 0.1, 0.2, 0.3], "k": 1, "measured": [1.2, 1.05, 0.98, 0.9],
                          "predicted": [1.3, 1.2, 1.1, 1.05]})
-    s = DC.stop_paying(pred)
+    s = SP.stop_paying(pred)
     assert (s["stop_cost_measured"], s["stop_cost_predicted"]) == (0.2, None)
     assert s["grid_steps_apart"] == 2                       # never on the grid counts as the next step (4)
 
@@ -120,7 +140,9 @@ def test_draft_cost_sweep_on_the_engine(subject):
     # a function-preserving widening changes no token: same accepted drafts at every cost
     acc = runs[runs.k > 0].pivot_table(index=["prompt", "k"], columns="draft_cost", values="accepted")
     assert (acc[0.0] == acc[0.5]).all()
-    pred = DC.predict_speedups(runs)
+    cal = DC.draft_cost_sweep(subject.engine, drafts, prompts[:1], [1, 2], 8, progress=False, slot_costs=[0.0])
+    assert len(cal) == 1 + 2 * 2 + 2 and (~cal.dedup).sum() == 2   # plain, two drafts x two k, per-slot x two k
+    pred = SP.real_draft_predictions(CAL.from_draft_runs(cal, "quick", n_boot=20), runs)
     assert set(pred.k) == {1, 2} and np.isfinite(pred.predicted).all()
     with pytest.raises(ValueError, match="draft length >= 1"):
         DC.draft_cost_sweep(subject.engine, drafts, prompts, [0], 4, progress=False)

@@ -77,12 +77,23 @@ def test_fitted_layer_times_affine_in_union():
 
 
 def measured_from(tau_slot, tau_dedup, h, a_values, ci=0.1 * MS, eps=0.05):
+    """Measurements whose round model has these verify times, host time h(k) and a free draft,
+    and oracle throughputs exactly G_a(k) / V(k)."""
+    rm = round_model(tau_slot, tau_dedup, h, ci)
+    V = rm.step_times("dedup")
+    a = np.asarray(a_values, float)
+    T = expected_tokens(a[:, None], np.arange(len(V))[None, :]) / V[None, :]
+    return predict.Measured(rm, a, T, eps)
+
+
+def round_model(tau_slot, tau_dedup, h, ci=0.1 * MS):
     tau = {"slot": np.asarray(tau_slot, float), "dedup": np.asarray(tau_dedup, float)}
     S = tau["slot"] - tau["dedup"]
-    V = predict.step_times(tau["dedup"], h)
-    a = np.asarray(a_values, float)
-    T = expected_tokens(a[:, None], np.arange(len(h))[None, :]) / V[None, :]
-    return predict.Measured(tau, S, S - ci, S + ci, np.asarray(h, float), a, T, eps)
+    n = len(S)
+    verify = {p: predict.Term.exact(tau[p], "test", "loop") for p in tau}
+    saving = predict.Term(S, S - ci, S + ci, np.ones(n, int), "test", "loop")
+    return predict.RoundModel("test", "d=0", "quiet", verify, predict.Term.exact(np.asarray(h, float), "test", "loop"),
+                              predict.DraftTime.free(n - 1), saving=saving)
 
 
 A = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98]

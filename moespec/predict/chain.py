@@ -112,8 +112,9 @@ class Chain:
                                     saving_half_width=saving_band(self, eps))
 
     def step_times(self, measured) -> np.ndarray:
-        """V_hat(k): ``measured``'s round (draft and host time) with this version's verify times."""
-        return self.round_model(measured).step_times("dedup")
+        """V_hat(k): ``measured``'s round (draft and host time) with this version's deduplicating
+        verify times (:meth:`RoundModel.step_times_for`; non-positive where the version predicts nothing)."""
+        return measured.step_times_for(self.tau["dedup"])
 
 
 def chain(name: str, tau1: float, times: dict) -> Chain:

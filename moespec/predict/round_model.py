@@ -273,8 +273,17 @@ class RoundModel:
 
     def step_times(self, engine: str = "dedup", n_switch: int | None = None) -> np.ndarray:
         """V(k) = t_draft(k) + tau(k + 1) + h(k), k = 0..kmax."""
+        return self.step_times_for(self.tau(engine, n_switch))
+
+    def step_times_for(self, tau_s) -> np.ndarray:
+        """V(k) = t_draft(k) + tau(k + 1) + h(k) with the verify times ``tau_s`` (seconds per n = 1..n_max,
+        e.g. a chain (22) prediction, which may be non-positive where it predicts nothing) in place
+        of this model's, k = 0..kmax."""
         K = self.kmax + 1
-        return self.draft.term.values_s[:K] + self.tau(engine, n_switch)[:K] + self.host.values_s[:K]
+        tau = np.asarray(tau_s, float)
+        if tau.size < K:
+            raise RoundModelError(f"verify times for n = 1..{tau.size}; the round needs n = 1..{K}")
+        return self.draft.term.values_s[:K] + tau[:K] + self.host.values_s[:K]
 
     def step_interval(self, engine: str = "dedup", n_switch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(V_lo(k), V_hi(k)): the sum of the terms' interval ends, k = 0..kmax."""
