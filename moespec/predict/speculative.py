@@ -62,8 +62,13 @@ def oracle_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
     df["V_rel_error"] = df["V_hat_ms"] / df["V_meas_ms"] - 1
     df["throughput_rel_error"] = df["throughput_hat"] / df["throughput_meas"] - 1
     df["speedup_rel_error"] = df["speedup_hat"] / df["speedup_meas"] - 1
-    df["speedup_inside"] = (df["speedup_meas"] >= df["speedup_lo"]) & (df["speedup_meas"] <= df["speedup_hi"])
+    df["speedup_inside"] = _inside(df["speedup_meas"], df["speedup_lo"], df["speedup_hi"])
     return df
+
+
+def _inside(x, lo, hi, rtol: float = 1e-9):
+    """x inside [lo, hi], ends included to a relative ``rtol`` (floating-point equality counts)."""
+    return (x >= lo * (1 - rtol)) & (x <= hi * (1 + rtol))
 
 
 def tokens_per_step(runs: pd.DataFrame) -> pd.Series:
@@ -118,7 +123,7 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
     df = pd.DataFrame(out)
     df["rel_error"] = df["predicted"] / df["measured"] - 1
     df["rel_error_geometric"] = df["predicted_geometric"] / df["measured"] - 1
-    df["inside"] = (df["measured"] >= df["predicted_lo"]) & (df["measured"] <= df["predicted_hi"])
+    df["inside"] = _inside(df["measured"], df["predicted_lo"], df["predicted_hi"])
     return df
 
 
