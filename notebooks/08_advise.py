@@ -61,6 +61,27 @@ print(advice.format_text(result))
 print("written:", advice.write_json(result, figures / "08_advice.json"))
 
 # %% [markdown]
+# ## advise beside what the run measured
+#
+# At the run's own measured acceptance (notebook 05's real-draft runs, per machine state), the
+# speedup advise predicts at every draft length, with its band, against the speedup those runs
+# measured with the same draft; and whether advise recommends what the run measured best. (Runs
+# without notebook 05's real-draft tables skip this.)
+
+# %%
+source = Path(run_folder) if run_folder else (figures if (figures / advice.measured.ACCEPTANCE_FILE).exists()
+                                              else paths.committed_figures_dir())
+if (source / advice.measured.ACCEPTANCE_FILE).exists() and not free_draft and not draft_fit:
+    check, check_goals = advice.measured.against_runs(
+        source, lambda state, a: advice.advise(source, [a], state=state, dense_ratio=dense_ratio))
+    io.write_dataframe(figures / "08_advise_vs_measured.csv", check)
+    io.write_dataframe(figures / "08_goals.csv", check_goals)
+    display(check.round(3))
+    display(check_goals)
+else:
+    print(f"{source}: no real-draft acceptance table of notebook 05 (or another draft was named); nothing measured to compare")
+
+# %% [markdown]
 # ## The answer as a figure
 
 # %%

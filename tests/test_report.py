@@ -7,7 +7,6 @@ committed text, so no number in a block can be typed by hand or go stale."""
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 
@@ -143,17 +142,11 @@ def test_span_and_formatting():
     assert span([float("nan")]) == "n/a"
 
 
-def test_old_module_names_still_import_with_a_warning():
+def test_old_module_names_are_gone():
+    """moespec.bench and moespec.models were aliases of moespec.measure and moespec.model_shapes;
+    nothing outside the project used them, and they are removed (issue 24)."""
     import importlib
-    import sys
 
     for name in ("moespec.models", "moespec.bench"):
-        sys.modules.pop(name, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        models = importlib.import_module("moespec.models")
-        bench = importlib.import_module("moespec.bench")
-        from moespec.bench import expert_op, timing  # noqa: F401
-    from moespec import measure, model_shapes
-    assert models is model_shapes and bench is measure and timing is measure.timing
-    assert sum(issubclass(w.category, DeprecationWarning) for w in caught) >= 2
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(name)

@@ -60,8 +60,9 @@ def test_draft_fit_keeps_the_intercept_and_its_interval_holds_it():
     assert (exact.a_s / MS, exact.b_s / MS) == pytest.approx((1, 1)) and exact.term.values_s / MS == pytest.approx([0, 2, 3, 4])
     with pytest.raises(RoundModelError, match="two draft lengths"):
         fit_draft_time([2, 2], [1e-3, 1e-3], "x", kmax=3, source="hand")
-    with pytest.raises(RoundModelError, match="time >= 0"):
+    with pytest.raises(RoundModelError, match="time >= 0 at every k = 1..3"):
         DraftTime.from_fit("x", 1e-3, -2e-3, kmax=3, source="hand")
+    assert DraftTime.from_fit("x", -1e-3, 4e-3, kmax=3, source="hand").term.values_s[3] == pytest.approx(1e-3)
 
 
 def test_per_k_band_is_bound_21_with_delta_k():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from moespec.routing import RoutingTrace
 
+from . import measured
 from .decide import decide
 from .inputs import (AdviceInputError, VerifyCurves, acceptance_from_table, draft_option, from_bandwidth_table,
                      from_run, outputs_folder)

@@ -307,6 +307,11 @@ def from_round_model_run(folder: Path, run: Path, version: str = "loop", depth: 
                             f"{eps_path}: eps_engine")[0])
     interval = "95% interval of the paired saving measured in decode loops (round calibration, notebook 05)"
     where = f"{rm.context}, {rm.state} machine"
+    notes = []
+    if version == "loop" and eps is not None and not 0 <= eps < 0.5:
+        notes.append(f"the engine's eps = {eps:.3g} ({eps_path.name}) is outside [0, 1/2) and is not used: the "
+                     "verify term is measured, its band the measurement's interval")
+        eps = None
     if version != "loop":
         if version != "grid" and eps is None:
             raise AdviceInputError(f"{eps_path} is missing: version {version!r} needs the engine's eps (notebook 06)")
@@ -335,7 +340,7 @@ def from_round_model_run(folder: Path, run: Path, version: str = "loop", depth: 
                    f"interval; read bandwidth {rm.read_GBps:.2f} GB/s (same-round reads), regime {rm.regime}"
                    if rm.read_GBps is not None else f"round model of {where}",
                    _draft_assumption(rm.draft),
-                   f"host time h(k): {rm.host.source}"]
+                   f"host time h(k): {rm.host.source}", *notes]
     meta = _check_manifest(run, manifest(run) or manifest(folder))
     t3, fits_path = folder / "06_table3_predictions.csv", folder / "06_fits.csv"
     model = engine = None

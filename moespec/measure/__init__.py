@@ -4,5 +4,5 @@
 (:mod:`~moespec.measure.expert_op`), the CUDA layer stack and peers (:mod:`~moespec.measure.layer_stack`,
 :mod:`~moespec.measure.cuda_peers`), ggml's CPU peer (:mod:`~moespec.measure.ggml_peer`), and what the
 benchmark scripts in ``benchmarks/`` share (:mod:`~moespec.measure.protocols`). The scripts
-themselves live in ``benchmarks/``; this package is their library. (``moespec.bench`` is the old
-name, kept as an alias.)"""
+themselves live in ``benchmarks/``; this package is their library. :mod:`~moespec.measure.load`
+declares the machine state a block is measured in (quiet, or under a background load)."""

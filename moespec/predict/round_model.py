@@ -152,11 +152,11 @@ class DraftTime:
     def from_fit(cls, name: str, a_s: float, b_s: float, kmax: int, source: str, protocol: str = "given",
                  lo_s=None, hi_s=None, runs=None) -> "DraftTime":
         """t_draft(k) = a k + b for k = 1..kmax and 0 at k = 0; exact unless an interval is given."""
-        if not (np.isfinite(a_s) and np.isfinite(b_s)) or a_s < 0 or a_s + b_s < 0:
-            raise RoundModelError(f"draft {name!r}: t_draft(k) = {a_s * 1e3:g} k + {b_s * 1e3:g} ms must be a finite "
-                                  "time >= 0 at every k >= 1 (a >= 0, a + b >= 0)")
         k = np.arange(kmax + 1, dtype=float)
         v = np.where(k > 0, a_s * k + b_s, 0.0)
+        if not (np.isfinite(a_s) and np.isfinite(b_s)) or np.any(v < 0):
+            raise RoundModelError(f"draft {name!r}: t_draft(k) = {a_s * 1e3:g} k + {b_s * 1e3:g} ms must be a finite "
+                                  f"time >= 0 at every k = 1..{kmax}")
         term = Term(v, v if lo_s is None else lo_s, v if hi_s is None else hi_s,
                     np.zeros(kmax + 1, int) if runs is None else runs, source, protocol)
         return cls(name, term, float(a_s), float(b_s))

@@ -348,6 +348,12 @@ class WholeModelStudy:
         self._write("05_plain_step.csv", plain)
         if real_pred is not None:
             self._write("05_draft_cost_predictions.csv", real_pred)
+            real = pd.concat(self.frames["real"], ignore_index=True)
+            own = real[(real.k >= 1) & (real.draft_cost == real.loc[real.k >= 1, "draft_cost"].min())]
+            acc = own.groupby("state", sort=False)[["accepted", "rejections"]].sum().reset_index()
+            acc["label"] = [f"the run's draft as trained, {s} machine (real-draft runs, k = 1..{int(own.k.max())})"
+                            for s in acc["state"]]
+            self._write("05_real_draft_acceptance.csv", acc)
         io.save_figure(predictions_figure(oracle_pred, real_pred, title=f"round-model predictions against the runs, "
                                                                          f"{self.label}"),
                        self._fig("05_predictions.png"))

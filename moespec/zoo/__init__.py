@@ -69,7 +69,7 @@ def default_draft_config(vocab_size: int = VOCAB_SIZE) -> LlamaConfig:
 
 
 def default_moe_spec() -> MoESpec:
-    """The default MoE's shapes as a :class:`moespec.models.MoESpec` (registered as ``"default"``)."""
+    """The default MoE's shapes as a :class:`moespec.model_shapes.MoESpec` (registered as ``"default"``)."""
     c = default_moe_config()
     return MoESpec(name="default", paper_label="default MoE (trained here)",
                    num_experts=c.num_experts, top_k=c.num_experts_per_tok,

@@ -1,0 +1,69 @@
+"""advise's answer beside what the run measured (notebook 08): at the run's own measured acceptance,
+per machine state, the speedup advise predicts at every k (with its band) against the speedup the
+real-draft runs of notebook 05 measured with the same draft, and whether advise recommends what the
+run measured best. A prediction is a claim about a measurement: this table is where they meet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .inputs import AdviceInputError, _read_csv
+
+ACCEPTANCE_FILE = "05_real_draft_acceptance.csv"
+PREDICTIONS_FILE = "05_draft_cost_predictions.csv"
+
+
+def measured_acceptance(folder: Path) -> pd.DataFrame:
+    """Per machine state, the real draft's pooled acceptance (accepted / (accepted + rejections)
+    over every k >= 1 and prompt; ``05_real_draft_acceptance.csv``, which ``--acceptance-table`` reads)."""
+    df = _read_csv(Path(folder) / ACCEPTANCE_FILE, ["state", "accepted", "rejections"], "the run's measured acceptance")
+    return df.assign(a=df["accepted"] / (df["accepted"] + df["rejections"]))
+
+
+def against_runs(folder: Path, advise_fn, tolerance: float = 0.05) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(table, goals): per state and k, advise's speedup at the run's measured acceptance with its
+    band (``advise_fn(state, a)`` returns advise's dict for that state) beside the measured median
+    speedup of the draft as trained (``05_draft_cost_predictions.csv``, draft cost 0); and per state
+    the goals: the recommendation is the measured best, within ``tolerance`` at every k, the band
+    holds every measured speedup."""
+    folder = Path(folder)
+    acc = measured_acceptance(folder)
+    pred = _read_csv(folder / PREDICTIONS_FILE, ["state", "draft_cost", "k", "measured"], "the real-draft runs")
+    rows, goals = [], []
+    for r in acc.itertuples():
+        meas = pred[(pred["state"] == r.state) & (pred["draft_cost"] == 0)].set_index("k")["measured"]
+        if meas.empty:
+            raise AdviceInputError(f"{folder / PREDICTIONS_FILE}: no runs of the draft as trained in state {r.state!r}")
+        adv = advise_fn(r.state, float(r.a))
+        item = adv["acceptance"][0]
+        eng = item["engines"]["dedup"]          # the real-draft runs ran the deduplicating kernel from n = 2
+        for k in meas.index:
+            if k >= len(eng["speedup_by_k"]):
+                continue
+            sp, lo, hi = eng["speedup_by_k"][k], eng["speedup_lo_by_k"][k], eng["speedup_hi_by_k"][k]
+            rows.append({"state": r.state, "a": float(r.a), "k": int(k), "advise_speedup": sp, "advise_lo": lo,
+                         "advise_hi": hi, "measured_speedup": float(meas[k]), "rel_error": sp / float(meas[k]) - 1,
+                         "inside": bool(lo * (1 - 1e-9) <= meas[k] <= hi * (1 + 1e-9))})
+        mine = pd.DataFrame([x for x in rows if x["state"] == r.state])
+        best_meas = int(meas.idxmax()) if meas.max() > 1 else 0
+        rec = item["recommended"]
+        goals += [{"goal": f"advise at the measured a = {r.a:.3f} recommends the measured best, {r.state}",
+                   "value": f"advise k = {rec['k']} ({rec['engine']}); measured best k = {best_meas}"
+                            + (f" (median speedup {meas.max():.3f})" if best_meas else " (plain decoding: every k < 1)"),
+                   "target": "the same k", "met": rec["k"] == best_meas},
+                  {"goal": f"advise's speedup within {100 * tolerance:.0f} % of the measured one at every k, {r.state}",
+                   "value": f"{int((mine.rel_error.abs() <= tolerance).sum())} of {len(mine)}; largest |error| "
+                            f"{100 * mine.rel_error.abs().max():.1f} %", "target": "all k",
+                   "met": bool((mine.rel_error.abs() <= tolerance).all())},
+                  {"goal": f"advise's per-k band holds the measured speedup, {r.state}",
+                   "value": f"{int(mine.inside.sum())} of {len(mine)}", "target": "all k", "met": bool(mine.inside.all())}]
+    return pd.DataFrame(rows), pd.DataFrame(goals).assign(met=lambda f: f["met"].astype(bool))
+
+
+def state_agreement(goals: pd.DataFrame) -> bool:
+    """True when advise recommended each state's measured best (the states' goal rows)."""
+    rec = goals[goals["goal"].str.contains("recommends the measured best")]
+    return bool(len(rec)) and bool(np.all(rec["met"]))
