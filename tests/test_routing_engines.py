@@ -163,7 +163,9 @@ def test_vllm_errors_name_the_request():
         from_vllm(_full(routed_experts=np.zeros((9, 16), np.int32)), num_experts=16)
     with pytest.raises(ValueError, match=r"request 'r1': no routed_experts .*enable_return_routed_experts"):
         from_vllm(_full(routed_experts=None), num_experts=16)
-    with pytest.raises(ValueError, match=r"request 'r1': routed_experts has 8 token rows; expected P \+ G - 1 = 9"):
+    with pytest.raises(ValueError, match=r"request 'r1': routed_experts has 8 token rows for P = 4 prompt and G = 6 generated tokens; "
+                                         r"whole sequence from s would be P \+ G - 1 - s = 9 rows; it could be "
+                                         r"positions 1 \.\. 8 \(pass prompt_start=1"):
         from_vllm(_full(routed_experts=np.ones((8, 4, 4), np.int32)), num_experts=16)
     bad = fx.vllm_full_outputs()
     bad[2].outputs[1].routed_experts = bad[2].outputs[1].routed_experts[:, :3]
