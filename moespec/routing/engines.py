@@ -258,8 +258,10 @@ def _vllm_record(record: Any, n: int) -> _VllmRecord:
         choices = record["choices"]
         if not isinstance(choices, list):
             raise ValueError(f"{where}: choices must be a list; found {_describe(choices)}")
-        return _VllmRecord(rid, _nonneg_int(usage.get("prompt_tokens"), where, "usage.prompt_tokens"),
-                           record.get("prompt_routed_experts"), choices, start,
+        P = _nonneg_int(usage.get("prompt_tokens"), where, "usage.prompt_tokens")
+        if P is None and choices and isinstance(choices[0], dict):  # return_token_ids=true puts them on the choice
+            P = _count(choices[0].get("prompt_token_ids"), where, "choices[0].prompt_token_ids")
+        return _VllmRecord(rid, P, record.get("prompt_routed_experts"), choices, start,
                            _nonneg_int(usage.get("completion_tokens"), where, "usage.completion_tokens"))
     rid = _field(record, "request_id")
     rid = str(n) if rid is None else str(rid)
