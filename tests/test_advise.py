@@ -444,3 +444,43 @@ def test_table1_without_r_columns_uses_the_bandwidths_and_the_per_n_table_its_di
     rows = advice.advise(bandwidth=tmp_path / "per_n.csv", acceptance=[0.7], eps=0.05)["dedup"]["pass_sizes"]
     for r in rows[1:]:  # twelve printed digits: the rounding decides nothing
         assert r["margin_19_verdict"] == ("holds" if r["kernels_agree_19"] else "fails")
+
+
+def test_printed_options_are_the_documented_list():
+    """Every option and value in the commands advise prints is in PRINTED_OPTIONS, each is listed in
+    docs/advise.md with its file and commit, and the docs' MMVQ table is the one advise uses
+    (issue 26, item 6)."""
+    import re
+    import shlex
+
+    docs = (paths.ROOT / "docs" / "advise.md").read_text()
+    printed = set()
+    for k in range(9):
+        for cmd in (st.vllm(k, "T", "D")["cli"], st.sglang(k, "T", "D")["cli"], st.llama_cpp(k, "T", "D")["cli"],
+                    st.llama_cpp(k, "T", "D")["cli_legacy"]):
+            words = shlex.split(cmd)
+            printed |= {w for w in words if w.startswith("-")}
+            printed |= {w for w in words if w in st.PRINTED_OPTIONS}
+            for w in words:
+                if w.startswith("{"):
+                    spec = json.loads(w)
+                    printed |= set(spec) | {spec["method"]}
+        for n_switch in (None, 4):
+            ks = st.kernel_switch(n_switch, "mxfp4")["llama_cpp_cuda"] + " ".join(st.cap_lines(st.mmvq_caps("q8_0")))
+            printed |= {w for w in re.findall(r"[A-Za-z_0-9]+", ks) if w in st.PRINTED_OPTIONS}
+    printed |= {"vllm serve", "python3 -m sglang.launch_server", "llama-server"}  # the command names
+    assert printed == set(st.PRINTED_OPTIONS)
+    table = docs[docs.index("### Every option printed"):]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    for option, key in st.PRINTED_OPTIONS.items():
+        commit = st.VERSIONS[key]["commit"][:12]
+        where = re.search(r"[\w./-]+\.(?:py|md|cuh|cu)", st.VERSIONS[key]["where"]).group(0)
+        assert any(f"`{option}`" in row.split("|")[1] and commit in row and where in row for row in rows), option
+    caps = docs[docs.index("| type | Pascal and older"):].split("\n\n")[0].splitlines()[2:]
+    listed = set()
+    for row in caps:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for t in cells[0].split(", "):
+            listed.add(t)
+            assert [st.mmvq_mmid_max_batch(t, cc) for cc in (610, 700, 800, 900)] == [int(c) for c in cells[1:]], t
+    assert listed == set(st.MMVQ_MMID_MAX_BATCH["pascal_older"])

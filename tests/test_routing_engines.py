@@ -471,3 +471,21 @@ def test_cli_prompt_start(tmp_path, capsys):
     assert RoutingTrace.load(out).meta["positions"] == [[3, 10]]
     assert cli_main(["import-routing", str(bare), "--engine", "sglang", "--prompt-start", "3", "--num-layers", "2",
                      "--top-k", "2", "--num-experts", "8", "--out", str(out)]) == 2
+
+
+def test_fields_read_are_the_documented_list():
+    """Every field the importers read is in ENGINE_FIELDS, and docs/routing.md lists each of them
+    with the file and commit it was checked against (issue 26, item 6)."""
+    import re
+
+    from moespec import paths
+    from moespec.routing import engines
+
+    source = (paths.ROOT / "moespec" / "routing" / "engines.py").read_text()
+    read = set(re.findall(r'_field\([a-z_.]+, "([a-z_]+)"', source)) | set(re.findall(r'\.get\("([a-z_]+)"', source))
+    internal = {"request", "response", "meta", "moe_layers"}  # dump wrappers, the caller's meta, the config spec
+    assert read - internal == set(engines.ENGINE_FIELDS)
+    docs = (paths.ROOT / "docs" / "routing.md").read_text().splitlines()
+    for name, (_, repo, path, commit) in engines.ENGINE_FIELDS.items():
+        rows = [line for line in docs if line.startswith("|") and f"`{name}`" in line.split("|")[1]]
+        assert rows and any(commit in row and path.split(" ")[0] in row for row in rows), name

@@ -46,6 +46,25 @@ VERSIONS = {
 }
 
 
+#: Every engine option, value and kernel name advise prints -> the VERSIONS entry it was read from;
+#: docs/advise.md lists the same with file and commit, and tests/test_advise.py pins both to the
+#: printed commands.
+PRINTED_OPTIONS = {
+    "vllm serve": "vllm", "--speculative-config": "vllm", "method": "vllm", "draft_model": "vllm",
+    "model": "vllm", "num_speculative_tokens": "vllm",
+    "python3 -m sglang.launch_server": "sglang", "--model-path": "sglang", "--speculative-algorithm": "sglang",
+    "STANDALONE": "sglang", "--speculative-draft-model-path": "sglang", "--speculative-num-steps": "sglang",
+    "--speculative-eagle-topk": "sglang", "--speculative-num-draft-tokens": "sglang",
+    "llama-server": "llama.cpp", "-m": "llama.cpp", "--spec-type": "llama.cpp", "draft-simple": "llama.cpp",
+    "--spec-draft-model": "llama.cpp", "--spec-draft-n-max": "llama.cpp", "--spec-draft-n-min": "llama.cpp",
+    "--spec-draft-p-min": "llama.cpp",
+    "-md": "llama.cpp-legacy", "--draft-max": "llama.cpp-legacy", "--draft-min": "llama.cpp-legacy",
+    "--draft-p-min": "llama.cpp-legacy",
+    "get_mmvq_mmid_max_batch": "llama.cpp-cuda-kernel", "MMVQ_MAX_BATCH_SIZE": "llama.cpp-cuda-kernel",
+    "ggml_cuda_should_use_mmq": "llama.cpp-cuda-mmq", "MMQ_DP4A_MAX_BATCH_SIZE": "llama.cpp-cuda-mmq",
+}
+
+
 def vllm(k: int, target: str, draft: str) -> dict:
     """vLLM: ``vllm serve`` with ``--speculative-config`` and the same dict for ``LLM(...)``."""
     if k == 0:
@@ -147,7 +166,8 @@ def _caps_text(fmt: str | None) -> str:
     if not GGML_TYPES[fmt]:
         return f"{fmt} weights are not quantized: MUL_MAT_ID takes neither MMVQ nor MMQ for them"
     return (f"Upstream caps for {', '.join(GGML_TYPES[fmt])} ({fmt}): mmvq_cap, one per architecture "
-            f"(get_mmvq_mmid_max_batch; above the cap ggml_cuda_should_use_mmq decides)")
+            f"(get_mmvq_mmid_max_batch; MMVQ_MAX_BATCH_SIZE = {MMVQ_MAX_BATCH_SIZE} where its table has no entry; "
+            f"above the cap ggml_cuda_should_use_mmq decides)")
 
 
 def cap_lines(caps: list[dict]) -> list[str]:

@@ -53,6 +53,38 @@ TOKENS = ("all", "prompt", "generated")
 VLLM_LAYOUTS = ("auto", "full", "split")
 
 
+#: Every engine field the importers read: name -> (engine, repository, file, commit) where it was
+#: checked; docs/routing.md lists the same ("Fields read, and where they were checked"), and
+#: tests/test_routing_engines.py pins the two lists and this module's reads to each other.
+VLLM_REPO, SGLANG_REPO = "vllm-project/vllm", "sgl-project/sglang"
+_VLLM_SERVING = (VLLM_REPO, "vllm/entrypoints/openai/completion/serving.py", "cc139d8ea6ff")
+_VLLM_REPLAY = (VLLM_REPO, "docs/training/routed_experts_replay.md", "0087e005dec9")
+_VLLM_NPY = (VLLM_REPO, "tests/entrypoints/openai/test_return_routed_experts.py", "184bf8130478")
+_SGLANG_IO = (SGLANG_REPO, "python/sglang/srt/managers/io_struct.py", "001067fffe33")
+ENGINE_FIELDS = {
+    "request_id": ("vllm", "moespec", "scripts/record_vllm.py", "this repository"),
+    "prompt_token_ids": ("vllm", *_VLLM_SERVING),
+    "outputs": ("vllm", *_VLLM_SERVING),
+    "index": ("vllm", *_VLLM_SERVING),
+    "token_ids": ("vllm", *_VLLM_SERVING),
+    "choices": ("vllm", *_VLLM_SERVING),
+    "usage": ("vllm", *_VLLM_SERVING),
+    "prompt_tokens": ("vllm", *_VLLM_SERVING),
+    "completion_tokens": ("vllm", *_VLLM_SERVING),
+    "id": ("vllm", *_VLLM_SERVING),
+    "routed_experts": ("vllm", *_VLLM_NPY),
+    "prompt_routed_experts": ("vllm", *_VLLM_REPLAY),
+    "routed_experts_prompt_start": ("vllm", VLLM_REPO, "vllm/sampling_params.py", "00388f6573cc"),
+    "sampling_params": ("vllm", VLLM_REPO, "vllm/sampling_params.py", "00388f6573cc"),
+    "meta_info": ("sglang", SGLANG_REPO, "python/sglang/srt/state_capturer/routed_experts_wire.py", "a6463a100342"),
+    "routed_experts_dtype": ("sglang", SGLANG_REPO, "python/sglang/srt/state_capturer/routed_experts_wire.py",
+                             "a6463a100342"),
+    "routed_experts_start_len": ("sglang", *_SGLANG_IO),
+    "rid": ("sglang", *_SGLANG_IO),
+    "sgl_ext": ("sglang", SGLANG_REPO, "class SglExt (file not read at a commit)", "PR 17434"),
+}
+
+
 @dataclass
 class EngineSequence:
     """One request's (or completion's) routing as the engine returned it.
