@@ -189,7 +189,8 @@ def kernel_switch(n_switch: int | None, fmt: str | None = None) -> dict:
             "text": f"per-slot kernel for passes of up to {cap} token{'s' if cap != 1 else ''}, deduplicating "
                     f"from {n_switch} tokens",
             "llama_cpp_cuda": f"compile-time, no runtime option: a build whose get_mmvq_mmid_max_batch(type, cc) "
-                              f"returns {cap} runs MMVQ up to {cap} tokens and, where ggml_cuda_should_use_mmq "
+                              f"returns {cap} runs MMVQ up to {cap} token{'s' if cap != 1 else ''} and, where "
+                              f"ggml_cuda_should_use_mmq "
                               f"agrees, MMQ from {n_switch}. {caps}"}
 
 
