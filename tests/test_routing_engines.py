@@ -489,3 +489,15 @@ def test_fields_read_are_the_documented_list():
     for name, (_, repo, path, commit) in engines.ENGINE_FIELDS.items():
         rows = [line for line in docs if line.startswith("|") and f"`{name}`" in line.split("|")[1]]
         assert rows and any(commit in row and path.split(" ")[0] in row for row in rows), name
+
+
+def test_gzip_by_content_and_binary_files(tmp_path):
+    import gzip
+
+    named_plain = tmp_path / "dump.jsonl"  # gzip data without .gz
+    named_plain.write_bytes(gzip.compress((fx.FIXTURES / "vllm_full.jsonl").read_bytes()))
+    assert import_jsonl(named_plain, "vllm", num_experts=16).doc_ids == ["r0", "r1", "r2/0", "r2/1"]
+    binary = tmp_path / "weights.jsonl"
+    binary.write_bytes(b'{"a": 1}\n' + bytes(range(128, 256)))
+    with pytest.raises(ValueError, match=r"weights\.jsonl:2: not UTF-8 text"):
+        import_jsonl(binary, "vllm", num_experts=16)

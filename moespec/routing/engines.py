@@ -715,16 +715,23 @@ def from_sglang(responses: Iterable[Any], *, num_layers: int | None = None, top_
 
 # --- JSONL dumps --------------------------------------------------------------------------------
 def read_jsonl(path: str | os.PathLike) -> list[Any]:
-    """The records of a JSONL file (``.gz`` read transparently; blank lines skipped); a line that
-    is not JSON is an error naming the file and line."""
+    """The records of a JSONL file (gzip read transparently, whatever the name; blank lines
+    skipped); a line that is not JSON or not UTF-8 is an error naming the file and line."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    opener = gzip.open if path.suffix == ".gz" else open
+    with open(path, "rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"  # gzip's magic (RFC 1952)
+    opener = gzip.open if gzipped else open
     records = []
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
+        with opener(path, "rb") as fh:
+            for n, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ValueError(f"{path}:{n}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line); "
+                                     f"a binary file?") from None
                 if not line.strip():
                     continue
                 try:
