@@ -696,7 +696,9 @@ def from_sglang(responses: Iterable[Any], *, num_layers: int | None = None, top_
     ``routed_experts_start_len`` then says where the returned rows start).
 
     ``num_layers`` and ``top_k`` give the payload's logical shape (default from ``config``:
-    ``num_hidden_layers``, ``num_experts_per_tok``); the other arguments as :func:`from_vllm`.
+    ``num_hidden_layers``, ``num_experts_per_tok``); the ids are int32 unless the response names
+    another wire dtype (``routed_experts_dtype``: uint16, uint8); the other arguments as
+    :func:`from_vllm`.
     """
     if num_layers is None or top_k is None:
         if config is None:
