@@ -1,22 +1,31 @@
 """Stand-in vLLM and SGLang outputs in exactly the formats of docs/routing.md ("Traces from vLLM
 and SGLang"), built from known routing so that an import can be compared with the truth.
 
-``write_fixtures(folder)`` writes the committed files of ``tests/data/engines/``; a test rebuilds
-them and compares, so the files and this code cannot drift apart. None of this was produced by
-vLLM or SGLang: it follows their documented output formats.
+Each builder follows one documented example or test of the engine (cited in its docstring and in
+``tests/data/engines/README.md``); the payloads are serialised here the way the engine's own code
+and docs do it (``ndarray.tolist()`` for vLLM's JSON, ``np.save`` + base64 for the ``.npy``
+payload, raw little-endian bytes + base64 for SGLang), never through moespec's importer, so that
+the importer is checked against them. ``write_fixtures(folder)`` writes the committed files of
+``tests/data/engines/``; a test rebuilds them and compares, so the files and this code cannot drift
+apart. None of this was produced by vLLM or SGLang.
 """
 
 from __future__ import annotations
 
 import base64
+import io
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+if __name__ == "__main__":  # run as a script: this checkout's moespec, not an installed copy's
+    sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-from moespec import paths
-from moespec.routing import synthetic
+import numpy as np  # noqa: E402
+
+from moespec import paths  # noqa: E402
+from moespec.routing import synthetic  # noqa: E402
 
 FIXTURES = paths.ROOT / "tests" / "data" / "engines"
 
@@ -215,27 +224,140 @@ def _jsonl(path: Path, records: list) -> None:
     path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
 
 
-def write_fixtures(folder: Path) -> list[Path]:
-    """Write every fixture file into ``folder``; the vLLM dumps through scripts/record_vllm.py's
-    own writer (the JSONL a real recording would produce)."""
-    from bench_scripts import load_script
+def _lists(value):
+    return None if value is None else np.asarray(value).tolist()
 
-    writer = load_script("record_vllm")
+
+def request_output_json(out: RequestOutput) -> dict:
+    """A RequestOutput as JSON with vLLM's field names (the layout of scripts/record_vllm.py's dump)."""
+    return {"request_id": out.request_id, "vllm_request_id": out.request_id,
+            "prompt_token_ids": list(out.prompt_token_ids),
+            "prompt_routed_experts": _lists(getattr(out, "prompt_routed_experts", None)),
+            "routed_experts_prompt_start": 0, "num_cached_tokens": out.num_cached_tokens,
+            "outputs": [{"index": c.index, "token_ids": list(c.token_ids), "routed_experts": _lists(c.routed_experts),
+                         "finish_reason": c.finish_reason} for c in out.outputs]}
+
+
+# --- current vLLM: base64 .npy payloads -----------------------------------------------------------
+def b64_npy(ids: np.ndarray) -> str:
+    """vLLM's payload: the array written with ``np.save`` and base64-encoded (decoded in vLLM's
+    tests/entrypoints/openai/test_return_routed_experts.py with ``np.load(io.BytesIO(b64decode(s)))``)."""
+    buf = io.BytesIO()
+    np.save(buf, ids, allow_pickle=False)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+#: TitanML/tiny-mixtral, the model of vLLM's test_return_routed_experts.py: 8 local experts, top-2,
+#: 2 hidden layers (all MoE).
+TINY_MIXTRAL = {"num_layers": 2, "num_experts": 8, "top_k": 2}
+
+
+def pattern_routing(rows: int, num_layers: int, num_experts: int, top_k: int, first_position: int = 0) -> np.ndarray:
+    """Known routing by formula: slot j of layer l at sequence position t selects expert
+    (3 t + 5 l + j) mod N (distinct slots while top_k <= N). The rows hold positions
+    first_position .. first_position + rows - 1, so the formula gives each row's true position."""
+    t = np.arange(first_position, first_position + rows)[:, None, None]
+    l = np.arange(num_layers)[None, :, None]
+    j = np.arange(top_k)[None, None, :]
+    return (3 * t + 5 * l + j) % num_experts
+
+
+#: (request id, prompt tokens, generated tokens, routed_experts_prompt_start, dtype) of the OpenAI
+#: responses of current vLLM (docs/features/routed_experts.md: dtype uint8 with <= 256 experts;
+#: vLLM PR 51906: int32 expert ids).
+VLLM_NPY_REQUESTS = [("cmpl-npy-int32", 4, 10, 0, "int32"), ("cmpl-npy-uint8", 4, 10, 0, "uint8"),
+                     ("chatcmpl-npy", 6, 5, 0, "uint8"), ("cmpl-prompt-start", 7, 4, 3, "int32")]
+
+
+def vllm_npy_truth() -> dict[str, tuple[np.ndarray, int, int]]:
+    """doc id -> (routing of positions s .. P + G - 2, P, s)."""
+    k = TINY_MIXTRAL
+    return {rid: (pattern_routing(P + G - 1 - s, k["num_layers"], k["num_experts"], k["top_k"], s), P, s)
+            for rid, P, G, s, _ in VLLM_NPY_REQUESTS}
+
+
+def vllm_npy_records() -> list[dict]:
+    """OpenAI responses of current vLLM as docs/features/routed_experts.md shows them ("Example
+    response": ``choices[i].routed_experts`` a base64 ``.npy`` string next to ``token_ids``, the
+    request sent with ``return_token_ids``): a completion (int32 and uint8 ids), a chat completion,
+    and a completion whose request set ``routed_experts_prompt_start`` (vLLM PR 51906; written as
+    ``{"request": ..., "response": ...}`` so the offset travels with the response)."""
+    truth = vllm_npy_truth()
+    out = []
+    for n, (rid, P, G, s, dtype) in enumerate(VLLM_NPY_REQUESTS):
+        ids = truth[rid][0].astype(dtype)
+        chat = rid.startswith("chat")
+        choice = {"index": 0, "token_ids": tokens(800 + n, G), "routed_experts": b64_npy(ids), "finish_reason": "length"}
+        choice.update({"message": {"role": "assistant", "content": "..."}} if chat else {"text": "..."})
+        response = {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": 0,
+                    "model": "TitanML/tiny-mixtral", "choices": [choice],
+                    "usage": {"prompt_tokens": P, "completion_tokens": G, "total_tokens": P + G}}
+        request = {"model": "TitanML/tiny-mixtral", "max_tokens": G, "temperature": 0, "return_token_ids": True,
+                   **({"messages": [{"role": "user", "content": "Hello, world"}]} if chat else {"prompt": "Hello, world"})}
+        if s:
+            out.append({"request": {**request, "routed_experts_prompt_start": s}, "response": response})
+        else:
+            out.append(response)
+    return out
+
+
+#: A model with more than 256 experts: vLLM then sends uint16 ids (docs/features/routed_experts.md).
+WIDE = {"num_layers": 3, "num_experts": 300, "top_k": 4}
+
+
+def vllm_npy_uint16_record() -> tuple[dict, np.ndarray]:
+    """(response, truth): a completion of a 300-expert model, its ids uint16 in the .npy."""
+    P, G = 5, 3
+    ids = pattern_routing(P + G - 1, WIDE["num_layers"], WIDE["num_experts"], WIDE["top_k"]) + 250
+    ids %= WIDE["num_experts"]
+    response = {"id": "cmpl-uint16", "object": "text_completion", "created": 0, "model": "fixture/300-experts",
+                "choices": [{"index": 0, "text": "...", "prompt_token_ids": tokens(900, P), "token_ids": tokens(901, G),
+                             "routed_experts": b64_npy(ids.astype(np.uint16)), "finish_reason": "length"}]}
+    return response, ids
+
+
+def offline_npy_outputs() -> list[RequestOutput]:
+    """RequestOutputs whose routed_experts is the base64 .npy string, as the offline example of
+    docs/features/routed_experts.md decodes ``outputs[0].outputs[0].routed_experts``."""
+    truth = vllm_npy_truth()
+    ids, P, _ = truth["cmpl-npy-uint8"]
+    G = ids.shape[0] + 1 - P
+    return [RequestOutput("offline-0", None, tokens(950, P), None,
+                          [CompletionOutput(0, "...", tokens(951, G), None, None, b64_npy(ids.astype(np.uint8)))])]
+
+
+# --- SGLang with routed_experts_dtype ------------------------------------------------------------
+def sglang_uint8_record() -> tuple[dict, np.ndarray]:
+    """(/generate response, truth) with ``meta_info.routed_experts_dtype = "uint8"`` (sglang
+    python/sglang/srt/state_capturer/routed_experts_wire.py: the sender names the dtype it sent)."""
+    P, G = 5, 4
+    ids = with_dense(pattern_routing(P + G - 1, 3, 16, 4), SMALL_DENSE, 4)
+    payload = base64.b64encode(np.ascontiguousarray(ids, dtype=np.uint8).tobytes()).decode("ascii")
+    return ({"text": "...", "output_ids": tokens(960, G),
+             "meta_info": {"id": "g-uint8", "prompt_tokens": P, "completion_tokens": G, "cached_tokens": 0,
+                           "routed_experts": payload, "routed_experts_dtype": "uint8"}},
+            pattern_routing(P + G - 1, 3, 16, 4))
+
+
+def write_fixtures(folder: Path) -> list[Path]:
+    """Write every fixture file into ``folder`` (the README beside them is written by hand)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config_small.json").write_text(json.dumps(SMALL_CONFIG, indent=1) + "\n")
     (folder / "config_olmoe.json").write_text(json.dumps(OLMOE_CONFIG, indent=1) + "\n")
-    writer.write_jsonl(vllm_full_outputs(), folder / "vllm_full.jsonl")
-    writer.write_jsonl(vllm_split_outputs(), folder / "vllm_split.jsonl")
-    writer.write_jsonl(olmoe_outputs(), folder / "vllm_olmoe.jsonl")
+    _jsonl(folder / "vllm_full.jsonl", [request_output_json(o) for o in vllm_full_outputs()])
+    _jsonl(folder / "vllm_split.jsonl", [request_output_json(o) for o in vllm_split_outputs()])
+    _jsonl(folder / "vllm_olmoe.jsonl", [request_output_json(o) for o in olmoe_outputs()])
     _jsonl(folder / "vllm_openai.jsonl", [vllm_openai_response()])
+    _jsonl(folder / "vllm_openai_npy.jsonl", vllm_npy_records())
+    _jsonl(folder / "vllm_openai_npy_uint16.jsonl", [vllm_npy_uint16_record()[0]])
     _jsonl(folder / "sglang_generate.jsonl", sglang_generate_records())
+    _jsonl(folder / "sglang_generate_uint8.jsonl", [sglang_uint8_record()[0]])
     _jsonl(folder / "sglang_chat.jsonl", [sglang_chat_record()])
-    return sorted(folder.iterdir())
+    return sorted(p for p in folder.iterdir() if p.suffix != ".md")
 
 
 if __name__ == "__main__":  # python tests/engine_fixtures.py: rewrite the committed fixtures
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
+    if FIXTURES.resolve().parent.parent.parent != Path(__file__).resolve().parent.parent:
+        sys.exit(f"refusing to write {FIXTURES}: not this checkout's tests/data/engines")
     for p in write_fixtures(FIXTURES):
         print(f"{p.stat().st_size:>8d}  {p}")

@@ -349,3 +349,182 @@ def test_notebook_08_without_tables_reads_the_committed_run(tmp_path, monkeypatc
     assert "give no decision" in text and "reading the committed full run's instead" in text
     written = json.loads((tmp_path / "run08" / "figures" / "08_advice.json").read_text())
     assert written == json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9])))
+
+
+# --- engine settings for old and new builds, the kernel switch per GPU architecture (issue 26) -----
+from moespec.advice import settings as st  # noqa: E402
+from moespec.advice.inputs import _gap_range, _half_unit, _table1_r, _table1_ubar  # noqa: E402
+
+PUBLISHED_TABLE1 = paths.reference_dir() / "paper1_table1_bandwidth.csv"
+
+
+def test_llama_cpp_settings_for_current_and_legacy_builds():
+    s = st.llama_cpp(3, "t.gguf", "d.gguf")
+    assert s["cli"] == ("llama-server -m t.gguf --spec-type draft-simple --spec-draft-model d.gguf --spec-draft-n-max 3 "
+                        "--spec-draft-n-min 0 --spec-draft-p-min 0")
+    assert s["cli_legacy"] == "llama-server -m t.gguf -md d.gguf --draft-max 3 --draft-min 0 --draft-p-min 0"
+    assert "PR 22397" in s["note"] and "0.8" in s["note"]  # the legacy p-min default the setting overrides
+    plain = st.llama_cpp(0, "t.gguf", "d.gguf")
+    assert plain["cli"] == plain["cli_legacy"] == "llama-server -m t.gguf"
+    assert st.VERSIONS["llama.cpp-legacy"]["commit"].startswith("25d5b0c53f9a")
+    assert "--draft-p-min (default 0.8)" in st.VERSIONS["llama.cpp-legacy"]["where"]
+
+
+def test_mmvq_cap_per_architecture_and_type():
+    """get_mmvq_mmid_max_batch's dispatch: 8 on Volta and from Ada on, the Turing-plus table on
+    Turing and Ampere, the Pascal table below; types without an entry take MMVQ_MAX_BATCH_SIZE."""
+    ampere, hopper, volta, pascal, xavier = 800, 900, 700, 610, 720
+    assert [st.mmvq_mmid_max_batch(t, ampere) for t in ("MXFP4", "Q3_K", "IQ3_S", "Q4_K", "Q8_0")] == [7, 5, 6, 8, 8]
+    assert [st.mmvq_mmid_max_batch(t, hopper) for t in ("MXFP4", "Q3_K", "Q4_K", "Q8_0")] == [8, 8, 8, 8]
+    assert st.mmvq_mmid_max_batch("MXFP4", volta) == 8 and st.mmvq_mmid_max_batch("MXFP4", 1000) == 8
+    assert [st.mmvq_mmid_max_batch(t, pascal) for t in ("MXFP4", "Q8_0", "Q4_K", "Q4_0")] == [4, 4, 5, 6]
+    assert st.mmvq_mmid_max_batch("Q8_0", xavier) == 4  # neither Volta (700) nor Turing (750) and up
+    assert st.mmvq_mmid_max_batch("Q8_0", 890) == 8 and st.mmvq_mmid_max_batch("Q8_0", 860) == 8
+    assert st.mmq_above_cap("MXFP4", ampere) == st.mmq_above_cap("Q8_0", hopper) == "MMQ"
+    assert st.mmq_above_cap("Q8_0", volta).startswith("MMQ only below MMQ_DP4A_MAX_BATCH_SIZE")
+    assert st.mmq_above_cap("Q8_0", 600).startswith("no MMQ")  # below GGML_CUDA_CC_DP4A
+    assert st.mmq_above_cap("NVFP4", hopper).startswith("no MMQ")  # not in that mmq.cu's list
+    assert [c["ggml_type"] for c in st.mmvq_caps("q4_k_m")] == ["Q4_K"] * 4 + ["Q6_K"] * 4
+    assert st.mmvq_caps("bf16") == [] and "not quantized" in st.kernel_switch(4, "bf16")["llama_cpp_cuda"]
+
+
+def test_advise_prints_both_builds_and_the_caps_for_ampere_and_hopper():
+    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp CUDA", model="gpt-oss", acceptance=[0.7], free_draft=True)
+    text = advice.format_text(adv)
+    k = adv["acceptance"][0]["recommended"]["k"]
+    assert f"llama.cpp builds before PR 22397: llama-server -m '<target-model>' -md '<draft-model>' --draft-max {k} " \
+           f"--draft-min 0 --draft-p-min 0" in text
+    assert ("MXFP4 on Turing, Ampere (7.5 <= cc < 8.9: T4 7.5, A100 8.0, RTX 30 8.6): MMVQ up to 7 tokens, above that "
+            "MMQ") in text
+    assert ("MXFP4 on Ada, Hopper, Blackwell (cc >= 8.9: RTX 40 8.9, H100/H200 9.0, B200 10.0): MMVQ up to 8 tokens, "
+            "above that MMQ") in text
+    caps = {c["architecture"]: c["cap"] for c in adv["settings"][0]["kernel_switch"]["mmvq_cap"]}
+    assert caps == {"Pascal and older": 4, "Volta": 8, "Turing, Ampere": 7, "Ada, Hopper, Blackwell": 8}
+    assert set(adv["versions_cited"]) >= {"llama.cpp", "llama.cpp-legacy", "llama.cpp-cuda-kernel", "llama.cpp-cuda-mmq"}
+
+
+# --- published tables read as published ------------------------------------------------------------
+def test_published_r_columns_and_the_held_out_margin_of_paper_1():
+    """Paper 1 (Sec. 4, Metal gpt-oss at d = 512): "Its measured saving at n = 8 is +0.2 ms ... and
+    there the margin of (19) fails". With the published r = 0.34 (not 114/339 = 0.336 of the rounded
+    bandwidths) advise agrees, and says the verdict is within the table's rounding."""
+    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp Metal", model="gpt-oss", acceptance=[0.7], free_draft=True)
+    rows = {r["n"]: r for r in adv["dedup"]["pass_sizes"]}
+    assert rows[8]["r"] == pytest.approx(0.34) and rows[2]["r"] == pytest.approx(0.37)
+    assert rows[8]["ubar"] == pytest.approx(0.36)
+    assert rows[8]["kernels_agree_19"] is False and rows[8]["margin_19_verdict"] == "within rounding"
+    assert all(rows[n]["kernels_agree_19"] and rows[n]["margin_19_verdict"] == "holds" for n in range(2, 8))
+    assert any("published n2_r, n8_r" in a for a in adv["assumptions"])
+    assert "within the table's rounding (not certain either way) at n = 8" in advice.format_text(adv)
+    # by hand: |ln 0.34 - ln 0.36| = 0.0572 < ln(1.031/0.969) = 0.0620 (fails) ...
+    assert abs(math.log(0.34 / 0.36)) < math.log(1.031 / 0.969) < abs(math.log(114 / 339 / 0.36))
+    # ... and over the rounding, r in [0.335, 0.345], ubar in [0.355, 0.365]: the gap spans the margin
+    assert -math.log(0.365 / 0.335) < -math.log(1.031 / 0.969) < -math.log(0.355 / 0.345)
+
+
+def test_published_r_changes_one_of_the_sixteen_table1_points():
+    """Of the 16 Table-1 points (8 rows, n = 2 and 8), only Metal gpt-oss at n = 8 changes its (19)
+    verdict between the published r and the ratio of the rounded bandwidths."""
+    table = pd.read_csv(PUBLISHED_TABLE1)
+    eps = {"llama.cpp CUDA": 0.054, "llama.cpp Metal": 0.031, "MLX-LM": 0.148}  # paper1_scalars.csv
+    flips = []
+    for row in table.itertuples():
+        for n in (2, 8):
+            ubar = getattr(row, f"n{n}_ubar")
+            published = th.kernels_agree(ubar, getattr(row, f"n{n}_r"), eps[row.engine])
+            from_betas = th.kernels_agree(ubar, getattr(row, f"n{n}_beta_dedup_GBps") / getattr(row, f"n{n}_beta_slot_GBps"),
+                                          eps[row.engine])
+            if published != from_betas:
+                flips.append((row.engine, row.model, n))
+    assert flips == [("llama.cpp Metal", "gpt-oss", 8)]
+
+
+def test_rounding_box_corners_bound_its_interior():
+    """_gap_range takes the extremes over the corners (each cell enters r(n) or ubar(n) monotonically):
+    no point of the box falls outside them."""
+    values = {"u2": 0.72, "u8": 0.36, "r2": 0.37, "r8": 0.34}
+    halves = {k: 0.005 for k in values}
+
+    def gap(v):
+        return np.log(_table1_r(v)) - np.log(_table1_ubar(v["u2"], v["u8"]))
+
+    rng = np.random.default_rng(0)
+    box = _gap_range(gap, values, halves)
+    for _ in range(300):
+        g = gap({k: x + rng.uniform(-0.005, 0.005) for k, x in values.items()})
+        assert np.all(box[:, 0] - 1e-12 <= g) and np.all(g <= box[:, 1] + 1e-12)
+    betas = {"bs2": 213.0, "bs8": 339.0, "bd2": 79.0, "bd8": 114.0, "u2": 0.72, "u8": 0.36}
+    bhalves = {k: 0.5 if k.startswith("b") else 0.005 for k in betas}
+    bbox = _gap_range(gap, betas, bhalves)
+    for _ in range(300):
+        g = gap({k: x + rng.uniform(-bhalves[k], bhalves[k]) for k, x in betas.items()})
+        assert np.all(bbox[:, 0] - 1e-12 <= g) and np.all(g <= bbox[:, 1] + 1e-12)
+
+
+def test_margin_verdict_and_half_units_by_hand():
+    m = math.log(1.031 / 0.969)
+    assert th.margin_verdict(-0.0858, -0.0286, 0.031) == "within rounding"
+    assert th.margin_verdict(m + 1e-9, 0.2, 0.031) == "holds" and th.margin_verdict(-0.3, -m - 1e-9, 0.031) == "holds"
+    assert th.margin_verdict(-0.05, 0.05, 0.031) == "fails" and th.margin_verdict(-m, m, 0.031) == "fails"
+    with pytest.raises(ValueError, match="gap_lo <= gap_hi"):
+        th.margin_verdict(0.1, 0.0, 0.031)
+    assert [_half_unit(c) for c in ("0.34", "114", "0.50", "1e-3", "2.5E2")] == pytest.approx([0.005, 0.5, 0.005,
+                                                                                              0.0005, 5.0])
+
+
+def test_table1_without_r_columns_uses_the_bandwidths_and_the_per_n_table_its_digits(tmp_path):
+    t1 = pd.read_csv(PUBLISHED_TABLE1, dtype=str).drop(columns=["n2_r", "n8_r"])
+    t1.to_csv(tmp_path / "no_r.csv", index=False)
+    adv = advice.advise(bandwidth=tmp_path / "no_r.csv", engine="llama.cpp Metal", model="gpt-oss", acceptance=[0.7],
+                        eps=0.031, free_draft=True)
+    row8 = adv["dedup"]["pass_sizes"][7]
+    assert row8["r"] == pytest.approx(114 / 339) and row8["kernels_agree_19"] is True  # the issue's wrong answer ...
+    assert row8["margin_19_verdict"] == "within rounding"                                  # ... now flagged as such
+    n = np.arange(1, 10)
+    exact = pd.DataFrame({"n": n, "beta_slot_GBps": 500.0 + n, "beta_dedup_GBps": 400.0 - 10 * n,
+                          "ubar": np.round(1 / np.sqrt(n), 12), "model": "olmoe"})
+    exact.to_csv(tmp_path / "per_n.csv", index=False, float_format="%.12f")
+    rows = advice.advise(bandwidth=tmp_path / "per_n.csv", acceptance=[0.7], eps=0.05,
+                         free_draft=True)["dedup"]["pass_sizes"]
+    for r in rows[1:]:  # twelve printed digits: the rounding decides nothing
+        assert r["margin_19_verdict"] == ("holds" if r["kernels_agree_19"] else "fails")
+
+
+def test_printed_options_are_the_documented_list():
+    """Every option and value in the commands advise prints is in PRINTED_OPTIONS, each is listed in
+    docs/advise.md with its file and commit, and the docs' MMVQ table is the one advise uses
+    (issue 26, item 6)."""
+    import re
+    import shlex
+
+    docs = (paths.ROOT / "docs" / "advise.md").read_text()
+    printed = set()
+    for k in range(9):
+        for cmd in (st.vllm(k, "T", "D")["cli"], st.sglang(k, "T", "D")["cli"], st.llama_cpp(k, "T", "D")["cli"],
+                    st.llama_cpp(k, "T", "D")["cli_legacy"]):
+            words = shlex.split(cmd)
+            printed |= {w for w in words if w.startswith("-")}
+            printed |= {w for w in words if w in st.PRINTED_OPTIONS}
+            for w in words:
+                if w.startswith("{"):
+                    spec = json.loads(w)
+                    printed |= set(spec) | {spec["method"]}
+        for n_switch in (None, 4):
+            ks = st.kernel_switch(n_switch, "mxfp4")["llama_cpp_cuda"] + " ".join(st.cap_lines(st.mmvq_caps("q8_0")))
+            printed |= {w for w in re.findall(r"[A-Za-z_0-9]+", ks) if w in st.PRINTED_OPTIONS}
+    printed |= {"vllm serve", "python3 -m sglang.launch_server", "llama-server"}  # the command names
+    assert printed == set(st.PRINTED_OPTIONS)
+    table = docs[docs.index("### Every option printed"):]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    for option, key in st.PRINTED_OPTIONS.items():
+        commit = st.VERSIONS[key]["commit"][:12]
+        where = re.search(r"[\w./-]+\.(?:py|md|cuh|cu)", st.VERSIONS[key]["where"]).group(0)
+        assert any(f"`{option}`" in row.split("|")[1] and commit in row and where in row for row in rows), option
+    caps = docs[docs.index("| type | Pascal and older"):].split("\n\n")[0].splitlines()[2:]
+    listed = set()
+    for row in caps:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for t in cells[0].split(", "):
+            listed.add(t)
+            assert [st.mmvq_mmid_max_batch(t, cc) for cc in (610, 700, 800, 900)] == [int(c) for c in cells[1:]], t
+    assert listed == set(st.MMVQ_MMID_MAX_BATCH["pascal_older"])

@@ -4,6 +4,7 @@ outputs in exactly their documented formats (tests/engine_fixtures.py, tests/dat
 from __future__ import annotations
 
 import base64
+import io
 import json
 import struct
 
@@ -14,7 +15,7 @@ import pytest
 from moespec import model_shapes as models
 from moespec.cli import main as cli_main
 from moespec.routing import RoutingTrace, from_sglang, from_vllm, import_jsonl
-from moespec.routing.engines import decode_sglang
+from moespec.routing.engines import decode_sglang, vllm_routed_array
 
 
 def _docs(trace: RoutingTrace) -> dict[str, np.ndarray]:
@@ -23,7 +24,9 @@ def _docs(trace: RoutingTrace) -> dict[str, np.ndarray]:
 
 def test_committed_fixtures_are_current(tmp_path):
     written = fx.write_fixtures(tmp_path)
-    assert sorted(p.name for p in written) == sorted(p.name for p in fx.FIXTURES.iterdir())
+    assert sorted(p.name for p in written) == sorted(p.name for p in fx.FIXTURES.iterdir() if p.suffix != ".md")
+    readme = (fx.FIXTURES / "README.md").read_text()
+    assert all(f"`{p.name}`" in readme for p in written), "every fixture is described in its README"
     for p in written:
         assert p.read_bytes() == (fx.FIXTURES / p.name).read_bytes(), p.name
 
@@ -163,7 +166,9 @@ def test_vllm_errors_name_the_request():
         from_vllm(_full(routed_experts=np.zeros((9, 16), np.int32)), num_experts=16)
     with pytest.raises(ValueError, match=r"request 'r1': no routed_experts .*enable_return_routed_experts"):
         from_vllm(_full(routed_experts=None), num_experts=16)
-    with pytest.raises(ValueError, match=r"request 'r1': routed_experts has 8 token rows; expected P \+ G - 1 = 9"):
+    with pytest.raises(ValueError, match=r"request 'r1': routed_experts has 8 token rows for P = 4 prompt and G = 6 generated tokens; "
+                                         r"whole sequence from s would be P \+ G - 1 - s = 9 rows; it could be "
+                                         r"positions 1 \.\. 8 \(pass prompt_start=1"):
         from_vllm(_full(routed_experts=np.ones((8, 4, 4), np.int32)), num_experts=16)
     bad = fx.vllm_full_outputs()
     bad[2].outputs[1].routed_experts = bad[2].outputs[1].routed_experts[:, :3]
@@ -268,3 +273,231 @@ def test_sglang_batched_generate():
     for doc, ids in _docs(trace).items():
         np.testing.assert_array_equal(ids, fx.sglang_truth()[doc][0])
     assert trace.meta["first_position"] == [0, 3]
+
+
+# --- current vLLM: base64 .npy payloads, routed_experts_prompt_start ------------------------------
+def _records(name):
+    return [json.loads(line) for line in (fx.FIXTURES / name).read_text().splitlines()]
+
+
+def test_vllm_npy_fixture_decodes_as_vllms_own_test_does():
+    """The fixture's payloads, decoded exactly as vLLM's test_return_routed_experts.py decodes them
+    (np.load of the base64-decoded bytes), hold the known routing in the documented dtypes."""
+    truth = fx.vllm_npy_truth()
+    dtypes = {rid: d for rid, *_, d in fx.VLLM_NPY_REQUESTS}
+    for rec in _records("vllm_openai_npy.jsonl"):
+        resp = rec.get("response", rec)
+        arr = np.load(io.BytesIO(base64.b64decode(resp["choices"][0]["routed_experts"])))
+        assert arr.dtype == np.dtype(dtypes[resp["id"]]) and arr.shape[1:] == (2, 2)
+        np.testing.assert_array_equal(arr, truth[resp["id"]][0])
+
+
+def test_vllm_openai_npy_import_places_rows_at_their_positions():
+    trace = import_jsonl(fx.FIXTURES / "vllm_openai_npy.jsonl", "vllm", num_experts=8)
+    truth = fx.vllm_npy_truth()
+    assert trace.doc_ids == ["cmpl-npy-int32", "cmpl-npy-uint8", "chatcmpl-npy", "cmpl-prompt-start"]
+    for doc, ids in _docs(trace).items():
+        np.testing.assert_array_equal(ids, truth[doc][0])
+    # P = 4, G = 10: 13 rows from 0; the chat P = 6, G = 5; the offset request P = 7, G = 4, s = 3
+    assert trace.meta["first_position"] == [0, 0, 0, 3]
+    assert trace.meta["positions"] == [[0, 13], [0, 13], [0, 10], [3, 10]]
+    assert trace.meta["prompt_tokens"] == [4, 4, 6, 4] and trace.meta["generated_tokens"] == [9, 9, 4, 3]
+    assert trace.meta["layout"] == ["full"] and trace.meta["vllm_payload"] == ["base64 .npy"]
+    # position t, layer l, slot j holds (3 t + 5 l + j) mod 8: the offset request's first row is t = 3
+    assert _docs(trace)["cmpl-prompt-start"][0].tolist() == [[1, 2], [6, 7]]
+
+
+def test_vllm_prompt_start_from_the_record_the_argument_or_refused():
+    bare = _records("vllm_openai_npy.jsonl")[3]["response"]  # the offset request without its request
+    with pytest.raises(ValueError, match=r"routed_experts has 7 token rows for P = 7 prompt and G = 4 generated "
+                                         r"tokens; whole sequence from s would be P \+ G - 1 - s = 10 rows; it "
+                                         r"could be positions 3 \.\. 9 \(pass prompt_start=3, the request's "
+                                         r"routed_experts_prompt_start\): say which"):
+        from_vllm([bare], num_experts=8)
+    # the issue's trap: P + G - 1 - s <= G with s < P reads as "generated tokens only" unless told
+    P, G, s = 5, 6, 4
+    rows = fx.pattern_routing(P + G - 1 - s, 2, 8, 2, s)
+    trap = {"id": "trap", "choices": [{"index": 0, "token_ids": list(range(G)), "routed_experts": fx.b64_npy(rows)}],
+            "usage": {"prompt_tokens": P, "completion_tokens": G}}
+    with pytest.raises(ValueError, match=r"it could be positions 4 \.\. 9 \(pass prompt_start=4, the request's "
+                                         r"routed_experts_prompt_start\) or the generated tokens only \(vLLM 0\.21 "
+                                         r"without prompt_routed_experts: pass layout='split'\): say which"):
+        from_vllm([trap], num_experts=8)
+    placed = from_vllm([trap], num_experts=8, prompt_start=4)
+    assert placed.meta["positions"] == [[4, 10]] and placed.meta["prompt_tokens"] == [1]
+    np.testing.assert_array_equal(placed.docs[0], rows)
+    split = from_vllm([trap], num_experts=8, layout="split")  # the user's other reading: generated tokens only
+    assert split.meta["first_position"] == [5] and split.meta["prompt_tokens"] == [0]
+    trace = from_vllm([bare], num_experts=8, prompt_start=3)
+    np.testing.assert_array_equal(trace.docs[0], fx.vllm_npy_truth()["cmpl-prompt-start"][0])
+    assert trace.meta["first_position"] == [3]
+    with pytest.raises(ValueError, match=r"the record says routed_experts_prompt_start = 3, prompt_start = 2"):
+        from_vllm([_records("vllm_openai_npy.jsonl")[3]], num_experts=8, prompt_start=2)
+    with pytest.raises(ValueError, match=r"routed_experts_prompt_start 9 is beyond the 7 prompt tokens"):
+        from_vllm([bare], num_experts=8, prompt_start=9, layout="full")
+
+
+def test_vllm_uint16_and_offline_base64():
+    trace = import_jsonl(fx.FIXTURES / "vllm_openai_npy_uint16.jsonl", "vllm", num_experts=300)
+    np.testing.assert_array_equal(trace.docs[0], fx.vllm_npy_uint16_record()[1])
+    assert trace.meta["prompt_tokens"] == [5]  # from choices[0].prompt_token_ids (no usage in this response)
+    off = from_vllm(fx.offline_npy_outputs(), num_experts=8)
+    np.testing.assert_array_equal(off.docs[0], fx.vllm_npy_truth()["cmpl-npy-uint8"][0])
+    assert off.meta["vllm_payload"] == ["base64 .npy"]
+
+
+def _npy_by_hand(values: list[int], shape: tuple, descr: str = "|u1") -> str:
+    """A .npy file written from the format's definition (numpy.lib.format, version 1.0): magic,
+    version, little-endian header length, the header dict padded to 64 bytes, the raw data."""
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}"
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    data = np.array(values, dtype=descr).tobytes()
+    raw = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + data
+    return base64.b64encode(raw).decode()
+
+
+def test_vllm_npy_decoding_against_a_hand_written_file():
+    payload = _npy_by_hand([0, 3, 1, 2, 2, 0, 3, 1], (2, 2, 2))
+    np.testing.assert_array_equal(vllm_routed_array(payload, "here"), [[[0, 3], [1, 2]], [[2, 0], [3, 1]]])
+    big = _npy_by_hand([300, 1, 299, 2], (1, 2, 2), "<u2")
+    assert vllm_routed_array(big, "here").tolist() == [[[300, 1], [299, 2]]]
+
+
+def test_vllm_payloads_it_cannot_read_are_named():
+    sglang_like = base64.b64encode(struct.pack("<4i", 0, 1, 2, 3)).decode()
+    with pytest.raises(ValueError, match=r"here: routed_experts is a base64 string of 24 characters that is not a "
+                                         r"\.npy \(it decodes to 16 bytes without the \.npy magic .*SGLang's raw "
+                                         r"int32 payload\? read it with --engine sglang\); vLLM layouts known here: "
+                                         r"'full' = .* 'split' = "):
+        vllm_routed_array(sglang_like, "here")
+    with pytest.raises(ValueError, match=r"routed_experts is a string of 7 characters that is not base64"):
+        vllm_routed_array("gASV...", "here")
+    npy = fx.b64_npy(np.zeros((3, 2, 2), np.int32))
+    cut = base64.b64encode(base64.b64decode(npy)[:-5]).decode()
+    with pytest.raises(ValueError, match=r"is a base64 \.npy of \d+ bytes that numpy cannot read .*truncated"):
+        vllm_routed_array(cut, "here")
+    with pytest.raises(ValueError, match=r"must be an array of expert ids or a base64 \.npy string; found an "
+                                         r"object with keys \['data', 'shape'\]"):
+        vllm_routed_array({"data": "x", "shape": [1]}, "here")
+    with pytest.raises(ValueError, match=r"must hold integer expert ids, found dtype float32"):
+        vllm_routed_array(fx.b64_npy(np.zeros((3, 2, 2), np.float32)), "here")
+    with pytest.raises(ValueError, match=r"must hold integer expert ids, found strings"):
+        vllm_routed_array([[["a", "b"]]], "here")
+
+
+def test_wrong_json_types_in_dumps_are_named(tmp_path):
+    """Issue 25's case for dumps: a field of the wrong type is a ValueError naming the file, the
+    request and the field, what was expected and found (no raw TypeError/AttributeError/IndexError)."""
+    rec = json.loads((fx.FIXTURES / "vllm_full.jsonl").read_text().splitlines()[0])
+    cases = [({**rec, "prompt_token_ids": "abc"}, r"request 'r0': prompt_token_ids must be a list of token ids; "
+                                                  r"found a string of 3 characters 'abc'"),
+             ({**rec, "outputs": {"a": 1}}, r"outputs must be a list of completions; found an object"),
+             ({**rec, "outputs": [{**rec["outputs"][0], "token_ids": 7}]}, r"token_ids must be a list of token ids; found int 7"),
+             ({**rec, "routed_experts_prompt_start": -1}, r"routed_experts_prompt_start must be an integer >= 0; found int -1"),
+             ({**rec, "outputs": [{**rec["outputs"][0], "routed_experts": 3.5}]}, r"found float 3\.5"),
+             ([rec], r"vLLM record 0: expected a vLLM RequestOutput .* found a list of 1 item"),
+             ({"id": "c", "choices": {"0": {}}}, r"request 'c': choices must be a list"),
+             ({"id": "c", "choices": [], "usage": {"prompt_tokens": "5"}}, r"usage\.prompt_tokens must be an integer "
+                                                                         r">= 0; found a string of 1 characters '5'")]
+    for n, (bad, message) in enumerate(cases):
+        path = tmp_path / f"bad{n}.jsonl"
+        path.write_text(json.dumps(bad) + "\n")
+        with pytest.raises(ValueError, match=rf"bad{n}\.jsonl: .*{message}"):
+            import_jsonl(path, "vllm", num_experts=16)
+    g = fx.sglang_generate_records()
+    meta = g[0]["meta_info"]
+    scases = [({"meta_info": [1]}, r"meta_info must be a JSON object; found a list"),
+              ({**g[0], "meta_info": {**meta, "prompt_tokens": "6"}}, r"meta_info\.prompt_tokens must be an integer"),
+              ({"request": {"routed_experts_start_len": "3"}, "response": g[0]}, r"routed_experts_start_len must be an "
+                                                                                 r"integer >= 0; found a string"),
+              ({"request": {"rid": ["a"]}, "response": [g[0], g[1]["response"]]}, r"request\.rid has 1 value\(s\) for "
+                                                                                   r"2 response item"),
+              ({"id": "c", "choices": [{"sgl_ext": "x"}], "usage": {"prompt_tokens": 1}}, r"choices\[0\]\.sgl_ext must "
+                                                                                          r"be a JSON object"),
+              (7, r"SGLang record 0: expected a JSON object")]
+    for n, (bad, message) in enumerate(scases):
+        path = tmp_path / f"sbad{n}.jsonl"
+        path.write_text(json.dumps(bad) + "\n")
+        with pytest.raises(ValueError, match=rf"sbad{n}\.jsonl: .*{message}"):
+            import_jsonl(path, "sglang", num_layers=4, top_k=4, num_experts=16)
+
+
+def test_a_dump_of_the_other_engine_is_named(capsys, tmp_path):
+    with pytest.raises(ValueError, match=r"vllm_full\.jsonl: SGLang record 0: not a SGLang output: it has the "
+                                         r"field 'outputs' of vLLM's responses; read it with --engine vllm"):
+        import_jsonl(fx.FIXTURES / "vllm_full.jsonl", "sglang", num_layers=4, top_k=4, num_experts=16)
+    with pytest.raises(ValueError, match=r"not a vLLM output: it has the field 'meta_info' of SGLang's responses; "
+                                         r"read it with --engine sglang"):
+        import_jsonl(fx.FIXTURES / "sglang_generate.jsonl", "vllm", num_experts=16)
+    with pytest.raises(ValueError, match=r"field 'choices\[\]\.sgl_ext'"):
+        import_jsonl(fx.FIXTURES / "sglang_chat.jsonl", "vllm", num_experts=16)
+    with pytest.raises(ValueError, match=r"routed_experts is a base64 \.npy file \(vLLM's payload\), not SGLang's "
+                                         r"raw ids: read it with --engine vllm"):
+        import_jsonl(fx.FIXTURES / "vllm_openai_npy.jsonl", "sglang", num_layers=2, top_k=2, num_experts=8)
+    with pytest.raises(ValueError, match=r"field 'prompt_routed_experts' of vLLM's responses"):
+        import_jsonl(fx.FIXTURES / "vllm_openai.jsonl", "sglang", num_layers=3, top_k=4, num_experts=16)
+    listed = {"id": "c", "choices": [{"routed_experts": [[[0, 1]]]}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+    with pytest.raises(ValueError, match=r"routed_experts is a list of 1 item\(s\), not SGLang's base64 string "
+                                         r"\(nested lists are vLLM's layout: read it with --engine vllm\)"):
+        from_sglang([listed], num_layers=1, top_k=2, num_experts=4)
+    rc = cli_main(["import-routing", str(fx.FIXTURES / "vllm_full.jsonl"), "--engine", "sglang", "--num-layers", "4",
+                   "--top-k", "4", "--num-experts", "16", "--out", str(tmp_path / "t.npz")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "vllm_full.jsonl" in err and "--engine vllm" in err and "restart" not in err
+
+
+def test_sglang_wire_dtype():
+    record, truth = fx.sglang_uint8_record()
+    trace = import_jsonl(fx.FIXTURES / "sglang_generate_uint8.jsonl", "sglang", config=fx.FIXTURES / "config_small.json")
+    np.testing.assert_array_equal(trace.docs[0], truth)
+    assert trace.meta["dense_layers"] == [0]
+    bad = {**record, "meta_info": {**record["meta_info"], "routed_experts_dtype": "int8"}}
+    with pytest.raises(ValueError, match=r"routed_experts_dtype 'int8' is not one of SGLang's wire dtypes "
+                                         r"\['int32', 'uint16', 'uint8'\]"):
+        from_sglang([bad], num_layers=4, top_k=4, num_experts=16)
+    as_int32 = {**record, "meta_info": {k: v for k, v in record["meta_info"].items() if k != "routed_experts_dtype"}}
+    with pytest.raises(ValueError, match=r"decodes to 128 bytes.*|holds 32 int32 ids.*|expected .* = 8"):
+        from_sglang([as_int32], num_layers=4, top_k=4, num_experts=16)  # the bytes read as int32 do not fit
+
+
+def test_cli_prompt_start(tmp_path, capsys):
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps(_records("vllm_openai_npy.jsonl")[3]["response"]) + "\n")
+    out = tmp_path / "t.npz"
+    assert cli_main(["import-routing", str(bare), "--engine", "vllm", "--num-experts", "8", "--out", str(out)]) == 1
+    assert "pass prompt_start=3" in capsys.readouterr().err
+    assert cli_main(["import-routing", str(bare), "--engine", "vllm", "--num-experts", "8", "--prompt-start", "3",
+                     "--out", str(out)]) == 0
+    assert RoutingTrace.load(out).meta["positions"] == [[3, 10]]
+    assert cli_main(["import-routing", str(bare), "--engine", "sglang", "--prompt-start", "3", "--num-layers", "2",
+                     "--top-k", "2", "--num-experts", "8", "--out", str(out)]) == 2
+
+
+def test_fields_read_are_the_documented_list():
+    """Every field the importers read is in ENGINE_FIELDS, and docs/routing.md lists each of them
+    with the file and commit it was checked against (issue 26, item 6)."""
+    import re
+
+    from moespec import paths
+    from moespec.routing import engines
+
+    source = (paths.ROOT / "moespec" / "routing" / "engines.py").read_text()
+    read = set(re.findall(r'_field\([a-z_.]+, "([a-z_]+)"', source)) | set(re.findall(r'\.get\("([a-z_]+)"', source))
+    internal = {"request", "response", "meta", "moe_layers"}  # dump wrappers, the caller's meta, the config spec
+    assert read - internal == set(engines.ENGINE_FIELDS)
+    docs = (paths.ROOT / "docs" / "routing.md").read_text().splitlines()
+    for name, (_, repo, path, commit) in engines.ENGINE_FIELDS.items():
+        rows = [line for line in docs if line.startswith("|") and f"`{name}`" in line.split("|")[1]]
+        assert rows and any(commit in row and path.split(" ")[0] in row for row in rows), name
+
+
+def test_gzip_by_content_and_binary_files(tmp_path):
+    import gzip
+
+    named_plain = tmp_path / "dump.jsonl"  # gzip data without .gz
+    named_plain.write_bytes(gzip.compress((fx.FIXTURES / "vllm_full.jsonl").read_bytes()))
+    assert import_jsonl(named_plain, "vllm", num_experts=16).doc_ids == ["r0", "r1", "r2/0", "r2/1"]
+    binary = tmp_path / "weights.jsonl"
+    binary.write_bytes(b'{"a": 1}\n' + bytes(range(128, 256)))
+    with pytest.raises(ValueError, match=r"weights\.jsonl:2: not UTF-8 text"):
+        import_jsonl(binary, "vllm", num_experts=16)

@@ -27,7 +27,8 @@ def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model
     acceptance rate's recommended draft length and the kernel crossover."""
     advice = decide(curves, acceptance)
     n_switch = advice["dedup"]["from_n"]
-    advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], n_switch, target, draft)}
+    fmt = curves.subject.get("format")
+    advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], n_switch, target, draft, fmt)}
                           for item in advice["acceptance"]]
     advice["versions_cited"] = VERSIONS
     return validate(advice)

@@ -44,6 +44,8 @@ def kernel_decision(curves: VerifyCurves) -> dict:
             row.update(ubar=float(curves.ubar[i]), r=float(curves.r[i]))
             if i > 0:
                 row["kernels_agree_19"] = bool(th.kernels_agree(curves.ubar[i], curves.r[i], curves.eps))
+                if curves.log_gap_range is not None:  # (19) over the rounding of the table read
+                    row["margin_19_verdict"] = th.margin_verdict(*curves.log_gap_range[i], curves.eps)
         rows.append(row)
     return {"from_n": _opt(crossover(S)), "earliest_n": _opt(crossover(curves.S_hi)),
             "guaranteed_from_n": _opt(crossover(curves.S_lo)), "interval": curves.interval, "pass_sizes": rows}

@@ -21,6 +21,7 @@ pass, the host's time for the fits and tables) is an argument or stated default,
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,7 @@ class VerifyCurves:
     ubar: np.ndarray | None = None
     r: np.ndarray | None = None
     other_states: dict = field(default_factory=dict)
+    log_gap_range: np.ndarray | None = None
 
     def __post_init__(self):
         if self.eps is not None and not (np.isfinite(self.eps) and 0 <= self.eps < 0.5):
@@ -509,6 +511,40 @@ def _pick_row(df: pd.DataFrame, path: Path, engine: str | None, model: str | Non
     return sel.iloc[0]
 
 
+def _half_unit(text) -> float:
+    """Half a unit of the last printed digit of a table cell ("0.34" -> 0.005, "114" -> 0.5)."""
+    mantissa, _, exponent = str(text).strip().lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 0.5 * 10.0 ** ((int(exponent) if exponent else 0) - decimals)
+
+
+def _gap_range(gap_of, values: dict, halves: dict) -> np.ndarray:
+    """[n, 2]: the least and greatest of ``gap_of(values)`` (ln r(n) - ln ubar(n)) over every corner
+    of the box values +- halves. Each value enters r(n) or ubar(n) monotonically, so the extremes
+    over the box lie on its corners."""
+    names = [k for k in values if np.any(np.asarray(halves[k]) > 0)]
+    gaps = [gap_of({**values, **{k: values[k] + sign * halves[k] for k, sign in zip(names, signs)}})
+            for signs in itertools.product((-1.0, 1.0), repeat=len(names))]
+    return np.stack([np.min(gaps, axis=0), np.max(gaps, axis=0)], axis=1)
+
+
+def _table1_ubar(u2, u8) -> np.ndarray:
+    """ubar(n), n = 1..N_MAX, of the geometric model through ubar(2), ubar(8) (moespec.theory.table1)."""
+    rho = th.reuse_from_byte_share(u2, u8, N_MAX)
+    return np.cumsum(1 - rho) / np.arange(1, N_MAX + 1)
+
+
+def _table1_r(v: dict) -> np.ndarray:
+    """r(n) of a Table-1 row: the published n2_r/n8_r where given (linear in n, as the bandwidths),
+    else the ratio of the interpolated bandwidths; r(1) = 1 (one token runs the per-slot kernel)."""
+    if "r2" in v:
+        r = th.interpolate_bandwidth(v["r2"], v["r8"], N_MAX)
+    else:
+        r = th.interpolate_bandwidth(v["bd2"], v["bd8"], N_MAX) / th.interpolate_bandwidth(v["bs2"], v["bs8"], N_MAX)
+    r[0] = 1.0
+    return r
+
+
 def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str | None = None,
                          trace=None, eps: float | None = None, dense_ratio: float = 0.5,
                          draft: DraftTime | None = None, fmt: str | None = None) -> VerifyCurves:
@@ -535,12 +571,28 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
         m, W = spec.top_k, float(spec.total_expert_bytes(fmt))
         beta_slot = th.interpolate_bandwidth(row["n2_beta_slot_GBps"], row["n8_beta_slot_GBps"], N_MAX) * 1e9
         beta_dedup = th.interpolate_bandwidth(row["n2_beta_dedup_GBps"], row["n8_beta_dedup_GBps"], N_MAX) * 1e9
-        rho = th.reuse_from_byte_share(row["n2_ubar"], row["n8_ubar"], N_MAX)
-        ubar = np.cumsum(1 - rho) / n
+        ubar = _table1_ubar(row["n2_ubar"], row["n8_ubar"])
         source = str(row["source"])
         eng_name, model_name = str(row["engine"]), str(row["model"])
         assumptions.append("bandwidths linear in n through the table's n = 2 and n = 8 values, new-expert "
                            "share geometric in the token index (moespec.theory.table1)")
+        cells = pd.read_csv(path, dtype=str, keep_default_na=False).loc[row.name]
+        rounded = {"u2": "n2_ubar", "u8": "n8_ubar"}
+        published_r = {"n2_r", "n8_r"} <= set(head) and all(str(cells[c]).strip() for c in ("n2_r", "n8_r"))
+        rounded.update({"r2": "n2_r", "r8": "n8_r"} if published_r else
+                       {"bs2": "n2_beta_slot_GBps", "bs8": "n8_beta_slot_GBps",
+                        "bd2": "n2_beta_dedup_GBps", "bd8": "n8_beta_dedup_GBps"})
+        values = {k: float(cells[c]) for k, c in rounded.items()}
+        halves = {k: _half_unit(cells[c]) for k, c in rounded.items()}
+        bad = [rounded[k] for k in ("r2", "r8") if k in values and not (np.isfinite(values[k]) and values[k] > 0)]
+        if bad:
+            raise AdviceInputError(f"{path}: row ({eng_name}, {model_name}): column(s) {bad} need positive numbers; "
+                                   f"found {[cells[c] for c in bad]}")
+        r_table = _table1_r(values)
+        assumptions.append("bandwidth ratio r(n) for the margin (19): the table's published n2_r, n8_r (linear in n "
+                           "between them, as the bandwidths), not the ratio of its rounded bandwidth columns"
+                           if published_r else "bandwidth ratio r(n) for the margin (19): the ratio of the table's "
+                                               "interpolated bandwidths (it has no r columns)")
     else:
         need = ["n", "beta_slot_GBps", "beta_dedup_GBps"]
         df = _read_csv(path, need, "bandwidth table")
@@ -553,6 +605,13 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
             raise AdviceInputError(f"{path}: rows cover n = {list(df['n'])}, need one row per n = 1..{N_MAX}")
         beta_slot = _finite(df["beta_slot_GBps"], f"{path}: beta_slot_GBps") * 1e9
         beta_dedup = _finite(df["beta_dedup_GBps"], f"{path}: beta_dedup_GBps") * 1e9
+        cells = pd.read_csv(path, dtype=str, keep_default_na=False).loc[df.index]
+        r_table, values, halves, rounded = None, {}, {}, {}
+        for key, col in (("bs", "beta_slot_GBps"), ("bd", "beta_dedup_GBps"), ("u", "ubar")):
+            if col in cells.columns:
+                rounded[key] = col
+                values[key] = pd.to_numeric(cells[col], errors="coerce").to_numpy(float)
+                halves[key] = np.array([_half_unit(c) for c in cells[col]])
         model_name = model or (str(df["model"].iloc[0]) if "model" in df.columns else None)
         if not model_name:
             raise AdviceInputError(f"{path}: no model column; name the model (a preset) for m and W")
@@ -583,9 +642,17 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
                                                   dense_bytes=dense_ratio * m * W, dense_bandwidth=beta_slot[0])
     half = np.asarray(th.saving_bound(eps, slot.expert_time(), dedup.expert_time()), float)
     draft = _draft_or_refuse(draft, f"bandwidth table {path}")
+    r = th.bandwidth_ratio(dedup.bandwidth, slot.bandwidth) if r_table is None else r_table
+    try:
+        gap_range = _margin_rounding(values, halves, ubar if trace is not None else None)
+    except ValueError as exc:
+        raise AdviceInputError(f"{path}: the table's values moved by their rounding leave the model they are read "
+                               f"with ({exc})") from None
     assumptions += [f"dense bytes per pass D = {dense_ratio:g} m W (the table has none), read at the per-slot "
                     "one-token bandwidth; t0 = phi = 0", _draft_assumption(draft),
-                    "host time h(k) = 0: a bandwidth table does not measure it"]
+                    "host time h(k) = 0: a bandwidth table does not measure it",
+                    "margin (19) judged over the table's rounding (each cell +- half a unit of its last printed "
+                    "digit): 'within rounding' where that rounding alone can decide it"]
     subject = {"model": model_name, "engine": eng_name, "format": fmt,
                "source": PAPER_LABEL if theirs else source,
                "from": "paper 1's published Table 1 (their hardware): an illustration, not a measurement of "
@@ -597,8 +664,30 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
                         eps=float(eps), subject=subject, inputs=[str(path)], assumptions=assumptions,
                         covers=["verify: bound (17) at eps", f"draft: {draft.term.protocol}",
                                 "host: not covered (taken as 0)"],
-                        ubar=th.byte_share(dedup.expert_bytes, slot.expert_bytes),
-                        r=th.bandwidth_ratio(dedup.bandwidth, slot.bandwidth))
+                        ubar=th.byte_share(dedup.expert_bytes, slot.expert_bytes), r=r, log_gap_range=gap_range)
+
+
+def _margin_rounding(values: dict, halves: dict, trace_ubar) -> np.ndarray | None:
+    """[N_MAX, 2] range of ln r(n) - ln ubar(n) over the rounding of the bandwidth table's cells
+    (Table-1 cells: ``u2, u8`` and ``r2, r8`` or the four bandwidths; per-n cells: ``bs, bd, u``);
+    a routing trace's ubar has no rounding."""
+    def gap_of(v: dict) -> np.ndarray:
+        if "u2" in v or "r2" in v or "bs2" in v:  # Table-1 layout
+            r = _table1_r(v)
+            u = trace_ubar if trace_ubar is not None else _table1_ubar(v["u2"], v["u8"])
+        else:
+            r = v["bd"] / v["bs"]
+            r[0] = 1.0
+            u = trace_ubar if trace_ubar is not None else v["u"]
+        return np.log(r) - np.log(u)
+
+    values, halves = dict(values), dict(halves)
+    if trace_ubar is not None:
+        for k in ("u", "u2", "u8"):
+            values.pop(k, None), halves.pop(k, None)
+    if not values:
+        return None
+    return _gap_range(gap_of, values, halves)
 
 
 # --- acceptance rates -------------------------------------------------------------------------

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from moespec import io
+from moespec.theory import MARGIN_VERDICTS
 
 from .decide import ENGINE_NAMES, ENGINES, SCHEMA_ID
+from .settings import cap_lines
 
 _NUM = {"type": "number"}
 _NUMS = {"type": "array", "items": {"type": "number"}, "minItems": 1}
@@ -65,7 +67,8 @@ ADVICE_SCHEMA = {
                                                     "saving_ms": _NUM, "saving_lo_ms": _NUM, "saving_hi_ms": _NUM,
                                                     "dedup_faster": {"type": "boolean"},
                                                     "sign_certain": {"type": "boolean"},
-                                                    "ubar": _NUM, "r": _NUM, "kernels_agree_19": {"type": "boolean"}}}}}},
+                                                    "ubar": _NUM, "r": _NUM, "kernels_agree_19": {"type": "boolean"},
+                                                    "margin_19_verdict": {"enum": list(MARGIN_VERDICTS)}}}}}},
         "acceptance": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["a", "label", "engines", "recommended", "other_states", "loss_if_wrong"],
             "properties": {
@@ -122,6 +125,21 @@ def _interval(lo: float, hi: float) -> str:
     return f"[{lo:.3f}, {hi:.3f}]"
 
 
+def _margin_lines(rows: list[dict], margin: float) -> list[str]:
+    """Where (19)'s margin guarantees the faster kernel, at the table's values and over its rounding."""
+    judged = [r for r in rows if "kernels_agree_19" in r]
+    if not judged:
+        return []
+    def ns(rs):
+        return ", ".join(str(r["n"]) for r in rs) or "none"
+    line = (f"  margin (19) ln((1+eps)/(1-eps)) = {margin:.4f}: |ln r - ln ubar| exceeds it at n = "
+            f"{ns([r for r in judged if r['kernels_agree_19']])}")
+    if any("margin_19_verdict" in r for r in judged):
+        within = [r for r in judged if r.get("margin_19_verdict") == "within rounding"]
+        line += (f"; within the table's rounding (not certain either way) at n = {ns(within)}")
+    return [line]
+
+
 def format_text(advice: dict) -> str:
     """The advice as the table ``moespec advise`` prints."""
     s, err, kd = advice["subject"], advice["error"], advice["dedup"]
@@ -147,6 +165,8 @@ def format_text(advice: dict) -> str:
         out.append(f"  {r['n']:>2}   {r['tau_slot_ms']:>11.4f}   {r['tau_dedup_ms']:>12.4f}   "
                    f"{r['saving_ms']:>+8.4f} [{r['saving_lo_ms']:+.4f}, {r['saving_hi_ms']:+.4f}]   "
                    f"{'yes' if r['dedup_faster'] else 'no':>12}   {'yes' if r['sign_certain'] else 'no':>12}")
+    if err["margin_19"] is not None:
+        out += _margin_lines(kd["pass_sizes"], err["margin_19"])
     out += ["", "Round: V(k) = t_draft(k) + tau(k + 1) + h(k) (ms), deduplicating engine",
             "   k   t_draft   h(k)    V(k)"]
     V = advice["acceptance"][0]["engines"]["dedup"]["step_ms_by_k"]
@@ -183,9 +203,11 @@ def format_text(advice: dict) -> str:
                 "  settings:",
                 f"    vLLM:      {setting['vllm']['cli']}",
                 f"    SGLang:    {setting['sglang']['cli']}",
-                f"    llama.cpp: {setting['llama_cpp']['cli']}"]
+                f"    llama.cpp: {setting['llama_cpp']['cli']}",
+                f"    llama.cpp builds before PR 22397: {setting['llama_cpp']['cli_legacy']}"]
     ks = advice["settings"][0]["kernel_switch"]
-    out += ["", f"Kernel switch: {ks['text']}", f"  llama.cpp CUDA: {ks['llama_cpp_cuda']}", ""]
+    out += ["", f"Kernel switch: {ks['text']}", f"  llama.cpp CUDA: {ks['llama_cpp_cuda']}",
+            *[f"    {line}" for line in cap_lines(ks.get("mmvq_cap", []))], ""]
     out += ["Inputs:"] + [f"  - {p}" for p in advice["inputs"]]
     out += ["Option names from:"] + [f"  - {name}: {v['project']} @ {v['commit'][:12]} ({v['where']})"
                                      for name, v in advice["versions_cited"].items()]

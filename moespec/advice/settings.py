@@ -22,14 +22,46 @@ VERSIONS = {
                         "--speculative-algorithm STANDALONE, --speculative-draft-model-path, "
                         "--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens"},
     "llama.cpp": {"project": "ggml-org/llama.cpp", "commit": "00dc8057ab28c9cb4c79a6dd6dfce07fe779f63b",
-                  "where": "tools/server/README.md: --spec-type draft-simple, --spec-draft-model, "
-                           "--spec-draft-n-max (default 3), --spec-draft-n-min (default 0), --spec-draft-p-min "
-                           "(default 0.00); it lists --draft-max/--draft-min as removed names of the last two"},
+                  "where": "tools/server/README.md: --spec-type draft-simple, --spec-draft-model (aliases -md, "
+                           "--model-draft), --spec-draft-n-max (default 3), --spec-draft-n-min (default 0), "
+                           "--spec-draft-p-min (alias --draft-p-min, default 0.00); it lists --draft-max/--draft-min "
+                           "as removed. Builds from PR 22964 (2026-05-12: draft-* type names) on; PR 22397 "
+                           "(2026-04-26) replaced --draft-max/--draft-min"},
+    "llama.cpp-legacy": {"project": "ggml-org/llama.cpp", "commit": "25d5b0c53f9a146f3d7a99a18610d9d623b5041e",
+                         "where": "tools/server/README.md of a build before PR 22397: -md/--model-draft, --draft-max "
+                                  "(default 16), --draft-min (default 0), --draft-p-min (default 0.8); no --spec-type "
+                                  "(a draft model alone turns speculation on)"},
     "llama.cpp-cuda-kernel": {"project": "ggml-org/llama.cpp", "commit": "1d67db96f5d1f01c369c442541d4b9ba45570a09",
                               "where": "ggml/src/ggml-cuda/mmvq.cuh: #define MMVQ_MAX_BATCH_SIZE 8 and "
                                        "get_mmvq_mmid_max_batch(type, cc), the largest batch for which MUL_MAT_ID "
-                                       "runs the matrix-vector (MMVQ, per-slot) kernel; above it the tiled MMQ "
-                                       "kernel (deduplicating, paper 1 Table 6)"},
+                                       "runs the matrix-vector (MMVQ, per-slot) kernel. The per-architecture table "
+                                       "(MMVQ_MMID_MAX_BATCH) is read from the stored copies of "
+                                       "ggml/src/ggml-cuda/mmvq.cu with that signature; the source index names no "
+                                       "commit for them (docs/advise.md); PRs 26079 and 28912 retune it"},
+    "llama.cpp-cuda-mmq": {"project": "ggml-org/llama.cpp", "commit": "b75c39127609061756e3c2ed85b1f4f0b476bb8f",
+                           "where": "ggml/src/ggml-cuda/mmq.cu: ggml_cuda_should_use_mmq(type, cc, ne11, n_experts), "
+                                    "whether the tiled MMQ kernel (deduplicating, paper 1 Table 6) runs above the MMVQ "
+                                    "cap: true with turing_mma_available(cc); false below GGML_CUDA_CC_DP4A; on other "
+                                    "NVIDIA GPUs !fp16_mma_hardware_available(cc) || ne11 < MMQ_DP4A_MAX_BATCH_SIZE"},
+}
+
+
+#: Every engine option, value and kernel name advise prints -> the VERSIONS entry it was read from;
+#: docs/advise.md lists the same with file and commit, and tests/test_advise.py pins both to the
+#: printed commands.
+PRINTED_OPTIONS = {
+    "vllm serve": "vllm", "--speculative-config": "vllm", "method": "vllm", "draft_model": "vllm",
+    "model": "vllm", "num_speculative_tokens": "vllm",
+    "python3 -m sglang.launch_server": "sglang", "--model-path": "sglang", "--speculative-algorithm": "sglang",
+    "STANDALONE": "sglang", "--speculative-draft-model-path": "sglang", "--speculative-num-steps": "sglang",
+    "--speculative-eagle-topk": "sglang", "--speculative-num-draft-tokens": "sglang",
+    "llama-server": "llama.cpp", "-m": "llama.cpp", "--spec-type": "llama.cpp", "draft-simple": "llama.cpp",
+    "--spec-draft-model": "llama.cpp", "--spec-draft-n-max": "llama.cpp", "--spec-draft-n-min": "llama.cpp",
+    "--spec-draft-p-min": "llama.cpp",
+    "-md": "llama.cpp-legacy", "--draft-max": "llama.cpp-legacy", "--draft-min": "llama.cpp-legacy",
+    "--draft-p-min": "llama.cpp-legacy",
+    "get_mmvq_mmid_max_batch": "llama.cpp-cuda-kernel", "MMVQ_MAX_BATCH_SIZE": "llama.cpp-cuda-kernel",
+    "ggml_cuda_should_use_mmq": "llama.cpp-cuda-mmq", "MMQ_DP4A_MAX_BATCH_SIZE": "llama.cpp-cuda-mmq",
 }
 
 
@@ -61,33 +93,109 @@ def sglang(k: int, target: str, draft: str) -> dict:
 
 
 def llama_cpp(k: int, target: str, draft: str) -> dict:
-    """llama.cpp's server with a draft model drafting exactly k tokens (no early stop: p-min 0)."""
-    return _server(f"llama-server -m {shlex.quote(target)}", k,
-                   f"--spec-type draft-simple --spec-draft-model {shlex.quote(draft)} "
+    """llama.cpp's server with a draft model drafting exactly k tokens (no early stop: p-min 0), for
+    current builds (``cli``) and for builds before PR 22397 (``cli_legacy``; their --draft-p-min
+    defaults to 0.8, so it is given)."""
+    base = f"llama-server -m {shlex.quote(target)}"
+    if k == 0:
+        return {"cli": base, "cli_legacy": base,
+                "note": "plain decoding: leave --spec-type at its default (none); on builds before PR 22397 "
+                        "give no -md/--model-draft"}
+    return {"cli": f"{base} --spec-type draft-simple --spec-draft-model {shlex.quote(draft)} "
                    f"--spec-draft-n-max {k} --spec-draft-n-min 0 --spec-draft-p-min 0",
-                   "builds older than the cited commit name the two counts --draft-max / --draft-min",
-                   "plain decoding: leave --spec-type at its default (none)")
+            "cli_legacy": f"{base} -md {shlex.quote(draft)} --draft-max {k} --draft-min 0 --draft-p-min 0",
+            "note": "cli: builds from PR 22964 (2026-05-12) on; cli_legacy: builds before PR 22397 (2026-04-26), "
+                    "where --draft-p-min defaults to 0.8 and would cut drafts short; builds in between were not "
+                    "checked"}
 
 
-def kernel_switch(n_switch: int | None) -> dict:
+#: get_mmvq_mmid_max_batch's per-type tables (ggml/src/ggml-cuda/mmvq.cu; VERSIONS
+#: "llama.cpp-cuda-kernel" says which copy): types not listed take MMVQ_MAX_BATCH_SIZE.
+MMVQ_MAX_BATCH_SIZE = 8
+MMVQ_MMID_MAX_BATCH = {
+    "pascal_older": {"IQ1_S": 6, "IQ1_M": 6, "IQ2_S": 4, "IQ2_XS": 5, "IQ2_XXS": 5, "IQ3_S": 4, "IQ3_XXS": 4,
+                     "IQ4_NL": 6, "IQ4_XS": 5, "MXFP4": 4, "NVFP4": 4, "Q2_K": 4, "Q3_K": 4, "Q4_0": 6, "Q4_1": 6,
+                     "Q4_K": 5, "Q5_0": 6, "Q5_1": 6, "Q5_K": 5, "Q6_K": 4, "Q8_0": 4},
+    "turing_plus": {"IQ2_S": 7, "IQ3_S": 6, "IQ3_XXS": 7, "MXFP4": 7, "NVFP4": 8, "Q2_K": 7, "Q3_K": 5},
+}
+#: The quantized types ggml_cuda_should_use_mmq accepts (mmq.cu @ VERSIONS "llama.cpp-cuda-mmq").
+MMQ_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS",
+             "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ4_XS", "IQ4_NL")
+#: NVIDIA architectures as get_mmvq_mmid_max_batch tells them apart, with a compute capability
+#: (100 major + 10 minor, ggml's cc) that stands for each.
+ARCHITECTURES = (("Pascal and older", "cc < 7.0 and 7.2", 610),
+                 ("Volta", "cc 7.0: V100", 700),
+                 ("Turing, Ampere", "7.5 <= cc < 8.9: T4 7.5, A100 8.0, RTX 30 8.6", 800),
+                 ("Ada, Hopper, Blackwell", "cc >= 8.9: RTX 40 8.9, H100/H200 9.0, B200 10.0", 900))
+#: moespec storage format -> the ggml types of its expert tensors (q4_k_m: gate/up Q4_K, down Q6_K).
+GGML_TYPES = {"q8_0": ("Q8_0",), "q4_k": ("Q4_K",), "q6_k": ("Q6_K",), "q4_k_m": ("Q4_K", "Q6_K"),
+              "mxfp4": ("MXFP4",), "f16": (), "bf16": (), "f32": ()}
+
+
+def mmvq_mmid_max_batch(ggml_type: str, cc: int) -> int:
+    """get_mmvq_mmid_max_batch(type, cc) for NVIDIA: MMVQ_MAX_BATCH_SIZE on Volta (700) and from Ada
+    (890) on, the Turing-plus table from 750, the Pascal-and-older table below."""
+    if cc == 700 or cc >= 890:
+        return MMVQ_MAX_BATCH_SIZE
+    table = MMVQ_MMID_MAX_BATCH["turing_plus" if cc >= 750 else "pascal_older"]
+    return table.get(ggml_type, MMVQ_MAX_BATCH_SIZE)
+
+
+def mmq_above_cap(ggml_type: str, cc: int) -> str:
+    """What ggml_cuda_should_use_mmq answers for MUL_MAT_ID above the MMVQ cap on NVIDIA."""
+    if ggml_type not in MMQ_TYPES or cc < 610:
+        return "no MMQ (another MUL_MAT_ID kernel)"
+    if cc >= 750:
+        return "MMQ"
+    if 700 <= cc < 750:
+        return "MMQ only below MMQ_DP4A_MAX_BATCH_SIZE tokens (fp16 tensor cores present)"
+    return "MMQ"
+
+
+def mmvq_caps(fmt: str | None) -> list[dict]:
+    """Per architecture and ggml type of ``fmt``: the MMVQ cap and what runs above it."""
+    return [{"architecture": arch, "compute_capability": cc_text, "ggml_type": t,
+             "cap": mmvq_mmid_max_batch(t, cc), "above_cap": mmq_above_cap(t, cc)}
+            for t in GGML_TYPES.get(fmt or "", ()) for arch, cc_text, cc in ARCHITECTURES]
+
+
+def _caps_text(fmt: str | None) -> str:
+    if fmt not in GGML_TYPES:
+        return (f"format {fmt!r} has no llama.cpp type here; the cap depends on the type (MMVQ_MMID_MAX_BATCH, "
+                f"docs/advise.md)")
+    if not GGML_TYPES[fmt]:
+        return f"{fmt} weights are not quantized: MUL_MAT_ID takes neither MMVQ nor MMQ for them"
+    return (f"Upstream caps for {', '.join(GGML_TYPES[fmt])} ({fmt}): mmvq_cap, one per architecture "
+            f"(get_mmvq_mmid_max_batch; MMVQ_MAX_BATCH_SIZE = {MMVQ_MAX_BATCH_SIZE} where its table has no entry; "
+            f"above the cap ggml_cuda_should_use_mmq decides)")
+
+
+def cap_lines(caps: list[dict]) -> list[str]:
+    """One line per (type, architecture) of :func:`mmvq_caps`, as ``moespec advise`` prints them."""
+    return [f"{c['ggml_type']} on {c['architecture']} ({c['compute_capability']}): MMVQ up to {c['cap']} "
+            f"token{'s' if c['cap'] != 1 else ''}, above that {c['above_cap']}" for c in caps]
+
+
+def kernel_switch(n_switch: int | None, fmt: str | None = None) -> dict:
     """Where an engine should switch from its per-slot (MMVQ-like) to its grouped, deduplicating
-    (MMQ-like) expert kernel, and how llama.cpp's CUDA backend would be set to it."""
+    (MMQ-like) expert kernel, and how llama.cpp's CUDA backend decides it for the weights' type."""
+    caps = _caps_text(fmt)
     if n_switch is None:
-        return {"per_slot_up_to": None,
+        return {"per_slot_up_to": None, "mmvq_cap": mmvq_caps(fmt),
                 "text": "keep the per-slot kernel at every pass size up to 9 tokens (deduplication never pays here)",
-                "llama_cpp_cuda": "no change: MUL_MAT_ID keeps MMVQ up to get_mmvq_mmid_max_batch(type, cc) "
-                                  "(MMVQ_MAX_BATCH_SIZE = 8 in ggml/src/ggml-cuda/mmvq.cuh)"}
+                "llama_cpp_cuda": f"no change wanted; upstream MUL_MAT_ID keeps MMVQ up to the cap. {caps}"}
     cap = n_switch - 1
-    return {"per_slot_up_to": cap,
+    return {"per_slot_up_to": cap, "mmvq_cap": mmvq_caps(fmt),
             "text": f"per-slot kernel for passes of up to {cap} token{'s' if cap != 1 else ''}, deduplicating "
                     f"from {n_switch} tokens",
             "llama_cpp_cuda": f"compile-time, no runtime option: a build whose get_mmvq_mmid_max_batch(type, cc) "
-                              f"returns {cap} (upstream: MMVQ_MAX_BATCH_SIZE = 8 on recent NVIDIA GPUs, "
-                              f"ggml/src/ggml-cuda/mmvq.cuh) runs MMQ from {n_switch} tokens"}
+                              f"returns {cap} runs MMVQ up to {cap} token{'s' if cap != 1 else ''} and, where "
+                              f"ggml_cuda_should_use_mmq "
+                              f"agrees, MMQ from {n_switch}. {caps}"}
 
 
 def engine_settings(k: int, n_switch: int | None, target: str = "<target-model>",
-                    draft: str = "<draft-model>") -> dict:
-    """All settings for draft length ``k`` and kernel crossover ``n_switch``."""
+                    draft: str = "<draft-model>", fmt: str | None = None) -> dict:
+    """All settings for draft length ``k``, kernel crossover ``n_switch`` and storage format ``fmt``."""
     return {"k": int(k), "vllm": vllm(k, target, draft), "sglang": sglang(k, target, draft),
-            "llama_cpp": llama_cpp(k, target, draft), "kernel_switch": kernel_switch(n_switch)}
+            "llama_cpp": llama_cpp(k, target, draft), "kernel_switch": kernel_switch(n_switch, fmt)}

@@ -10,8 +10,8 @@ Modules: :mod:`.speculation` (G_a, T_a, k*, speedup (9), condition (8), a0),
 :mod:`.bounds` (Table 2: (17)-(21), C.7), :mod:`.table1` (verify times from a Table-1 row).
 """
 
-from .bounds import (delta_from_eps, faster_kernel_margin, kernels_agree, log_gap, relative_step_error,
-                     saving_amplification, saving_bound, separation_holds, speedup_factor_from_eps,
+from .bounds import (MARGIN_VERDICTS, delta_from_eps, faster_kernel_margin, kernels_agree, log_gap, margin_verdict,
+                     relative_step_error, saving_amplification, saving_bound, separation_holds, speedup_factor_from_eps,
                      speedup_interval, speedup_interval_by_k, throughput_loss_bound, verify_time_bound)
 from .dedup import (byte_step_times, byte_threshold, dedup_bytes, dedup_speedup,
                     faster_draft_lengths, periodic_reuse, reuse_threshold, reuse_threshold_from, rho_bar,
@@ -35,7 +35,7 @@ __all__ = [
     "rho_bar", "union_bytes", "dedup_bytes", "reuse_threshold", "reuse_threshold_from",
     "byte_threshold", "byte_step_times", "faster_draft_lengths", "dedup_speedup",
     "verify_time_bound", "saving_bound", "saving_amplification", "faster_kernel_margin",
-    "kernels_agree", "log_gap", "periodic_reuse", "throughput_loss_bound", "separation_holds", "speedup_interval", "speedup_interval_by_k",
+    "kernels_agree", "log_gap", "margin_verdict", "MARGIN_VERDICTS", "periodic_reuse", "throughput_loss_bound", "separation_holds", "speedup_interval", "speedup_interval_by_k",
     "delta_from_eps", "speedup_factor_from_eps", "relative_step_error",
     "interpolate_bandwidth", "reuse_from_byte_share", "table1_verify_times",
     "verify_times_from_bandwidths",

@@ -64,6 +64,26 @@ def kernels_agree(ubar, r, eps):
     return bool(out) if out.ndim == 0 else out
 
 
+#: Verdicts of (19) on an interval of log gaps: :func:`margin_verdict`.
+MARGIN_VERDICTS = ("holds", "fails", "within rounding")
+
+
+def margin_verdict(gap_lo: float, gap_hi: float, eps) -> str:
+    """(19) for a log gap ln r(n) - ln ubar(n) known only to lie in [gap_lo, gap_hi] (e.g. over a
+    published table's rounding): "holds" when every gap there exceeds the margin
+    ln((1+eps)/(1-eps)) in size (the predicted and true kernel order agree whatever the unrounded
+    values), "fails" when none does, "within rounding" when the interval straddles the margin
+    (paper 1, eq. (19))."""
+    if not gap_lo <= gap_hi:
+        raise ValueError(f"margin_verdict: need gap_lo <= gap_hi, found [{gap_lo}, {gap_hi}]")
+    m = faster_kernel_margin(eps)
+    if gap_lo > m or gap_hi < -m:
+        return "holds"
+    if -m <= gap_lo and gap_hi <= m:
+        return "fails"
+    return "within rounding"
+
+
 def _delta(delta):
     return num(check_unit_interval(delta, "delta"))
 
