@@ -278,3 +278,31 @@ def test_greedy_indicator_predicts_the_engines_accepted_drafts():
             run += 1
         assert r.accepted == run, f"round at state {i}: accepted {r.accepted}, greedy indicator predicts {run}"
     assert set(rounds.accepted) >= {0, 1, K}, "the case needs rounds that accept none, some and all drafts"
+
+
+def test_report_block_sets_both_oracles_beside_the_measured_rounds(tmp_path):
+    from moespec import report
+    from moespec.report.run import ReportError, RunFiles
+
+    (tmp_path / "MANIFEST.json").write_text(json.dumps({"started": "2026-12-03T10:00:00", "git_commit": "abc1234"}))
+    (tmp_path / "07_measured_fixed_k.csv").write_text(
+        "K,rounds,generations,accepted_per_round,tokens_per_round,ms_per_round,ms_per_token,speedup,speedup_lo,"
+        "speedup_hi,host_included\n0,10,2,0,1,8,8,1,1,1,True\n1,10,2,0.75,1.75,14.3,8.2,0.975,0.95,1.0,True\n"
+        "2,10,2,1.3,2.3,20.5,8.9,0.9,0.88,0.93,True\n")
+    sweep = "lmax,speedup,mean_draft_length,mean_accepted_length,transitions\n"
+    (tmp_path / "07_fig2_lmax_sweep.csv").write_text(
+        sweep + "1,0.66,1,0.26,surrogate\n2,0.664,1.004,0.263,surrogate\n1,0.98,1,0.75,greedy\n2,1.05,1.6,1.2,greedy\n")
+    (tmp_path / "07_fixed_k.csv").write_text(
+        "k,speedup,mean_accepted_length,transitions\n1,0.662,0.252,surrogate\n2,0.5,0.3,surrogate\n"
+        "1,0.98,0.75,greedy\n2,0.93,1.25,greedy\n")
+    doc = "<!-- moespec-report:oracle-transitions -->\n<!-- /moespec-report:oracle-transitions -->\n"
+    out = report.render_text(doc, RunFiles(tmp_path))
+    assert ("reach at best 0.975 [0.950, 1.000] at K = 1 (0.75 drafts accepted per round; 95 % bootstrap interval "
+            "over generations)") in out and "T_T + T_D + host time against" in out
+    assert ("reaches 0.664 at Lmax = 2 (from 0.660 at Lmax = 1; mean draft length 1.00, accepted 0.26 per round) with "
+            "paper 2's surrogate transitions") in out
+    assert "and 1.050 at Lmax = 2 (from 0.980 at Lmax = 1; mean draft length 1.60, accepted 1.20 per round) with" in out
+    assert "predict 0.662 with 0.25 accepted (surrogate) and 0.980 with 0.75 accepted (greedy-exact)" in out
+    (tmp_path / "07_fixed_k.csv").write_text("k,speedup,mean_accepted_length\n1,0.662,0.252\n")
+    with pytest.raises(ReportError, match="07_fixed_k.csv has no column 'transitions'"):
+        report.render_text(doc, RunFiles(tmp_path))
