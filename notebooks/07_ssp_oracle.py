@@ -28,10 +28,15 @@
 # 2. **Cost regression** per bandwidth regime and over all rows: eq. (4), per-K fits (Table A4),
 #    (A3), (A4); clustered standard errors; GroupKFold(5) by generation; Table A2's factors.
 # 3. **Oracle**: junk tails (Section 4.2), Cost(i, k, a), the Bellman equation (8).
-# 4. **Analysis per cost model** (`moespec.oracle.analysis.analyse`): the oracle, the Lmax sweep
-#    (Figure 2), delta space (Figure 3), the alpha = 0 ablation, the online early-exit policy on
-#    held-out sequences, and paper 1's per-kernel cost; for the measured cost model of each
-#    regime, and as a sensitivity analysis for a draft `draft_scale` times as expensive.
+# 4. **Analysis per cost model and per transition model** (`moespec.oracle.analysis.analyse_transitions`):
+#    the oracle, the Lmax sweep (Figure 2), delta space (Figure 3), the alpha = 0 ablation, the
+#    online early-exit policy on held-out sequences, and paper 1's per-kernel cost; for the measured
+#    cost model of each regime, and as a sensitivity analysis for a draft `draft_scale` times as
+#    expensive; each under paper 2's surrogate transitions (p = P_draft(reference token)) and the
+#    greedy-exact ones (p = 1 exactly when the draft's argmax is the reference token: what this
+#    engine's greedy verification of its greedy draft accepts).
+# 5. **Measured fixed-K rounds beside both oracles**: the rounds' own speedup per K with a bootstrap
+#    interval over generations.
 #
 # **Differences from the paper.** Target and draft are small models trained here (context 256;
 # the byte-faithful target reads OLMoE's expert bytes), not Qwen3-Coder-30B-A3B with EAGLE-3; the
