@@ -260,14 +260,22 @@ if bw_kernels is None:
                   "source": "ASSUMED values (parameters assumed_slot_GBps / assumed_dedup_GBps); no benchmark run on disk"}
 expert_bytes = float(sub.description["expert_bytes"])
 models = {name: A.cost_model_from_fits(f.target_cost, f.draft, label=f"fitted, {name}") for name, f in fits.items()}
-models[f"sensitivity: draft x{draft_scale:g}"] = models[headline.label].with_draft_scale(draft_scale)
+round_cost = A.round_cost_model(paths.figures_dir(), models[headline.label], headline_rounds)
+oracle_headline = round_cost.label if round_cost is not None else headline.label
+if round_cost is not None:
+    models[oracle_headline] = round_cost
+print(f"the oracle's cost model: {oracle_headline}" + (
+    f" (levels tau(m) + h(m - 1) and t_draft(k) from notebook 05's round model; alpha = {round_cost.alpha:.4g} ms and "
+    f"c = {round_cost.c:.3g} ms/token from the regression, around the rounds' mean union per m)" if round_cost is not None
+    else " (no round model of notebook 05 in this run: the regression's fitted levels)"))
+models[f"sensitivity: draft x{draft_scale:g}"] = models[oracle_headline].with_draft_scale(draft_scale)
 analyses = {}
 for name, cm in models.items():
     analyses[name] = A.analyse_transitions(items, cm, train, test, P["lmax"], kernel_models(
         cm, sub.engine.num_layers, expert_bytes, cfg.num_experts_per_tok, bw_kernels["slot_GBps"],
         bw_kernels["dedup_GBps"]), label=name)
-    prefix = ("07_" if name == headline.label else "07_cf_" if name.startswith("sensitivity")
-              else "07_" + name.replace(" ", "_") + "_")
+    prefix = ("07_" if name == oracle_headline else "07_cf_" if name.startswith("sensitivity")
+              else "07_" + name.replace(" ", "_").replace(",", "") + "_")
     for tname, table in A.merged_tables(analyses[name].values()).items():
         if isinstance(table, dict):
             io.write_json(fig_dir / f"{prefix}{tname}.json", {**table, "subject": label, "analysis": name})
@@ -294,7 +302,7 @@ measured = fixed_k_speedups(headline_rounds, seed=seed)
 io.write_dataframe(fig_dir / "07_measured_fixed_k.csv", measured.assign(subject=label, rows=headline.label))
 print(f"measured fixed-K rounds ({headline.label}; host time included: {bool(measured.host_included.iloc[0])}):")
 print(measured.drop(columns="host_included").round(3).to_string(index=False))
-for name, prefix, what in ((headline.label, "07_", f"measured cost ({headline.label})"),
+for name, prefix, what in ((oracle_headline, "07_", f"measured cost ({oracle_headline})"),
                            (f"sensitivity: draft x{draft_scale:g}", "07_cf_",
                             f"sensitivity analysis: draft time x{draft_scale:g}, not a measurement")):
     by_t = analyses[name]
@@ -333,7 +341,7 @@ for name, prefix, what in ((headline.label, "07_", f"measured cost ({headline.la
 # K beside the paper's full-pool values (Appendix A.7-A.9).
 
 # %%
-hl = analyses[headline.label]
+hl = analyses[oracle_headline]
 per_k = headline.per_k
 cmp = tables.ours_vs_paper(tables.paper2_comparison_values(headline, {t: r.sweep for t, r in hl.items()}, P["lmax"]))
 cmp = cmp.assign(subject=label, rows=headline.label)

@@ -198,3 +198,23 @@ def test_machine_states_start_and_stop_the_load():
             raise RuntimeError("inside")
     assert not psutil.pid_exists(st2.load_pid) or psutil.Process(st2.load_pid).status() == psutil.STATUS_ZOMBIE
     assert set(os.sched_getaffinity(0)) == before
+
+
+# --- paper 2's oracle on the round model --------------------------------------------------------------
+def test_round_cost_model_levels_by_hand():
+    from moespec.oracle.cost import RoundCostModel, cost_ar, cost_matrix
+
+    m = RoundCostModel((10, 14, 16), (0.2, 0.3, 0.3), (8, 13, 17), 80.0, alpha=0.5, c=0.01, draft_a=0.3, draft_b=0.7)
+    assert m.t_target(8, 80, 1) == pytest.approx(10.2)                 # tau(1) + h(0) at its own union and depth
+    assert m.t_target(13, 90, 2) == pytest.approx(14.3 + 0.01 * 10)     # context moves it by c per token
+    assert m.t_target(20, 80, 5) == pytest.approx(16.3 + 0.5 * 3)       # past M = 3: level at M, the union carries it
+    assert m.without_experts().t_target(8, 80, 1) == pytest.approx(10.2 - 0.5 * 8)
+    assert m.t_draft(np.array([0, 1, 3])) == pytest.approx([0, 1.0, 1.6])   # the intercept from k = 1 on
+    assert m.with_draft_scale(0.5).t_draft(2) == pytest.approx(0.65)
+    # the oracle's plain baseline is the round model's plain step, whatever the union's coefficient
+    assert cost_ar(np.array([80, 80, 80]), 8, m) == pytest.approx(3 * 10.2)
+    U = np.full((1, 2, 3), np.nan)
+    U[0, 0, :2], U[0, 1, :3] = 11, 15
+    cost = cost_matrix(U, np.array([80]), m)
+    assert cost[0, 0, 0] == pytest.approx(1.0 + 14.3 + 0.5 * (11 - 13))
+    assert cost[0, 1, 2] == pytest.approx(1.3 + 16.3 + 0.5 * (15 - 17))

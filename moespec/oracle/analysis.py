@@ -18,12 +18,37 @@ import numpy as np
 import pandas as pd
 
 from .bellman import PolicyValue, bellman, evaluate_policy, expected_cost, fixed_policy, q_values
-from .cost import CostModel, cost_ar, cost_matrix
+from .cost import CostModel, RoundCostModel, cost_ar, cost_matrix
 from .delta import boundary_slope, delta_points, quadrant_counts
 from .junk import TRANSITIONS, OracleInputs
 from .policy import EarlyExitPolicy, mean_union_by_k
 from .regression import Fit, coefficient
 from .transitions import acceptance_probs
+
+
+def round_cost_model(figures, fitted: CostModel, rounds: pd.DataFrame, state: str = "quiet",
+                     label: str = "round model (notebook 05)"):
+    """The oracle's cost model from this run's round model (``05_round_model.json`` in ``figures``:
+    the machine ``state``, the real draft's prompts, the draft as trained), with ``fitted``'s
+    alpha and c around the measured rounds' mean union per pass size (``rounds``: K -> ubar);
+    None when the run has no round model of notebook 05 (:class:`~moespec.oracle.cost.RoundCostModel`)."""
+    from pathlib import Path
+
+    from moespec.predict.calibration import draft_name
+    from moespec.predict.round_model import RoundModels
+
+    path = Path(figures) / "05_round_model.json"
+    if not path.exists():
+        return None
+    models = RoundModels.load(path)
+    found = models.select(state=state, context="chat", draft=draft_name(0.0))
+    if len(found) != 1:
+        return None
+    U_bar = rounds.groupby("K")["ubar"].mean().sort_index()
+    if list(U_bar.index[:1]) != [0]:
+        raise ValueError("the rounds have no K = 0 (plain) rounds: their mean union per pass size starts at m = 1")
+    U_bar = U_bar[U_bar.index == np.arange(len(U_bar))]   # m = K + 1 = 1, 2, ... without gaps
+    return RoundCostModel.from_round_model(found[0], fitted, U_bar.to_numpy(float), label=label)
 
 
 def cost_model_from_fits(target_fit: Fit, draft_fit: Fit, label: str = "fitted") -> CostModel:

@@ -2,9 +2,12 @@
 
 ``CostModel`` holds the fitted coefficients: t_draft(k) = a k + b (eq. A4, eq. 6) and
 t_target(U, L) = beta0 + alpha U + c L (eq. 3 with the context term; the "Ubar + L" model of A.9,
-fitted on all rounds). ``KernelCostModel`` replaces the single alpha by paper 1's per-kernel cost:
-the per-slot kernel reads m * top_k expert slots per layer whatever the routing, the deduplicating
-kernel reads the union U, each at its own bandwidth.
+fitted on all rounds). ``RoundCostModel`` takes its levels from the round model of notebook 05
+(:mod:`moespec.predict.round_model`: the draft's, verify pass's and host's time per round, measured
+in decode loops) and only the regression's sensitivity to the union and the context, so that the
+oracle's plain baseline is the measured plain step. ``KernelCostModel`` replaces the single alpha
+by paper 1's per-kernel cost: the per-slot kernel reads m * top_k expert slots per layer whatever
+the routing, the deduplicating kernel reads the union U, each at its own bandwidth.
 """
 
 from __future__ import annotations
@@ -40,6 +43,90 @@ class CostModel:
     def without_experts(self) -> "CostModel":
         """The alpha = 0 ablation (Appendix B.4): the expert term removed, everything else kept."""
         return replace(self, alpha=0.0, label=f"{self.label}, alpha=0")
+
+
+@dataclass(frozen=True)
+class RoundCostModel:
+    """Cost(i, k, a) with a round model's levels (issue 24): t_draft(k) = the round model's draft time
+    per round (``draft_ms[k]``; a real draft's fit a k + b, extended linearly past its kmax), and
+
+        t_target(U, L, m) = tau(m) + h(m - 1) + alpha (U - U_bar(m)) + c (L - L_bar),
+
+    the round model's verify pass of m tokens and host work at its own mean union U_bar(m) and depth
+    L_bar, moved by the regression's alpha per unit of union and c per context token (eq. (3) /
+    (A3)). Past the last m where tau, h and U_bar are all known (M), level and union are taken at M,
+    and the union term carries the rest. ``experts=False``: the alpha = 0 ablation, the level's
+    expert part alpha U_bar(m) removed with the term (Appendix B.4). Times in ms."""
+
+    tau_ms: tuple
+    host_ms: tuple
+    U_bar: tuple
+    L_bar: float
+    alpha: float
+    c: float
+    draft_a: float
+    draft_b: float
+    label: str = "round model"
+    draft_scale: float = 1.0
+    experts: bool = True
+
+    def __post_init__(self):
+        if not (len(self.tau_ms) and len(self.host_ms) and len(self.U_bar)):
+            raise ValueError("a round cost model needs verify, host and union levels for m = 1 at least")
+        if any(not np.isfinite(x) for x in (*self.tau_ms, *self.host_ms, *self.U_bar, self.L_bar, self.alpha, self.c)):
+            raise ValueError(f"round cost model {self.label!r}: non-finite level or coefficient")
+
+    @classmethod
+    def from_round_model(cls, round_model, fitted: CostModel, U_bar, label: str = "round model") -> "RoundCostModel":
+        """From a :class:`moespec.predict.round_model.RoundModel` (a real draft's, with its fit) and
+        the regression's ``fitted`` alpha and c; ``U_bar``: the mean union of a verify pass of
+        m = 1, 2, ... tokens in measured rounds."""
+        rm = round_model
+        K = rm.kmax + 1
+        if rm.draft.a_s is None:
+            raise ValueError(f"round model {rm.context!r}: its draft {rm.draft.name!r} has no fit a k + b")
+        return cls(tuple(1e3 * rm.tau("dedup")), tuple(1e3 * rm.host.values_s[:K]), tuple(float(u) for u in U_bar),
+                   float(rm.depth if rm.depth is not None else 0.0), float(fitted.alpha), float(fitted.c),
+                   1e3 * rm.draft.a_s, 1e3 * rm.draft.b_s, label)
+
+    @property
+    def anchor(self) -> int:
+        """M: the largest pass size whose verify, host and union levels are all known."""
+        return min(len(self.tau_ms), len(self.host_ms), len(self.U_bar))
+
+    @property
+    def beta0(self) -> float:
+        """The intercept this model implies for a one-token pass at context 0 (for tables)."""
+        return self._level(1) - (self.alpha * self.U_bar[0] if self.experts else 0.0) - self.c * self.L_bar
+
+    def _levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """(tau(m) + h(m - 1), U_bar(m)) for m = 1..M."""
+        M = self.anchor
+        return (np.asarray(self.tau_ms[:M], float) + np.asarray(self.host_ms[:M], float),
+                np.asarray(self.U_bar[:M], float))
+
+    def _level(self, m: int) -> float:
+        return float(self._levels()[0][min(int(m), self.anchor) - 1])
+
+    def t_draft(self, k):
+        k = np.asarray(k, dtype=float)
+        return np.where(k > 0, (self.draft_a * k + self.draft_b) * self.draft_scale, 0.0)
+
+    def t_target(self, U, L, m):
+        level, ubar = self._levels()
+        idx = np.minimum(np.asarray(m, dtype=int), self.anchor) - 1
+        level, ubar = level[idx], ubar[idx]
+        if not self.experts:
+            return level - self.alpha * ubar + self.c * (np.asarray(L, dtype=float) - self.L_bar)
+        return level + self.alpha * (np.asarray(U, dtype=float) - ubar) + self.c * (np.asarray(L, dtype=float) - self.L_bar)
+
+    def with_draft_scale(self, scale: float) -> "RoundCostModel":
+        if scale < 0:
+            raise ValueError(f"draft scale must be >= 0; got {scale}")
+        return replace(self, draft_scale=self.draft_scale * scale, label=f"{self.label}, draft x{scale:g}")
+
+    def without_experts(self) -> "RoundCostModel":
+        return replace(self, experts=False, label=f"{self.label}, alpha=0")
 
 
 @dataclass(frozen=True)
