@@ -173,7 +173,7 @@ def _advice_text(result: dict) -> str:
     return text.split("\nInputs:")[0].rstrip()
 
 
-@block("advise-example", "06_curves.csv")
+@block("advise-example", "05_round_model.json")
 def advise_example(run: RunFiles, a: str = "0.7") -> str:
     result = advice.advise(run.tables, [float(a)])
     return f"```\n$ moespec advise figures -a {a}\n{_advice_text(result)}\n```"
@@ -190,26 +190,129 @@ def draft_fit(run: RunFiles) -> tuple[float, float]:
     return float(slope), float(rest)
 
 
-@block("advise-followups", "06_curves.csv", "07_paper2_comparison.csv")
-def advise_followups(run: RunFiles, a: str = "0.7", engine: str = "llama.cpp CUDA", model: str = "OLMoE") -> str:
-    acc = float(a)
-    slope, intercept = draft_fit(run)
-    with_draft = advice.advise(run.tables, [acc], draft_ms=slope)["acceptance"][0]["recommended"]
-    if with_draft["k"] == 0:
-        answer = "plain decoding (k = 0): speculation does not pay at this acceptance rate"
-    else:
-        answer = f"draft k = {with_draft['k']} with the {with_draft['engine_name']}"
+def _answer(rec: dict) -> str:
+    if rec["k"] == 0:
+        return "plain decoding (k = 0)"
+    return (f"draft k = {rec['k']} with the {rec['engine_name']}, speedup {num(rec['speedup'])} "
+            f"[{num(rec['speedup_lo'])}, {num(rec['speedup_hi'])}]")
+
+
+@block("advise-followups", "05_round_model.json", "05_real_draft_acceptance.csv")
+def advise_followups(run: RunFiles, engine: str = "llama.cpp CUDA", model: str = "OLMoE", a: str = "0.7") -> str:
+    """advise at the run's own measured acceptance in every machine state it measured, and on paper
+    1's published row (with a free draft, asked for by name: the table has no draft of its own)."""
+    acc = advice.measured.measured_acceptance(run.tables)
+    parts = []
+    for r in acc.itertuples():
+        res = advice.advise(run.tables, [float(r.a)], state=r.state)
+        parts.append(f"in the {r.state} machine state at its measured acceptance a = {num(r.a)} "
+                     f"(`05_real_draft_acceptance.csv`): {_answer(res['acceptance'][0]['recommended'])}")
     table1 = RunFiles.repo_path("data/paper_reference/paper1_table1_bandwidth.csv")
-    paper = advice.advise(bandwidth=table1, acceptance=[acc], engine=engine, model=model)
+    paper = advice.advise(bandwidth=table1, acceptance=[float(a)], engine=engine, model=model, free_draft=True)
     rec, dd = paper["acceptance"][0]["recommended"], paper["dedup"]
     kernel = "per-slot" if rec["engine"] == "slot" else "deduplicating" if rec["engine"] == "dedup" else rec["engine_name"]
-    return (f"With the draft model's cost measured by notebook 07 (`--draft-ms {slope:g}`, its fit "
-            f"T_D = {slope:g} K + {intercept:g} ms in `07_paper2_comparison.csv`) the same command answers "
-            f"\"{answer}\". `moespec advise --bandwidth data/paper_reference/paper1_table1_bandwidth.csv --engine "
-            f"\"{engine}\" --model {model} -a {a}` decides on paper 1's published row, labelled \"paper 1, published "
-            f"(their hardware)\" with their ε = {paper['error']['eps']:g}: deduplication from n = {dd['from_n']} "
-            f"(earliest {dd['earliest_n']}, guaranteed from {dd['guaranteed_from_n']}), k = {rec['k']} with the "
-            f"{kernel} kernel, speedup {num(rec['speedup'])} [{num(rec['speedup_lo'])}, {num(rec['speedup_hi'])}].")
+    return ("`moespec advise figures --acceptance-table figures/05_real_draft_acceptance.csv` answers "
+            + "; ".join(parts) + f". `moespec advise --bandwidth data/paper_reference/paper1_table1_bandwidth.csv "
+            f"--engine \"{engine}\" --model {model} --free-draft -a {a}` decides on paper 1's published row, labelled "
+            f"\"paper 1, published (their hardware)\" with their ε = {paper['error']['eps']:g} and a free draft: "
+            f"deduplication from n = {dd['from_n']} (earliest {dd['earliest_n']}, guaranteed from "
+            f"{dd['guaranteed_from_n']}), k = {rec['k']} with the {kernel} kernel, speedup {num(rec['speedup'])} "
+            f"[{num(rec['speedup_lo'])}, {num(rec['speedup_hi'])}].")
+
+
+@block("advise-vs-measured", "08_advise_vs_measured.csv", "08_goals.csv")
+def advise_vs_measured(run: RunFiles) -> str:
+    """Notebook 08: advise's speedup at the run's measured acceptance, per k and state, beside the
+    real-draft runs' measured speedup, and its goals."""
+    t = run.csv("08_advise_vs_measured.csv")
+    rows = [[r.state, num(r.a), int(r.k), f"{num(r.advise_speedup)} [{num(r.advise_lo)}, {num(r.advise_hi)}]",
+             num(r.measured_speedup), f"{100 * r.rel_error:+.1f} %", "yes" if str(r.inside).lower() == "true" else "no"]
+            for r in t.itertuples()]
+    return ("`08_advise_vs_measured.csv` (advise at the measured acceptance, deduplicating kernel from n = 2, beside "
+            "the real-draft runs of the draft as trained):\n\n"
+            + md_table(["state", "a", "k", "advise: speedup [band]", "measured (median over prompts)", "error",
+                        "band holds it"], rows) + "\n\n" + goals(run, "08"))
+
+
+# --- the round model (notebook 05) ---------------------------------------------------------------
+@block("round-model", "05_round_terms.csv", "05_plain_step.csv")
+def round_model(run: RunFiles) -> str:
+    """Notebook 05's round models: per state, context and draft, V(0), V(1) and V(kmax) with their
+    intervals, the draft's fit, and the plain step predicted against the measured one."""
+    t = run.csv("05_round_terms.csv")
+    rows = []
+    for (state, ctx, draft), g in t.groupby(["state", "context", "draft"], sort=False):
+        g = g.sort_values("k")
+        first, one, last = g.iloc[0], g.iloc[1], g.iloc[-1]
+        fit_ = (f"{num(first.draft_a_ms)} k + {num(first.draft_b_ms)}" if not pd.isna(first.draft_a_ms)
+                else f"measured ({num(one.t_draft_ms)} at k = 1)")
+        rows.append([state, ctx, draft, f"{num(first.V_ms)} [{num(first.V_lo_ms)}, {num(first.V_hi_ms)}]",
+                     f"{num(one.V_ms)} [{num(one.V_lo_ms)}, {num(one.V_hi_ms)}]",
+                     f"{num(last.V_ms)} (k = {int(last.k)})", fit_, num(one.host_ms), num(first.read_GBps, 1)])
+    plain = run.csv("05_plain_step.csv")
+    prow = [[r.state, r.runs, f"{num(r.V0_hat_ms)} [{num(r.V0_lo_ms)}, {num(r.V0_hi_ms)}]", num(r.V0_meas_ms),
+             f"{100 * r.rel_error:+.1f} %"] for r in plain.itertuples()]
+    return ("Round models (`05_round_terms.csv`; ms, 95 % intervals; draft time a k + b ms per round):\n\n"
+            + md_table(["state", "context", "draft", "V(0)", "V(1)", "V(kmax)", "t_draft(k)", "h(1)", "read GB/s"], rows)
+            + "\n\nThe plain step V(0) predicted against the measured one (`05_plain_step.csv`):\n\n"
+            + md_table(["state", "measured in", "V(0) predicted", "measured", "error"], prow))
+
+
+@block("verify-protocols", "05_verify_protocols.csv")
+def verify_protocols(run: RunFiles) -> str:
+    """The shuffled grid's verify times against the decode loops' (notebook 05), per depth."""
+    t = run.csv("05_verify_protocols.csv")
+    parts = []
+    for d, g in t.groupby("d"):
+        one = g[(g.n == 1) & (g.kernel == "slot")].iloc[0]
+        two = g[(g.n == 2) & (g.kernel == "dedup")].iloc[0]
+        parts.append(f"d = {int(d)}: tau(1) {num(one.tau_grid_ms, 2)} ms in the grid, {num(one.tau_loop_ms, 2)} ms in "
+                     f"the loop ({pct(one.grid_over_loop - 1)}); tau_dedup(2) {num(two.tau_grid_ms, 2)} against "
+                     f"{num(two.tau_loop_ms, 2)} ms; tau_dedup(2)/tau(1) {num(two.tau_grid_ms / one.tau_grid_ms)} in "
+                     f"the grid, {num(two.tau_loop_ms / one.tau_loop_ms)} in the loop; grid minus loop over n = 1..9 "
+                     f"{span(g['grid_minus_loop_ms'], 2)} ms")
+    return "`05_verify_protocols.csv`: " + "; ".join(parts) + "."
+
+
+@block("grid-vs-loop")
+def grid_vs_loop(run: RunFiles, stamp: str, folder: str = "benchmarks/results/engine") -> str:
+    """benchmarks/bench_grid_vs_loop.py: the same pass after each kind of predecessor."""
+    t = run.repo_csv(f"{folder}/{stamp}_summary.csv")
+    prov = run.repo_json(f"{folder}/{stamp}_provenance.json")
+    ns = sorted(t["n"].unique())
+    rows = []
+    for c in [c for c in dict.fromkeys(t["condition"]) if c != "loop"]:
+        row = [c]
+        for n in ns:
+            r = t[(t.n == n) & (t.condition == c)].iloc[0]
+            row.append(f"{r.minus_loop_ms:+.2f} [{r.minus_loop_lo_ms:+.2f}, {r.minus_loop_hi_ms:+.2f}]")
+        rows.append(row)
+    base = ", ".join(f"n = {n}: {num(t[(t.n == n) & (t.condition == 'loop')]['median_ms'].iloc[0], 2)} ms" for n in ns)
+    args = prov.get("args", {})
+    return (f"Run `{folder}/{stamp}_*` ({when(prov.get('started', '?')[:19])}, {machine(prov)}, "
+            f"{args.get('reps')} repetitions, every condition in a fresh random order per repetition; "
+            f"{t['subject'].iloc[0]}). The pass inside the loop takes {base} (median); each other predecessor, "
+            "the median paired difference to it (ms, 95 % bootstrap interval):\n\n"
+            + md_table(["what ran just before the timed pass"] + [f"n = {n}" for n in ns], rows))
+
+
+@block("round-predictions", "05_oracle_predictions.csv", "05_draft_cost_predictions.csv")
+def round_predictions(run: RunFiles) -> str:
+    """The round model's predictions of the speculative runs against their measurements, per state."""
+    o = run.csv("05_oracle_predictions.csv")
+    r = run.csv("05_draft_cost_predictions.csv")
+    parts = []
+    for state in dict.fromkeys(list(o["state"]) + list(r["state"])):
+        oo, rr = o[(o.state == state) & (o.k >= 1)], r[r.state == state]
+        parts.append(f"{state} machine: oracle draft within 5 % at {int((oo.speedup_rel_error.abs() <= 0.05).sum())} of "
+                     f"{len(oo)} (d, k, a) cells (largest |error| {pct(oo.speedup_rel_error.abs().max())}, measured inside "
+                     f"the predicted interval at {int(oo.speedup_inside.astype(str).str.lower().eq('true').sum())}); "
+                     f"real draft within 5 % at {int((rr.rel_error.abs() <= 0.05).sum())} of {len(rr)} (draft cost, k) "
+                     f"points (largest |error| {pct(rr.rel_error.abs().max())}; with the geometric G_a(k) instead of "
+                     f"the measured tokens per step {pct(rr.rel_error_geometric.abs().max())}); best measured median "
+                     f"speedup {num(rr.measured.max())} (draft cost {rr.loc[rr.measured.idxmax(), 'draft_cost']:g}, k = "
+                     f"{int(rr.loc[rr.measured.idxmax(), 'k'])})")
+    return "; ".join(parts) + " (`05_oracle_predictions.csv`, `05_draft_cost_predictions.csv`)."
 
 
 # --- routing and models (notebooks 00, 01) ---------------------------------------------------
@@ -828,15 +931,14 @@ def theory_timings(run: RunFiles, file: str) -> str:
             + md_table(["step time"] + [f"`{k}`" for k in names], rows))
 
 
-@block("advise-summary", "06_curves.csv")
+@block("advise-summary", "05_round_model.json")
 def advise_summary(run: RunFiles, a: str = "0.7") -> str:
     """``moespec advise RUN -a A``'s decision in one sentence."""
     res = advice.advise(run.tables, [float(a)])
     rec, dd = res["acceptance"][0]["recommended"], res["dedup"]
     return (f"`moespec advise figures -a {a}` says: deduplication is faster from n = {dd['from_n']} (earliest "
-            f"{dd['earliest_n']}, guaranteed by (18) from n = {dd['guaranteed_from_n']}), k = {rec['k']} with the "
-            f"{rec['engine_name']} at a predicted speedup of {num(rec['speedup'])} [{num(rec['speedup_lo'])}, "
-            f"{num(rec['speedup_hi'])}].")
+            f"{dd['earliest_n']}, guaranteed from n = {dd['guaranteed_from_n']}), {_answer(rec)} (band of bound (21) "
+            f"at the round model's delta_k).")
 
 
 @block("fit-intercepts", "03_fit_coefficients.csv", "03_window_errors.csv")
