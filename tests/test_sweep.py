@@ -45,11 +45,13 @@ def test_expand_cartesian_product_and_ids(folder):
 @pytest.mark.parametrize("grid, message", [
     ({"jobs": [{"notebook": "01", "parameters": {"depth": 3}}]}, r"01_a.ipynb does not declare parameter\(s\) \['depth'\]"),
     ({"jobs": [{"notebook": "07"}]}, r"jobs\[0\]: --only names no notebook: \['07'\]"),
-    ({"jobs": [{"notebook": "01", "grid": {"width": []}}]}, "must be a non-empty list"),
+    ({"jobs": [{"notebook": "01", "grid": {"width": []}}]}, r"field jobs\[0\]\.grid\.width: expected a list of at least 1 item"),
     ({"jobs": [{"notebook": "02"}], "parameters": {"width": 1}}, r"no notebook of the grid declares \['width'\]"),
-    ({"jobs": []}, "non-empty list"),
-    ({"jobs": [{"notebook": "01", "params": {}}]}, r"unknown key\(s\) \['params'\]"),
-    ({"job": []}, r"unknown key\(s\) \['job'\]"),
+    ({"jobs": []}, r"field jobs: expected a list of at least 1 item"),
+    ({"jobs": [{"notebook": "01", "params": {}}]}, r"field jobs\[0\]\.params: expected only the fields \['grid', 'notebook', 'parameters'\]; found an unknown field"),
+    ({"job": []}, r"field (job: expected only the fields|jobs: expected the field)"),
+    ({"jobs": [{"notebook": []}]}, r"field jobs\[0\]\.notebook: .*found \[\]"),
+    ({"parameters": {"profile": "turbo"}, "jobs": [{"notebook": "01"}]}, r"jobs\[0\] \(the grid\): 01_a.ipynb: parameter 'profile': expected one of \['quick', 'full'\]; found 'turbo'"),
 ])
 def test_bad_grids_name_the_problem(folder, grid, message):
     with pytest.raises(sweep.SweepError, match=message):
