@@ -82,16 +82,22 @@ def test_grid_files(tmp_path, folder):
 @pytest.mark.slow
 @pytest.mark.notebook
 def test_dask_local_cluster_two_workers(tmp_path, monkeypatch):
-    """Notebook 04 (quick) at two kmax, and one job whose Table-1 file does not exist: that one is
-    reported with its notebook and cell, the others finish; a rerun skips them."""
+    """Notebook 04 (quick) at two kmax, and one job whose Table-1 file lacks its columns: that one
+    is reported with its notebook and cell, the others finish; a rerun skips them. (A Table-1 file
+    that does not exist is refused before any job runs.)"""
     monkeypatch.setenv("MOESPEC_RUN_DIR", str(tmp_path / "not-here"))  # jobs write in their own folders
+    missing = {"jobs": [{"notebook": "04", "parameters": {"bandwidth_csv": str(tmp_path / "missing.csv")}}]}
+    with pytest.raises(sweep.SweepError, match=r"parameter 'bandwidth_csv': expected an existing file"):
+        sweep.run_sweep(missing, out=tmp_path / "sweep", executor="dask", workers=2, progress=False)
+    assert not (tmp_path / "sweep").exists()
+    (tmp_path / "broken.csv").write_text("engine,model\nx,OLMoE\n")
     grid = {"parameters": {"profile": "quick"},
             "jobs": [{"notebook": "04", "grid": {"kmax": [3, 4]}},
-                     {"notebook": "04", "parameters": {"bandwidth_csv": str(tmp_path / "missing.csv")}}]}
+                     {"notebook": "04", "parameters": {"bandwidth_csv": str(tmp_path / "broken.csv")}}]}
     result = sweep.run_sweep(grid, out=tmp_path / "sweep", executor="dask", workers=2, progress=False)
     assert [j["status"] for j in result.jobs] == ["finished", "finished", "failed"]
     failed = result.failed[0]
-    assert "04_theory.ipynb failed in cell" in failed["error"] and "missing.csv" in failed["error"]
+    assert "04_theory.ipynb failed in cell" in failed["error"] and "broken.csv: missing column(s)" in failed["error"]
     assert not (tmp_path / "not-here").exists()
     per_job = []
     for job in result.jobs[:2]:

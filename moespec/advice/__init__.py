@@ -9,6 +9,7 @@ versions cited), :mod:`.report` (table, JSON and its schema).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from moespec.routing import RoutingTrace
@@ -54,6 +55,9 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     """
     if (run is None) == (bandwidth is None):
         raise AdviceInputError("give either a run folder or a bandwidth table (not both, not neither)")
+    if not (math.isfinite(dense_ratio) and dense_ratio >= 0):
+        raise AdviceInputError(f"--dense-ratio (dense_ratio): expected a finite number >= 0 (dense bytes per pass as a "
+                               f"multiple of m W); found {dense_ratio}", where="--dense-ratio", found=dense_ratio)
     pairs = [(float(a), "given") for a in (acceptance or [])]
     if acceptance_table is not None:
         pairs += acceptance_from_table(acceptance_table)

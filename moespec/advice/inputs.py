@@ -408,7 +408,7 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
     n = np.arange(1, N_MAX + 1)
     assumptions = []
     if "n2_beta_slot_GBps" in head:
-        df = read_table1(path)
+        df = read_table1(path, source_label)
         row = _pick_row(df, path, engine, model)
         spec = get_spec(_preset_name(str(row["model"])))
         fmt = fmt or ENGINE_FORMAT.get(str(row["engine"])) or spec.default_format

@@ -50,7 +50,7 @@ def read_table1(path: str | Path = "", source: str | None = None) -> pd.DataFram
     own = df["source"].astype(str) if "source" in df.columns else pd.Series(f"ours ({path.name})", index=df.index)
     check_rows(df, path, (own == PAPER_LABEL).to_numpy() & ~published, "column 'source'",
                "paper 1's published numbers for a row labelled as theirs (their content digest, data/paper_reference/"
-               "digests.json; give source= to label a changed copy)", own.tolist())
+               "digests.json); label an edited copy with --source (source=)", own.tolist())
     df["source"] = np.where(published, PAPER_LABEL, own)
     return df
 
