@@ -316,6 +316,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except (InputError, runner.NotebookError) as exc:   # bad input a command did not report itself
+        print(f"moespec {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"moespec {args.command}: interrupted", file=sys.stderr)
         return 130

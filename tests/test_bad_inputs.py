@@ -370,7 +370,11 @@ def test_relative_paths_resolve_against_the_users_folder(tmp_path, monkeypatch):
     manifest = runner.reproduce("quick", out=tmp_path / "run", extra={"out_dir": "rel"}, progress=False,
                                 notebooks_folder=nbs)
     assert (user / "rel" / "x.txt").read_text() == "x" and not (nbs / "rel").exists()
-    assert json.loads(manifest.read_text())["notebooks"][0]["parameters"]["out_dir"] == str(user / "rel")
+    data = json.loads(manifest.read_text())
+    assert data["notebooks"][0]["parameters"]["out_dir"] == str(user / "rel")
+    # what a stale manifest is told by: the process, the host, the notebooks planned and the one running
+    assert (data["pid"], data["host"], data["planned"], data["current"]) == (os.getpid(), socket.gethostname(),
+                                                                           ["01_w"], None)
 
 
 # --- sweep grids and schedulers ------------------------------------------------------------------------------

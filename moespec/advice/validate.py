@@ -22,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from moespec.fit import COEFS
 from moespec.tables.bandwidth import PAPER_LABEL
+from moespec.tables.theory import label_of_rows
 from moespec.validate import invariants, runs
 from moespec.validate.errors import InputError
 from moespec.validate.tables import Column, check_columns, check_rows, parse_csv
@@ -41,7 +43,7 @@ RUN_TABLES: dict[str, tuple[Column, ...]] = {
                             Column("source", "str")),
     "06_step_overhead.csv": (Column("d", "int", low=0), Column("k", "int", low=0), Column("h_s", low=0)),
     "03_fit_coefficients.csv": (Column("model", "str"), Column("layer", "int", low=0),
-                                Column("kernel", "str", choices=("slot", "dedup")),
+                                Column("kernel", "str", choices=tuple(COEFS)),
                                 *(Column(c, missing_ok=True) for c in ("t_op", "c_u", "c_g", "c_t", "c_re")),
                                 Column("n_passes", "count", required=False)),
     "03_epsilon.csv": (Column("eps_engine", low=0),),
@@ -183,11 +185,9 @@ def check_trace(trace, spec, model: str) -> None:
 
 
 def bandwidth_source(label: str | None, rows_source: str) -> str:
-    """The label of a bandwidth table's rows: ``label`` (``--source``; ``"published"`` or paper 1's
-    own label: the paper's published numbers) when given, else what the reader recognised."""
-    if label is None:
-        return rows_source
-    return PAPER_LABEL if label.strip().lower() in ("published", "paper1", PAPER_LABEL.lower()) else label
+    """The label of a bandwidth table's rows: ``label`` (``--source``,
+    :func:`moespec.tables.theory.label_of_rows`) when given, else what the reader recognised."""
+    return rows_source if label is None else label_of_rows(label)
 
 
 __all__ = ["RUN_TABLES", "BANDWIDTH_TABLE", "read_table", "table_header", "acceptance", "incomplete_runs_allowed",

@@ -27,6 +27,13 @@ def published_table1_path() -> Path:
     return paths.reference_dir() / "paper1_table1_bandwidth.csv"
 
 
+def label_of_rows(source: str) -> str:
+    """A label given for a table's rows (``--source``): ``"published"`` or ``"paper1"`` (or the
+    label itself) stands for :data:`PAPER_LABEL`, paper 1's published numbers; any other text is
+    the label."""
+    return PAPER_LABEL if source.strip().lower() in ("published", "paper1", PAPER_LABEL.lower()) else source
+
+
 def read_table1(path: str | Path = "", source: str | None = None) -> pd.DataFrame:
     """A Table-1 CSV (default: paper 1's published rows) with a ``source`` column. A row is paper
     1's published row (:data:`PAPER_LABEL`) when its content is, whatever the file's name or
@@ -45,7 +52,7 @@ def read_table1(path: str | Path = "", source: str | None = None) -> pd.DataFram
         check_byte_share_rows(df, path, None, f"n{n}_ubar", n=n)
     published = reference.published_rows(df, path)
     if source is not None:
-        df["source"] = PAPER_LABEL if source.strip().lower() in ("published", "paper1", PAPER_LABEL.lower()) else source
+        df["source"] = label_of_rows(source)
         return df
     own = df["source"].astype(str) if "source" in df.columns else pd.Series(f"ours ({path.name})", index=df.index)
     check_rows(df, path, (own == PAPER_LABEL).to_numpy() & ~published, "column 'source'",

@@ -188,9 +188,9 @@ def rule_for(notebook: Path | str, name: str) -> Rule | None:
 
 def _convert(value, kind: type, where: str, name: str, expected: str, error):
     """``value`` as ``kind`` (an int stands for a float; "true"/"false" for a bool), or refuse."""
-    def bad(hint=""):
-        raise error(f"{where}: parameter {name!r}: expected {expected}; found {describe(value)}"
-                    f" ({type(value).__name__}){hint}", where=where, field=name, expected=expected, found=value)
+    def bad(hint="", wanted=expected):
+        raise error(f"{where}: parameter {name!r}: expected {wanted}; found {describe(value)}"
+                    f" ({type(value).__name__}){hint}", where=where, field=name, expected=wanted, found=value)
 
     if kind is bool:
         if isinstance(value, bool):
@@ -206,7 +206,7 @@ def _convert(value, kind: type, where: str, name: str, expected: str, error):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             bad()
         if not math.isfinite(value):
-            bad()
+            bad(wanted="a finite number")
         return float(value)
     if kind is str:
         if not isinstance(value, str):
@@ -246,7 +246,7 @@ def _resolve_path(value: str, rule: Rule, base: Path, where: str, name: str, err
         looks_like_path = given.is_absolute() or value.startswith((".", "~")) or os.sep in value
         if path.exists() and (looks_like_path or name == "trace_file"):
             return str(path.resolve())
-        if given.is_absolute() and local:
+        if (given.is_absolute() or value.startswith((".", "~"))) and local:   # surely a path, and not there
             raise missing
         return value
     if rule.path == "input" and local and not path.exists():
