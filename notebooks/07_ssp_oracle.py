@@ -30,9 +30,11 @@
 # 3. **Oracle**: junk tails (Section 4.2), Cost(i, k, a), the Bellman equation (8).
 # 4. **Analysis per cost model and per transition model** (`moespec.oracle.analysis.analyse_transitions`):
 #    the oracle, the Lmax sweep (Figure 2), delta space (Figure 3), the alpha = 0 ablation, the
-#    online early-exit policy on held-out sequences, and paper 1's per-kernel cost; for the measured
-#    cost model of each regime, and as a sensitivity analysis for a draft `draft_scale` times as
-#    expensive; each under paper 2's surrogate transitions (p = P_draft(reference token)) and the
+#    online early-exit policy on held-out sequences, and paper 1's per-kernel cost; for the round
+#    model's cost (notebook 05's round model, when this run has one: the draft's, verify pass's and
+#    host's time per round measured in decode loops, moved by the regression's alpha and c), the
+#    fitted cost model of each regime, and as a sensitivity analysis for a draft `draft_scale` times
+#    as expensive; each under paper 2's surrogate transitions (p = P_draft(reference token)) and the
 #    greedy-exact ones (p = 1 exactly when the draft's argmax is the reference token: what this
 #    engine's greedy verification of its greedy draft accepts).
 # 5. **Measured fixed-K rounds beside both oracles**: the rounds' own speedup per K with a bootstrap

@@ -26,12 +26,14 @@ from moespec.engine.speculative import OracleDraft, speculative_generate, summar
 
 def verify_loops(engine, prompts: list, n_max: int = 9, n_tokens: int = 48, reps: int = 1, seed: int = 0,
                  depth: int | None = None, reference=None, vocab: int | None = None,
-                 progress: bool = True) -> pd.DataFrame:
+                 progress: bool = True, first_prompt: int = 0) -> pd.DataFrame:
     """Decode loops with verify passes of n = 1..n_max tokens, with deduplication off and on, on
     every prompt, ``reps`` times, in a seeded random order per prompt and repetition (module
     docstring). One row per loop: prompt, d, n, k (= n - 1), dedup, rep, ref_GBps and the fields of
     :func:`moespec.engine.speculative.summarize_steps` (per-round means of the verify pass
-    ``t_verify_mean_s``, the draft ``t_draft_mean_s``, the host ``t_host_mean_s``)."""
+    ``t_verify_mean_s``, the draft ``t_draft_mean_s``, the host ``t_host_mean_s``). ``prompt`` is
+    the prompt's index in the caller's list of the depth's prompts: ``first_prompt`` + its place in
+    ``prompts`` (so that the rows say which prompts the calibration used)."""
     if n_max < 1 or n_tokens < 1 or reps < 1:
         raise ValueError(f"need n_max >= 1, n_tokens >= 1 and reps >= 1; got {n_max}, {n_tokens}, {reps}")
     vocab = vocab or engine.model.config.vocab_size
@@ -53,7 +55,7 @@ def verify_loops(engine, prompts: list, n_max: int = 9, n_tokens: int = 48, reps
                 bw = reference() if reference is not None else float("nan")
                 _, steps = speculative_generate(engine, drafter, prompt, n - 1, n_tokens, first=first,
                                                 reference=reference_text)
-                rows.append({"prompt": pi, "d": depth if depth is not None else len(prompt), "n": n, "k": n - 1,
+                rows.append({"prompt": first_prompt + pi, "d": depth if depth is not None else len(prompt), "n": n, "k": n - 1,
                              "dedup": dd, "rep": rep, "ref_GBps": bw, **summarize_steps(steps)})
                 bar.update()
     bar.close()

@@ -181,9 +181,13 @@ class WholeModelStudy:
         with machine_state(state, pin=self.device == "cpu") as ms:
             loops = []
             for d in P["depths"]:
-                cal = self.prompts_by_depth[d][n_oracle:n_oracle + P["cal_prompts"]] or self.prompts_by_depth[d][-1:]
+                cal = self.prompts_by_depth[d][n_oracle:n_oracle + P["cal_prompts"]]
+                if not cal:
+                    raise ValueError(f"prompts_per_depth = {len(self.prompts_by_depth[d])} leaves no prompt for the round "
+                                     f"calibration after the {n_oracle} oracle prompts; raise prompts_per_depth")
                 loops.append(verify_loops(self.sub.engine, cal, n_max=9, n_tokens=P["n_tokens"], reps=P["cal_reps"],
-                                          seed=self.seed + 7, depth=d, reference=self.ref).assign(state=state))
+                                          seed=self.seed + 7, depth=d, reference=self.ref,
+                                          first_prompt=n_oracle).assign(state=state))
             loops = pd.concat(loops, ignore_index=True)
             draft_rows = None
             if self.sub.draft is not None:
