@@ -34,14 +34,14 @@ DEFAULTS = {
     "06": {
         "quick": dict(wiki_docs=3, context=32, bench_reps=2, u_count=3, windows_per_n=2, flush_bytes=2**20,
                       membw_bytes=2**22, loaded_bench_reps=2),
-        "full": dict(wiki_docs=None, context=None, bench_reps=5, u_count=6, windows_per_n=6, flush_bytes=None,
-                     membw_bytes=None, loaded_bench_reps=3),
+        "full": dict(wiki_docs=None, context=None, bench_reps=3, u_count=6, windows_per_n=6, flush_bytes=None,
+                     membw_bytes=None, loaded_bench_reps=2),
     },
     "07": {
         "quick": dict(round_questions_per_category=1, round_categories=5, round_tokens=8, round_ks=[0, 1, 2, 3, 4, 5],
                       repeats=1, prompt_tokens=8, oracle_questions=4, oracle_tokens=12, lmax=4, reuse=False),
         "full": dict(round_questions_per_category=2, round_categories=None, round_tokens=32,
-                     round_ks=list(range(11)), repeats=3, prompt_tokens=96, oracle_questions=24, oracle_tokens=96,
+                     round_ks=list(range(9)), repeats=2, prompt_tokens=96, oracle_questions=16, oracle_tokens=64,
                      lmax=12, reuse=True),
     },
 }
