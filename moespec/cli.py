@@ -1,18 +1,34 @@
 """Command line: ``moespec reproduce`` (papermill over the notebooks), ``moespec notebooks``,
 ``moespec import-routing`` (traces from vLLM/SGLang dumps), ``moespec sweep`` (notebook grids
 on a Dask cluster or Slurm) and ``moespec advise`` (expert kernel and draft length from a run or
-a bandwidth table)."""
+a bandwidth table).
+
+Bad input ends a command with one line naming the file or option, the field, what was expected
+and what was found (exit status 1; 2 for a malformed command line). Anything else that goes wrong
+is a bug in moespec: its traceback is printed with a line saying so (exit status 70)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 from . import runner
+from .validate import InputError
+from .validate.outputs import writable_file, writable_folder
 
 # Each subcommand imports its own modules when it runs (zoo: transformers; sweep: Dask; advise and
 # report: torch and the advice chain), so that `moespec --help` and `moespec notebooks` start at once.
+
+
+def _message(exc: BaseException) -> str:
+    """An error as one line: a KeyError's text without its quotes, an OSError with its file."""
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
 
 
 def _reproduce(args) -> int:
@@ -20,7 +36,7 @@ def _reproduce(args) -> int:
         manifest = runner.reproduce(profile=args.profile, only=args.only, out=args.out,
                                     extra=runner.parse_assignments(args.param or []),
                                     device=args.device, progress=not args.no_progress, publish=args.publish)
-    except runner.NotebookError as exc:
+    except (runner.NotebookError, InputError) as exc:
         print(f"moespec reproduce: {exc}", file=sys.stderr)
         return 1
     except runner.RunInterrupted as exc:  # SIGINT/SIGTERM: one line, 128 + the signal number
@@ -43,6 +59,12 @@ def _list(args) -> int:
 def _build_models(args) -> int:
     from moespec import zoo
 
+    if args.out is not None:
+        try:
+            writable_folder(args.out, "--out")
+        except InputError as exc:
+            print(f"moespec build-models: {exc}", file=sys.stderr)
+            return 1
     summary = zoo.build_default_models(force=args.force, profile=args.profile, seed=args.seed,
                                        progress=not args.no_progress, out=args.out)
     for name, info in summary.items():
@@ -78,10 +100,11 @@ def _import_routing(args) -> int:
     else:
         kwargs.update(prompt_start=args.prompt_start)
     try:
+        writable_file(args.out, "--out")   # before the import, not after it
         trace = import_jsonl(args.input, args.engine, **kwargs)
         trace.save(args.out)
     except (ValueError, FileNotFoundError, OSError) as exc:
-        print(f"moespec import-routing: {exc}", file=sys.stderr)
+        print(f"moespec import-routing: {_message(exc)}", file=sys.stderr)
         return 1
     m = trace.meta
     print(f"moespec import-routing: {trace!r}")
@@ -102,9 +125,9 @@ def _sweep(args) -> int:
         result = sweep.run_sweep(args.grid, out=args.out, executor=args.executor, scheduler=args.scheduler,
                                  workers=args.workers, executor_options=options,
                                  overrides=runner.parse_assignments(args.param or []), force=args.force,
-                                 progress=not args.no_progress)
-    except (sweep.SweepError, runner.NotebookError, OSError) as exc:
-        print(f"moespec sweep: {exc}", file=sys.stderr)
+                                 progress=not args.no_progress, insecure=args.insecure)
+    except (InputError, runner.NotebookError, OSError) as exc:
+        print(f"moespec sweep: {_message(exc)}", file=sys.stderr)
         return 1
     for job in result.jobs:
         took = "" if job.get("wall_s") is None else (
@@ -126,19 +149,25 @@ def _advise(args) -> int:
         print(json.dumps(advice.ADVICE_SCHEMA, indent=2))
         return 0
     try:
+        out = None if args.json == "-" else writable_file(args.json, "--json")   # before the work
         result = advice.advise(args.run, args.acceptance, acceptance_table=args.acceptance_table,
                                bandwidth=args.bandwidth, engine=args.engine, model=args.model, trace=args.trace,
                                eps=args.eps, use=args.use, version=args.version, depth=args.depth,
                                dense_ratio=args.dense_ratio, draft_ms=args.draft_ms, fmt=args.format,
-                               target=args.target, draft=args.draft)
-    except (advice.AdviceInputError, ValueError, KeyError, OSError) as exc:
-        print(f"moespec advise: {exc}", file=sys.stderr)
+                               target=args.target, draft=args.draft, allow_incomplete=args.allow_incomplete,
+                               source=args.source)
+    except (ValueError, KeyError, OSError) as exc:   # AdviceInputError and every InputError are ValueErrors
+        print(f"moespec advise: {_message(exc)}", file=sys.stderr)
         return 1
-    if args.json == "-":
+    if out is None:
         print(json.dumps(result, indent=2))
         return 0
-    written = advice.write_json(result, args.json)
-    print(advice.format_text(result))
+    print(advice.format_text(result))   # the answer first: a failure to write it below does not lose it
+    try:
+        written = advice.write_json(result, out)
+    except OSError as exc:
+        print(f"moespec advise: the advice above was not written to {out}: {_message(exc)}", file=sys.stderr)
+        return 1
     print(f"\nJSON: {written}")
     return 0
 
@@ -175,6 +204,11 @@ def _add_advise(sub) -> None:
     adv.add_argument("--draft", default="<draft-model>", help="draft model name/path in the settings")
     adv.add_argument("--json", default="advice.json", metavar="PATH",
                      help="where to write the JSON (default advice.json; '-' prints the JSON instead of the table)")
+    adv.add_argument("--source", help="label of the bandwidth table's rows ('published': paper 1's published "
+                                      "numbers); default: recognised by their content (data/paper_reference/digests.json)")
+    adv.add_argument("--allow-incomplete", action="store_true",
+                     help="use the tables of a run that did not finish (running, failed, interrupted); the output "
+                          "says which notebooks' tables it used")
     adv.add_argument("--schema", action="store_true", help="print the JSON Schema of the output and exit")
     adv.set_defaults(func=_advise)
 
@@ -185,15 +219,15 @@ def _report(args) -> int:
     try:
         files = [Path(f) for f in args.files] if args.files else None
         if args.check:
-            diffs = report.check_files(args.run, files)
+            diffs = report.check_files(args.run, files, allow_incomplete=args.allow_incomplete)
             for path, diff in diffs.items():
                 print(diff, end="")
             print(f"moespec report: {len(diffs)} file(s) differ from {args.run}" if diffs else
                   f"moespec report: every block matches {args.run}")
             return 1 if diffs else 0
-        changed = report.update_files(args.run, files)
-    except report.ReportError as exc:
-        print(f"moespec report: {exc}", file=sys.stderr)
+        changed = report.update_files(args.run, files, allow_incomplete=args.allow_incomplete)
+    except (InputError, OSError) as exc:
+        print(f"moespec report: {_message(exc)}", file=sys.stderr)
         return 1
     print(f"moespec report: {len(changed)} file(s) rewritten from {args.run}" +
           "".join(f"\n  {p}" for p in changed))
@@ -209,6 +243,9 @@ def _add_report(sub) -> None:
     rpt.add_argument("--check", action="store_true", help="change nothing; print the differences, exit 1 if any")
     rpt.add_argument("--files", nargs="+", metavar="MD", help="Markdown files (default README.md, docs/*.md, "
                                                                "figures/README.md)")
+    rpt.add_argument("--allow-incomplete", action="store_true",
+                     help="write from a run that did not finish (running, failed, interrupted); the run's "
+                          "description says so and which notebooks finished")
     rpt.set_defaults(func=_report)
 
 
@@ -265,7 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
     swp = sub.add_parser("sweep", help="run a grid of (notebook, parameters) jobs on Dask or Slurm")
     swp.add_argument("grid", type=Path, help="grid file (.toml or .json; see docs/sweep.md)")
     swp.add_argument("--executor", choices=["dask", "slurm", "submitit-local"], default="dask")
-    swp.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster here)")
+    swp.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster here); "
+                                         "tls://... with certificates from the Dask configuration")
+    swp.add_argument("--insecure", action="store_true",
+                     help="allow a plain tcp:// scheduler on an address other than this machine's loopback "
+                          "(whoever reaches it can run code on its workers and send results that are unpickled here)")
     swp.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (default 2)")
     swp.add_argument("--out", type=Path, help="sweep folder (default runs/sweep-<grid name>; reruns skip finished jobs)")
     swp.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
@@ -282,7 +323,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (InputError, runner.NotebookError) as exc:   # bad input a command did not report itself
+        print(f"moespec {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"moespec {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:   # not bad input (each command reports that in one line): a bug in moespec
+        traceback.print_exc()
+        print(f"moespec {args.command}: the error above is a bug in moespec, not a problem with the input; "
+              "please report it with this traceback", file=sys.stderr)
+        return 70
 
 
 if __name__ == "__main__":

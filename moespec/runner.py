@@ -2,8 +2,10 @@
 
 Every notebook in ``notebooks/`` named ``NN_name.ipynb`` runs in order of ``NN``. Each has a
 cell tagged ``parameters`` holding literal values, among them ``profile`` ("quick" or "full") and
-``device``. Parameters the notebook does not declare, or one given twice with different values,
-are an error before anything runs.
+``device``. Parameters the notebook does not declare, one given twice with different values, and a
+value of the wrong type or outside its range (:mod:`moespec.validate.parameters`: the type of the
+notebook's default, the range declared beside it) are an error before anything runs; relative paths
+in parameters are made absolute against the caller's working directory.
 
 A run writes only into its run folder (default ``runs/<time>-<profile>/``, ``--out`` moves it):
 the executed notebooks, ``manifest.json`` (provenance, the parameters each notebook ran with, its
@@ -42,9 +44,11 @@ from typing import Any, Iterable, Iterator
 from tqdm.auto import tqdm
 
 from . import io, paths, provenance
+from .validate import InputError
+from .validate.parameters import check_values
+from .validate.runs import LOCK_NAME
 
 PROFILES = ("quick", "full")
-LOCK_NAME = ".moespec-run.lock"
 #: Tags of cells that papermill or this module add to an executed notebook (not the author's cells).
 ADDED_CELL_TAGS = {"injected-parameters", "papermill-error-cell-tag", "moespec-interrupted"}
 
@@ -55,6 +59,10 @@ class NotebookError(RuntimeError):
 
 class UnknownParameterError(NotebookError):
     pass
+
+
+class ParameterError(InputError, NotebookError):
+    """A parameter value of the wrong type or outside its range; names the notebook and parameter."""
 
 
 class RunFolderBusy(NotebookError):
@@ -130,14 +138,18 @@ def declared_parameters(notebook: Path) -> dict[str, Any]:
     return {name: _literal(info.get("default")) for name, info in declared.items()}
 
 
-def check_parameters(notebook: Path, parameters: dict[str, Any]) -> dict[str, Any]:
-    """Raise :class:`UnknownParameterError` for any parameter the notebook does not declare."""
+def check_parameters(notebook: Path, parameters: dict[str, Any], base: Path | None = None,
+                     local: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(declared defaults, checked values): :class:`UnknownParameterError` for a parameter the
+    notebook does not declare, :class:`ParameterError` for a value of the wrong type or range
+    (:func:`moespec.validate.parameters.check_values`; relative paths resolved against ``base``,
+    default the working directory; ``local``: input paths must exist on this machine)."""
     declared = declared_parameters(notebook)
     unknown = sorted(set(parameters) - set(declared))
     if unknown:
         raise UnknownParameterError(
             f"{notebook.name}: unknown parameter(s) {unknown}; it declares {sorted(declared)}")
-    return declared
+    return declared, check_values(notebook, parameters, declared, base, ParameterError, local)
 
 
 def _kernel_manager_logging_to(log) -> type:
@@ -164,7 +176,7 @@ def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any], prog
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    declared = check_parameters(notebook, parameters)
+    declared, parameters = check_parameters(notebook, parameters)
     out = paths.ensure(Path(out_dir)) / notebook.name
     start = time.perf_counter()
     try:
@@ -412,7 +424,7 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
         missing = [k for k in params if k not in declared[nb]]
         if missing:
             raise UnknownParameterError(f"{nb.name} does not declare the parameter(s) {missing}")
-        params_of[nb] = params
+        params_of[nb] = check_values(nb, params, declared[nb], Path.cwd(), ParameterError)
     with ExitStack() as held:
         run_dir = held.enter_context(hold_folder(Path(out), "--out") if out else _hold_new_run_folder(profile))
         if publish:  # one publishing run at a time: it writes data/ and figures/
@@ -423,7 +435,8 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
 def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progress: bool) -> Path:
     manifest_path = run_dir / "manifest.json"
     manifest = {"status": "running", "started": _dt.datetime.now().isoformat(timespec="seconds"),
-                "profile": profile, "publish": publish, "run_dir": str(run_dir),
+                "pid": os.getpid(), "host": socket.gethostname(), "planned": [nb.stem for nb in notebooks],
+                "current": None, "profile": profile, "publish": publish, "run_dir": str(run_dir),
                 "figures_dir": str(run_dir / "figures"),
                 "data_dir": str(paths.data_dir() if publish else run_dir / "data"),
                 "command": " ".join(sys.argv), **provenance.full_record(), "notebooks": []}
@@ -435,6 +448,8 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
         with _on_signals(_raise_stop), _notebook_environment(run_dir, publish):
             for nb in bar:
                 current = nb
+                manifest["current"] = nb.stem   # a killed run's stale manifest names where it was
+                io.write_json(manifest_path, manifest)
                 bar.set_postfix_str(nb.stem)
                 try:
                     result = run_notebook(nb, run_dir, params_of[nb], progress=progress)
@@ -462,7 +477,7 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
                              manifest_path) from None
     finally:
         bar.close()
-    manifest.update(status="complete", finished=_dt.datetime.now().isoformat(timespec="seconds"))
+    manifest.update(status="complete", current=None, finished=_dt.datetime.now().isoformat(timespec="seconds"))
     if publish:
         manifest["published"] = {"figures": str(paths.committed_figures_dir())}
     io.write_json(manifest_path, manifest)

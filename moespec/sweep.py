@@ -26,6 +26,16 @@ Grid file (TOML or JSON)::
     [[jobs]]
     notebook = ["02", "03"]
     grid = { fmt = ["f32", "bf16"] }    # one job per combination (cartesian product)
+
+Before anything runs, the grid is checked against :data:`GRID_SCHEMA` (JSON Schema) and every
+job's parameters as ``moespec reproduce`` checks them (:mod:`moespec.validate.parameters`: types
+from the notebooks' defaults, ranges); relative paths in the grid file resolve against the grid
+file's folder, those of ``-p`` against the working directory. A remote scheduler is reached over
+TLS (``tls://``, certificates from the Dask configuration, :func:`scheduler_security`); a plain
+``tcp://`` scheduler on an address other than this machine's loopback is refused unless
+``insecure`` (whoever reaches it runs code on its workers, and the results this machine
+unpickles come from them). submitit's job and result pickles sit in ``<sweep>/submitit/``, which
+must be writable by this user alone.
 """
 
 from __future__ import annotations
@@ -33,9 +43,11 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import hashlib
+import ipaddress
 import itertools
 import json
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,6 +58,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from . import io, paths, provenance, runner
+from .validate import InputError, jsonfile
+from .validate.outputs import private_folder, writable_folder
+from .validate.parameters import check_values
 
 EXECUTORS = ("dask", "slurm", "submitit-local")
 #: Notebook parameters that name an output folder: a job that leaves one empty gets a folder
@@ -53,8 +68,24 @@ EXECUTORS = ("dask", "slurm", "submitit-local")
 OUTPUT_FOLDER_PARAMETERS = ("out_dir",)
 
 
-class SweepError(ValueError):
+class SweepError(InputError):
     """A grid that cannot run: unreadable file, unknown notebook or parameter, bad values."""
+
+
+_NAME = {"type": "string", "minLength": 1}
+#: JSON Schema of a grid (the TOML or JSON document).
+GRID_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object", "required": ["jobs"], "additionalProperties": False,
+    "properties": {
+        "parameters": {"type": "object"},
+        "jobs": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["notebook"], "additionalProperties": False,
+            "properties": {
+                "notebook": {"oneOf": [_NAME, {"type": "array", "minItems": 1, "items": _NAME}]},
+                "parameters": {"type": "object"},
+                "grid": {"type": "object", "additionalProperties": {"type": "array", "minItems": 1}}}}}},
+}
 
 
 @dataclass(frozen=True)
@@ -111,57 +142,58 @@ def _as_list(value: Any) -> list:
 
 
 def expand(grid: Mapping, notebooks_folder: Path | None = None,
-           overrides: Mapping[str, Any] | None = None) -> list[Job]:
+           overrides: Mapping[str, Any] | None = None, where: str = "grid", base: Path | None = None,
+           local: bool = True) -> list[Job]:
     """The jobs of a grid, in grid order, without repeats.
 
     Top-level ``parameters`` and ``overrides`` (``moespec sweep -p``) go to every job whose
     notebook declares them (a name that no notebook of the grid declares is an error); a job's own
     ``parameters`` and ``grid`` must be declared by its notebook (else :class:`SweepError` naming
-    both). ``overrides`` win over the grid file.
+    both). ``overrides`` win over the grid file. The grid must match :data:`GRID_SCHEMA` and every
+    value its notebook's type and range (:func:`moespec.validate.parameters.check_values`); relative
+    paths of the grid resolve against ``base`` (the grid file's folder), those of ``overrides``
+    against the working directory; ``local``: input paths must exist on this machine. ``where``
+    names the grid in errors.
     """
-    unknown = sorted(set(grid) - {"parameters", "jobs"})
-    if unknown:
-        raise SweepError(f"grid: unknown key(s) {unknown}; a grid has 'parameters' and 'jobs'")
-    entries = grid.get("jobs")
-    if not isinstance(entries, list) or not entries:
-        raise SweepError("grid: 'jobs' must be a non-empty list of tables (notebook, parameters, grid)")
+    jsonfile.check(grid, GRID_SCHEMA, where, SweepError)
+    entries = grid["jobs"]
     common = dict(grid.get("parameters") or {})
     overrides = dict(overrides or {})
     available = runner.discover(notebooks_folder)
     declared: dict[Path, dict] = {}
     jobs: list[Job] = []
+    grid_base = Path(base) if base else Path.cwd()
     for i, entry in enumerate(entries):
-        where = f"grid: jobs[{i}]"
-        if not isinstance(entry, dict) or "notebook" not in entry:
-            raise SweepError(f"{where}: needs a 'notebook'")
-        bad = sorted(set(entry) - {"notebook", "parameters", "grid"})
-        if bad:
-            raise SweepError(f"{where}: unknown key(s) {bad}; a job has notebook, parameters, grid")
+        at = f"{where}: jobs[{i}]"
         fixed = dict(entry.get("parameters") or {})
         axes = dict(entry.get("grid") or {})
-        for key, values in axes.items():
-            if not isinstance(values, list) or not values:
-                raise SweepError(f"{where}: grid value {key!r} must be a non-empty list, found {values!r}")
         try:
             chosen = runner.select(available, [str(n) for n in _as_list(entry["notebook"])])
         except runner.NotebookError as exc:
-            raise SweepError(f"{where}: {exc}") from None
+            raise SweepError(f"{at}: {exc}") from None
         for nb in chosen:
             if nb not in declared:
                 declared[nb] = runner.declared_parameters(nb)
             own = sorted((set(fixed) | set(axes)) - set(declared[nb]))
             if own:
-                raise SweepError(f"{where}: {nb.name} does not declare parameter(s) {own}; "
+                raise SweepError(f"{at}: {nb.name} does not declare parameter(s) {own}; "
                                  f"it declares {sorted(declared[nb])}")
             for combo in itertools.product(*axes.values()):
                 params = {k: v for k, v in common.items() if k in declared[nb]}
                 params.update(fixed)
                 params.update(dict(zip(axes, combo)))
-                params.update({k: v for k, v in overrides.items() if k in declared[nb]})
+                given = {k: v for k, v in overrides.items() if k in declared[nb]}
+                try:
+                    params = check_values(nb, params, declared[nb], grid_base, SweepError, local)
+                    params.update(check_values(nb, given, declared[nb], Path.cwd(), SweepError, local))
+                except SweepError as exc:
+                    origin = "-p" if exc.field in given else "the grid"
+                    raise SweepError(f"{at} ({origin}): {exc}", where=where, field=exc.field, expected=exc.expected,
+                                     found=exc.found) from None
                 job = Job(nb, params)
                 if job.id not in {j.id for j in jobs}:
                     jobs.append(job)
-    for given, source in ((common, "grid 'parameters'"), (overrides, "-p")):
+    for given, source in ((common, f"{where}: 'parameters'"), (overrides, "-p")):
         orphan = sorted(k for k in given if not any(k in d for d in declared.values()))
         if orphan:
             raise SweepError(f"{source}: no notebook of the grid declares {orphan}")
@@ -208,6 +240,7 @@ def run_job(record: Mapping) -> dict:
             params[key] = str(folder / key)
     manifest = {"job": record["id"], "notebook": notebook.stem, "parameters": dict(record["parameters"]),
                 "effective_parameters": {**declared, **params}, "status": "running",
+                "pid": os.getpid(), "host": socket.gethostname(),   # a killed job's manifest: stale, and says so
                 "started": _dt.datetime.now().isoformat(timespec="seconds"),
                 "figures_dir": str(folder / "figures"), **provenance.full_record()}
     io.write_json(folder / "manifest.json", manifest)
@@ -240,6 +273,64 @@ def finished_before(job: Job, folder: Path) -> dict | None:
 
 
 # --- executors ----------------------------------------------------------------------------------
+#: Schemes of Dask addresses whose connections are encrypted and authenticated (TLS).
+SECURE_SCHEMES = ("tls", "wss")
+
+
+def _address_host(address: str) -> tuple[str, str]:
+    """(scheme, host) of a Dask address (``tcp://`` when no scheme is given)."""
+    scheme, rest = address.split("://", 1) if "://" in address else ("tcp", address)
+    if rest.startswith("["):
+        return scheme, rest[1:rest.find("]")]
+    return scheme, rest.rsplit(":", 1)[0] if ":" in rest else rest
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine's loopback (every address it resolves to)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def scheduler_security(scheduler: str, insecure: bool = False):
+    """The ``distributed.Security`` to reach ``scheduler`` with, or None for a plain connection.
+
+    ``tls://`` (and ``wss://``): TLS with the certificates of the user's Dask configuration
+    (``distributed.comm.tls.ca-file``, ``distributed.comm.tls.client.cert`` and ``.key``; a YAML
+    file in ``~/.config/dask/`` or ``DASK_DISTRIBUTED__COMM__TLS__*`` variables), refused when
+    they are missing. A plain scheme (``tcp://``, ``ws://``, ``ucx://``) is accepted on a loopback
+    address and otherwise refused unless ``insecure``: a scheduler runs whatever its clients
+    submit on its workers, and the results that come back are unpickled here."""
+    from distributed import Security
+
+    scheme, host = _address_host(scheduler)
+    if scheme in SECURE_SCHEMES:
+        security = Security(require_encryption=True)
+        missing = [key for key, value in (("distributed.comm.tls.ca-file", security.tls_ca_file),
+                                          ("distributed.comm.tls.client.cert", security.tls_client_cert))
+                   if not value]
+        if missing:
+            raise SweepError(f"--scheduler {scheduler}: expected TLS certificates in the Dask configuration "
+                             f"({', '.join(missing)}, and distributed.comm.tls.client.key unless the cert holds it); "
+                             "found none: put them in ~/.config/dask/distributed.yaml or DASK_DISTRIBUTED__COMM__TLS__* "
+                             "variables (docs/sweep.md)", where="--scheduler", field=missing[0],
+                             expected="a certificate file", found=None)
+        return security
+    if scheme == "inproc" or _is_loopback(host) or insecure:
+        return None
+    raise SweepError(f"--scheduler {scheduler}: expected tls:// (certificates from the Dask configuration) or a "
+                     f"loopback address; found a plain {scheme}:// connection to {host}: whoever can reach that "
+                     "scheduler can run code on its workers and send this machine results it unpickles. Use a "
+                     "tls:// scheduler, or --insecure on a network where only you can reach it (docs/sweep.md)",
+                     where="--scheduler", field="scheme", expected="tls", found=scheme)
+
+
 def _failure(record: Mapping, message: str) -> dict:
     """The manifest of a job whose worker never reported (killed, lost, cancelled)."""
     manifest = {"job": record["id"], "notebook": Path(record["notebook"]).stem,
@@ -248,12 +339,12 @@ def _failure(record: Mapping, message: str) -> dict:
     return manifest
 
 
-def _run_dask(records: list[dict], scheduler: str | None, workers: int, bar) -> list[dict]:
+def _run_dask(records: list[dict], scheduler: str | None, workers: int, bar, security=None) -> list[dict]:
     from dask.distributed import Client, LocalCluster, as_completed
 
     with contextlib.ExitStack() as stack:
         if scheduler:
-            client = stack.enter_context(Client(scheduler))
+            client = stack.enter_context(Client(scheduler, security=security))
         else:
             cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                                        dashboard_address=None, silence_logs=40))
@@ -272,7 +363,9 @@ def _run_dask(records: list[dict], scheduler: str | None, workers: int, bar) -> 
 def _run_submitit(records: list[dict], cluster: str, folder: Path, options: Mapping[str, Any], bar) -> list[dict]:
     import submitit
 
-    executor = submitit.AutoExecutor(folder=folder / "submitit", cluster=cluster)
+    # submitit unpickles what it finds there (jobs on the nodes, results here): this user's alone
+    executor = submitit.AutoExecutor(folder=private_folder(folder / "submitit", "submitit folder", SweepError),
+                                     cluster=cluster)
     executor.update_parameters(**{"timeout_min": 24 * 60, "name": "moespec-sweep", **options})
     with executor.batch():  # one Slurm job array
         submitted = [(executor.submit(run_job, r), r) for r in records]
@@ -340,7 +433,7 @@ def merge_tables(folder: Path, manifests: list[dict]) -> list[Path]:
 def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: str | None = None,
               workers: int = 2, executor_options: Mapping[str, Any] | None = None,
               overrides: Mapping[str, Any] | None = None, force: bool = False, progress: bool = True,
-              notebooks_folder: Path | None = None) -> SweepResult:
+              notebooks_folder: Path | None = None, insecure: bool = False) -> SweepResult:
     """Run every job of ``grid`` (a grid file or its dict) and merge the tables.
 
     ``out``: the sweep folder (default ``runs/sweep-<grid file stem>``, the same on every rerun,
@@ -348,6 +441,9 @@ def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: 
     (``scheduler``: a Dask scheduler address; default a LocalCluster of ``workers`` one-thread
     worker processes), ``"slurm"`` or ``"submitit-local"`` (``executor_options`` go to submitit's
     ``update_parameters``, e.g. ``slurm_partition``, ``gpus_per_node``, ``timeout_min``).
+    ``insecure``: allow a plain ``tcp://`` scheduler on a non-loopback address
+    (:func:`scheduler_security`). Everything is checked before the first job is sent: the grid,
+    every job's parameters, the scheduler's security and the sweep folder.
     """
 
     if executor not in EXECUTORS:
@@ -355,11 +451,15 @@ def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: 
     if scheduler and executor != "dask":
         raise SweepError("--scheduler is the address of a Dask scheduler; it needs --executor dask")
     if workers < 1:
-        raise SweepError(f"workers must be >= 1, found {workers}")
-    grid_name = Path(grid).stem if not isinstance(grid, Mapping) else "grid"
-    spec = read_grid(grid) if not isinstance(grid, Mapping) else dict(grid)
-    jobs = expand(spec, notebooks_folder, overrides)
-    folder = paths.ensure(Path(out) if out else paths.runs_dir() / f"sweep-{grid_name}")
+        raise SweepError(f"--workers: expected >= 1; found {workers}", where="--workers", found=workers)
+    security = scheduler_security(scheduler, insecure) if scheduler else None
+    from_file = not isinstance(grid, Mapping)
+    grid_name = Path(grid).stem if from_file else "grid"
+    spec = read_grid(grid) if from_file else dict(grid)
+    jobs = expand(spec, notebooks_folder, overrides, where=str(grid) if from_file else "grid",
+                  base=Path(grid).resolve().parent if from_file else None, local=not scheduler)
+    folder = Path(out).expanduser().absolute() if out else paths.runs_dir() / f"sweep-{grid_name}"
+    folder = paths.ensure(writable_folder(folder, "--out", SweepError))
     done, todo = [], []
     for job in jobs:
         before = None if force else finished_before(job, folder / "jobs" / job.id)
@@ -373,7 +473,7 @@ def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: 
         if not todo:
             ran = []
         elif executor == "dask":
-            ran = _run_dask(todo, scheduler, workers, bar)
+            ran = _run_dask(todo, scheduler, workers, bar, security)
         else:
             ran = _run_submitit(todo, "slurm" if executor == "slurm" else "local", folder,
                                 dict(executor_options or {}), bar)

@@ -143,7 +143,7 @@ def test_bandwidth_by_n_with_a_trace(tmp_path):
     table = pd.DataFrame({"model": "olmoe", "n": n, "beta_slot_GBps": 20.0, "beta_dedup_GBps": 10.0,
                           "ubar": 1.0, "expert_bytes": 1000.0})
     table.to_csv(tmp_path / "bw.csv", index=False)
-    ids = np.tile(np.arange(8), (50, 2, 1))
+    ids = np.tile(np.arange(8), (50, 16, 1))   # OLMoE's shape: L = 16, m = 8, N = 64
     trace = RoutingTrace([ids], num_experts=64)
     trace.save(tmp_path / "t.npz")
     adv = advice.advise(bandwidth=tmp_path / "bw.csv", trace=tmp_path / "t.npz", eps=0.05, acceptance=[0.5])
@@ -226,7 +226,7 @@ def test_flagged_fits_are_refused(tmp_path):
         advice.advise(_fake_expert_op_run(tmp_path / "b", {("dedup", "c_t"): np.nan}), [0.5])
     run = _fake_expert_op_run(tmp_path / "c")
     (run / "manifest.json").write_text(json.dumps({"failed": "03_fits"}))
-    with pytest.raises(AdviceInputError, match="did not finish"):
+    with pytest.raises(AdviceInputError, match="manifest.json: field status: the run did not finish"):
         advice.advise(run, [0.5])
     with pytest.raises(AdviceInputError, match="dedup fit predicts a non-positive operation time"):
         advice.advise(_fake_expert_op_run(tmp_path / "e", {("dedup", "t_op"): -1.0}), [0.5])

@@ -34,7 +34,7 @@ def run_dir(tmp_path):
     folder = tmp_path / "figs"
     folder.mkdir()
     (folder / "MANIFEST.json").write_text(json.dumps({
-        "started": "2026-12-02T10:00:00", "git_commit": "abcdef0123", "profile": "full",
+        "started": "2026-12-02T10:00:00", "git_commit": "abcdef0123", "profile": "full", "publish": True,
         "hardware": {"cpu": {"cpu_model": "Test CPU", "logical_cpus": 4, "MemTotal": "8388608 kB"}, "gpus": []},
         "versions": {"torch": "2.13.0+cpu"}, "run_dir": "/x/runs/20261202-100000-full",
         "notebooks": [{"name": "00_default_models", "wall_s": 61.2}, {"name": "05_whole_model", "wall_s": 119.9}]}))

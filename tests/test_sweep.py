@@ -45,11 +45,13 @@ def test_expand_cartesian_product_and_ids(folder):
 @pytest.mark.parametrize("grid, message", [
     ({"jobs": [{"notebook": "01", "parameters": {"depth": 3}}]}, r"01_a.ipynb does not declare parameter\(s\) \['depth'\]"),
     ({"jobs": [{"notebook": "07"}]}, r"jobs\[0\]: --only names no notebook: \['07'\]"),
-    ({"jobs": [{"notebook": "01", "grid": {"width": []}}]}, "must be a non-empty list"),
+    ({"jobs": [{"notebook": "01", "grid": {"width": []}}]}, r"field jobs\[0\]\.grid\.width: expected a list of at least 1 item"),
     ({"jobs": [{"notebook": "02"}], "parameters": {"width": 1}}, r"no notebook of the grid declares \['width'\]"),
-    ({"jobs": []}, "non-empty list"),
-    ({"jobs": [{"notebook": "01", "params": {}}]}, r"unknown key\(s\) \['params'\]"),
-    ({"job": []}, r"unknown key\(s\) \['job'\]"),
+    ({"jobs": []}, r"field jobs: expected a list of at least 1 item"),
+    ({"jobs": [{"notebook": "01", "params": {}}]}, r"field jobs\[0\]\.params: expected only the fields \['grid', 'notebook', 'parameters'\]; found an unknown field"),
+    ({"job": []}, r"field (job: expected only the fields|jobs: expected the field)"),
+    ({"jobs": [{"notebook": []}]}, r"field jobs\[0\]\.notebook: .*found \[\]"),
+    ({"parameters": {"profile": "turbo"}, "jobs": [{"notebook": "01"}]}, r"jobs\[0\] \(the grid\): 01_a.ipynb: parameter 'profile': expected one of \['quick', 'full'\]; found 'turbo'"),
 ])
 def test_bad_grids_name_the_problem(folder, grid, message):
     with pytest.raises(sweep.SweepError, match=message):
@@ -80,16 +82,22 @@ def test_grid_files(tmp_path, folder):
 @pytest.mark.slow
 @pytest.mark.notebook
 def test_dask_local_cluster_two_workers(tmp_path, monkeypatch):
-    """Notebook 04 (quick) at two kmax, and one job whose Table-1 file does not exist: that one is
-    reported with its notebook and cell, the others finish; a rerun skips them."""
+    """Notebook 04 (quick) at two kmax, and one job whose Table-1 file lacks its columns: that one
+    is reported with its notebook and cell, the others finish; a rerun skips them. (A Table-1 file
+    that does not exist is refused before any job runs.)"""
     monkeypatch.setenv("MOESPEC_RUN_DIR", str(tmp_path / "not-here"))  # jobs write in their own folders
+    missing = {"jobs": [{"notebook": "04", "parameters": {"bandwidth_csv": str(tmp_path / "missing.csv")}}]}
+    with pytest.raises(sweep.SweepError, match=r"parameter 'bandwidth_csv': expected an existing file"):
+        sweep.run_sweep(missing, out=tmp_path / "sweep", executor="dask", workers=2, progress=False)
+    assert not (tmp_path / "sweep").exists()
+    (tmp_path / "broken.csv").write_text("engine,model\nx,OLMoE\n")
     grid = {"parameters": {"profile": "quick"},
             "jobs": [{"notebook": "04", "grid": {"kmax": [3, 4]}},
-                     {"notebook": "04", "parameters": {"bandwidth_csv": str(tmp_path / "missing.csv")}}]}
+                     {"notebook": "04", "parameters": {"bandwidth_csv": str(tmp_path / "broken.csv")}}]}
     result = sweep.run_sweep(grid, out=tmp_path / "sweep", executor="dask", workers=2, progress=False)
     assert [j["status"] for j in result.jobs] == ["finished", "finished", "failed"]
     failed = result.failed[0]
-    assert "04_theory.ipynb failed in cell" in failed["error"] and "missing.csv" in failed["error"]
+    assert "04_theory.ipynb failed in cell" in failed["error"] and "broken.csv: missing column(s)" in failed["error"]
     assert not (tmp_path / "not-here").exists()
     per_job = []
     for job in result.jobs[:2]:

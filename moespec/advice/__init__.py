@@ -9,6 +9,7 @@ versions cited), :mod:`.report` (table, JSON and its schema).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from moespec.routing import RoutingTrace
@@ -18,6 +19,7 @@ from .inputs import (AdviceInputError, VerifyCurves, acceptance_from_table, from
                      outputs_folder)
 from .report import ADVICE_SCHEMA, format_text, validate, write_json
 from .settings import VERSIONS, engine_settings
+from .validate import incomplete_runs_allowed, label_incomplete, run_status
 
 
 def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model>",
@@ -37,7 +39,8 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
            bandwidth: str | Path | None = None, engine: str | None = None, model: str | None = None,
            trace=None, eps: float | None = None, use: str = "auto", version: str = "prediction",
            depth: int | None = None, dense_ratio: float = 0.5, draft_ms: float | None = None,
-           fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>") -> dict:
+           fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>",
+           allow_incomplete: bool = False, source: str | None = None) -> dict:
     """Decide the expert kernel and draft length (JSON-ready dict, schema :data:`ADVICE_SCHEMA`).
 
     Inputs: a run folder ``run`` (notebook 06's engine chain, or notebook 03's fits; ``use``), or a
@@ -46,9 +49,16 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     ``acceptance`` (floats in [0, 1)) and/or ``acceptance_table`` (:func:`.inputs.acceptance_from_table`).
     ``dense_ratio``: dense bytes per pass as a multiple of m W where the source has none;
     ``draft_ms``: draft time per drafted token (ms) where the run did not measure h(k).
+    A run that did not finish (its manifest says running, failed or interrupted) is refused unless
+    ``allow_incomplete``; the advice then says which notebooks' tables it used. ``source``: the
+    label of a bandwidth table's rows (``"published"``: paper 1's numbers); by default the rows
+    are recognised by their content. A ``trace`` must have the model's L, N and m.
     """
     if (run is None) == (bandwidth is None):
         raise AdviceInputError("give either a run folder or a bandwidth table (not both, not neither)")
+    if not (math.isfinite(dense_ratio) and dense_ratio >= 0):
+        raise AdviceInputError(f"--dense-ratio (dense_ratio): expected a finite number >= 0 (dense bytes per pass as a "
+                               f"multiple of m W); found {dense_ratio}", where="--dense-ratio", found=dense_ratio)
     pairs = [(float(a), "given") for a in (acceptance or [])]
     if acceptance_table is not None:
         pairs += acceptance_from_table(acceptance_table)
@@ -58,13 +68,22 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
 
         if not Path(trace).exists():
             raise AdviceInputError(f"routing trace {trace} does not exist")
-        trace = RoutingTrace.load(trace)
+        try:
+            trace = RoutingTrace.load(trace)
+        except ValueError as exc:
+            raise AdviceInputError(str(exc), where=str(trace)) from None
     if run is not None:
-        curves = from_run(run, use=use, version=version, depth=depth, trace=trace, dense_ratio=dense_ratio,
-                          draft_ms=draft_ms)
+        if source is not None:
+            raise AdviceInputError("--source labels the rows of a bandwidth table; a run's tables are this run's")
+        status = run_status(run)
+        with incomplete_runs_allowed(allow_incomplete):
+            curves = from_run(run, use=use, version=version, depth=depth, trace=trace, dense_ratio=dense_ratio,
+                              draft_ms=draft_ms)
+        label_incomplete(curves, status)
     else:
         curves = from_bandwidth_table(bandwidth, engine=engine, model=model, trace=trace, eps=eps,
-                                      dense_ratio=dense_ratio, draft_ms=draft_ms or 0.0, fmt=fmt)
+                                      dense_ratio=dense_ratio, draft_ms=draft_ms or 0.0, fmt=fmt,
+                                      source_label=source)
     return advise_curves(curves, pairs, target=target, draft=draft)
 
 

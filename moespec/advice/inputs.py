@@ -17,7 +17,6 @@ draft time) is an argument with a stated default, and each such choice is listed
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +29,10 @@ from moespec.fit import COEFS
 from moespec.model_shapes import get_spec
 from moespec.routing import byte_share, mean_union
 from moespec.tables.bandwidth import PAPER_LABEL
-from moespec.tables.theory import ENGINE_FORMAT, _preset_name, published_table1_path, read_table1
+from moespec.tables.theory import ENGINE_FORMAT, _preset_name, read_table1
+from moespec.validate import InputError
+
+from . import validate
 
 N_MAX = 9
 #: Files of notebook 03 that the fits path reads.
@@ -40,7 +42,7 @@ VERSIONS = ("prediction", "text", "measured-time", "calibrated", "measured")
 MANIFESTS = ("manifest.json", "MANIFEST.json")
 
 
-class AdviceInputError(ValueError):
+class AdviceInputError(InputError):
     """An input of ``advise`` is missing, flagged or malformed; the message names it."""
 
 
@@ -102,13 +104,7 @@ class VerifyCurves:
 
 # --- helpers ----------------------------------------------------------------------------------
 def _read_csv(path: Path, needed, what: str) -> pd.DataFrame:
-    if not path.exists():
-        raise AdviceInputError(f"{what}: {path} is missing")
-    df = pd.read_csv(path)
-    missing = [c for c in needed if c not in df.columns]
-    if missing:
-        raise AdviceInputError(f"{path}: missing column(s) {missing}; expected at least {list(needed)}")
-    return df
+    return validate.read_table(path, needed, what)   # typed columns and ranges (moespec.advice.validate)
 
 
 def _finite(values, what: str, positive: bool = True) -> np.ndarray:
@@ -139,10 +135,7 @@ def manifest(folder: Path) -> dict | None:
     for name in MANIFESTS:
         path = folder / name
         if path.exists():
-            try:
-                return json.loads(path.read_text())
-            except ValueError as err:
-                raise AdviceInputError(f"{path}: not valid JSON ({err})") from None
+            return validate.runs.read_manifest(path, AdviceInputError)
     return None
 
 
@@ -166,12 +159,9 @@ def outputs_folder(run: str | Path) -> Path:
 
 
 def _check_manifest(run: Path, man: dict | None) -> dict:
+    validate.check_run(run, man)   # refuses an unfinished run unless allowed (--allow-incomplete)
     if man is None:
         return {}
-    status = man.get("status")
-    if man.get("failed") or status in ("failed", "interrupted"):
-        raise AdviceInputError(f"{run}: the run did not finish (manifest: status={status!r}, failed="
-                               f"{man.get('failed')!r}); its tables may be partial")
     cpu = (man.get("hardware") or {}).get("cpu") or {}
     gpus = (man.get("hardware") or {}).get("gpus") or []
     hw = ", ".join(filter(None, [cpu.get("cpu_model"), f"{cpu.get('logical_cpus')} CPUs" if cpu.get("logical_cpus") else "",
@@ -303,6 +293,7 @@ def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float =
     assumptions = []
     if trace is not None:
 
+        validate.check_trace(trace, spec, model)
         union = mean_union(trace, N_MAX)
         m, L = trace.top_k, trace.num_layers
         routing = f"routing: mean union per layer of {trace.num_layers} layers of the given trace"
@@ -435,7 +426,7 @@ def _table1_r(v: dict) -> np.ndarray:
 
 def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str | None = None,
                          trace=None, eps: float | None = None, dense_ratio: float = 0.5,
-                         draft_ms: float = 0.0, fmt: str | None = None) -> VerifyCurves:
+                         draft_ms: float = 0.0, fmt: str | None = None, source_label: str | None = None) -> VerifyCurves:
     """Verify curves from a bandwidth table: paper 1's Table-1 layout (effective bandwidths and ubar
     at n = 2 and 8, interpolated as :mod:`moespec.theory.table1` states; notebook 04's step times)
     or one row per n = 1..9 (``beta_slot_GBps``, ``beta_dedup_GBps``, ``ubar``, as notebook 02's
@@ -443,16 +434,18 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
     of the table's. m and W come from the model preset (``fmt``: its storage format; default the
     paper's) or the table's ``expert_bytes`` column; D = ``dense_ratio`` m W at the per-slot
     one-token bandwidth. ``eps``: the bandwidth error; for the published rows the paper's eps of
-    the engine (labelled as theirs) when not given."""
+    the engine (labelled as theirs) when not given. ``source_label``: the label of the table's rows
+    (``"published"``: paper 1's published numbers), else the rows recognised by their content
+    (:mod:`moespec.validate.reference`) or the table's ``source`` column."""
 
     path = Path(path)
     if not path.exists():
         raise AdviceInputError(f"bandwidth table {path} does not exist")
-    head = pd.read_csv(path, nrows=0).columns
+    head = validate.table_header(path)
     n = np.arange(1, N_MAX + 1)
     assumptions = []
     if "n2_beta_slot_GBps" in head:
-        df = read_table1(path)
+        df = read_table1(path, source_label)
         row = _pick_row(df, path, engine, model)
         spec = get_spec(_preset_name(str(row["model"])))
         fmt = fmt or ENGINE_FORMAT.get(str(row["engine"])) or spec.default_format
@@ -513,8 +506,10 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
         source = str(df["source"].iloc[0]) if "source" in df.columns else f"ours ({path.name})"
         eng_name = engine or (f"moespec {df['backend'].iloc[0]}" if "backend" in df.columns else "as measured")
         fmt = fmt or (str(df["fmt"].iloc[0]) if "fmt" in df.columns else spec.default_format)
-    theirs = source == PAPER_LABEL or path.resolve() == published_table1_path().resolve()
+    source = validate.bandwidth_source(source_label, source)
+    theirs = source == PAPER_LABEL
     if trace is not None:
+        validate.check_trace(trace, spec, model_name)
 
         ubar = byte_share(trace, N_MAX)
         assumptions.append(f"byte share ubar(n) from the given routing trace ({trace.num_layers} layers, "
@@ -579,24 +574,6 @@ def acceptance_from_table(path: str | Path) -> list[tuple[float, str]]:
     """Acceptance rates from a measured table: columns ``accepted`` and ``rejections`` (counts of
     drafted tokens accepted and of steps ended by a rejection; pooled geometric maximum-likelihood
     estimate accepted / (accepted + rejections), one per ``label`` if that column is present), or
-    a column ``a`` (one rate per row, ``label`` optional). Returns [(a, label)]."""
-    path = Path(path)
-    if not path.exists():
-        raise AdviceInputError(f"acceptance table {path} does not exist")
-    df = pd.read_csv(path)
-    groups = df.groupby("label", sort=False) if "label" in df.columns else [(path.name, df)]
-    out = []
-    if {"accepted", "rejections"} <= set(df.columns):
-        for label, g in groups:
-            acc = _finite(g["accepted"], f"{path}: accepted", positive=False).sum()
-            rej = _finite(g["rejections"], f"{path}: rejections", positive=False).sum()
-            if acc + rej == 0:
-                raise AdviceInputError(f"{path}: group {label!r} has no drafted token accepted or rejected")
-            out.append((float(acc / (acc + rej)), f"{label}: pooled MLE, {int(acc)} accepted, {int(rej)} rejections"))
-    elif "a" in df.columns:
-        labels = df["label"].astype(str) if "label" in df.columns else [f"{path.name} row {i}" for i in range(len(df))]
-        out = [(float(a), str(lab)) for a, lab in zip(_finite(df["a"], f"{path}: a", positive=False), labels)]
-    else:
-        raise AdviceInputError(f"{path}: need columns 'accepted' and 'rejections', or a column 'a'; "
-                               f"found {list(df.columns)}")
-    return out
+    a column ``a`` (one rate per row, ``label`` optional). Returns [(a, label)]. Counts must be
+    non-negative integers, rates in [0, 1) (:func:`moespec.advice.validate.acceptance`)."""
+    return validate.acceptance(path)   # counts: non-negative integers, used and labelled as they are

@@ -122,7 +122,10 @@ def run_identity(run: RunFiles) -> str:
     """Which run the tables come from: start time, folder, commit, machine, torch."""
     man = run.manifest
     torch_v = man.get("versions", {}).get("torch", "?")
-    return (f"The `make reproduce` run of {when(man.get('started'))} (run folder `{run_folder_name(man)}`, commit "
+    what = "`make reproduce`" if man.get("publish") else "`moespec reproduce`"
+    if not run.status.complete:   # written with --allow-incomplete: say so, and what finished
+        what = f"unfinished {what} ({run.status.describe()})"
+    return (f"The {what} run of {when(man.get('started'))} (run folder `{run_folder_name(man)}`, commit "
             f"{short_commit(man.get('git_commit'))}, profile {man.get('profile', '?')}) on {machine(man)}, torch "
             f"{torch_v}; its manifest is `figures/MANIFEST.json`.")
 

@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 from moespec import io, paths
+from moespec.validate.outputs import writable_file
 from moespec.report.blocks import BLOCKS
 from moespec.report.run import ReportError, RunFiles
 
@@ -92,28 +93,47 @@ def _diff(old: str, new: str, path: Path) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(path), f"{path} (report)", n=1))
 
 
-def _rendered(run_dir: str | Path, files) -> dict[Path, tuple[str, str]]:
-    """``{file: (text now, text from the run)}`` for every file whose blocks change."""
-    run = RunFiles(run_dir)
+def _rendered(run_dir: str | Path, files, allow_incomplete: bool = False,
+              writing: bool = False) -> dict[Path, tuple[str, str]]:
+    """``{file: (text now, text from the run)}`` for every file whose blocks change. Every file
+    must be a readable Markdown file (and, when ``writing``, writable) before any is rendered."""
+    files = [Path(p) for p in (files if files is not None else doc_files())]
+    for path in files:
+        if not path.is_file():
+            raise ReportError(f"--files {path}: expected a Markdown file; found "
+                              f"{'a folder' if path.is_dir() else 'nothing (no such file)'}", where=str(path))
+        if writing:
+            writable_file(path, "--files", ReportError)
+    run = RunFiles(run_dir, allow_incomplete)
     out = {}
-    for path in files if files is not None else doc_files():
-        path = Path(path)
-        old = path.read_text()
+    for path in files:
+        try:
+            old = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ReportError(f"{path}: not a readable text file ({exc})", where=str(path)) from None
         new = render_text(old, run, str(path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path))
         if new != old:
             out[path] = (old, new)
     return out
 
 
-def check_files(run_dir: str | Path, files=None) -> dict[Path, str]:
+def check_files(run_dir: str | Path, files=None, allow_incomplete: bool = False) -> dict[Path, str]:
     """``{file: unified diff}`` for every file whose blocks differ from what ``run_dir`` gives."""
-    return {path: _diff(old, new, path) for path, (old, new) in _rendered(run_dir, files).items()}
+    return {path: _diff(old, new, path) for path, (old, new) in _rendered(run_dir, files, allow_incomplete).items()}
 
 
-def update_files(run_dir: str | Path, files=None) -> list[Path]:
+def update_files(run_dir: str | Path, files=None, allow_incomplete: bool = False) -> list[Path]:
     """Rewrite the blocks of ``files`` (default :func:`doc_files`) from ``run_dir``; returns the
-    files that changed. Every file is rendered before any is written, so an error changes nothing."""
-    changed = _rendered(run_dir, files)
+    files that changed. Every file is checked writable and rendered before any is written, so bad
+    input changes nothing; a write that still fails names the files written before it.
+    ``allow_incomplete``: write from a run that did not finish (:class:`RunFiles`)."""
+    changed = _rendered(run_dir, files, allow_incomplete, writing=True)
+    written = []
     for path, (_, new) in changed.items():
-        io.write_text(path, new)
-    return list(changed)
+        try:
+            io.write_text(path, new)
+        except OSError as exc:
+            raise ReportError(f"{path}: not written ({exc.strerror or exc}); written before it: "
+                              f"{[str(p) for p in written] or 'none'}", where=str(path)) from None
+        written.append(path)
+    return written

@@ -2,30 +2,35 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from moespec import paths
+from moespec.validate import InputError
+from moespec.validate import runs as run_checks
+from moespec.validate.tables import parse_csv
 
 
-class ReportError(ValueError):
+class ReportError(InputError):
     """A block cannot be written: the message names the block, the document and the file."""
 
 
 class RunFiles:
     """A run's tables and manifest. ``folder`` is a run folder (``runs/<run>/`` with ``figures/``
     and ``manifest.json``) or a figures folder (the committed ``figures/`` with ``MANIFEST.json``).
-    Every read names the file it needed when it is missing (:class:`ReportError`)."""
+    Every read names the file it needed when it is missing (:class:`ReportError`). A run that did
+    not finish (its manifest says running, failed or interrupted) is refused unless
+    ``allow_incomplete``; :attr:`status` says what it is (:mod:`moespec.validate.runs`)."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, allow_incomplete: bool = False):
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise ReportError(f"run folder {self.folder} does not exist (give a runs/<run>/ folder or figures/)")
         sub = self.folder / "figures"
         self.tables = sub if sub.is_dir() and not (self.folder / "MANIFEST.json").exists() else self.folder
         self._cache: dict = {}
+        self.status = run_checks.require_complete(self.folder, allow_incomplete, "moespec report", ReportError)
 
     # --- the run's own files -----------------------------------------------------------------
     def path(self, name: str) -> Path:
@@ -41,7 +46,7 @@ class RunFiles:
     def _read_csv(self, path: Path) -> pd.DataFrame:
         """``path`` as a DataFrame, read once per report (a copy each time)."""
         if path not in self._cache:
-            self._cache[path] = pd.read_csv(path)
+            self._cache[path] = parse_csv(path, "table", ReportError)
         return self._cache[path].copy()
 
     def csv(self, name: str) -> pd.DataFrame:
@@ -49,14 +54,16 @@ class RunFiles:
         return self._read_csv(self.path(name))
 
     def json(self, name: str):
-        return json.loads(self.path(name).read_text())
+        return run_checks.jsonfile.load(self.path(name), "JSON file", ReportError)
 
     @property
     def manifest(self) -> dict:
         """The run's manifest: ``manifest.json`` of a run folder or ``MANIFEST.json`` of figures/."""
         for p in (self.folder / "manifest.json", self.folder / "MANIFEST.json", self.tables / "MANIFEST.json"):
             if p.exists():
-                return json.loads(p.read_text())
+                if p not in self._cache:
+                    self._cache[p] = run_checks.read_manifest(p, ReportError)
+                return self._cache[p]
         raise ReportError(f"{self.folder}: no manifest.json or MANIFEST.json (not a moespec run folder)")
 
     def notebook(self, name: str) -> dict:
@@ -80,4 +87,4 @@ class RunFiles:
         return self._read_csv(self.repo_path(relative))
 
     def repo_json(self, relative: str):
-        return json.loads(self.repo_path(relative).read_text())
+        return run_checks.jsonfile.load(self.repo_path(relative), "JSON file", ReportError)

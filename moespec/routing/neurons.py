@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from moespec.io import atomic_path
 from moespec.routing.record import decoder_layers
 
 
@@ -115,8 +116,10 @@ class NeuronClusters:
         return _ObserverHooks(self, [_ffn_down(l, i) for i, l in enumerate(layers)])
 
     def save(self, path) -> None:
-        np.savez_compressed(path, assignment=self.assignment, num_groups=self.num_groups,
-                            top_k=self.top_k, calibration_tokens=self.calibration_tokens)
+        """Write the clusters as ``.npz``, atomically (a cache notebook 00 reads on later runs)."""
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:   # a file object: numpy adds no ".npz"
+            np.savez_compressed(fh, assignment=self.assignment, num_groups=self.num_groups,
+                                top_k=self.top_k, calibration_tokens=self.calibration_tokens)
 
     @classmethod
     def load(cls, path) -> "NeuronClusters":

@@ -23,10 +23,20 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from moespec.io import atomic_path
+from moespec.validate import jsonfile
 
 FORMAT_TAG = "moespec-routing-trace"
 FORMAT_VERSION = 1
 REQUIRED_FIELDS = ("ids", "offsets", "expert_bytes", "meta")
+#: JSON Schema of the ``meta`` field's JSON (after its format tag and version are checked).
+META_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object", "required": ["format", "version", "num_experts", "doc_ids"],
+    "properties": {"num_experts": {"type": "integer", "minimum": 1},
+                   "doc_ids": {"type": "array", "items": {"type": ["string", "integer"]}},
+                   "model": {"type": ["string", "null"]}, "source": {"type": ["string", "null"]},
+                   "meta": {"type": ["object", "null"]}},
+}
 
 
 def _id_dtype(num_experts: int) -> np.dtype:
@@ -153,6 +163,7 @@ class RoutingTrace:
         except TypeError as exc:
             raise ValueError(f"meta must be JSON-serialisable: {exc}") from None
         self._cache: dict[str, Any] = {}  # statistics computed once per trace (routing.stats)
+        self.path: Path | None = None     # the file it was loaded from (errors name it)
 
     # --- shape ------------------------------------------------------------------------------
     @property
@@ -243,6 +254,10 @@ class RoutingTrace:
                 if missing:
                     raise ValueError(f"{path}: missing field(s) {missing}; found {sorted(npz.files)}")
                 fields = {f: npz[f] for f in REQUIRED_FIELDS}
+                for f, value in fields.items():   # a member that is not .npy data comes back as raw bytes
+                    if not isinstance(value, np.ndarray):
+                        raise ValueError(f"{path}: field {f!r}: expected a numpy array (.npy member); found "
+                                         f"{len(value)} bytes that are not one (a corrupt or foreign member)")
         except ValueError as exc:
             if str(path) in str(exc):
                 raise
@@ -268,6 +283,10 @@ class RoutingTrace:
         for key in ("num_experts", "doc_ids"):
             if key not in meta:
                 raise ValueError(f"{path}: field 'meta' lacks {key!r}")
+        jsonfile.check(meta, META_SCHEMA, f"{path}: the JSON of field 'meta'")
+        if fields["expert_bytes"].dtype.kind not in "iuf":   # ids and offsets: checked below
+            raise ValueError(f"{path}: field 'expert_bytes': expected an array of numbers; found dtype "
+                             f"{fields['expert_bytes'].dtype}")
 
         ids, offsets = fields["ids"], fields["offsets"]
         if offsets.ndim != 1 or offsets.size < 2 or not np.issubdtype(offsets.dtype, np.integer):
@@ -280,7 +299,9 @@ class RoutingTrace:
                              f"'ids'), found {offsets[:3].tolist()}...{offsets[-3:].tolist()}")
         docs = [ids[offsets[i]:offsets[i + 1]] for i in range(offsets.size - 1)]
         try:
-            return cls(docs, meta["num_experts"], fields["expert_bytes"], meta["doc_ids"],
-                       meta.get("model"), meta.get("source"), meta.get("meta"))
+            trace = cls(docs, meta["num_experts"], fields["expert_bytes"], meta["doc_ids"],
+                        meta.get("model"), meta.get("source"), meta.get("meta"))
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
+        trace.path = path
+        return trace

@@ -12,6 +12,9 @@ from moespec import paths
 from moespec import theory as th
 from moespec.model_shapes import PRESETS, get_spec
 from moespec.tables.bandwidth import PAPER_LABEL
+from moespec.validate import reference
+from moespec.validate.invariants import check_byte_share_rows
+from moespec.validate.tables import Column, check_rows, read_csv
 
 #: Columns a Table-1 CSV must carry (paper 1, Table 1; :func:`moespec.tables.bandwidth.table1`).
 TABLE1_NEEDED = ["engine", "model", "n2_beta_slot_GBps", "n2_beta_dedup_GBps", "n2_ubar",
@@ -24,26 +27,38 @@ def published_table1_path() -> Path:
     return paths.reference_dir() / "paper1_table1_bandwidth.csv"
 
 
-def read_table1(path: str | Path = "") -> pd.DataFrame:
-    """A Table-1 CSV (default: paper 1's published rows) with a ``source`` column: the paper's
-    label for the published file, the CSV's own ``source`` (or its file name) otherwise."""
+def label_of_rows(source: str) -> str:
+    """A label given for a table's rows (``--source``): ``"published"`` or ``"paper1"`` (or the
+    label itself) stands for :data:`PAPER_LABEL`, paper 1's published numbers; any other text is
+    the label."""
+    return PAPER_LABEL if source.strip().lower() in ("published", "paper1", PAPER_LABEL.lower()) else source
+
+
+def read_table1(path: str | Path = "", source: str | None = None) -> pd.DataFrame:
+    """A Table-1 CSV (default: paper 1's published rows) with a ``source`` column. A row is paper
+    1's published row (:data:`PAPER_LABEL`) when its content is, whatever the file's name or
+    folder (:func:`moespec.validate.reference.published_rows`); other rows keep the CSV's own
+    ``source`` (else the file name). ``source`` labels every row instead (``"published"``: paper
+    1's numbers). Refused, naming the file, row and column: a number column that is not positive,
+    a byte share outside [1/n, 1] (ubar(2) in [1/2, 1], ubar(8) in [1/8, 1]), and a row whose
+    ``source`` claims the published label while its numbers are not the published ones."""
     path = Path(path) if path else published_table1_path()
     if not path.exists():
         raise FileNotFoundError(f"Table-1 CSV {path} does not exist")
-    df = pd.read_csv(path, dtype={"reread_cost": str}, keep_default_na=False, na_values=[""])
-    missing = [c for c in TABLE1_NEEDED if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}; expected at least {TABLE1_NEEDED}")
-    for col in TABLE1_NEEDED[2:]:
-        values = pd.to_numeric(df[col], errors="coerce")
-        if values.isna().any() or (values <= 0).any():
-            bad = df.loc[values.isna() | (values <= 0), ["engine", "model", col]].iloc[0].tolist()
-            raise ValueError(f"{path}: column {col} needs positive numbers; found {bad}")
-        df[col] = values.astype(float)
-    if path.resolve() == published_table1_path().resolve():
-        df["source"] = PAPER_LABEL
-    elif "source" not in df.columns:
-        df["source"] = f"ours ({path.name})"
+    columns = [Column("engine", "str"), Column("model", "str"),
+               *(Column(c, low=0, low_open=True) for c in TABLE1_NEEDED[2:])]
+    df = read_csv(path, columns, "Table-1 CSV", dtype={"reread_cost": str}, keep_default_na=False, na_values=[""])
+    for n in (2, 8):
+        check_byte_share_rows(df, path, None, f"n{n}_ubar", n=n)
+    published = reference.published_rows(df, path)
+    if source is not None:
+        df["source"] = label_of_rows(source)
+        return df
+    own = df["source"].astype(str) if "source" in df.columns else pd.Series(f"ours ({path.name})", index=df.index)
+    check_rows(df, path, (own == PAPER_LABEL).to_numpy() & ~published, "column 'source'",
+               "paper 1's published numbers for a row labelled as theirs (their content digest, data/paper_reference/"
+               "digests.json); label an edited copy with --source (source=)", own.tolist())
+    df["source"] = np.where(published, PAPER_LABEL, own)
     return df
 
 
@@ -74,7 +89,7 @@ def table1_step_times(df: pd.DataFrame, kmax: int = 8, dense_ratio: float = 0.0)
 
 
 def _preset_name(model: str) -> str:
-
+    """The preset named ``model`` (its key or paper 1's label), else ``model`` itself."""
     for name, spec in PRESETS.items():
         if model.lower() in (name, spec.paper_label.lower()):
             return name

@@ -94,6 +94,5 @@ def load_smollm2(path: Path | None = None, device: str = "cpu", cache: bool = Tr
     model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     model = model.to(device).eval()
     if path is None and cache:
-        store.save(model, cached, {"source": str(gguf_path), "label": SOURCE_LABEL})
-        tok.save_pretrained(str(cached))
+        store.save(model, cached, {"source": str(gguf_path), "label": SOURCE_LABEL}, tokenizer=tok)   # one atomic folder
     return model, tok

@@ -8,6 +8,8 @@ the file.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import shutil
@@ -20,11 +22,13 @@ WEIGHTS = "model.safetensors"
 META = "moespec.json"
 
 
-def save(model: PreTrainedModel, folder: Path, meta: dict | None = None) -> Path:
-    """Write ``model`` (safetensors + config) and ``meta`` into ``folder`` atomically.
+def save(model: PreTrainedModel, folder: Path, meta: dict | None = None, tokenizer=None) -> Path:
+    """Write ``model`` (safetensors + config), ``meta`` and, if given, ``tokenizer`` into
+    ``folder`` atomically.
 
-    The files are written into a sibling temporary folder that is renamed over ``folder`` at
-    the end, so an interrupted build never leaves a half-written checkpoint.
+    The files are written into a sibling temporary folder that takes the place of ``folder`` only
+    once it is complete (:func:`_replace_folder`), so an interrupted build never leaves a
+    half-written checkpoint, and never loses the build it replaces.
     """
     folder = Path(folder)
     tmp = _temporary(folder)
@@ -40,15 +44,51 @@ def save(model: PreTrainedModel, folder: Path, meta: dict | None = None) -> Path
         safetensors.torch.save_model(model, str(tmp / WEIGHTS))
     else:
         model.save_pretrained(tmp, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(tmp))
     (tmp / META).write_text(json.dumps(meta or {}, indent=1, default=str))
     _replace_folder(tmp, folder)
     return folder
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the two existing paths ``a`` and ``b`` in one step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``); False where the system or file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
 def _replace_folder(tmp: Path, folder: Path) -> None:
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.rename(folder)
+    """Put the complete folder ``tmp`` in the place of ``folder``: the new build is complete
+    first, then the two are swapped, then the old build is deleted. The swap is one atomic step
+    where Linux offers it (``renameat2``); elsewhere the old build is renamed aside
+    (``<folder>.old-<pid>``) before the new one is renamed in, and put back if that fails, so a
+    crash at any point leaves one complete build on disk (at worst the old one, aside)."""
+    if not folder.exists():
+        tmp.rename(folder)
+        return
+    if _exchange(tmp, folder):
+        shutil.rmtree(tmp)        # tmp now holds the old build
+        return
+    old = folder.with_name(folder.name + f".old-{os.getpid()}")
+    if old.exists():
+        shutil.rmtree(old)
+    folder.rename(old)
+    try:
+        tmp.rename(folder)
+    except BaseException:
+        old.rename(folder)
+        raise
+    shutil.rmtree(old)
 
 
 def _temporary(folder: Path) -> Path:
@@ -78,6 +118,10 @@ def load(folder: Path, device: str = "cpu", dtype=torch.float32) -> PreTrainedMo
     in ``dtype`` (a torch dtype, or ``"auto"``: the checkpoint's own) on ``device``."""
     folder = Path(folder)
     if not folder.is_dir():
+        aside = sorted(folder.parent.glob(f"{folder.name}.old-*")) if folder.parent.is_dir() else []
+        if aside:
+            raise FileNotFoundError(f"{folder}: no checkpoint folder, but a replace of it was interrupted: the previous "
+                                    f"build is at {aside[0]} (rename it back to {folder.name})")
         raise FileNotFoundError(f"{folder}: no checkpoint folder; build the default models first "
                                 f"(moespec build-models, or moespec.zoo.build_default_models())")
     cfg_path = folder / "config.json"
