@@ -16,7 +16,8 @@ FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.cs
          "07_kernel_policy_differences.csv", "07_paper2_comparison.csv", "07_cf_fig2_lmax_sweep.csv",
          "07_cf_fig2_lmax_sweep.png", "07_cf_fig3_delta_space.png", "07_cf_online_policy.png", "07_cf_online_policy_info.json",
          "07_cf_kernel_cost_models.csv", "07_cf_alpha0_summary.json", "07_regression_by_regime.csv",
-         "07_cost_models_overview.csv"]
+         "07_cost_models_overview.csv", "07_fixed_k.csv", "07_measured_fixed_k.csv", "07_oracle_vs_measured.png",
+         "07_cf_oracle_vs_measured.png", "07_goals.csv"]
 
 
 @pytest.mark.notebook
@@ -24,34 +25,54 @@ def test_notebook_07_quick(run_notebook, tmp_path):
     _, figures, text = run_notebook("07_ssp_oracle", out_dir=str(tmp_path / "oracle"))
     for name in FILES:
         assert (figures / name).is_file(), f"{name} not written"
-    sweep = pd.read_csv(figures / "07_fig2_lmax_sweep.csv")
-    assert list(sweep.lmax) == [1, 2, 3, 4]
-    assert (sweep.speedup.diff().dropna() >= -1e-12).all()
+    sweeps = pd.read_csv(figures / "07_fig2_lmax_sweep.csv")
+    assert list(dict.fromkeys(sweeps.transitions)) == ["surrogate", "greedy"]
     assert re.search(r"^subject: .*byte-faithful", text, re.M)
-    assert (sweep.subject == sweep.subject.iloc[0]).all() and "byte-faithful" in sweep.subject.iloc[0]
-    # the printed oracle speedup of the measured cost model is the sweep's last row
-    m = re.search(r"\[measured cost \([^)]*\)\] oracle speedup \(Lmax=4\): ([0-9.]+)", text)
-    assert m and float(m.group(1)) == pytest.approx(sweep.speedup.iloc[-1], abs=1e-3)
-    q = re.search(r"quadrant I (\d+), II (\d+), III (\d+), IV (\d+)", text)
-    assert q, "quadrant counts not printed"
+    assert (sweeps.subject == sweeps.subject.iloc[0]).all() and "byte-faithful" in sweeps.subject.iloc[0]
     online = json.loads((figures / "07_online_policy_info.json").read_text())
-    assert online["oracle"] >= online["online"] - 1e-12 and online["oracle"] >= online["fixed_best_hindsight"] - 1e-12
     cf = json.loads((figures / "07_cf_online_policy_info.json").read_text())
-    m = re.search(r"\[sensitivity analysis: draft time x0.1, not a measurement\] held-out \(\d+ sequences\): oracle "
-                  r"([0-9.]+)", text)
-    assert m and float(m.group(1)) == pytest.approx(cf["oracle"], abs=1e-3)
-    assert cf["oracle"] >= cf["online"] - 1e-12
+    fixed = pd.read_csv(figures / "07_fixed_k.csv")
+    for t in ("surrogate", "greedy"):
+        sweep = sweeps[sweeps.transitions == t]
+        assert list(sweep.lmax) == [1, 2, 3, 4]
+        assert (sweep.speedup.diff().dropna() >= -1e-12).all()
+        # the printed oracle speedup of the measured cost model is the sweep's last row
+        m = re.search(rf"\[measured cost \([^)]*\), {t}\] oracle speedup \(Lmax=4\): ([0-9.]+)", text)
+        assert m and float(m.group(1)) == pytest.approx(sweep.speedup.iloc[-1], abs=1e-3)
+        # the oracle is at least every fixed k under its own model
+        assert (fixed[fixed.transitions == t].speedup <= sweep.speedup.iloc[-1] + 1e-12).all()
+        q = re.search(rf"\[measured cost \([^)]*\), {t}\] quadrant I (\d+), II (\d+), III (\d+), IV (\d+)", text)
+        assert q, f"quadrant counts of the {t} transitions not printed"
+        o = online[t]
+        assert o["oracle"] >= o["online"] - 1e-12 and o["oracle"] >= o["fixed_best_hindsight"] - 1e-12
+        m = re.search(rf"\[sensitivity analysis: draft time x0.1, not a measurement, {t}\] held-out \(\d+ sequences\): "
+                      r"oracle ([0-9.]+)", text)
+        assert m and float(m.group(1)) == pytest.approx(cf[t]["oracle"], abs=1e-3)
+        assert cf[t]["oracle"] >= cf[t]["online"] - 1e-12
+    measured = pd.read_csv(figures / "07_measured_fixed_k.csv")
+    assert list(measured.K) == [0, 1, 2, 3, 4, 5] and measured.speedup.iloc[0] == 1.0 and measured.host_included.all()
+    assert ((measured.speedup_lo <= measured.speedup) & (measured.speedup <= measured.speedup_hi)).all()
+    goals = pd.read_csv(figures / "07_goals.csv")
+    assert goals.goal.iloc[-1] == "greedy oracle >= best measured fixed-K rounds"
     for prefix in ("07_", "07_cf_"):   # each row names its kernel cost model; the analysis it belongs to is beside it
         kernels = pd.read_csv(figures / f"{prefix}kernel_cost_models.csv")
-        assert list(kernels.cost_model) == ["one alpha (fitted)", "per-slot kernel", "dedup kernel"]
-        assert kernels.analysis.nunique() == 1
+        assert list(kernels.cost_model) == ["one alpha (fitted)", "per-slot kernel", "dedup kernel"] * 2
+        assert list(kernels.transitions) == ["surrogate"] * 3 + ["greedy"] * 3 and kernels.analysis.nunique() == 1
     regression = pd.read_csv(figures / "07_regression_by_regime.csv")
     assert "all rows" in set(regression["rows"]) and (regression["eq4_r2_in"] <= 1).all()
     rounds = pd.read_csv(tmp_path / "oracle" / "rounds.csv")
     assert (rounds["ref_GBps"] > 0).all()
     per_k = pd.read_csv(figures / "07_tableA4_per_k.csv")
     assert list(per_k[per_k["rows"] == "all rows"].K) == [1, 2, 3, 4, 5]
-    assert "paper 2, published (their hardware)" in pd.read_csv(figures / "07_paper2_comparison.csv").columns
+    cmp = pd.read_csv(figures / "07_paper2_comparison.csv").set_index("quantity")
+    assert "paper 2, published (their hardware)" in cmp.columns
+    # like for like: per K beside per K, pooled beside the paper's full pool
+    assert cmp.loc["in_sample_R2_per_K", "paper 2, published (their hardware)"] == "0.9669-0.9991"
+    assert cmp.loc["pooled_eq4_R2", "paper 2, published (their hardware)"] == "0.999"
+    regression_all = regression[regression["rows"] == "all rows"].iloc[0]
+    assert float(cmp.loc["pooled_eq4_R2", "ours (this machine)"]) == pytest.approx(regression_all.eq4_r2_in, abs=1e-4)
+    assert cmp.loc["oracle_speedup_plateau_greedy", "paper 2, published (their hardware)"] != \
+        cmp.loc["oracle_speedup_plateau", "paper 2, published (their hardware)"]
     assert re.search(r"\[all rows\] eq. \(4\) in-sample R2 = [0-9.]+, GroupKFold MAPE = [0-9.]+%; draft \(A4\): "
                      r"T_D = [-0-9.]+ K", text)
     assert re.search(r"autoregressive passes \(K = 0, [^)]*\): measured median T_T [0-9.]+ ms", text)

@@ -1,6 +1,9 @@
 """Paper 2's analyses over a set of reference sequences: the oracle's speedup bound, the Lmax sweep
 (Figure 2), delta space (Figure 3), the alpha = 0 ablation (Appendix B.4), and beyond the paper the
-online early-exit policy on held-out sequences and the per-kernel cost of paper 1.
+online early-exit policy on held-out sequences, the per-kernel cost of paper 1, and every analysis
+under two transition models over the same junk-tail unions and costs (:func:`analyse_transitions`):
+paper 2's surrogate p_j = P_draft(reference token) and greedy-exact p_j in {0, 1}
+(``junk.OracleInputs.with_transitions``).
 
 Totals over a set are sums over its sequences: S = sum Cost_AR / sum dp[0]; mean draft (accepted)
 length = expected drafted (accepted) tokens / expected rounds, all under the sequence-conditioned
@@ -17,7 +20,7 @@ import pandas as pd
 from .bellman import PolicyValue, bellman, evaluate_policy, expected_cost, fixed_policy, q_values
 from .cost import CostModel, cost_ar, cost_matrix
 from .delta import boundary_slope, delta_points, quadrant_counts
-from .junk import OracleInputs
+from .junk import TRANSITIONS, OracleInputs
 from .policy import EarlyExitPolicy, mean_union_by_k
 from .regression import Fit, coefficient
 from .transitions import acceptance_probs
@@ -72,6 +75,15 @@ def lmax_sweep(items: list[OracleInputs], model, lmaxes=range(1, 13)) -> pd.Data
         solved = [solve(it.truncated(lm), model) for it in items]
         rows.append({"lmax": int(lm), **totals([s.value for s in solved], [s.cost_ar for s in solved])})
     return pd.DataFrame(rows)
+
+
+def fixed_k_sweep(solved: list[Solved], ks=None) -> pd.DataFrame:
+    """Every fixed draft length k (default 1..Lmax) on all sequences under the oracle's own model
+    (transitions and costs of ``solved``): speedup and mean accepted length, to set beside measured
+    fixed-K rounds (:func:`moespec.oracle.rounds.fixed_k_speedups`) and the oracle."""
+    ks = range(1, solved[0].inputs.lmax + 1) if ks is None else ks
+    return pd.DataFrame([{"k": int(k), **totals([evaluate_policy(s.inputs.p, s.cost, fixed_policy(s.inputs.n, k))
+                                                 for s in solved], [s.cost_ar for s in solved])} for k in ks])
 
 
 def delta_space(solved: list[Solved]) -> tuple[pd.DataFrame, dict, dict]:
@@ -209,7 +221,7 @@ def compare_cost_models(items: list[OracleInputs], models: dict) -> tuple[pd.Dat
 
 @dataclass
 class Paper2Analysis:
-    """Everything notebook 07 reports for one cost model (:func:`analyse`)."""
+    """Everything notebook 07 reports for one cost model under one transition model (:func:`analyse`)."""
     label: str
     model: object
     solved: list
@@ -226,27 +238,42 @@ class Paper2Analysis:
     online_info: dict
     kernels: pd.DataFrame | None = None
     kernel_differences: pd.DataFrame | None = None
+    fixed: pd.DataFrame | None = None
+    transitions: str = "surrogate"
 
     def tables(self) -> dict:
-        """name -> table (or dict) of this analysis, as the notebook writes them."""
+        """name -> table (or dict) of this analysis, as the notebook writes them; every table has a
+        column ``transitions`` (and every dict a key) naming the transition model."""
         out = {"oracle_sequences": self.summary, "fig2_lmax_sweep": self.sweep,
                "fig3_delta_quadrants": pd.DataFrame([{**self.quadrants, **self.bound}]),
                "alpha0_changed_positions": self.changed, "alpha0_summary": self.ablation,
                "alpha0_selected": self.selected, "online_policy": self.online, "online_policy_info": self.online_info}
+        if self.fixed is not None:
+            out["fixed_k"] = self.fixed
         if self.kernels is not None:
             out["kernel_cost_models"] = self.kernels
             out["kernel_policy_differences"] = self.kernel_differences
-        return out
+        return {name: ({**t, "transitions": self.transitions} if isinstance(t, dict)
+                       else t.assign(transitions=self.transitions)) for name, t in out.items()}
+
+
+def _transitions_of(items: list[OracleInputs]) -> str:
+    names = {it.transitions for it in items}
+    if len(names) != 1:
+        raise ValueError(f"the sequences use different transition models {sorted(names)}; analyse one at a time")
+    return names.pop()
 
 
 def analyse(items: list[OracleInputs], model, train: list[OracleInputs], test: list[OracleInputs],
             lmax: int, kernel_models: dict | None = None, label: str = "") -> Paper2Analysis:
     """Paper 2's analysis of the oracle inputs under one cost model: the oracle (Bellman (8)) per
-    sequence and in total, the Lmax sweep (Figure 2), delta space (Figure 3), the alpha = 0
-    ablation (Appendix B.4) with the four changed positions whose added token is likeliest, the
-    online early-exit policy learned on ``train`` and scored on ``test``, and, with
+    sequence and in total, the Lmax sweep (Figure 2), every fixed k, delta space (Figure 3), the
+    alpha = 0 ablation (Appendix B.4) with the four changed positions whose added token is likeliest,
+    the online early-exit policy learned on ``train`` and scored on ``test``, and, with
     ``kernel_models`` (name -> cost model, e.g. :func:`moespec.oracle.kernel_cost.kernel_models`), the
-    oracle under paper 1's per-kernel costs beside this one."""
+    oracle under paper 1's per-kernel costs beside this one. The transitions are those the inputs
+    hold (``OracleInputs.with_transitions``; all of ``items``, ``train`` and ``test`` alike)."""
+    transitions = _transitions_of(items + train + test)
     solved = [solve(it, model) for it in items]
     points, quad, bound = delta_space(solved)
     changed, abl = alpha0_ablation(items, model, solved)
@@ -258,4 +285,47 @@ def analyse(items: list[OracleInputs], model, train: list[OracleInputs], test: l
                           totals([s.value for s in solved], [s.cost_ar for s in solved]),
                           lmax_sweep(items, model, range(1, lmax + 1)), points, quad, bound, changed, abl,
                           changed[changed.k_alpha0 == changed.k_full + 1].nlargest(4, "p_added"),
-                          online, info, kern, kdiff)
+                          online, info, kern, kdiff, fixed_k_sweep(solved), transitions)
+
+
+def analyse_transitions(items: list[OracleInputs], model, train: list[OracleInputs], test: list[OracleInputs],
+                        lmax: int, kernel_models: dict | None = None, label: str = "",
+                        transitions=TRANSITIONS) -> dict[str, Paper2Analysis]:
+    """:func:`analyse` once per transition model (name -> analysis), over the same junk-tail unions,
+    costs and held-out split: paper 2's surrogate (eq. 7 with p_j = P_draft(reference token |
+    reference prefix)) and greedy-exact (p_j = 1 exactly when the draft's argmax given the reference
+    prefix is the reference token: the acceptance of moespec's greedy draft under greedy verification)."""
+    def under(t, its):
+        return [it.with_transitions(t) for it in its]
+    return {t: analyse(under(t, items), model, under(t, train), under(t, test), lmax, kernel_models, label)
+            for t in transitions}
+
+
+def merged_tables(analyses) -> dict:
+    """The tables of several analyses of one cost model (e.g. :func:`analyse_transitions`' values), one
+    file each: tables concatenated (their ``transitions`` column tells them apart), dicts keyed by
+    transition model."""
+    analyses = list(analyses)
+    out: dict = {}
+    for r in analyses:
+        for name, t in r.tables().items():
+            out.setdefault(name, []).append(t)
+    return {name: ({t["transitions"]: {k: v for k, v in t.items() if k != "transitions"} for t in parts}
+                   if isinstance(parts[0], dict) else pd.concat(parts, ignore_index=True))
+            for name, parts in out.items()}
+
+
+def cost_models_overview(analyses: dict) -> pd.DataFrame:
+    """One row per cost model and transition model: the model's draft and expert coefficients, the
+    oracle's speedup and lengths, its Lmax plateau, delta space, the alpha = 0 ablation and the
+    online policy on held-out sequences. ``analyses``: cost-model name -> {transitions -> analysis}."""
+    return pd.DataFrame([{"cost_model": n, "transitions": t, "draft_a_ms": r.model.draft_a, "alpha_ms": r.model.alpha,
+                          "speedup": r.totals["speedup"], "mean_draft_length": r.totals["mean_draft_length"],
+                          "mean_accepted_length": r.totals["mean_accepted_length"],
+                          "plateau": r.sweep.speedup.iloc[-1], "slope_ms_per_token": r.bound["slope_ms_per_token"],
+                          "quadrant_II": r.quadrants["II"], "quadrant_IV": r.quadrants["IV"],
+                          "alpha0_changed_share": r.ablation["share_changed"],
+                          "online": r.online_info["online"], "oracle_heldout": r.online_info["oracle"],
+                          "online_share_of_oracle": r.online_info["online"] / r.online_info["oracle"],
+                          "fixed_best_train": r.online_info["fixed_best_train"]}
+                         for n, by_t in analyses.items() for t, r in by_t.items()])

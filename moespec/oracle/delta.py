@@ -4,7 +4,8 @@ At every state i the oracle chooses k_opt; each other k is a rejected candidate 
     dA = E[a]_k - E[a]_{k_opt},   dC = E[Cost]_k - E[Cost]_{k_opt}
 (E over P(a | k) of the sequence-conditioned model, E[Cost] in ms). The paper reports that
 quadrants II (dA < 0, dC > 0) and IV (dA > 0, dC < 0) are empty and that the clouds in I and III
-are bounded by one line through the origin whose slope is the 1st percentile of dC / dA.
+are bounded by one line through the origin whose slope is the 1st percentile of dC / dA (under the
+greedy-exact 0/1 transitions quadrant I can be empty; ``boundary_slope`` says what it takes then).
 """
 
 from __future__ import annotations
@@ -43,16 +44,26 @@ def quadrant_counts(points: pd.DataFrame, tol: float = 1e-12) -> dict:
 def boundary_slope(points: pd.DataFrame, percentile: float = 1.0, tol: float = 1e-12) -> dict:
     """The boundary line of Figure 3: slope = ``percentile``-th percentile of dC/dA over quadrant I
     (longer candidates, the risk zone). Also reports how many quadrant-III candidates (shorter, the
-    caution zone) lie below the line (dC < slope * dA, i.e. cross it) and the largest dC/dA there."""
+    caution zone) lie below the line (dC < slope * dA, i.e. cross it) and the largest dC/dA there.
+
+    Quadrant I is empty when no longer candidate would have gained tokens: under 0/1 transitions
+    (the greedy-exact model) an oracle that drafts exactly the run of tokens that will be accepted
+    leaves every longer candidate on the axis dA = 0. The line is then taken as the steepest one the
+    oracle's choices support, the largest dC/dA of quadrant III (what it paid at most per token); with
+    quadrant III empty too (no rejected candidate changes the expected accepted tokens), slope 0:
+    no extra draft token was ever worth its cost. ``slope_source`` says which applied."""
     dA, dC = points["dA"].to_numpy(), points["dC"].to_numpy()
     q1 = (dA > tol) & (dC > tol)
     q3 = (dA < -tol) & (dC < -tol)
-    if not q1.any():
-        raise ValueError("delta space: no rejected candidate in quadrant I; the boundary is undefined")
-    slope = float(np.percentile(dC[q1] / dA[q1], percentile))
-    ratio3 = dC[q3] / dA[q3]
-    return {"slope_ms_per_token": slope, "n_q1": int(q1.sum()), "n_q3": int(q3.sum()),
+    ratio1, ratio3 = dC[q1] / dA[q1], dC[q3] / dA[q3]
+    if q1.any():
+        slope, source = float(np.percentile(ratio1, percentile)), f"quadrant I, {percentile:g}th percentile of dC/dA"
+    elif q3.any():
+        slope, source = float(ratio3.max()), "quadrant I empty: the largest dC/dA of quadrant III"
+    else:
+        slope, source = 0.0, "quadrants I and III empty: no rejected candidate changes E[a]; slope 0"
+    return {"slope_ms_per_token": slope, "slope_source": source, "n_q1": int(q1.sum()), "n_q3": int(q3.sum()),
             "q1_below_line": int(np.sum(dC[q1] < slope * dA[q1])),
             "q3_crossing_line": int(np.sum(dC[q3] < slope * dA[q3])),
             "q3_max_ratio": float(ratio3.max()) if q3.any() else float("nan"),
-            "q1_min_ratio": float((dC[q1] / dA[q1]).min())}
+            "q1_min_ratio": float(ratio1.min()) if q1.any() else float("nan")}

@@ -3,7 +3,10 @@
 For a reference sequence X = x_1..x_N after a prompt, and every state i (x_1..x_i produced):
 
 1. the draft's confidence in the reference, p[i] = P_draft(x_{i+1} | prompt, X_<=i) (eq. 7's p_j is
-   p[i + j]);
+   p[i + j]: paper 2's surrogate transition model), and from the same distribution the greedy
+   indicator g[i] = 1 when the draft's argmax given the reference prefix is x_{i+1}, else 0 (the
+   greedy-exact transition model: a greedy draft under greedy verification, as moespec's engine
+   runs it, has its j-th drafted token accepted exactly when g[i + j] = 1 and all before it were);
 2. for every a in 0..Lmax-1 a candidate chain of Lmax tokens: tokens 0..a-1 are the reference
    x_{i+1}..x_{i+a}; token a is drawn from the draft's distribution with the reference token's
    probability zeroed; the rest are drawn freely from the draft (temperature 1, seeded), one
@@ -20,7 +23,7 @@ greedy token along its own greedy chain), which the online early-exit policy may
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -32,12 +35,23 @@ from moespec.routing.stats import union_sizes
 from .hf import RouterTap, cache_prefix, full_cache, torch_threads
 
 
+#: The transition models of the oracle (``OracleInputs.with_transitions``): paper 2's surrogate
+#: p_j = P_draft(reference token | reference prefix), and greedy-exact p_j = g (0 or 1).
+TRANSITIONS = ("surrogate", "greedy")
+
+
 @dataclass
 class OracleInputs:
-    """Everything the oracle needs for one reference sequence (single-sample Monte Carlo tails)."""
+    """Everything the oracle needs for one reference sequence (single-sample Monte Carlo tails).
+
+    ``p`` is what the oracle's transitions (eq. 7) use: paper 2's surrogate as recorded;
+    :meth:`with_transitions` gives the same inputs with the greedy-exact ``greedy`` in its place.
+    """
     seq_id: str
     category: str
-    p: np.ndarray            # [N] draft confidence in the reference token
+    p: np.ndarray            # [N] draft confidence in the reference token (the transitions in use)
+    greedy: np.ndarray       # [N] probability that a drafted token there is accepted under greedy verification:
+    #                          1.0 / 0.0 for a greedy model draft (argmax == reference token), a for the oracle draft
     q: np.ndarray            # [N, Lmax] draft confidence in its own greedy chain (online signal)
     U: np.ndarray            # [N, Lmax, Lmax + 1] layer-averaged unions; entries a > k are NaN
     L_prefix: np.ndarray     # [N] prompt length + i
@@ -45,9 +59,38 @@ class OracleInputs:
     num_experts: int
     meta: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        n = np.shape(self.p)[0] if np.ndim(self.p) else 0
+        g = np.asarray(self.greedy, dtype=float)
+        if g.shape != (n,):
+            raise ValueError(f"oracle inputs {self.seq_id!r}: greedy must have shape [{n}] like p; got {g.shape}")
+        if not np.all((g >= 0) & (g <= 1)):
+            raise ValueError(f"oracle inputs {self.seq_id!r}: greedy must lie in [0, 1] (acceptance probabilities); "
+                             f"found {g[~((g >= 0) & (g <= 1))][:3]}")
+        self.greedy = g
+
     @property
     def n(self) -> int:
         return int(self.p.shape[0])
+
+    @property
+    def transitions(self) -> str:
+        """The transition model ``p`` holds: ``"surrogate"`` (as recorded) or ``"greedy"``."""
+        return self.meta.get("transitions", "surrogate")
+
+    def with_transitions(self, transitions: str) -> "OracleInputs":
+        """These inputs with ``p`` from the named transition model (:data:`TRANSITIONS`): ``"surrogate"``
+        (paper 2, eq. 7: p = P_draft(reference token | reference prefix)) or ``"greedy"`` (p = greedy:
+        under greedy verification with a greedy draft a drafted token is accepted exactly when the
+        draft's argmax is the reference token). U, costs and the online signal q are unchanged."""
+        if transitions not in TRANSITIONS:
+            raise ValueError(f"transitions must be one of {TRANSITIONS}; got {transitions!r}")
+        if transitions == self.transitions:
+            return self
+        if self.transitions != "surrogate":
+            raise ValueError(f"oracle inputs {self.seq_id!r} already use the {self.transitions} transitions; "
+                             "take the recorded inputs (surrogate) to change them")
+        return replace(self, p=self.greedy, meta={**self.meta, "transitions": transitions})
 
     @property
     def lmax(self) -> int:
@@ -57,8 +100,7 @@ class OracleInputs:
         """The same inputs for a smaller budget (U(i, k, a) does not depend on Lmax)."""
         if not 1 <= lmax <= self.lmax:
             raise ValueError(f"lmax must lie in 1..{self.lmax}; got {lmax}")
-        return OracleInputs(self.seq_id, self.category, self.p, self.q[:, :lmax], self.U[:, :lmax, :lmax + 1],
-                            self.L_prefix, self.top_k, self.num_experts, dict(self.meta))
+        return replace(self, q=self.q[:, :lmax], U=self.U[:, :lmax, :lmax + 1], meta=dict(self.meta))
 
 
 def junk_tails(target, draft, prompt, reference, lmax: int = 12, seed: int = 0, seq_id: str = "",
@@ -81,6 +123,7 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
     _, t_cache = full_cache(target, S)
     _, d_cache = full_cache(draft, S)
     p = np.empty(N)
+    g = np.empty(N)
     q = np.empty((N, lmax))
     U = np.full((N, lmax, lmax + 1), np.nan)
     a_idx = torch.arange(B, device=dev)                  # chain a (a = lmax: the greedy chain for the draft)
@@ -92,15 +135,17 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
             tokens = torch.full((B, 1), cur, dtype=torch.long, device=dev)
             chains = torch.empty((B, lmax), dtype=torch.long, device=dev)
             for j in range(lmax):
-                probs = torch.softmax(draft(input_ids=tokens, cache=dc, use_cache=True).logits[:, -1].float(), -1)
+                logits = draft(input_ids=tokens, cache=dc, use_cache=True).logits[:, -1]
+                probs = torch.softmax(logits.float(), -1)
                 free = torch.multinomial(probs, 1, generator=gen)[:, 0]
                 top_p, top = probs.max(-1)
                 q[i, j] = float(top_p[lmax])
                 tok = free.clone()
                 if i + j < N:                            # a reference token x_{i+1+j} exists
                     r = ref[i + j]
-                    if j == 0:
+                    if j == 0:                           # every row's input is x_i: the reference prefix
                         p[i] = float(probs[0, r])
+                        g[i] = float(int(logits[0].argmax()) == r)   # the token a greedy draft proposes
                     zeroed = probs.clone()
                     zeroed[:, r] = 0.0
                     ok = zeroed.sum(-1) > 0              # a draft sure of the reference has nothing else
@@ -122,22 +167,31 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
             for k in range(1, lmax + 1):
                 U[i, k - 1, :k + 1] = cum[:k + 1, k]
         top_k, n_exp = tap.top_k, tap.num_experts
-    return OracleInputs(seq_id, category, p, q, U, np.arange(N) + Lp, top_k, n_exp,
+    return OracleInputs(seq_id, category, p, g, q, U, np.arange(N) + Lp, top_k, n_exp,
                         {"seed": seed, "prompt_len": Lp})
 
 
+#: The arrays of an oracle-inputs file (:func:`save_inputs`).
+INPUT_ARRAYS = ("p", "greedy", "q", "U", "L_prefix", "offsets", "seq_id", "category", "top_k", "num_experts")
+
+
 def save_inputs(items: list[OracleInputs], path) -> None:
-    """All sequences into one ``.npz`` (concatenated along positions, with offsets), atomically."""
+    """All sequences into one ``.npz`` (concatenated along positions, with offsets), atomically.
+    Only recorded inputs (surrogate ``p``) are saved, not a :meth:`OracleInputs.with_transitions` copy."""
 
     if not items:
         raise ValueError("no oracle inputs to save")
     lmax = {it.lmax for it in items}
     if len(lmax) != 1:
         raise ValueError(f"all sequences must share Lmax; found {sorted(lmax)}")
+    swapped = [it.seq_id for it in items if it.transitions != "surrogate"]
+    if swapped:
+        raise ValueError(f"sequences {swapped[:3]} hold another transition model in p; save the recorded inputs")
     offsets = np.cumsum([0] + [it.n for it in items])
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez_compressed(fh, p=np.concatenate([it.p for it in items]),
+                                greedy=np.concatenate([it.greedy for it in items]),
                                 q=np.concatenate([it.q for it in items]), U=np.concatenate([it.U for it in items]),
                                 L_prefix=np.concatenate([it.L_prefix for it in items]), offsets=offsets,
                                 seq_id=np.array([it.seq_id for it in items]),
@@ -147,20 +201,31 @@ def save_inputs(items: list[OracleInputs], path) -> None:
 
 
 def load_inputs(path) -> list[OracleInputs]:
+    """The sequences :func:`save_inputs` wrote. A file without the ``greedy`` array (written before the
+    greedy-exact transition model) is refused with what to do."""
     with np.load(path, allow_pickle=False) as z:
-        missing = {"p", "q", "U", "L_prefix", "offsets", "seq_id", "category", "top_k", "num_experts"} - set(z.files)
+        missing = set(INPUT_ARRAYS) - set(z.files)
+        if missing == {"greedy"}:
+            raise ValueError(f"{path}: array 'greedy' missing (expected the greedy-exact indicator, one value per "
+                             f"position, beside p; found only {sorted(z.files)}): the file predates the greedy-exact "
+                             "transition model; delete it, or run notebook 07 with reuse=False, to record the junk "
+                             "tails again")
         if missing:
             raise ValueError(f"{path}: not an oracle-inputs file; missing arrays {sorted(missing)}")
         off = z["offsets"]
-        return [OracleInputs(str(z["seq_id"][s]), str(z["category"][s]), z["p"][a:b], z["q"][a:b], z["U"][a:b],
-                             z["L_prefix"][a:b], int(z["top_k"][s]), int(z["num_experts"][s]))
+        if z["greedy"].shape != z["p"].shape:
+            raise ValueError(f"{path}: array 'greedy' has shape {z['greedy'].shape}; expected {z['p'].shape} like p")
+        return [OracleInputs(str(z["seq_id"][s]), str(z["category"][s]), z["p"][a:b], z["greedy"][a:b], z["q"][a:b],
+                             z["U"][a:b], z["L_prefix"][a:b], int(z["top_k"][s]), int(z["num_experts"][s]))
                 for s, (a, b) in enumerate(zip(off[:-1], off[1:]))]
 
 
 def synthetic_inputs(n: int = 200, lmax: int = 12, num_experts: int = 64, top_k: int = 8, prompt_len: int = 64,
                      seed: int = 0, seq_id: str = "syn", category: str = "synthetic") -> OracleInputs:
     """Synthetic oracle inputs for tests and the quick profile: confidences with runs of easy and hard
-    tokens, unions that grow with the number of positions and faster past a mismatch."""
+    tokens, unions that grow with the number of positions and faster past a mismatch. The greedy
+    indicator is 1 where p > 1/2 (the reference token is then the argmax) and otherwise 1 with
+    probability p (drawn from a second stream, so the other arrays are those of ``seed`` alone)."""
     rng = np.random.default_rng(seed)
     easy = rng.random(n) < 0.6
     p = np.where(easy, rng.beta(8, 1.5, n), rng.beta(1.5, 3, n))
@@ -175,7 +240,8 @@ def synthetic_inputs(n: int = 200, lmax: int = 12, num_experts: int = 64, top_k:
             cum = np.minimum(np.cumsum(inc), np.minimum(num_experts, (pos + 1) * top_k))   # physical bounds
             for k in range(max(a, 1), lmax + 1):
                 U[i, k - 1, a] = cum[k]
-    return OracleInputs(seq_id, category, p, q, U, np.arange(n) + prompt_len, top_k, num_experts,
+    greedy = ((p > 0.5) | (np.random.default_rng([seed, 1]).random(n) < p)).astype(float)
+    return OracleInputs(seq_id, category, p, greedy, q, U, np.arange(n) + prompt_len, top_k, num_experts,
                         {"seed": seed, "synthetic": True})
 
 
@@ -186,7 +252,13 @@ def replayed_inputs(routing, prompt_len: int, n: int, lmax: int, a: float, seq_i
     oracle draft of acceptance ``a``: every draft token matches with probability ``a``
     (p = q = a), and a verification pass at state i covers the positions prompt_len + i - 1 ..
     prompt_len + i - 1 + k whatever the tokens (the routing is a function of the position), so
-    U(i, k, a') is the layer-averaged union of the trace's experts there, the same for every a'."""
+    U(i, k, a') is the layer-averaged union of the trace's experts there, the same for every a'.
+
+    Greedy-exact transitions for the oracle draft: it is not a greedy draft; it proposes the target's
+    greedy token and replaces each one, independently, with probability 1 - a
+    (:class:`moespec.engine.OracleDraft`), so under greedy verification a drafted token is accepted
+    with probability a whatever the position. That is the exact law, and it is the surrogate's:
+    ``greedy`` = a, and the two transition models give the same oracle on a replayed subject."""
     if not 0.0 <= a <= 1.0:
         raise ValueError(f"acceptance a must lie in [0, 1], got {a}")
     ids = routing.ids.numpy()
@@ -201,6 +273,6 @@ def replayed_inputs(routing, prompt_len: int, n: int, lmax: int, a: float, seq_i
         for k in range(1, lmax + 1):
             U[i, k - 1, :k + 1] = cum[k]
     p = np.full(n, float(a))
-    return OracleInputs(seq_id, category, p, np.full((n, lmax), float(a)), U, prompt_len + np.arange(n),
+    return OracleInputs(seq_id, category, p, p.copy(), np.full((n, lmax), float(a)), U, prompt_len + np.arange(n),
                         routing.trace.top_k, routing.trace.num_experts,
                         {"replayed": routing.trace.label, "doc": routing.doc, "a": float(a)})

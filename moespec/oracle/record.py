@@ -3,7 +3,8 @@
 Runs the engine's speculative loop (``moespec.engine.speculative_generate`` with the real draft
 model, ``ModelDraft``, greedy verification) for every question and every K, and records one
 ``RoundRecord`` per round: the engine's own timings of the draft and of the verification pass,
-and Ubar_r of eq. (5) read from the target's routers during that pass (``hf.RouterTap``).
+and Ubar_r of eq. (5) read from the target's routers during that pass (``hf.RouterTap``), and the
+round's host work (``T_host_ms``: the step's time outside drafting and verification).
 """
 
 from __future__ import annotations
@@ -141,7 +142,9 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
                                       int(K), int(K) + 1, r, st.length, 1e3 * st.t_verify_s,
                                       1e3 * st.t_draft_s, float(u.mean()), float(u.max()), st.accepted,
                                       (st.length + K + 1) / max_pos if max_pos else float("nan"), "measured")
-                    records.append(rec if bw is None else {**asdict(rec), "ref_GBps": bw})
+                    host_ms = 1e3 * (st.t_step_s - st.t_draft_s - st.t_verify_s)    # acceptance, cache crop
+                    records.append({**asdict(rec), "T_host_ms": max(host_ms, 0.0),
+                                    **({} if bw is None else {"ref_GBps": bw})})
                     generated += [current] + st.emitted
                     current = st.next_token
                     r += 1
