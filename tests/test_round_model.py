@@ -147,6 +147,15 @@ def test_verify_loops_build_the_depth_model_by_hand():
     assert list(rm.verify["dedup"].runs) == [6, 6, 6]
 
 
+def test_saving_falls_back_to_the_kernels_means_where_no_run_is_paired():
+    rows = loop_rows([10, 16, 20], [10, 14, 16], [0.2, 0.3, 0.3])
+    # at n = 2 keep the per-slot runs of repetition 0 and the deduplicating runs of repetition 1 only
+    drop = (rows.n == 2) & (((~rows.dedup) & (rows.rep == 1)) | (rows.dedup & (rows.rep == 0)))
+    rm = CAL.from_verify_loops(rows[~drop], "hand", n_boot=50)[64]
+    assert rm.saving.values_s / MS == pytest.approx([0, 2, 4]) and "unpaired at n = [2]" in rm.saving.source
+    assert rm.saving.lo_s[1] <= rm.saving.values_s[1] <= rm.saving.hi_s[1]
+
+
 def test_oracle_predictions_on_runs_that_follow_the_model():
     rm = model([10, 14, 16], [0.5, 0.5, 0.5])
     V = rm.step_times("dedup")

@@ -199,6 +199,11 @@ class WholeModelStudy:
                                                  seed=self.seed + 11, reference=self.ref, slot_costs=[min(drafts)],
                                                  desc=f"draft calibration ({state})").assign(state=state)
         self.states[state] = ms.describe()
+        self.frames["verify_loops"].append(loops)       # the rows are written before anything is built from them
+        io.write_dataframe(self.out / "verify_loops.csv", pd.concat(self.frames["verify_loops"], ignore_index=True))
+        if draft_rows is not None:
+            self.frames["draft_cal"].append(draft_rows)
+            io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
         by_depth = CAL.from_verify_loops(loops, self.label, state, n_boot=P["n_boot"], seed=self.seed)
         models = list(by_depth.values())
         by_cost = {}
@@ -206,13 +211,7 @@ class WholeModelStudy:
             by_cost = CAL.from_draft_runs(draft_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed)
             models += list(by_cost.values())
         self.models += models
-        self.frames["verify_loops"].append(loops)
-        if draft_rows is not None:
-            self.frames["draft_cal"].append(draft_rows)
         self.results[f"models {state}"] = {"depth": by_depth, "cost": by_cost}
-        io.write_dataframe(self.out / "verify_loops.csv", pd.concat(self.frames["verify_loops"], ignore_index=True))
-        if self.frames["draft_cal"]:
-            io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
         terms = round_terms_table(models)
         lines = [f"[{state}] {ms.describe()['what']}; read {np.nanmedian(loops['ref_GBps']):.2f} GB/s (median of the "
                  f"loops' same-round reads)"]
