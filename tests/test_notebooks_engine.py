@@ -36,9 +36,9 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     g = re.search(r"greedy tokens equal with dedup off and on: (\d+) of (\d+)", text)
     v = re.search(r"verify argmax equal with dedup off and on: (\d+) of (\d+) rows", text)
     w = re.search(r"greedy tokens equal to the unwidened model in int8_b32: (\d+) of (\d+)", text)
-    assert g and g.group(1) == g.group(2) == "48"
+    assert g and g.group(1) == g.group(2) == "72"   # 3 prompts x 12 tokens x 2 depths
     assert v and v.group(1) == v.group(2)
-    assert w and w.group(1) == w.group(2) == "48"
+    assert w and w.group(1) == w.group(2) == "72"
     prov = predict.rules_provenance(RULES)
     if prov["commit"]:
         assert f"commit {prov['commit']}" in text and "unchanged on disk: True" in text
