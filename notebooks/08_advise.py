@@ -72,8 +72,7 @@ print("written:", advice.write_json(result, figures / "08_advice.json"))
 source = Path(run_folder) if run_folder else (figures if (figures / advice.measured.ACCEPTANCE_FILE).exists()
                                               else paths.committed_figures_dir())
 if (source / advice.measured.ACCEPTANCE_FILE).exists() and not free_draft and not draft_fit:
-    check, check_goals = advice.measured.against_runs(
-        source, lambda state, a: advice.advise(source, [a], state=state, dense_ratio=dense_ratio))
+    check, check_goals = advice.measured.against_runs(source, dense_ratio=dense_ratio)
     io.write_dataframe(figures / "08_advise_vs_measured.csv", check)
     io.write_dataframe(figures / "08_goals.csv", check_goals)
     display(check.round(3))

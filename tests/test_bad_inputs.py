@@ -145,7 +145,7 @@ def test_byte_share_of_a_table1_row_and_of_notebook_03(tmp_path):
 def _engine_run(tmp_path, edit):
     run = tmp_path / "run06"
     run.mkdir()
-    for p in COMMITTED.glob("06_*.csv"):
+    for p in [*COMMITTED.glob("06_*.csv"), COMMITTED / "05_round_model.json"]:
         shutil.copy(p, run / p.name)
     curves = pd.read_csv(run / "06_curves.csv")
     edit(curves)
@@ -156,7 +156,7 @@ def _engine_run(tmp_path, edit):
 def test_a_negative_band_is_refused(tmp_path):
     run = _engine_run(tmp_path, lambda c: c.__setitem__("band_ms", c["band_ms"] * 0 - 5.0))
     with pytest.raises(AdviceInputError) as exc:
-        advice.advise(run, [0.7])
+        advice.advise(run, [0.7], version="prediction")      # the chain's verify term reads 06_curves.csv
     names(exc, run / "06_curves.csv", "column 'band_ms'", ">= 0", "-5.0")
 
 
@@ -166,7 +166,7 @@ def test_a_measured_interval_upside_down_is_refused(tmp_path):
         c.loc[m, ["S_lo_ms", "S_hi_ms"]] = c.loc[m, ["S_hi_ms", "S_lo_ms"]].to_numpy()
     run = _engine_run(tmp_path, flip)
     with pytest.raises(AdviceInputError) as exc:
-        advice.advise(run, [0.7], version="measured")
+        advice.advise(run, [0.7], version="prediction")
     names(exc, run / "06_curves.csv", "'S_lo_ms' <= 'S_hi_ms'", "row 1 (line 2)")
 
 
@@ -266,13 +266,13 @@ def test_a_live_run_is_refused_and_its_own_notebooks_may_read_it(tmp_path, monke
             advice.advise(run, [0.5])
         names(exc, "status 'running' in notebook 08_advise, still running (pid")
         monkeypatch.setenv(paths.RUN_DIR_ENV, str(run))   # notebook 08 of that very run
-        assert advice.advise(run, [0.5])["subject"]["source"] == "this run"
+        assert advice.advise(run, [0.5], free_draft=True)["subject"]["source"] == "this run"
 
 
 def test_allow_incomplete_says_which_notebooks_tables_it_used(tmp_path):
     run = _run_with_manifest(tmp_path, {"status": "failed", "failed": "06_predictions",
                                         "notebooks": [{"name": "03_fits", "wall_s": 1.0}]})
-    adv = advice.advise(run, [0.5], allow_incomplete=True)
+    adv = advice.advise(run, [0.5], allow_incomplete=True, free_draft=True)
     assert adv["subject"]["source"] == "this run (an unfinished run: failed)"
     assert adv["assumptions"][0].startswith("the run did not finish (status 'failed' in notebook 06_predictions")
     assert "tables of notebook 03_fits (03_fit_coefficients.csv, 03_epsilon.csv, 03_bandwidth_all_models.csv; " \
@@ -478,7 +478,7 @@ def test_a_copied_table_stays_published_and_an_edited_one_does_not(tmp_path, mon
     copy.parent.mkdir()
     shutil.copy(PUBLISHED, copy)
     assert (t1.read_table1(copy)["source"] == PAPER_LABEL).all()
-    adv = advice.advise(bandwidth=copy, engine="llama.cpp CUDA", model="OLMoE", acceptance=[0.7])
+    adv = advice.advise(bandwidth=copy, engine="llama.cpp CUDA", model="OLMoE", acceptance=[0.7], free_draft=True)
     assert adv["subject"]["source"] == PAPER_LABEL and adv["error"]["eps"] == 0.054
     resaved = pd.read_csv(copy)            # re-saved by pandas, rows reordered: same content, same label
     resaved.iloc[::-1].to_csv(copy, index=False)
@@ -641,10 +641,10 @@ def test_the_same_command_from_another_folder_gives_the_same_answer(tmp_path):
     shutil.copy(PUBLISHED, tmp_path / "t.csv")
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
     argv = [sys.executable, "-m", "moespec.cli", "advise", "--bandwidth", "t.csv", "--engine", "llama.cpp CUDA",
-            "--model", "OLMoE", "-a", "0.7", "--json", "-"]
+            "--model", "OLMoE", "-a", "0.7", "--free-draft", "--json", "-"]
     there = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert there.returncode == 0, there.stderr
-    here = advice.advise(bandwidth=PUBLISHED, engine="llama.cpp CUDA", model="OLMoE", acceptance=[0.7])
+    here = advice.advise(bandwidth=PUBLISHED, engine="llama.cpp CUDA", model="OLMoE", acceptance=[0.7], free_draft=True)
     got = json.loads(there.stdout)
     assert got["subject"]["source"] == PAPER_LABEL
     assert got["acceptance"] == json.loads(json.dumps(here["acceptance"]))

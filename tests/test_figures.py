@@ -25,17 +25,40 @@ RNG = np.random.default_rng(0)
 N = np.arange(1, 10)
 
 
+def _round_model(state="quiet", context="d=64"):
+    from moespec.predict.round_model import DraftTime, RoundModel, Term
+
+    tau_s, tau_d = (1 + 0.3 * N) * 1e-3, (1 + 0.3 * N - 0.02 * (N - 1) ** 1.5) * 1e-3
+    verify = {p: Term(t, t * 0.97, t * 1.03, np.full(9, 4), "test", "loop") for p, t in (("slot", tau_s), ("dedup", tau_d))}
+    S = tau_s - tau_d
+    return RoundModel("test subject", context, state, verify, Term.exact(np.full(9, 0.1e-3), "test", "loop"),
+                      DraftTime.from_fit("a draft", 0.1e-3, 0.2e-3, 8, "test"),
+                      saving=Term(S, S - 0.05e-3, S + 0.05e-3, np.full(9, 4), "test", "loop"))
+
+
 def _advice():
     from moespec.advice import advise_curves
     from moespec.advice.inputs import VerifyCurves
 
-    tau_s, tau_d = 1 + 0.3 * N, 1 + 0.3 * N - 0.02 * (N - 1) ** 1.5
-    S = tau_s - tau_d
-    c = VerifyCurves(tau={"slot": tau_s * 1e-3, "dedup": tau_d * 1e-3}, S_lo=(S - 0.05) * 1e-3, S_hi=(S + 0.05) * 1e-3,
-                     interval="band of bound (18)", h=np.zeros(9), eps=0.05,
+    c = VerifyCurves(round_model=_round_model(), interval="95% interval", eps=0.05,
                      subject={"model": "m", "engine": "e", "format": "f32", "source": "test", "from": "test"},
-                     inputs=["test"])
+                     inputs=["test"], covers=["test"])
     return advise_curves(c, [0.5, 0.8])
+
+
+def _protocols():
+    rows = [dict(d=d, kernel=p, n=n, tau_grid_ms=2 + 0.2 * n + 0.1, tau_loop_ms=2 + 0.2 * n, state="quiet")
+            for d in (64, 192) for p in ("slot", "dedup") for n in N]
+    return pd.DataFrame(rows).assign(grid_minus_loop_ms=lambda f: f.tau_grid_ms - f.tau_loop_ms)
+
+
+def _predictions():
+    k = np.repeat(np.arange(1, 4), 2)
+    oracle = pd.DataFrame({"k": k, "state": ["quiet", "loaded"] * 3, "speedup_meas": 1 + 0.1 * k,
+                           "speedup_hat": 1.02 + 0.1 * k, "speedup_lo": 0.95 + 0.1 * k, "speedup_hi": 1.1 + 0.1 * k})
+    real = pd.DataFrame({"k": k, "state": ["quiet", "loaded"] * 3, "measured": 0.9 - 0.02 * k,
+                         "predicted": 0.88 - 0.02 * k, "predicted_lo": 0.85 - 0.02 * k, "predicted_hi": 0.93 - 0.02 * k})
+    return oracle, real
 
 
 def _curves():
@@ -80,6 +103,9 @@ def _staircases():
 
 CASES = {
     "advise.advice_figure": lambda f: f(_advice()),
+    "rounds.round_terms_figure": lambda f: f([_round_model(), _round_model("loaded", "chat")], title="round model"),
+    "rounds.protocols_figure": lambda f: f(_protocols(), title="grid and loop"),
+    "rounds.predictions_figure": lambda f: f(*_predictions(), title="predictions"),
     "bandwidth.figure2_bandwidth": lambda f: f(
         pd.DataFrame([dict(model="olmoe", kernel=k, n=n, beta_GBps=20 + RNG.normal()) for k in ("slot", "dedup")
                       for n in N for _ in range(3)]),

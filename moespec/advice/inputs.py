@@ -431,15 +431,16 @@ def from_expert_op_run(folder: Path, run: Path, trace=None, dense_ratio: float =
     slot, dedup = th.verify_times_from_bandwidths(E_slot / M["slot"], E_dedup / M["dedup"], E_dedup / E_slot,
                                                   m, W, dense_bytes=dense_ratio * m * W, dense_bandwidth=beta_D)
     half = np.asarray(th.saving_bound(eps, slot.expert_time(), dedup.expert_time()), float)
-    draft = _draft_or_refuse(draft, f"notebook 03's fits ({paths_[0]})")
     layers = sorted(int(x) for x in fits["layer"].unique())
     assumptions += [f"expert operation: fits (4)/(E.1) of layer(s) {layers} at expert bytes b = {b:.0f} B, "
                     f"applied to all {L} MoE layers", routing,
                     f"dense bytes per pass D = {dense_ratio:g} m W (not measured by notebook 03), {dense_note}",
-                    _draft_assumption(draft), "host time h(k) = 0: notebook 03 does not measure it"]
+                    "host time h(k) = 0: notebook 03 does not measure it"]
     backend = fits["backend"].iloc[0] if "backend" in fits else "?"
     fmt = fits["fmt"].iloc[0] if "fmt" in fits else "?"
-    meta = _check_manifest(run, manifest(run) or manifest(folder))
+    meta = _check_manifest(run, manifest(run) or manifest(folder))   # the run's status before the draft
+    draft = _draft_or_refuse(draft, f"notebook 03's fits ({paths_[0]})")
+    assumptions.insert(len(assumptions) - 1, _draft_assumption(draft))   # before the host-time line
     subject = {"model": (f"{spec.paper_label or spec.name} ({spec.num_moe_layers} MoE layers, m = {spec.top_k}), "
                          f"benchmark shape {model}") if spec else model, "engine": f"moespec {backend} kernels",
                "format": fmt, "source": "this run", "from": "notebook 03 (expert-operation fits)", "run": str(run), **meta}

@@ -23,12 +23,14 @@ def measured_acceptance(folder: Path) -> pd.DataFrame:
     return df.assign(a=df["accepted"] / (df["accepted"] + df["rejections"]))
 
 
-def against_runs(folder: Path, advise_fn, tolerance: float = 0.05) -> tuple[pd.DataFrame, pd.DataFrame]:
+def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(table, goals): per state and k, advise's speedup at the run's measured acceptance with its
-    band (``advise_fn(state, a)`` returns advise's dict for that state) beside the measured median
+    band (``moespec.advise(folder, [a], state=state, **options)``) beside the measured median
     speedup of the draft as trained (``05_draft_cost_predictions.csv``, draft cost 0); and per state
     the goals: the recommendation is the measured best, within ``tolerance`` at every k, the band
     holds every measured speedup."""
+    from moespec.advice import advise
+
     folder = Path(folder)
     acc = measured_acceptance(folder)
     pred = _read_csv(folder / PREDICTIONS_FILE, ["state", "draft_cost", "k", "measured"], "the real-draft runs")
@@ -37,7 +39,7 @@ def against_runs(folder: Path, advise_fn, tolerance: float = 0.05) -> tuple[pd.D
         meas = pred[(pred["state"] == r.state) & (pred["draft_cost"] == 0)].set_index("k")["measured"]
         if meas.empty:
             raise AdviceInputError(f"{folder / PREDICTIONS_FILE}: no runs of the draft as trained in state {r.state!r}")
-        adv = advise_fn(r.state, float(r.a))
+        adv = advise(folder, [float(r.a)], state=r.state, **options)
         item = adv["acceptance"][0]
         eng = item["engines"]["dedup"]          # the real-draft runs ran the deduplicating kernel from n = 2
         for k in meas.index:

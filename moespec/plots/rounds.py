@@ -47,7 +47,7 @@ def protocols_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     (``table``: :func:`moespec.tables.rounds.protocol_table` rows), one panel per depth; lower row:
     grid minus loop (ms)."""
     depths = sorted(table["d"].unique())
-    fig, axes = plt.subplots(2, len(depths), figsize=(4.6 * len(depths), 5.2), squeeze=False, sharex=True,
+    fig, axes = plt.subplots(2, len(depths), figsize=(4.6 * len(depths), 5.6), squeeze=False, sharex=True,
                              gridspec_kw={"height_ratios": [2, 1]})
     for j, d in enumerate(depths):
         g = table[table["d"] == d]
@@ -59,7 +59,8 @@ def protocols_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
             axes[1][j].plot(h["n"], h["tau_grid_ms"] - h["tau_loop_ms"], color=color, marker="o", label=p)
         axes[0][j].set_title(f"context depth d = {d}", fontsize=9)
         axes[1][j].axhline(0, color="k", lw=0.8)
-        axes[1][j].set_xlabel("tokens verified per pass n")
+        for ax in axes[:, j]:
+            ax.set_xlabel("tokens verified per pass n")
         for ax in axes[:, j]:
             ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("verify time (ms)")
