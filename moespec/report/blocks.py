@@ -176,8 +176,13 @@ def _advice_text(result: dict) -> str:
     return text.split("\nInputs:")[0].rstrip()
 
 
-@block("advise-example", "05_round_model.json")
-def advise_example(run: RunFiles, a: str = "0.7") -> str:
+@block("advise-example", "05_round_model.json", "05_real_draft_acceptance.csv")
+def advise_example(run: RunFiles, a: str = "measured") -> str:
+    """``moespec advise figures -a A`` as printed; ``a=measured``: at the run's own measured
+    acceptance on the quiet machine (``05_real_draft_acceptance.csv``, three decimals)."""
+    if a == "measured":
+        acc = advice.measured.measured_acceptance(run.tables)
+        a = f"{float(acc.loc[acc['state'] == 'quiet', 'a'].iloc[0]):.3f}"
     result = advice.advise(run.tables, [float(a)])
     return f"```\n$ moespec advise figures -a {a}\n{_advice_text(result)}\n```"
 
@@ -726,7 +731,8 @@ def oracle(run: RunFiles) -> str:
             + ", ".join(f"{100 * r.share_k_differs:.1f} %" for r in kernels) + " of positions).")
 
 
-@block("oracle-transitions", "07_measured_fixed_k.csv", "07_fig2_lmax_sweep.csv", "07_fixed_k.csv")
+@block("oracle-transitions", "07_measured_fixed_k.csv", "07_fig2_lmax_sweep.csv", "07_fixed_k.csv",
+       "07_cost_models_overview.csv")
 def oracle_transitions(run: RunFiles) -> str:
     """Notebook 07: the oracle under paper 2's surrogate and the greedy-exact transitions beside the
     measured fixed-K rounds (speedup with its bootstrap interval) and each model's own fixed k."""
@@ -748,6 +754,12 @@ def oracle_transitions(run: RunFiles) -> str:
                 if K in fixed[t].index else "n/a (K beyond the oracle's Lmax)")
 
     host = "+ host time " if bool(measured.host_included.iloc[0]) else ""
+    # notebook 07 solves the oracle on the round model's costs when the run has notebook 05's round model
+    on_round = run.csv("07_cost_models_overview.csv")["cost_model"].astype(str).str.startswith("round model").any()
+    baseline = ("the oracle's costs are notebook 05's round model (its plain baseline the plain step measured there), "
+                "the measured speedups' the K = 0 rounds." if on_round else
+                "the oracle's speedups use the fitted cost model's plain baseline, the measured ones the measured K = 0 "
+                "rounds.")
     return (f"The measured fixed-K rounds (tokens per round over T_T + T_D {host}against the K = 0 rounds' time per "
             f"token, `07_measured_fixed_k.csv`) reach at best {num(best.speedup)} [{num(best.speedup_lo)}, "
             f"{num(best.speedup_hi)}] at K = {K} ({num(best.accepted_per_round, 2)} drafts accepted per round; 95 % "
@@ -755,8 +767,7 @@ def oracle_transitions(run: RunFiles) -> str:
             f"with paper 2's surrogate transitions (p = P_draft(reference token)) and {oracle_text('greedy')} with the "
             f"greedy-exact transitions (p = 1 exactly when the draft's argmax is the reference token: what greedy "
             f"verification of a greedy draft accepts). At K = {K} the models' own fixed-k policies predict "
-            f"{model_k('surrogate')} (surrogate) and {model_k('greedy')} (greedy-exact); the oracle's speedups use the "
-            f"fitted cost model's plain baseline, the measured ones the measured K = 0 rounds.")
+            f"{model_k('surrogate')} (surrogate) and {model_k('greedy')} (greedy-exact); " + baseline)
 
 
 def cf_len(sweep: pd.DataFrame) -> str:
