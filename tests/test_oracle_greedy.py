@@ -295,6 +295,8 @@ def test_report_block_sets_both_oracles_beside_the_measured_rounds(tmp_path):
     (tmp_path / "07_fixed_k.csv").write_text(
         "k,speedup,mean_accepted_length,transitions\n1,0.662,0.252,surrogate\n2,0.5,0.3,surrogate\n"
         "1,0.98,0.75,greedy\n2,0.93,1.25,greedy\n")
+    (tmp_path / "07_cost_models_overview.csv").write_text("cost_model,transitions\nall rows,surrogate\n"
+                                                          "round model (notebook 05),surrogate\n")
     doc = "<!-- moespec-report:oracle-transitions -->\n<!-- /moespec-report:oracle-transitions -->\n"
     out = report.render_text(doc, RunFiles(tmp_path))
     assert ("reach at best 0.975 [0.950, 1.000] at K = 1 (0.75 drafts accepted per round; 95 % bootstrap interval "
@@ -303,6 +305,7 @@ def test_report_block_sets_both_oracles_beside_the_measured_rounds(tmp_path):
             "paper 2's surrogate transitions") in out
     assert "and 1.050 at Lmax = 2 (from 0.980 at Lmax = 1; mean draft length 1.60, accepted 1.20 per round) with" in out
     assert "predict 0.662 with 0.25 accepted (surrogate) and 0.980 with 0.75 accepted (greedy-exact)" in out
+    assert "the oracle's costs are notebook 05's round model" in out
     (tmp_path / "07_fixed_k.csv").write_text("k,speedup,mean_accepted_length\n1,0.662,0.252\n")
     with pytest.raises(ReportError, match="07_fixed_k.csv has no column 'transitions'"):
         report.render_text(doc, RunFiles(tmp_path))

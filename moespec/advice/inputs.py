@@ -22,7 +22,7 @@ pass, the host's time for the fits and tables) is an argument or stated default,
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -230,6 +230,8 @@ def _pick_round(models: RoundModels, path: Path, state: str | None, context: str
                 draft: str | None) -> RoundModel:
     states = models.states
     state = state or ("quiet" if "quiet" in states else states[0])
+    if state not in states:
+        raise AdviceInputError(f"{path}: state={state!r} is not a machine state of this run; it measured {states}")
     contexts = list(dict.fromkeys(m.context for m in models.select(state=state)))
     if context is None:
         context = "chat" if "chat" in contexts else min((c for c in contexts if c.startswith("d=")),
@@ -312,12 +314,12 @@ def from_round_model_run(folder: Path, run: Path, version: str = "loop", depth: 
         where += f"; verify term: {version} at d = {d}"
     if draft is not None:
         rm = rm.with_draft(draft)
-    if rm.saving is None:   # a context whose kernels' runs were not paired: both kernels' intervals added
-        rm = rm.with_verify({p: rm.tau(p) for p in ("slot", "dedup")}, rm.verify["dedup"].source,
-                            rm.verify["dedup"].protocol,
-                            half_width={p: rm.verify[p].spread_s for p in ("slot", "dedup")},
-                            saving_half_width=rm.verify["slot"].spread_s + rm.verify["dedup"].spread_s)
-        interval = "the two kernels' 95% intervals added (their runs were not paired)"
+    if rm.saving is None:   # a context whose kernels' runs were not paired: the saving's interval from both kernels'
+        slot, dedup = rm.verify["slot"], rm.verify["dedup"]
+        rm = replace(rm, saving=Term(slot.values_s - dedup.values_s, slot.lo_s - dedup.hi_s, slot.hi_s - dedup.lo_s,
+                                     np.minimum(slot.runs, dedup.runs), f"{slot.source} minus {dedup.source}",
+                                     dedup.protocol))
+        interval = "the two kernels' 95% intervals combined (their runs were not paired)"
     others = {}
     if version == "loop":
         for other in models.states:
