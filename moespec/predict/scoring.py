@@ -37,18 +37,14 @@ class Measured:
         return {p: self.round_model.verify[p].values_s for p in KERNELS}
 
     @property
+    def saving(self):
+        """The measured saving (:class:`~moespec.predict.round_model.Term`): the mean over runs of the
+        paired (same prompt and repetition) difference, with its 95 % interval."""
+        return self.round_model.saving
+
+    @property
     def S(self) -> np.ndarray:
-        """The measured saving: the mean over runs of the paired (same prompt and repetition)
-        difference, whose interval ``S_lo``/``S_hi`` holds it."""
-        return self.round_model.saving.values_s
-
-    @property
-    def S_lo(self) -> np.ndarray:
-        return self.round_model.saving.lo_s
-
-    @property
-    def S_hi(self) -> np.ndarray:
-        return self.round_model.saving.hi_s
+        return self.saving.values_s
 
 
 def evaluate(c: Chain, meas: Measured, n_from: int = 2) -> dict:
@@ -62,7 +58,7 @@ def evaluate(c: Chain, meas: Measured, n_from: int = 2) -> dict:
     Msum = (c.M["slot"] + c.M["dedup"])[:n_last]
     x = np.max(err / Msum[sl])  # implied eps: smallest eps whose band (18) covers every point
     amp = Msum[sl] / np.maximum(np.abs(meas.S[sl]), 0.05e-3)  # Table 7 floors |S| at 0.05 ms
-    decided = (meas.S_lo > 0) | (meas.S_hi < 0)
+    decided = (meas.saving.lo_s > 0) | (meas.saving.hi_s < 0)
     decided[: n_from - 1] = False
     sign_ok = int(np.sum(decided & (np.sign(S_hat) == np.sign(meas.S))))
     rel = {p: np.abs(c.tau[p][:n_last] / meas.tau[p] - 1)[sl] for p in KERNELS}
@@ -124,7 +120,7 @@ def curves(d: int, chains: dict, meas: Measured, grid: pd.DataFrame | None = Non
     for i in range(n_last):
         rows.append({"d": d, "n": i + 1, "version": "measured", "tau_slot_ms": meas.tau["slot"][i] * 1e3,
                      "tau_dedup_ms": meas.tau["dedup"][i] * 1e3, "S_ms": meas.S[i] * 1e3,
-                     "S_lo_ms": meas.S_lo[i] * 1e3, "S_hi_ms": meas.S_hi[i] * 1e3})
+                     "S_lo_ms": meas.saving.lo_s[i] * 1e3, "S_hi_ms": meas.saving.hi_s[i] * 1e3})
     if grid is not None:
         for _, r in grid[grid["d"] == d].sort_values("n").iterrows():
             rows.append({"d": d, "n": int(r["n"]), "version": "measured-grid", "tau_slot_ms": r["tau_slot_s"] * 1e3,
