@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from moespec import theory as th
+from moespec.predict.round_model import ENGINES
 from moespec.theory import crossover
 
 from .inputs import VerifyCurves
 
-ENGINES = ("slot", "dedup", "switch")
 ENGINE_NAMES = {"slot": "per-slot kernel at every n", "dedup": "deduplicating kernel from n = 2",
                 "switch": "per-slot below the crossover, deduplicating from it"}
 SCHEMA_ID = "moespec.advice/2"

@@ -293,6 +293,7 @@ def from_round_model_run(folder: Path, run: Path, version: str = "loop", depth: 
     except RoundModelError as err:
         raise AdviceInputError(str(err)) from None
     rm = _pick_round(models, path, state, context, draft_of_run)
+    own_draft = rm.draft.name          # the run's draft this round model is of (before --draft-fit replaces it)
     inputs = [str(path)]
     eps = None
     eps_path = folder / ("06_epsilon.csv" if rm.state == "quiet" else f"06_epsilon_{rm.state}.csv")
@@ -316,15 +317,12 @@ def from_round_model_run(folder: Path, run: Path, version: str = "loop", depth: 
         rm = rm.with_draft(draft)
     if rm.saving is None:   # a context whose kernels' runs were not paired: the saving's interval from both kernels'
         slot, dedup = rm.verify["slot"], rm.verify["dedup"]
-        rm = replace(rm, saving=Term(slot.values_s - dedup.values_s, slot.lo_s - dedup.hi_s, slot.hi_s - dedup.lo_s,
-                                     np.minimum(slot.runs, dedup.runs), f"{slot.source} minus {dedup.source}",
-                                     dedup.protocol))
+        rm = replace(rm, saving=Term.difference(slot, dedup, f"{slot.source} minus {dedup.source}"))
         interval = "the two kernels' 95% intervals combined (their runs were not paired)"
     others = {}
     if version == "loop":
         for other in models.states:
-            found = models.select(other, rm.context, draft_of_run or _pick_round(models, path, rm.state, rm.context,
-                                                                                 None).draft.name)
+            found = models.select(other, rm.context, own_draft)
             if other != rm.state and len(found) == 1:
                 others[other] = found[0].with_draft(draft) if draft is not None else found[0]
     covers = [f"verify: {rm.verify['dedup'].protocol} ({rm.verify['dedup'].source})",

@@ -41,12 +41,18 @@ def draft_cost_goals(pred: pd.DataFrame, stop: dict) -> pd.DataFrame:
     cost at which drafting stops paying predicted within one grid step."""
     worst = float(pred["rel_error"].abs().max())
     inside = int((pred["rel_error"].abs() <= 0.10).sum())
-    return pd.DataFrame([
+    return pd.concat([pd.DataFrame([
         _row("real-draft speedup predicted within 10 % at every (draft cost, k)",
-             f"{inside} of {len(pred)} points; largest |error| {100 * worst:.1f} %", "all points", inside == len(pred)),
-        _row("draft cost at which drafting stops paying, predicted within one grid step",
-             f"measured {stop['stop_cost_measured']}, predicted {stop['stop_cost_predicted']}; "
-             f"{stop['grid_steps_apart']} steps apart", "<= 1 step", stop["grid_steps_apart"] <= 1)])
+             f"{inside} of {len(pred)} points; largest |error| {100 * worst:.1f} %", "all points", inside == len(pred))]),
+        stop_paying_goal(stop)], ignore_index=True)
+
+
+def stop_paying_goal(stop: dict) -> pd.DataFrame:
+    """The cost at which drafting stops paying predicted within one grid step
+    (:func:`moespec.predict.speculative.stop_paying`)."""
+    return pd.DataFrame([_row("draft cost at which drafting stops paying, predicted within one grid step",
+                              f"measured {stop['stop_cost_measured']}, predicted {stop['stop_cost_predicted']}; "
+                              f"{stop['grid_steps_apart']} steps apart", "<= 1 step", stop["grid_steps_apart"] <= 1)])
 
 
 def round_model_goals(plain: pd.DataFrame, oracle: pd.DataFrame | None, real: pd.DataFrame | None,

@@ -59,34 +59,28 @@ def _read(rows: pd.DataFrame) -> float | None:
     return None if np.isnan(bw).all() else float(np.nanmedian(bw))
 
 
-def _paired_saving(rows: pd.DataFrame, n_max: int, source: str, n_boot: int, seed: int) -> Term:
+def _paired_saving(rows: pd.DataFrame, verify: dict, source: str, n_boot: int, seed: int) -> Term:
     """S(n) = slot - dedup per (prompt, rep) at each n, a bootstrap interval of its mean; at an n
     where no (prompt, rep) holds both kernels (rows of another regime left out), the difference of
-    the two kernels' means with the ends of their intervals (the source says at which n)."""
-    rng = np.random.default_rng(seed)
-    mean, lo, hi, runs, unpaired = [], [], [], [], []
+    the two kernels' terms (:meth:`Term.difference`; the source says at which n)."""
+    n_max = len(verify["slot"])
+    samples = []
     for n in range(1, n_max + 1):
-        at = rows[rows["n"] == n]
-        g = at.pivot_table(index=["prompt", "rep"], columns="dedup", values="t_verify_mean_s", aggfunc="mean")
-        x = (g[False] - g[True]).dropna().to_numpy(float) if set(g.columns) == {False, True} else np.array([])
-        if x.size:
-            boot = x[rng.integers(x.size, size=(n_boot, x.size))].mean(axis=1)
-            m = float(x.mean())
-            mean.append(m)
-            lo.append(min(float(np.quantile(boot, 0.025)), m))
-            hi.append(max(float(np.quantile(boot, 0.975)), m))
-            runs.append(x.size)
-            continue
-        k = {dd: Term.from_samples([at.loc[at["dedup"] == dd, "t_verify_mean_s"].to_numpy(float)], source, "loop",
-                                   n_boot, seed + n) for dd in (False, True)}
-        m = float(k[False].values_s[0] - k[True].values_s[0])
-        mean.append(m)
-        lo.append(float(k[False].lo_s[0] - k[True].hi_s[0]))
-        hi.append(float(k[False].hi_s[0] - k[True].lo_s[0]))
-        runs.append(int(min(k[False].runs[0], k[True].runs[0])))
-        unpaired.append(n)
+        g = rows[rows["n"] == n].pivot_table(index=["prompt", "rep"], columns="dedup", values="t_verify_mean_s",
+                                             aggfunc="mean")
+        samples.append((g[False] - g[True]).dropna().to_numpy(float) if set(g.columns) == {False, True}
+                       else np.array([]))
+    paired = [i for i, x in enumerate(samples) if x.size]
+    unpaired = [i + 1 for i, x in enumerate(samples) if not x.size]
     note = f" (unpaired at n = {unpaired}: the kernels' means and interval ends)" if unpaired else ""
-    return Term(np.array(mean), np.array(lo), np.array(hi), np.array(runs), source + note, "loop")
+    out = Term.difference(verify["slot"], verify["dedup"], source + note)
+    if not paired:
+        return out
+    t = Term.from_samples([samples[i] for i in paired], source, "loop", n_boot, seed)
+    parts = [out.values_s.copy(), out.lo_s.copy(), out.hi_s.copy(), out.runs.copy()]
+    for part, new in zip(parts, (t.values_s, t.lo_s, t.hi_s, t.runs)):
+        part[paired] = new
+    return Term(*parts, out.source, "loop")
 
 
 def from_verify_loops(rows: pd.DataFrame, subject: str, state: str = "quiet", n_boot: int = 2000, seed: int = 0,
@@ -117,7 +111,7 @@ def from_verify_loops(rows: pd.DataFrame, subject: str, state: str = "quiet", n_
                                              np.where(np.arange(n_max) > 0, draft.hi_s, 0.0), draft.runs,
                                              draft.source, "loop"))
         out[int(d)] = RoundModel(subject=subject, context=f"d={int(d)}", state=state, verify=verify, host=host,
-                                 draft=draft, saving=_paired_saving(used, n_max, f"{src}, saving (paired)", n_boot,
+                                 draft=draft, saving=_paired_saving(used, verify, f"{src}, saving (paired)", n_boot,
                                                                     seed + 4),
                                  depth=float(d) + float(used["emitted"].mean()) / 2 if "emitted" in used else float(d),
                                  regime=str(used["regime"].iloc[0]) if used["regime"].nunique() == 1 else "all rows",

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from moespec.fit import COEFS, fitted_time
+from moespec.fit import COEFS, KERNELS, fitted_time
 from moespec.theory import saving_bound
 
-KERNELS = ("slot", "dedup")
 
 
 # --- per-layer operation times -------------------------------------------------------------

@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from moespec import io
+from moespec.fit import KERNELS
 from moespec.theory import crossover, expected_tokens, speedup_interval_by_k
 
 SCHEMA_ID = "moespec.round_model/1"
-KERNELS = ("slot", "dedup")
 ENGINES = ("slot", "dedup", "switch")
 #: Protocols a term may have been measured under (docs/advise.md, "The round model").
 PROTOCOLS = {
@@ -121,6 +121,13 @@ class Term:
             hi.append(max(float(b), vals[-1]))
             runs.append(x.size)
         return cls(np.array(vals), np.array(lo), np.array(hi), np.array(runs), source, protocol)
+
+    @classmethod
+    def difference(cls, a: "Term", b: "Term", source: str) -> "Term":
+        """a - b where the two were not measured paired: the difference of the values, its interval
+        from the ends of theirs (a.lo - b.hi, a.hi - b.lo), the fewer runs of the two."""
+        return cls(a.values_s - b.values_s, a.lo_s - b.hi_s, a.hi_s - b.lo_s, np.minimum(a.runs, b.runs), source,
+                   b.protocol)
 
     def to_dict(self) -> dict:
         return {"values_ms": (1e3 * self.values_s).tolist(), "lo_ms": (1e3 * self.lo_s).tolist(),

@@ -35,10 +35,6 @@ class Result:
             out += f"<p><b>{html.escape(name)}</b></p>" + df.to_html(index=False, float_format=lambda x: f"{x:.4g}")
         return out
 
-    def merge(self, other: "Result") -> "Result":
-        return Result(self.lines + other.lines, {**self.tables, **other.tables}, self.files + other.files,
-                      {**self.data, **other.data})
-
 
 def table(df: pd.DataFrame, columns: list, digits: int = 3) -> pd.DataFrame:
     """The columns of ``df`` a notebook shows, rounded."""

@@ -72,6 +72,7 @@ class WholeModelStudy:
         self.frames: dict = {"oracle_pred": [], "real_pred": [], "plain": [], "verify_loops": [], "real": [],
                              "draft_cal": [], "oracle": []}
         self.results: dict = {}
+        self.widened: dict = {}
 
     # --- helpers -----------------------------------------------------------------------------
     def _fig(self, name: str):
@@ -81,11 +82,13 @@ class WholeModelStudy:
         io.write_dataframe((self.fig_dir if figure else self.out) / name, df.assign(subject=self.label) if figure else df)
 
     def _drafts(self, costs) -> dict:
-        drafts = {}
-        for r in costs:
-            drafts[float(r)] = copy.deepcopy(self.sub.draft)
-            widen_draft(drafts[float(r)], self.sub.expert_bytes_per_token(), float(r), seed=self.seed + 1)
-        return drafts
+        """The subject's draft widened to each draft cost, built once per cost (the calibration and
+        the runs of every state draft with the same models)."""
+        for r in map(float, costs):
+            if r not in self.widened:
+                self.widened[r] = copy.deepcopy(self.sub.draft)
+                widen_draft(self.widened[r], self.sub.expert_bytes_per_token(), r, seed=self.seed + 1)
+        return {float(r): self.widened[float(r)] for r in costs}
 
     def sizes(self, state: str) -> dict:
         """The run sizes of ``state``: the profile's, with the loaded state's own where it has them."""
@@ -362,8 +365,7 @@ class WholeModelStudy:
                        self._fig("05_predictions.png"))
         goals = G.round_model_goals(plain, oracle_pred, real_pred)
         if "stop" in self.results:
-            goals = pd.concat([goals, G.draft_cost_goals(real_pred[real_pred.state == "quiet"], self.results["stop"])
-                               .iloc[[1]]], ignore_index=True)
+            goals = pd.concat([goals, G.stop_paying_goal(self.results["stop"])], ignore_index=True)
         self._write("05_goals.csv", goals)
         record = {"profile": self.profile, "subject": self.label, "subject_kind": self.sub.kind,
                   "description": self.sub.description, "depths": self.P["depths"], "sizes": self.P,
