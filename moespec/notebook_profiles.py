@@ -39,10 +39,11 @@ DEFAULTS = {
     },
     "07": {
         "quick": dict(round_questions_per_category=1, round_categories=5, round_tokens=8, round_ks=[0, 1, 2, 3, 4, 5],
-                      repeats=1, prompt_tokens=8, oracle_questions=4, oracle_tokens=12, lmax=4, reuse=False),
+                      repeats=1, prompt_tokens=8, oracle_questions=2, oracle_categories=["math_reasoning", "coding"],
+                      oracle_tokens=12, lmax=4, reuse=False),
         "full": dict(round_questions_per_category=2, round_categories=None, round_tokens=32,
-                     round_ks=list(range(9)), repeats=2, prompt_tokens=96, oracle_questions=16, oracle_tokens=64,
-                     lmax=12, reuse=True),
+                     round_ks=list(range(9)), repeats=2, prompt_tokens=96, oracle_questions=3, oracle_categories=None,
+                     oracle_tokens=48, lmax=12, reuse=True),
     },
 }
 

@@ -27,7 +27,10 @@
 #    and the bandwidth of a reference read taken before the round's generation (its regime).
 # 2. **Cost regression** per bandwidth regime and over all rows: eq. (4), per-K fits (Table A4),
 #    (A3), (A4); clustered standard errors; GroupKFold(5) by generation; Table A2's factors.
-# 3. **Oracle**: junk tails (Section 4.2), Cost(i, k, a), the Bellman equation (8).
+# 3. **Oracle**: junk tails (Section 4.2), Cost(i, k, a), the Bellman equation (8), on the target's
+#    greedy text for the first questions of each Spec-Bench category (`oracle_categories`,
+#    `oracle_questions` per category; paper 2 ran its oracle on math reasoning and its Appendix B on
+#    39 responses across categories).
 # 4. **Analysis per cost model and per transition model** (`moespec.oracle.analysis.analyse_transitions`):
 #    the oracle, the Lmax sweep (Figure 2), delta space (Figure 3), the alpha = 0 ablation, the
 #    online early-exit policy on held-out sequences, and paper 1's per-kernel cost; for the round
@@ -67,8 +70,8 @@ round_ks = None
 repeats = None
 dedup = True
 prompt_tokens = None
-oracle_category = "math_reasoning"
-oracle_questions = None
+oracle_categories = None   # None: the profile's categories (full: every Spec-Bench category); a list names them
+oracle_questions = None    # per category
 oracle_tokens = None
 lmax = None
 test_share = 0.5
@@ -96,7 +99,8 @@ from moespec.oracle import analysis as A
 from moespec.oracle import regression as R
 from moespec.oracle.junk import junk_tails, load_inputs, replayed_inputs, save_inputs
 from moespec.oracle.kernel_cost import bench_bandwidths, kernel_models
-from moespec.oracle.record import load_questions, load_rounds, record_rounds, reference_sequences, save_rounds
+from moespec.oracle.record import (check_reused, load_questions, load_rounds, record_rounds, reference_sequences,
+                                   save_rounds)
 from moespec.oracle.rounds import fixed_k_speedups
 from moespec.plots import oracle as plots
 from moespec.tables import oracle as tables
@@ -111,6 +115,7 @@ label = sub.label
 P, from_profile = resolve("07", profile, round_questions_per_category=round_questions_per_category,
                           round_categories=round_categories, round_tokens=round_tokens, round_ks=round_ks,
                           repeats=repeats, prompt_tokens=prompt_tokens, oracle_questions=oracle_questions,
+                          oracle_categories=oracle_categories,
                           oracle_tokens=oracle_tokens, lmax=lmax, reuse=reuse)
 if sub.draft is None and P["repeats"] > 1:
     if "repeats" not in from_profile:
@@ -119,7 +124,7 @@ if sub.draft is None and P["repeats"] > 1:
     P["repeats"] = 1
     print("repeats = 1 (profile value 3 does not apply: the oracle draft's draws cannot be re-run)")
 qs = load_questions(per_category=P["round_questions_per_category"])[:P["round_categories"]]
-oq = load_questions([oracle_category], per_category=P["oracle_questions"])
+oq = load_questions(P["oracle_categories"], per_category=P["oracle_questions"])
 round_prompts = [{**q, "ids": ids} for q, ids in zip(qs, sub.question_prompts([q["text"] for q in qs],
                                                                                P["prompt_tokens"], seed))]
 oracle_prompts = [{**q, "ids": ids} for q, ids in zip(oq, sub.question_prompts([q["text"] for q in oq],
@@ -141,6 +146,8 @@ print(f"run sizes {P}; from the {profile} profile: {from_profile}; results -> {o
 rounds_path = out / "rounds.csv"
 if P["reuse"] and rounds_path.is_file():
     rounds = load_rounds(rounds_path)
+    check_reused(rounds_path, zip(rounds.question_id, rounds.K), [(q["question_id"], k) for q in round_prompts
+                                                                 for k in P["round_ks"]], "rounds")
     print(f"rounds reused from {rounds_path} (delete it or pass reuse=False to measure again)")
 else:
     t0 = time.perf_counter()
@@ -222,6 +229,8 @@ print(f"a drafted token over a target pass ({headline.label}): {a_d:.4f} ms / {a
 inputs_path = out / "oracle_inputs.npz"
 if P["reuse"] and inputs_path.is_file():
     items = load_inputs(inputs_path)
+    check_reused(inputs_path, [(it.seq_id, it.n, it.lmax) for it in items],
+                 [(str(p["question_id"]), P["oracle_tokens"], P["lmax"]) for p in oracle_prompts], "oracle inputs")
     print(f"junk tails reused from {inputs_path}")
 elif sub.replay is not None:
     items = []

@@ -108,3 +108,17 @@ def test_load_questions(tmp_path):
     bad.write_text('{"question_id": 1, "turns": ["x"]}\n')
     with pytest.raises(ValueError, match="category"):
         load_questions(path=bad)
+
+
+def test_check_reused_refuses_another_workload(tmp_path):
+    """A reused rounds/inputs file must hold exactly the workload asked for (issue 28's per-category
+    oracle workload would otherwise silently reuse a one-category file)."""
+    from moespec.oracle.record import check_reused
+
+    wanted = [(1, 0), (1, 1), (2, 0), (2, 1)]
+    check_reused(tmp_path / "rounds.csv", reversed(wanted), wanted, "rounds")          # order does not matter
+    with pytest.raises(ValueError, match=r"hold 3 keys, the run asks for 4 \(missing \[\(2, 1\)\], extra \[\]\)"):
+        check_reused(tmp_path / "rounds.csv", wanted[:3], wanted, "rounds")
+    with pytest.raises(ValueError, match=r"extra \[\('9', 48, 12\)\].*reuse=False"):
+        check_reused("x.npz", [("1", 48, 12), ("9", 48, 12)], [("1", 48, 12)], "oracle inputs")
+

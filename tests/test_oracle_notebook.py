@@ -26,6 +26,9 @@ def test_notebook_07_quick(run_notebook, tmp_path):
     for name in FILES:
         assert (figures / name).is_file(), f"{name} not written"
     sweeps = pd.read_csv(figures / "07_fig2_lmax_sweep.csv")
+    seqs = pd.read_csv(figures / "07_oracle_sequences.csv")     # the quick profile's workload: 2 categories x 2
+    assert sorted(set(seqs.category)) == ["coding", "math_reasoning"]
+    assert seqs.groupby(["transitions", "analysis"]).seq_id.nunique().eq(4).all()
     assert list(dict.fromkeys(sweeps.transitions)) == ["surrogate", "greedy"]
     assert re.search(r"^subject: .*byte-faithful", text, re.M)
     assert (sweeps.subject == sweeps.subject.iloc[0]).all() and "byte-faithful" in sweeps.subject.iloc[0]

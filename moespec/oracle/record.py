@@ -152,6 +152,16 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     return rounds_frame(records), outputs
 
 
+def check_reused(path, found, wanted, what: str) -> None:
+    """Refuse a reused file (``reuse=True``) whose workload is not the one asked for: ``found`` and
+    ``wanted`` are the sets of (question, ...) keys the file holds and the run would measure."""
+    found, wanted = set(found), set(wanted)
+    if found != wanted:
+        raise ValueError(f"{path}: the reused {what} hold {len(found)} keys, the run asks for {len(wanted)} "
+                         f"(missing {sorted(wanted - found)[:4]}, extra {sorted(found - wanted)[:4]}); delete the file "
+                         "or pass reuse=False to measure this workload")
+
+
 def save_rounds(df: pd.DataFrame, path) -> Path:
 
     return write_dataframe(path, df)

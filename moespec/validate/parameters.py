@@ -94,7 +94,7 @@ RULES: dict[str, Rule] = {
     "assumed_slot_GBps": Rule(low=0, low_open=True), "assumed_dedup_GBps": Rule(low=0, low_open=True),
     "draft_scale": Rule(low=0, low_open=True),
     "acceptance": Rule(low=0, high=1, high_open=True, nonempty=True),
-    "transfer_models": Rule(nonempty=False),
+    "transfer_models": Rule(nonempty=False), "oracle_categories": Rule(nonempty=True),
     # paths
     "bandwidth_csv": Rule(path="input"), "epsilon_csv": Rule(path="input"), "run_folder": Rule(path="input"),
     "trace_file": Rule(path="maybe", keywords=("synthetic",)),
