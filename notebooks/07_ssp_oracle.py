@@ -104,6 +104,7 @@ from moespec.oracle.record import (check_reused, load_questions, load_rounds, re
 from moespec.oracle.rounds import fixed_k_speedups
 from moespec.plots import oracle as plots
 from moespec.tables import oracle as tables
+from moespec.tables.paper2_map import paper2_map
 
 setup(profile, device, threads)
 started = dt.datetime.now(dt.timezone.utc)
@@ -358,6 +359,9 @@ cmp = tables.ours_vs_paper(tables.paper2_comparison_values(headline, {t: r.sweep
 cmp = cmp.assign(subject=label, rows=headline.label)
 io.write_dataframe(fig_dir / "07_paper2_comparison.csv", cmp)
 print(cmp.to_string(index=False))
+item_map = paper2_map(fig_dir, cmp)       # every paper 2 item: our file, ours vs theirs, agrees / differs (why)
+io.write_dataframe(fig_dir / "07_paper2_map.csv", item_map.assign(subject=label))
+print(item_map[["paper 2 item", "verdict"]].to_string(index=False))
 goals = pd.concat([G.paper2_goals(headline.summary(), hl["surrogate"].online_info),
                    G.oracle_bound_goal(hl["greedy"].totals["speedup"], measured)], ignore_index=True).assign(subject=label)
 io.write_dataframe(fig_dir / "07_goals.csv", goals)

@@ -17,7 +17,7 @@ FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.cs
          "07_cf_fig2_lmax_sweep.png", "07_cf_fig3_delta_space.png", "07_cf_online_policy.png", "07_cf_online_policy_info.json",
          "07_cf_kernel_cost_models.csv", "07_cf_alpha0_summary.json", "07_regression_by_regime.csv",
          "07_cost_models_overview.csv", "07_fixed_k.csv", "07_measured_fixed_k.csv", "07_oracle_vs_measured.png",
-         "07_cf_oracle_vs_measured.png", "07_goals.csv"]
+         "07_cf_oracle_vs_measured.png", "07_goals.csv", "07_paper2_map.csv"]
 
 
 @pytest.mark.notebook
