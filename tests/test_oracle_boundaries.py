@@ -139,6 +139,12 @@ def test_b4_rule_exact_picks():
                            columns=["seq_id", "i", "k_full", "k_alpha0", "p_added"])
     assert picks(G.b4_cases(changed, 2)) == [("b", 1), ("a", 5)]
     assert picks(G.b4_cases(changed)) == [("b", 1), ("a", 5), ("d", 7)]      # +2 shifts, no p: never picked
+    # ranked by the surrogate probability of the added token p[i + k*] (c's is past its end: never picked)
+    surrogate = {"a": np.array([0, 0, 0, 0, 0.2, 0, 0, 0.3]), "b": np.array([0, 0, 0, 0, 0, 0.1]),
+                 "c": np.array([0.5]), "d": np.array([0] * 9 + [0.8]), "e": np.zeros(5)}
+    cases = G.b4_cases(changed, surrogate=surrogate)
+    assert picks(cases) == [("d", 7), ("a", 5), ("b", 1)]
+    assert cases.p_added_surrogate.tolist() == [0.8, 0.3, 0.1]
 
 
 def with_tokens(it, seed=0):

@@ -56,8 +56,19 @@ def gallery(table: pd.DataFrame, lmax: int) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else table.head(0).assign(rule=pd.Series(dtype=object))
 
 
-def b4_cases(changed: pd.DataFrame, n: int = 4) -> pd.DataFrame:
+def b4_cases(changed: pd.DataFrame, n: int = 4, surrogate: dict | None = None) -> pd.DataFrame:
     """Figure B4: positions where alpha = 0 moves k* to k* + 1 (``analysis.alpha0_ablation``'s
-    changed rows), highest surrogate probability of the added token first, one per response."""
-    rows = changed[(changed.k_alpha0 == changed.k_full + 1) & changed.p_added.notna()]
-    return _pick(rows, "p_added", False, n)
+    changed rows), highest surrogate probability of the added token first, one per response.
+    ``surrogate`` (seq_id -> the recorded surrogate p): the added token's surrogate probability
+    ``p_added_surrogate`` = p[i + k*] is added and ranks the cases (the ablation's ``p_added`` is the
+    solved transitions' p: 0 or 1 under the greedy-exact ones); without it ``p_added`` ranks."""
+    rows = changed[changed.k_alpha0 == changed.k_full + 1]
+    score = "p_added"
+    if surrogate is not None:
+        def added(r):
+            p = surrogate[r.seq_id]
+            j = int(r.i) + int(r.k_full)
+            return float(p[j]) if j < len(p) else float("nan")
+        rows = rows.assign(p_added_surrogate=[added(r) for r in rows.itertuples()])
+        score = "p_added_surrogate"
+    return _pick(rows[rows[score].notna()], score, False, n)

@@ -144,8 +144,9 @@ def fig_b4(B, cases: dict, new_experts: dict, lmax: int, title: str = "", reason
         ne = new_experts[r.seq_id][i]
         ax.set_xticks(np.arange(lmax) + 0.5, [f"{j + 1}\n+{v:.1f}" if np.isfinite(v) else f"{j + 1}" for j, v in
                                               enumerate(ne[:lmax])], fontsize=6)
-        ax.set_title(f"[{t}] response {r.seq_id}, position {i}: k* = {k} -> {int(r.k_alpha0)} at alpha = 0; p(added) "
-                     f"= {r.p_added:.3f}; Q(k*+1) - Q(k*) = {r.dQ_full_ms:+.4f} ms (full), {r.dQ_alpha0_ms:+.4f} ms "
+        p_added = getattr(r, "p_added_surrogate", r.p_added)
+        ax.set_title(f"[{t}] response {r.seq_id}, position {i}: k* = {k} -> {int(r.k_alpha0)} at alpha = 0; surrogate "
+                     f"p(added token) = {p_added:.3f}; Q(k*+1) - Q(k*) = {r.dQ_full_ms:+.4f} ms (full), {r.dQ_alpha0_ms:+.4f} ms "
                      f"(alpha = 0); E[extra experts] {r.dU_experts:+.2f}", fontsize=7, loc="left")
     if not rows:
         why = "; ".join(f"{t}: {w}" for t, w in (reasons or {}).items()) or "no position where alpha = 0 drafts k* + 1"

@@ -45,7 +45,8 @@ def write_appendix_b(items, by_transitions: dict, tokenizer, fig_dir, subject: s
     table("07_tableB_label_counts.csv", B.label_counts)
     table("07_tableB3_k_by_context.csv", B.b3)
     table("07_tableB5_new_experts.csv", B.b5)
-    cases = {t: gallery.b4_cases(a.changed) for t, a in by_transitions.items()}
+    surrogate = {it.seq_id: it.p for it in items}
+    cases = {t: gallery.b4_cases(a.changed, surrogate=surrogate) for t, a in by_transitions.items()}
     table("07_tableB4_cases.csv", pd.concat([c.assign(transitions=t) for t, c in cases.items()], ignore_index=True))
     picks = {t: gallery.gallery(B.decisions[t], lmax) for t in by_transitions}
     table("07_tableB_gallery.csv", pd.concat([p.assign(transitions=t) for t, p in picks.items()], ignore_index=True))
