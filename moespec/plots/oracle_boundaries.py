@@ -5,6 +5,8 @@ for both transition models where the oracle's decisions enter."""
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -55,7 +57,7 @@ def fig_b3(b3: pd.DataFrame, title: str = "") -> plt.Figure:
 def fig_b5(b5: pd.DataFrame, title: str = "") -> plt.Figure:
     """Figure B5: new experts at the event (script change / first mismatch) beside the comparison
     (no script change aligned by step / the step before), with the difference, per row of ``b5``."""
-    fig, ax = plt.subplots(figsize=(1.9 * len(b5) + 3, 4))
+    fig, ax = plt.subplots(figsize=(2.8 * len(b5) + 2, 4.5))
     x = np.arange(len(b5))
     for dx, (col, name) in zip((-0.2, 0.2), (("other", "comparison"), ("event", "event"))):
         v = b5[col].to_numpy(float)
@@ -63,9 +65,9 @@ def fig_b5(b5: pd.DataFrame, title: str = "") -> plt.Figure:
                capsize=3, label=name)
     for xi, (_, r) in zip(x, b5.iterrows()):
         text = (f"diff {r.difference:+.2f}\n[{r.difference_lo:+.2f}, {r.difference_hi:+.2f}]\n{int(r.events)} events"
-                if np.isfinite(r.difference) else f"not computed:\n{r.get('note', '')}")
-        ax.text(xi, ax.get_ylim()[1] * 0.02, text, ha="center", va="bottom", fontsize=7, wrap=True)
-    ax.set_xticks(x, [f"{r.comparison}\n{r.transitions}" for _, r in b5.iterrows()], fontsize=7)
+                if np.isfinite(r.difference) else "not computed:\n" + textwrap.fill(str(r.get("note", "")), 30))
+        ax.text(xi, ax.get_ylim()[1] * 0.02, text, ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, [textwrap.fill(f"{r.comparison} [{r.transitions}]", 32) for _, r in b5.iterrows()], fontsize=7)
     ax.set_ylabel("new experts per layer at the step")
     ax.legend(fontsize=8)
     ax.set_title(title or "Figure B5 analogue: new experts at script change and at the first mismatch")
@@ -149,10 +151,13 @@ def fig_b4(B, cases: dict, new_experts: dict, lmax: int, title: str = "", reason
                      f"p(added token) = {p_added:.3f}; Q(k*+1) - Q(k*) = {r.dQ_full_ms:+.4f} ms (full), {r.dQ_alpha0_ms:+.4f} ms "
                      f"(alpha = 0); E[extra experts] {r.dU_experts:+.2f}", fontsize=7, loc="left")
     if not rows:
-        why = "; ".join(f"{t}: {w}" for t, w in (reasons or {}).items()) or "no position where alpha = 0 drafts k* + 1"
+        why = "; ".join(f"{t}: {w}" for t, w in (reasons or {}).items() if w) or "no position where alpha = 0 drafts k* + 1"
         axes[0, 0].text(0.5, 0.5, why, ha="center", wrap=True, transform=axes[0, 0].transAxes, fontsize=8)
         axes[0, 0].axis("off")
     fig.suptitle(title or "Figure B4 analogue: where the expert cost shifts the boundary (alpha = 0 ablation)")
+    none = [t for t, table in cases.items() if not len(table)]
     add_caption(fig, "Cases chosen by moespec.oracle.gallery.b4_cases (highest surrogate probability of the added token, "
-                     "one per response). Under each step: its number and the new experts per layer along the reference.")
+                     "one per response). Under each step: its number and the new experts per layer along the reference."
+                + "".join(f" {t} transitions: no position where alpha = 0 drafts exactly k* + 1"
+                          + (f" ({(reasons or {}).get(t)})" if (reasons or {}).get(t) else "") + "." for t in none))
     return fig

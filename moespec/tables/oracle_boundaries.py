@@ -60,7 +60,7 @@ def write_appendix_b(items, by_transitions: dict, tokenizer, fig_dir, subject: s
                                                                       f"— {subject}"))
     summary = B.b3[["transitions", "label", "decisions", "responses", "share_k1", "share_k4plus", "mean_k"]]
     return {"written": written, "summary": summary, "label_counts": B.label_counts, "b5": B.b5,
-            "b4_cases": sum(len(c) for c in cases.values()), "gallery_cases": sum(len(p) for p in picks.values())}
+            "b4_cases": {t: len(c) for t, c in cases.items()}, "gallery_cases": sum(len(p) for p in picks.values())}
 
 
 def describe(result: dict) -> str:
@@ -80,5 +80,6 @@ def describe(result: dict) -> str:
         lines.append(f"B5 {r.comparison} [{r.transitions}]: " + (
             f"event {r.event:.2f} vs {r.other:.2f}, difference {r.difference:+.2f} [{r.difference_lo:+.2f}, "
             f"{r.difference_hi:+.2f}] ({r.events} events)" if r.events else r.note))
-    lines.append(f"B4 cases drawn: {result['b4_cases']}; gallery cases: {result['gallery_cases']}")
+    lines.append("B4 cases drawn (alpha = 0 drafts k* + 1): " + "; ".join(f"{t} {n}" for t, n in result["b4_cases"].items())
+                 + f"; gallery cases: {result['gallery_cases']}")
     return "\n".join(lines)
