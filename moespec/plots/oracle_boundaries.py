@@ -10,6 +10,8 @@ import textwrap
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from moespec.plots._layout import add_caption
 
@@ -45,6 +47,7 @@ def fig_b3(b3: pd.DataFrame, title: str = "") -> plt.Figure:
                        for lab, c in counts.iterrows()])
     ax1.invert_yaxis()
     ax1.set_xlabel("share of decisions")
+    ax1.set_ylabel("context of the decision's first drafted token")
     ax2.set_xlabel("mean k*")
     ax1.legend(fontsize=7, loc="lower right")
     ax2.legend(fontsize=7)
@@ -69,6 +72,7 @@ def fig_b5(b5: pd.DataFrame, title: str = "") -> plt.Figure:
         ax.text(xi, ax.get_ylim()[1] * 0.02, text, ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, [textwrap.fill(f"{r.comparison} [{r.transitions}]", 32) for _, r in b5.iterrows()], fontsize=7)
     ax.set_ylabel("new experts per layer at the step")
+    ax.set_xlabel("comparison [transition model]")
     ax.legend(fontsize=8)
     ax.set_title(title or "Figure B5 analogue: new experts at script change and at the first mismatch")
     add_caption(fig, "New experts at step j: growth of the layer-averaged union of the verification input from j to "
@@ -98,9 +102,21 @@ def _token_rows(ax, target: list[str], draft: list[str], k: int, extra_mark: int
     ax.set_xlim(0, len(target))
     ax.set_ylim(0, 2)
     ax.set_yticks([0.5, 1.5], ["draft", "target"], fontsize=7)
+    ax.set_ylabel("tokens", fontsize=7)
+    ax.set_xlabel("step j from the state (drafted token j)", fontsize=7)
     ax.set_xticks(np.arange(len(target)) + 0.5, [str(j + 1) for j in range(len(target))], fontsize=6)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
+
+
+def _token_legend(fig, alpha0: bool = False):
+    handles = [Patch(fc=COLORS["target"], label="target token within k*"),
+               Patch(fc=COLORS["match"], label="drafted token matches"),
+               Patch(fc=COLORS["mismatch"], label="first mismatch"),
+               Patch(fc=COLORS["past"], label="past k* or past the mismatch"), Line2D([], [], color="k", label="k*")]
+    if alpha0:
+        handles.append(Line2D([], [], color="tab:red", ls="--", label="k at alpha = 0"))
+    fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=len(handles), bbox_to_anchor=(1, 0.995))
 
 
 def _window(B, seq_id: str, i: int, lmax: int):
@@ -124,7 +140,9 @@ def fig_gallery(B, picks: dict, lmax: int, title: str = "") -> plt.Figure:
     if not cases:
         axes[0, 0].text(0.5, 0.5, "no decision satisfies any selection rule", ha="center", transform=axes[0, 0].transAxes)
         axes[0, 0].axis("off")
-    fig.suptitle(title or "Gallery (Figures B1/B2/B6/B7 analogues), selected by moespec.oracle.gallery's rules")
+    fig.suptitle(title or "Gallery (Figures B1/B2/B6/B7 analogues), selected by moespec.oracle.gallery's rules",
+                 x=0.01, ha="left")
+    _token_legend(fig)
     add_caption(fig, "Top: the target's reference tokens; bottom: the draft's greedy chain from the same state. Green: "
                      "matched drafted token; red: first mismatch; grey: past k* (black line) or past the mismatch. "
                      "· is a leading space, ⏎ a newline. a_mode: the modal accepted count under the panel's transitions.")
@@ -154,7 +172,9 @@ def fig_b4(B, cases: dict, new_experts: dict, lmax: int, title: str = "", reason
         why = "; ".join(f"{t}: {w}" for t, w in (reasons or {}).items() if w) or "no position where alpha = 0 drafts k* + 1"
         axes[0, 0].text(0.5, 0.5, why, ha="center", wrap=True, transform=axes[0, 0].transAxes, fontsize=8)
         axes[0, 0].axis("off")
-    fig.suptitle(title or "Figure B4 analogue: where the expert cost shifts the boundary (alpha = 0 ablation)")
+    fig.suptitle(title or "Figure B4 analogue: where the expert cost shifts the boundary (alpha = 0 ablation)",
+                 x=0.01, ha="left")
+    _token_legend(fig, alpha0=True)
     none = [t for t, table in cases.items() if not len(table)]
     add_caption(fig, "Cases chosen by moespec.oracle.gallery.b4_cases (highest surrogate probability of the added token, "
                      "one per response). Under each step: its number and the new experts per layer along the reference."
