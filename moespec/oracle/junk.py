@@ -182,9 +182,9 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
                                                               generator=gen)[:, 0], free)
                     tok = torch.where(a_idx > j, torch.full_like(free, r), torch.where(a_idx == j, wrong, free))
                 tok[lmax] = top[lmax]                    # the greedy chain
-                own[i, j] = int(top[lmax])
                 chains[:, j] = tok
                 tokens = tok[:, None]
+            own[i] = chains[lmax].cpu().numpy()          # the draft's greedy chain: row lmax of the chains
             # target rows: chain a for a < lmax; the all-reference chain as row lmax
             rows = chains.clone()
             ref_part = [ref[i + j] if i + j < N else int(chains[lmax - 1, j]) for j in range(lmax)]
