@@ -104,6 +104,7 @@ from moespec.oracle.record import (check_reused, load_questions, load_rounds, re
 from moespec.oracle.rounds import fixed_k_speedups
 from moespec.plots import oracle as plots
 from moespec.tables import oracle as tables
+from moespec.tables import oracle_boundaries as tables_b
 from moespec.tables.paper2_map import paper2_map
 
 setup(profile, device, threads)
@@ -345,6 +346,24 @@ for name, prefix, what in ((oracle_headline, "07_", f"measured cost ({oracle_hea
               f"({100 * r.online_info['online'] / r.online_info['oracle']:.1f}% of the oracle), best fixed k on train "
               f"(k={r.online_info['k_best_train']}) {r.online_info['fixed_best_train']:.3f}")
         print(r.kernels.round(4).to_string(index=False))
+
+# %% [markdown]
+# ## 5b. Appendix B: where the oracle stops on our text
+#
+# Each reference token gets one local context label from the decoded text
+# (`moespec.oracle.boundaries.classify`: script change, code-prose transition, paragraph / heading,
+# code formatting, markup / formula, sentence boundary, word continuation, prose vocabulary); a
+# decision's context is that of its first drafted token. Per label, the share of k* = 1, of k* >= 4
+# and the mean k* (Figure B3), new experts at script changes and at the first mismatch (Figure B5),
+# the alpha = 0 cases (Figure B4) and a gallery chosen by rules in `moespec.oracle.gallery`, with
+# 95% clustered bootstrap intervals over responses, for the headline cost model under both
+# transition models. Paper 2 uses Lmax = 8; this is notebook 07's `lmax`. A label our text lacks
+# (WikiText-trained models write no code or Cyrillic) is reported with 0 positions.
+
+# %%
+appendix_b = tables_b.write_appendix_b(items, analyses[oracle_headline], sub.tokenizer, fig_dir, label, P["lmax"],
+                                       seed=seed)
+print(tables_b.describe(appendix_b))
 
 # %% [markdown]
 # ## 6. Ours beside paper 2's published scalars (theirs: A100, Qwen3-Coder-30B-A3B + EAGLE-3, vLLM)

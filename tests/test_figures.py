@@ -96,6 +96,34 @@ def _oracle_runs():
     return pd.DataFrame(rows)
 
 
+def _appendix_b():
+    """Appendix B on two synthetic sequences with random tokens (shown as ids: no tokenizer)."""
+    from types import SimpleNamespace
+
+    from moespec.oracle import analysis as A
+    from moespec.oracle import boundaries
+    from moespec.oracle.cost import CostModel
+    from moespec.oracle.junk import synthetic_inputs
+    items = [synthetic_inputs(n=20, lmax=4, seed=s, seq_id=f"s{s}") for s in range(2)]
+    items = [it.__class__(**{**it.__dict__, "tokens": RNG.integers(0, 9, it.n),
+                             "draft_chain": RNG.integers(0, 9, (it.n, it.lmax))}) for it in items]
+    model = CostModel(draft_a=0.2, draft_b=0.1, beta0=3.0, alpha=0.3, c=0.0)
+    by_t = {t: SimpleNamespace(solved=[A.solve(it.with_transitions(t), model) for it in items])
+            for t in ("surrogate", "greedy")}
+    return boundaries.appendix_b(items, by_t, None, n_boot=49), items
+
+
+def _b4_cases():
+    return {"greedy": pd.DataFrame([dict(seq_id="s0", i=2, k_full=1, k_alpha0=2, p_added=1.0, p_added_surrogate=0.9,
+                                         dQ_full_ms=0.1, dQ_alpha0_ms=-0.1, dU_experts=1.5)])}
+
+
+def _gallery_picks():
+    from moespec.oracle.gallery import gallery
+    B = _appendix_b()[0]
+    return B, {t: gallery(B.decisions[t], 4) for t in B.decisions}
+
+
 def _staircases():
     V = {"affine": [1 + k / 5 for k in range(5)], "jump": [1, 2, 2]}
     return {"panel": V}, {"panel": {name: th.staircase(v) for name, v in V.items()}}
@@ -160,6 +188,10 @@ CASES = {
                                                                      tau_dedup_lo_s=8e-4 * n, tau_dedup_hi_s=1e-3 * n)
                                                                 for n in N]), title="verify"),
     "predictions.oracle_figure": lambda f: f(_oracle_runs(), title="oracle draft"),
+    "oracle_boundaries.fig_b3": lambda f: f(_appendix_b()[0].b3),
+    "oracle_boundaries.fig_b5": lambda f: f(_appendix_b()[0].b5),
+    "oracle_boundaries.fig_b4": lambda f: f(_appendix_b()[0], _b4_cases(), {"s0": np.ones((20, 4))}, 4),
+    "oracle_boundaries.fig_gallery": lambda f: f(*_gallery_picks(), 4),
     "predictions.real_draft_figure": lambda f: f(pd.DataFrame([dict(prompt=p, k=k, speedup=1 - 0.05 * k + 0.01 * p)
                                                                for p in range(3) for k in range(4)]), {1: 0.88},
                                                  title="real draft"),

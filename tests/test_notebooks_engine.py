@@ -132,3 +132,6 @@ def test_replayed_published_shape_through_05_06_07(run_notebook, tmp_path):
                                  oracle_a=0.6)
     assert "replayed routing: U from the trace, draft confidence a = 0.6" in text
     assert (figs / "07_fig2_lmax_sweep.csv").is_file()
+    status = json.loads((figs / "07_tableB_status.json").read_text())   # a trace has routing, not text
+    assert status["computed"] is False and "needs tokens and draft_chain" in status["reason"]
+    assert "Appendix B not computed" in text

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from moespec import zoo
+from moespec.oracle.boundaries import new_experts
 from moespec.oracle.hf import RouterTap
 from moespec.oracle.junk import junk_tails
 from moespec.routing.stats import union_sizes
@@ -72,6 +73,20 @@ def test_junk_tails_against_full_passes(models):
     for a in range(lmax):    # a longer draft of the same chain never has a smaller union
         assert np.all(np.diff(x.U[:, a:, a], axis=1) >= 0)
     np.testing.assert_array_equal(x.L_prefix, Lp + np.arange(N))
+    # the kept tokens: the reference, and the draft's own greedy chain from every state
+    np.testing.assert_array_equal(x.tokens, ref)
+    for i in range(N):
+        assert x.draft_chain[i].tolist() == greedy(draft, S[:Lp + i], lmax)
+    np.testing.assert_array_equal(x.greedy, (x.draft_chain[:, 0] == x.tokens).astype(float))
+    # Appendix B's new experts along the reference: the growth of the full pass's union, step by step
+    new = new_experts(x.U, top_k)[:, :, lmax]
+    for i in range(N):
+        u = union_sizes(routing[Lp + i - 1:Lp + i + lmax], target.config.num_experts).mean(axis=-1)
+        for j in range(1, lmax + 1):
+            if i + j <= N:
+                assert new[i, j - 1] == pytest.approx(u[j] - u[j - 1])
+            else:
+                assert np.isnan(new[i, j - 1])
 
 
 def test_record_rounds_reproduces_greedy_text(models):

@@ -17,7 +17,9 @@ FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.cs
          "07_cf_fig2_lmax_sweep.png", "07_cf_fig3_delta_space.png", "07_cf_online_policy.png", "07_cf_online_policy_info.json",
          "07_cf_kernel_cost_models.csv", "07_cf_alpha0_summary.json", "07_regression_by_regime.csv",
          "07_cost_models_overview.csv", "07_fixed_k.csv", "07_measured_fixed_k.csv", "07_oracle_vs_measured.png",
-         "07_cf_oracle_vs_measured.png", "07_goals.csv", "07_paper2_map.csv"]
+         "07_cf_oracle_vs_measured.png", "07_goals.csv", "07_paper2_map.csv", "07_tableB_status.json", "07_tableB_label_counts.csv",
+         "07_tableB3_k_by_context.csv", "07_tableB5_new_experts.csv", "07_tableB4_cases.csv", "07_tableB_gallery.csv",
+         "07_figB3_k_by_context.png", "07_figB5_new_experts.png", "07_figB4_alpha0_cases.png", "07_figB_gallery.png"]
 
 
 @pytest.mark.notebook
@@ -52,6 +54,15 @@ def test_notebook_07_quick(run_notebook, tmp_path):
                       r"oracle ([0-9.]+)", text)
         assert m and float(m.group(1)) == pytest.approx(cf[t]["oracle"], abs=1e-3)
         assert cf[t]["oracle"] >= cf[t]["online"] - 1e-12
+    b3 = pd.read_csv(figures / "07_tableB3_k_by_context.csv")    # Appendix B: the quick subject has no tokenizer
+    assert list(dict.fromkeys(b3.transitions)) == ["surrogate", "greedy"]
+    seqs = pd.read_csv(figures / "07_oracle_sequences.csv")
+    for t in ("surrogate", "greedy"):
+        row = b3[(b3.transitions == t) & (b3.label == "no text (no tokenizer)")].iloc[0]
+        mine = seqs[seqs.transitions == t]
+        assert row.decisions == mine.N.sum() and row.responses == len(mine) and 0 <= row.share_k1 <= 1
+        assert (b3[(b3.transitions == t) & (b3.label != "no text (no tokenizer)")].decisions == 0).all()
+    assert "positions per context label:" in text
     measured = pd.read_csv(figures / "07_measured_fixed_k.csv")
     assert list(measured.K) == [0, 1, 2, 3, 4, 5] and measured.speedup.iloc[0] == 1.0 and measured.host_included.all()
     assert ((measured.speedup_lo <= measured.speedup) & (measured.speedup <= measured.speedup_hi)).all()

@@ -18,7 +18,10 @@ For a reference sequence X = x_1..x_N after a prompt, and every state i (x_1..x_
 
 Past the end of the reference there is nothing to match: such positions are drawn freely.
 The same batched draft steps give the draft's online confidences q[i, j] (probability of its own
-greedy token along its own greedy chain), which the online early-exit policy may use.
+greedy token along its own greedy chain), which the online early-exit policy may use, and that
+chain itself (``draft_chain[i, j]``: the draft's greedy token j + 1 from state i, along its own
+tokens), kept with the reference tokens (``tokens``) for the text analyses of Appendix B
+(:mod:`moespec.oracle.boundaries`).
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class OracleInputs:
     top_k: int
     num_experts: int
     meta: dict = field(default_factory=dict)
+    tokens: np.ndarray | None = None        # [N] the reference token ids x_1..x_N (optional: Appendix B's text)
+    draft_chain: np.ndarray | None = None   # [N, Lmax] the draft's greedy chain from each state (optional)
 
     def __post_init__(self):
         n = np.shape(self.p)[0] if np.ndim(self.p) else 0
@@ -68,6 +73,28 @@ class OracleInputs:
             raise ValueError(f"oracle inputs {self.seq_id!r}: greedy must lie in [0, 1] (acceptance probabilities); "
                              f"found {g[~((g >= 0) & (g <= 1))][:3]}")
         self.greedy = g
+        if self.tokens is not None:
+            self.tokens = np.asarray(self.tokens, dtype=np.int64)
+            if self.tokens.shape != (n,):
+                raise ValueError(f"oracle inputs {self.seq_id!r}: tokens must have shape [{n}] like p; "
+                                 f"got {self.tokens.shape}")
+        if self.draft_chain is not None:
+            self.draft_chain = np.asarray(self.draft_chain, dtype=np.int64)
+            want = (n, np.shape(self.q)[1])
+            if self.draft_chain.shape != want:
+                raise ValueError(f"oracle inputs {self.seq_id!r}: draft_chain must have shape [N, Lmax] = "
+                                 f"{list(want)} like q; got {self.draft_chain.shape}")
+
+    def require_tokens(self, what: str = "this analysis") -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, draft_chain), or a ValueError naming the missing field: inputs recorded before the
+        tokens were kept (or replayed from a trace, which has no tokens) cannot be read as text."""
+        missing = [name for name in ("tokens", "draft_chain") if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"oracle inputs {self.seq_id!r}: {what} needs {' and '.join(missing)} (the reference "
+                             f"token ids and the draft's greedy chain, recorded by junk_tails); these inputs have "
+                             f"none (recorded before they were kept, or replayed from a routing trace): record the "
+                             f"junk tails again (notebook 07 with reuse=False)")
+        return self.tokens, self.draft_chain
 
     @property
     def n(self) -> int:
@@ -100,7 +127,8 @@ class OracleInputs:
         """The same inputs for a smaller budget (U(i, k, a) does not depend on Lmax)."""
         if not 1 <= lmax <= self.lmax:
             raise ValueError(f"lmax must lie in 1..{self.lmax}; got {lmax}")
-        return replace(self, q=self.q[:, :lmax], U=self.U[:, :lmax, :lmax + 1], meta=dict(self.meta))
+        return replace(self, q=self.q[:, :lmax], U=self.U[:, :lmax, :lmax + 1], meta=dict(self.meta),
+                       draft_chain=None if self.draft_chain is None else self.draft_chain[:, :lmax])
 
 
 def junk_tails(target, draft, prompt, reference, lmax: int = 12, seed: int = 0, seq_id: str = "",
@@ -125,6 +153,7 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
     p = np.empty(N)
     g = np.empty(N)
     q = np.empty((N, lmax))
+    own = np.empty((N, lmax), dtype=np.int64)            # the draft's greedy chain from each state
     U = np.full((N, lmax, lmax + 1), np.nan)
     a_idx = torch.arange(B, device=dev)                  # chain a (a = lmax: the greedy chain for the draft)
     with RouterTap(target) as tap:
@@ -155,6 +184,7 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
                 tok[lmax] = top[lmax]                    # the greedy chain
                 chains[:, j] = tok
                 tokens = tok[:, None]
+            own[i] = chains[lmax].cpu().numpy()          # the draft's greedy chain: row lmax of the chains
             # target rows: chain a for a < lmax; the all-reference chain as row lmax
             rows = chains.clone()
             ref_part = [ref[i + j] if i + j < N else int(chains[lmax - 1, j]) for j in range(lmax)]
@@ -168,11 +198,13 @@ def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, 
                 U[i, k - 1, :k + 1] = cum[:k + 1, k]
         top_k, n_exp = tap.top_k, tap.num_experts
     return OracleInputs(seq_id, category, p, g, q, U, np.arange(N) + Lp, top_k, n_exp,
-                        {"seed": seed, "prompt_len": Lp})
+                        {"seed": seed, "prompt_len": Lp}, tokens=np.array(ref), draft_chain=own)
 
 
 #: The arrays of an oracle-inputs file (:func:`save_inputs`).
 INPUT_ARRAYS = ("p", "greedy", "q", "U", "L_prefix", "offsets", "seq_id", "category", "top_k", "num_experts")
+#: Optional arrays (Appendix B's text): saved when every sequence has them; a file without them loads with None.
+TOKEN_ARRAYS = ("tokens", "draft_chain")
 
 
 def save_inputs(items: list[OracleInputs], path) -> None:
@@ -188,6 +220,8 @@ def save_inputs(items: list[OracleInputs], path) -> None:
     if swapped:
         raise ValueError(f"sequences {swapped[:3]} hold another transition model in p; save the recorded inputs")
     offsets = np.cumsum([0] + [it.n for it in items])
+    optional = {name: np.concatenate([getattr(it, name) for it in items]) for name in TOKEN_ARRAYS
+                if all(getattr(it, name) is not None for it in items)}
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez_compressed(fh, p=np.concatenate([it.p for it in items]),
@@ -197,12 +231,13 @@ def save_inputs(items: list[OracleInputs], path) -> None:
                                 seq_id=np.array([it.seq_id for it in items]),
                                 category=np.array([it.category for it in items]),
                                 top_k=np.array([it.top_k for it in items]),
-                                num_experts=np.array([it.num_experts for it in items]))
+                                num_experts=np.array([it.num_experts for it in items]), **optional)
 
 
 def load_inputs(path) -> list[OracleInputs]:
     """The sequences :func:`save_inputs` wrote. A file without the ``greedy`` array (written before the
-    greedy-exact transition model) is refused with what to do."""
+    greedy-exact transition model) is refused with what to do; one without the optional
+    :data:`TOKEN_ARRAYS` loads with ``tokens`` / ``draft_chain`` None."""
     with np.load(path, allow_pickle=False) as z:
         missing = set(INPUT_ARRAYS) - set(z.files)
         if missing == {"greedy"}:
@@ -215,8 +250,14 @@ def load_inputs(path) -> list[OracleInputs]:
         off = z["offsets"]
         if z["greedy"].shape != z["p"].shape:
             raise ValueError(f"{path}: array 'greedy' has shape {z['greedy'].shape}; expected {z['p'].shape} like p")
+        optional = {name: z[name] for name in TOKEN_ARRAYS if name in z.files}
+        for name, arr in optional.items():
+            if arr.shape[0] != z["p"].shape[0]:
+                raise ValueError(f"{path}: array {name!r} has {arr.shape[0]} positions; expected {z['p'].shape[0]} "
+                                 "like p")
         return [OracleInputs(str(z["seq_id"][s]), str(z["category"][s]), z["p"][a:b], z["greedy"][a:b], z["q"][a:b],
-                             z["U"][a:b], z["L_prefix"][a:b], int(z["top_k"][s]), int(z["num_experts"][s]))
+                             z["U"][a:b], z["L_prefix"][a:b], int(z["top_k"][s]), int(z["num_experts"][s]),
+                             **{name: arr[a:b] for name, arr in optional.items()})
                 for s, (a, b) in enumerate(zip(off[:-1], off[1:]))]
 
 
