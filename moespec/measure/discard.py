@@ -48,7 +48,13 @@ class DiscardDecision:
 
     @property
     def kept(self) -> pd.DataFrame:
-        """The rows of the kept groups (read rows included), without the rule's columns."""
+        """The rows of the kept groups (read rows included), without the rule's columns; raises
+        ``ValueError`` listing the groups and why when the rule discards every group."""
+        if len(self.groups) and self.groups["discarded"].all():
+            why = "; ".join(f"run {r.run_id} layer {r.layer} n {r.n}: {r.discard_reason}" for r in self.groups.itertuples())
+            raise ValueError(f"the discard rule (read within {self.share:.0%} of the run's median, no swap or GPU "
+                             f"throttle) discards every group: {why}. Repeat the run on a quieter machine, or "
+                             f"pass a larger share and say so")
         return self.rows.loc[~self.rows["discarded"]].drop(columns=list(RULE_COLUMNS))
 
     def counts(self, table: str) -> dict:
