@@ -49,9 +49,13 @@ def test_share_moves_the_boundary():
     # at 50 % the slow read (-49 %) is kept; the swapped group stays discarded whatever the share
     dec = discard.apply_rule(hand_rows(), share=0.5)
     assert dec.groups["discarded"].tolist() == [False, False, False, False, False, True]
-    # at 1 % the reads at +-1.96 % go too
-    dec = discard.apply_rule(hand_rows(), share=0.01)
-    assert dec.groups["discarded"].tolist() == [True, True, True, True, False, True]
+    # at 2 % the reads at +-1.96 % stay and the slow one goes; at 1.9 % no group of run A is within
+    # the share of its median, so its reads judge nothing (run B's equal reads still do)
+    dec = discard.apply_rule(hand_rows(), share=0.02)
+    assert dec.groups["discarded"].tolist() == [False, False, False, True, False, True]
+    dec = discard.apply_rule(hand_rows(), share=0.019)
+    assert dec.groups["judged"].tolist() == [False] * 4 + [True] * 2
+    assert dec.groups["discarded"].tolist() == [False, False, False, False, False, True]
 
 
 def test_counts_table_and_combine():
@@ -80,3 +84,25 @@ def test_bad_read_row_is_named(col, value):
 def test_share_must_be_positive():
     with pytest.raises(ValueError, match="discard share must be > 0"):
         discard.apply_rule(hand_rows(), share=0)
+
+
+def test_reads_that_cannot_judge_keep_their_groups():
+    # two groups 20 % apart: both depart by 9.1 % from their median, none is a reading of the
+    # machine to judge against, so neither is discarded by its read
+    two = pd.DataFrame([_row("C", layer, 0, "membw", "read", t, "read") for layer, t in ((0, 0.1), (1, 0.12))]
+                       + [_row("C", layer, 2, "chosen", "slot", 0.01, f"C{layer}") for layer in (0, 1)])
+    dec = discard.apply_rule(two)
+    assert dec.groups["departure"].tolist() == pytest.approx([1 / 11, -1 / 11], rel=1e-12)
+    assert dec.groups["judged"].tolist() == [False, False] and not dec.groups["discarded"].any()
+    # a read smaller than the flush (served by the caches) is not judged either
+    small = hand_rows().assign(requested_bytes=discard.MIN_JUDGED_READ_BYTES - 4)
+    dec = discard.apply_rule(small)
+    assert not dec.groups["judged"].any()
+    assert dec.groups["discarded"].tolist() == [False] * 5 + [True]     # the swap still discards
+
+
+def test_every_group_discarded_is_refused_with_the_reasons():
+    rows = hand_rows().assign(flags="swap")
+    dec = discard.apply_rule(rows)
+    with pytest.raises(ValueError, match=r"discards every group: run A layer 0 n 1: swap;"):
+        dec.kept

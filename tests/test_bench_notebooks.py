@@ -46,10 +46,12 @@ def test_notebooks_02_and_03_quick(run_notebook, tmp_path):
     share2 = float(re.search(r"distinct share n=2: ([\d.]+)", text).group(1))
     assert share2 == pytest.approx(plain_distinct_share(trace, 2), abs=1e-3)
     assert "calibrated to paper 1" in text
-    # the discard rule: one group (quick: one layer, every n), its read is the run's median; the
-    # counts add up to the run's timed rows, and with nothing discarded both ways agree
+    # the discard rule: one group (quick: one layer, every n), its read is the run's median (and a
+    # 4 MiB read, served by the caches, is not judged); the counts add up to the run's timed rows,
+    # and with nothing discarded both ways agree
     groups = pd.read_csv(figures / "02_discard_groups.csv", keep_default_na=False)
     assert len(groups) == 1 and groups["departure"].iloc[0] == 0.0 and groups["discarded"].tolist() == [False]
+    assert groups["judged"].tolist() == [False]
     counts = pd.read_csv(figures / "02_discard_rule.csv").iloc[0]
     rows = expert_op.load_rows(next(bench.glob("*/rows.csv")).parent)
     assert counts["rows_kept"] + counts["rows_discarded"] == int((rows["kind"] != "membw").sum())

@@ -7,7 +7,12 @@ or of one (layer, n)), timed together with a read of ``membw_bytes`` (``torch.su
 ``membw`` row of the group) that sees the same machine. A group is discarded when
 
 * its read bandwidth departs from the median read bandwidth of its run's groups by more than
-  :data:`READ_DEPARTURE_SHARE` (the machine's memory bandwidth moved while the group ran); or
+  :data:`READ_DEPARTURE_SHARE` (the machine's memory bandwidth moved while the group ran). The
+  read is judged (column ``judged``) only where it can say this: when it reads at least
+  :data:`MIN_JUDGED_READ_BYTES` (the protocol's cache flush; a smaller read is served by the
+  caches, as in the quick profiles' 4 MiB reads), and when some group of the run reads within the
+  share of the median (with two groups both depart by the same share, so a larger gap says the
+  groups disagree, not which one moved); or
 * any of its rows carries a flag of :data:`DISCARDING_FLAGS` (the machine swapped, or a GPU
   reported a slowing throttle reason: :class:`moespec.measure.timing.MachineMonitor`).
 
@@ -24,9 +29,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from moespec.measure.timing import FLUSH_BYTES
+
 #: Largest share by which a group's read bandwidth may depart from its run's median read
 #: bandwidth (docs/bench.md gives the committed run's departures this was chosen from).
 READ_DEPARTURE_SHARE = 0.05
+#: Smallest read that measures the memory rather than the caches (the 256 MiB flush of the protocol).
+MIN_JUDGED_READ_BYTES = FLUSH_BYTES
 #: Flag prefixes of :class:`moespec.measure.timing.MachineMonitor` that discard a group.
 DISCARDING_FLAGS = ("swap", "gpu_throttle")
 #: Columns the rule adds to each row.
@@ -104,6 +113,9 @@ def apply_rule(rows: pd.DataFrame, share: float = READ_DEPARTURE_SHARE,
                            "read_GBps": (nbytes / t / 1e9).to_numpy()})
     groups["run_median_GBps"] = groups.groupby("run_id")["read_GBps"].transform("median")
     groups["departure"] = groups["read_GBps"] / groups["run_median_GBps"] - 1.0
+    big = (nbytes >= MIN_JUDGED_READ_BYTES).to_numpy()
+    within = pd.Series(big & (groups["departure"].abs() <= share).to_numpy(), index=groups.index)
+    groups["judged"] = big & within.groupby(groups["run_id"]).transform("any").to_numpy()
     group_of = {(r, l, k): i for i, (r, l, k) in zip(groups.index, zip(groups["run_id"], groups["layer"], groups["n"]))}
     member = pd.Series(groups.index.to_numpy(), index=groups.index, dtype=object).reindex(df.index)
     for i in df.index[~is_read]:
@@ -117,7 +129,7 @@ def apply_rule(rows: pd.DataFrame, share: float = READ_DEPARTURE_SHARE,
     reasons = []
     for g, r in groups.iterrows():
         why = [_flag_reason(flags[df["group"] == g])]
-        if abs(r["departure"]) > share:
+        if r["judged"] and abs(r["departure"]) > share:
             why.insert(0, f"read {r['departure']:+.1%} from the run's median")
         reasons.append("; ".join(w for w in why if w))
     groups["timed_rows"] = [int(((df["group"] == g) & ~is_read).sum()) for g in groups.index]
