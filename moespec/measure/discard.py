@@ -87,7 +87,9 @@ def apply_rule(rows: pd.DataFrame, share: float = READ_DEPARTURE_SHARE,
     """Apply the discard rule to benchmark rows (:data:`moespec.measure.expert_op.FIELDS`).
 
     Each timed row (kind other than ``membw``) belongs to the read row of its run with its layer
-    and its n, else n = 0 (one group per layer). Raises ``ValueError`` naming ``source`` and the
+    and its n, else n = 0 (one group per layer). A group's read judges it (``judged``) when it
+    reads at least :data:`MIN_JUDGED_READ_BYTES` and some group of its run reads within ``share``
+    of the run's median (see the module's docstring). Raises ``ValueError`` naming ``source`` and the
     row when a timed row has no read in its run and layer, when a read time or size is not a
     positive number, or when ``share`` is not positive.
     """
