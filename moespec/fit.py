@@ -7,7 +7,11 @@ squares:
 * eq. (E.1), deduplicating kernel: t_dedup = t_op + c_g·U·b + c_t·n
 
 with b the bytes of one expert of the layer and U the distinct experts of the pass. The re-read
-cost is c_re/c_u. Each fit is then scored on windows of recorded routing, which it does not see:
+cost is c_re/c_u. Every coefficient is a time per unit (t_op is the layer's share of the fixed
+work phi_p(n) >= 0 of eq. (5); c_u, c_re, c_g, c_t are times per byte or per token), so the
+default fit is non-negative least squares (:data:`NONNEGATIVE`); the unconstrained least squares
+of the paper's text (:data:`UNCONSTRAINED`) stays available beside it, and each fit's ``fit``
+column says which it is. Each fit is then scored on windows of recorded routing, which it does not see:
 its relative error (predicted − measured)/measured per window; epsilon_p is the median over
 layers (and models) of each fit's median |relative error|, and an engine's epsilon is the larger
 of its two kernels' (Section 4). Effective bandwidths follow Table 1: beta_slot(n) = Σ n·m·b /
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import lsq_linear
 
 #: Columns every timing row must carry for the fits and bandwidths.
 REQUIRED = ("model", "layer", "kind", "kernel", "n", "m", "U", "expert_bytes", "t_median_s")
@@ -87,11 +92,20 @@ def design(kernel: str, n, m, U, b) -> np.ndarray:
 
 
 COEFS = {"slot": ("t_op", "c_u", "c_re"), "dedup": ("t_op", "c_g", "c_t")}
+#: The two fits, as the ``fit`` column names them: least squares with every coefficient >= 0
+#: (the default: the theory's phi_p >= 0 and non-negative costs per byte and per token), and
+#: plain least squares.
+NONNEGATIVE, UNCONSTRAINED = "nonnegative", "unconstrained"
+FITS = (NONNEGATIVE, UNCONSTRAINED)
 
 
-def fit_one(kernel: str, n, m, U, b, t) -> dict:
-    """Least-squares coefficients of eq. (4) or (E.1) for one layer; raises if the passes do not
-    determine them (fewer than 3 passes or collinear regressors)."""
+def fit_one(kernel: str, n, m, U, b, t, fit: str = NONNEGATIVE) -> dict:
+    """Coefficients of eq. (4) or (E.1) for one layer by least squares, with every coefficient
+    >= 0 (``fit="nonnegative"``: bounded least squares, ``scipy.optimize.lsq_linear`` with the
+    BVLS active set, exact at its optimum) or unconstrained (``fit="unconstrained"``); raises if
+    the passes do not determine them (fewer than 3 passes or collinear regressors)."""
+    if fit not in FITS:
+        raise ValueError(f"fit must be one of {FITS}, found {fit!r}")
     X = design(kernel, n, m, U, b)
     t = np.asarray(t, dtype=float)
     scale = np.abs(X).max(axis=0)  # columns differ by ~1e9 in size; scale so that lstsq is well posed
@@ -100,9 +114,12 @@ def fit_one(kernel: str, n, m, U, b, t) -> dict:
     if rank < 3:
         raise ValueError(f"{kernel} fit is undetermined: {len(t)} passes give rank {rank} < 3 "
                          "(need passes at several n and U)")
+    if fit == NONNEGATIVE and (coef < 0).any():
+        coef = lsq_linear(X / scale, t, bounds=(0.0, np.inf), method="bvls").x
     coef = coef / scale
     resid = t - X @ coef
     out = dict(zip(COEFS[kernel], coef.tolist()))
+    out["fit"] = fit
     out["n_passes"] = int(len(t))
     out["fit_median_rel_err"] = float(np.median(np.abs(resid / t)))
     return out
@@ -115,11 +132,12 @@ def fitted_time(kernel: str, coefs: dict, n, m, U, b) -> np.ndarray:
     return design(kernel, n, m, U, b) @ beta
 
 
-def fit_layers(rows: pd.DataFrame, ns=FIT_NS) -> pd.DataFrame:
-    """Fit eq. (4) and (E.1) per layer on the chosen-id passes with n in ``ns`` (2..9).
+def fit_layers(rows: pd.DataFrame, ns=FIT_NS, fit: str = NONNEGATIVE) -> pd.DataFrame:
+    """Fit eq. (4) and (E.1) per layer on the chosen-id passes with n in ``ns`` (2..9), with
+    every coefficient >= 0 (default) or unconstrained (``fit``, see :func:`fit_one`).
 
-    One row per (group, kernel): coefficients, passes used, the fit's own median relative error
-    and, for the per-slot kernel, the re-read cost c_re/c_u.
+    One row per (group, kernel): coefficients, which fit (``fit``), passes used, the fit's own
+    median relative error and, for the per-slot kernel, the re-read cost c_re/c_u.
     """
     df = check_rows(rows, kinds=("chosen",))
     df = df[df["n"].isin(list(ns))]
@@ -129,7 +147,7 @@ def fit_layers(rows: pd.DataFrame, ns=FIT_NS) -> pd.DataFrame:
     out = []
     for key, g in df.groupby(keys + ["kernel"], sort=True):
         kernel = key[-1]
-        res = fit_one(kernel, g["n"], g["m"], g["U"], g["expert_bytes"], g["t_median_s"])
+        res = fit_one(kernel, g["n"], g["m"], g["U"], g["expert_bytes"], g["t_median_s"], fit=fit)
         if kernel == "slot":
             res["reread_cost"] = res["c_re"] / res["c_u"]
         out.append({**dict(zip(keys + ["kernel"], key)), **res})

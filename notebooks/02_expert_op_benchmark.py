@@ -51,10 +51,10 @@ from pathlib import Path
 import json
 
 from moespec import fit, io, paths
-from moespec.measure import expert_op
+from moespec.measure import discard, expert_op
 from moespec.plots.bandwidth import figure2_bandwidth, figure3_distinct_share
 from moespec.routing import RoutingTrace
-from moespec.tables.bandwidth import distinct_share, table1
+from moespec.tables.bandwidth import discard_effect, distinct_share, table1
 
 config = expert_op.profile_config(profile, model, fmt, backend, device, seed, role="main")
 bench_out = Path(out_dir) if out_dir else paths.expert_op_dir()
@@ -83,10 +83,22 @@ side = json.loads((run_dir / "provenance.json").read_text())
 cpu = side["provenance"]["hardware"]["cpu"].get("cpu_model", "unknown CPU")
 gpus = side["provenance"]["hardware"]["gpus"]
 machine = gpus[0]["name"] if device.startswith("cuda") and gpus else cpu
-flagged = rows["flags"].fillna("").astype(str).str.len().gt(0)
 print(f"run {side['run_id']}: {len(rows)} rows, backend {side['backend_resolved']}, machine: {machine}")
-print(f"rows flagged by the discard rule (swap / GPU throttle / busy CPU): {int(flagged.sum())} of {len(rows)} "
-      f"({'kept: on this shared machine other processes are always running' if flagged.any() else 'none'})")
+
+# %% [markdown]
+# ## The discard rule (`moespec.measure.discard`)
+# A group (the passes timed together) is discarded when its read bandwidth departs from the run's
+# median read by more than the stated share, or when the machine swapped or a GPU throttled while
+# it ran. Figure 2, Table 1 and the fits below read the kept rows.
+
+# %%
+decision = discard.apply_rule(rows, source=str(run_dir / "rows.csv"))
+counts = discard.counts_table({"Figure 2, Table 1, 02_bandwidth_by_n": decision})
+io.write_dataframe(figures / "02_discard_groups.csv", decision.groups)
+io.write_dataframe(figures / "02_discard_rule.csv", counts)
+rows = decision.kept
+print(decision.groups[["layer", "n", "read_GBps", "departure", "discard_reason"]].round(4).to_string(index=False))
+print(counts.to_string(index=False))
 
 # %% [markdown]
 # ## Figure 2: effective bandwidth against n
@@ -126,6 +138,15 @@ print("per-slot / dedup bandwidth over the read bandwidth of the same group, n =
 slot_fits = fits[fits["kernel"] == "slot"]
 print("re-read cost c_re/c_u per layer: " + ", ".join(f"layer {int(r.layer)}: {r.reread_cost:.3f}"
                                                       for r in slot_fits.itertuples()))
+
+# %% [markdown]
+# ## Table 1's bandwidths with and without the discard rule
+
+# %%
+effect = discard_effect(decision)
+io.write_dataframe(figures / "02_discard_effect.csv", effect)
+print(effect.round(4).to_string(index=False))
+
 
 # %% [markdown]
 # ## Figure 3, right panel: share of distinct slots U/(n·m) of windows

@@ -50,9 +50,9 @@ from pathlib import Path
 import pandas as pd
 
 from moespec import fit, io, paths
-from moespec.measure import expert_op
+from moespec.measure import discard, expert_op
 from moespec.plots.bandwidth import figure7_transfer
-from moespec.tables.bandwidth import fit_table
+from moespec.tables.bandwidth import fit_table, fit_variants
 
 bench_out = Path(out_dir) if out_dir else paths.expert_op_dir()
 figures = paths.ensure(paths.figures_dir())
@@ -67,11 +67,14 @@ print(f"profile={profile}: main model {model} ({fmt}, backend {backend}, {device
 # %%
 trace = expert_op.routing_for(model, trace_file, seed=seed, num_docs=num_docs, doc_len=doc_len)
 main_dir = expert_op.run(main_config, out_dir=bench_out, trace=trace, reuse_complete=True)
-rows = expert_op.load_rows(main_dir)
-print(f"run {main_dir.name}: {len(rows)} rows; windows from: {trace.label}")
+decision = discard.apply_rule(expert_op.load_rows(main_dir), source=str(main_dir / "rows.csv"))
+rows = decision.kept   # the discard rule of notebook 02 (moespec.measure.discard)
+print(f"run {main_dir.name}: {len(decision.rows)} rows; windows from: {trace.label}")
 
 # %% [markdown]
 # ## Fit coefficients per layer: eq. (4) and (E.1)
+# Least squares with every coefficient ≥ 0 (the theory's fixed work φ_p ≥ 0, of which t_op is the
+# layer's share, and non-negative times per byte and per token); the unconstrained fit follows.
 
 # %%
 fits = fit.fit_layers(rows)
@@ -85,6 +88,20 @@ for r in table.itertuples():
     else:
         print(f"layer {r.layer} dedup (E.1): t_op={r.t_op * 1e3:.3f} ms  c_g={r.c_g * 1e9:.4f} s/GB  "
               f"c_t={r.c_t * 1e3:.3f} ms/token  window error {r.window_median_abs_err:.3f}")
+
+# %% [markdown]
+# ## Both fits, with and without the discard rule
+# Coefficients and window errors (`03_fit_variants.csv`) and ε (`03_epsilon_variants.csv`) of the
+# non-negative and the unconstrained fit, on the kept rows and on every row. Table 1, ε and the
+# predictions read the non-negative fit on the kept rows.
+
+# %%
+variants, eps_variants = fit_variants(decision)
+io.write_dataframe(figures / "03_fit_variants.csv", variants)
+io.write_dataframe(figures / "03_epsilon_variants.csv", eps_variants)
+print(variants[["rows", "fit", "layer", "kernel", "t_op", "c_u", "c_re", "c_g", "c_t", "window_median_abs_err"]]
+      .to_string(index=False))
+print(eps_variants[["rows", "fit", "eps_slot", "eps_dedup", "eps_engine"]].round(5).to_string(index=False))
 
 # %% [markdown]
 # ## The bandwidth error ε (Section 4)
@@ -107,11 +124,13 @@ for r in eps.itertuples():
 # %%
 bw_parts = [fit.bandwidth_table(rows).assign(read_GBps=expert_op.read_bandwidth(rows)["median_GBps"])]
 read_bws = {model: expert_op.read_bandwidth(rows)}
+decisions = [decision]
 for name in transfer_models:
     cfg = expert_op.profile_config(profile, name, fmt, backend, device, seed, role="transfer")
     tr = expert_op.routing_for(name, seed=seed, num_docs=num_docs, doc_len=doc_len)
     run_dir = expert_op.run(cfg, out_dir=bench_out, trace=tr, reuse_complete=reuse_transfer_runs)
-    part = expert_op.load_rows(run_dir)
+    decisions.append(discard.apply_rule(expert_op.load_rows(run_dir), source=str(run_dir / "rows.csv")))
+    part = decisions[-1].kept
     read_bws[name] = expert_op.read_bandwidth(part)
     bw_parts.append(fit.bandwidth_table(part).assign(read_GBps=read_bws[name]["median_GBps"]))
     print(f"{name}: run {run_dir.name}; windows from: {tr.label}")
@@ -119,6 +138,9 @@ bw_all = pd.concat(bw_parts, ignore_index=True)
 io.write_dataframe(figures / "03_bandwidth_all_models.csv", bw_all)
 for name, rb in read_bws.items():
     print(f"read bandwidth during {name}'s run: {rb['median_GBps']:.2f} GB/s")
+counts = discard.counts_table({"fits (4)/(E.1), epsilon": decision, "Figure 7 transfer": discard.combine(decisions)})
+io.write_dataframe(figures / "03_discard_rule.csv", counts)
+print(counts.to_string(index=False))
 transfer = fit.transfer(bw_all, ns=(2, 4, 6, 8))
 io.write_dataframe(figures / "03_fig7_transfer.csv", transfer)
 engine = rows["backend"].iloc[0]

@@ -46,6 +46,18 @@ def test_notebooks_02_and_03_quick(run_notebook, tmp_path):
     share2 = float(re.search(r"distinct share n=2: ([\d.]+)", text).group(1))
     assert share2 == pytest.approx(plain_distinct_share(trace, 2), abs=1e-3)
     assert "calibrated to paper 1" in text
+    # the discard rule: one group (quick: one layer, every n), its read is the run's median (and a
+    # 4 MiB read, served by the caches, is not judged); the counts add up to the run's timed rows,
+    # and with nothing discarded both ways agree
+    groups = pd.read_csv(figures / "02_discard_groups.csv", keep_default_na=False)
+    assert len(groups) == 1 and groups["departure"].iloc[0] == 0.0 and groups["discarded"].tolist() == [False]
+    assert groups["judged"].tolist() == [False]
+    counts = pd.read_csv(figures / "02_discard_rule.csv").iloc[0]
+    rows = expert_op.load_rows(next(bench.glob("*/rows.csv")).parent)
+    assert counts["rows_kept"] + counts["rows_discarded"] == int((rows["kind"] != "membw").sum())
+    assert (counts["groups_kept"], counts["groups_discarded"]) == (1, 0)
+    effect = pd.read_csv(figures / "02_discard_effect.csv")
+    assert len(effect) == 9 and np.allclose(effect["r_all"], effect["r_kept"])
 
     _, figures, text3 = run_notebook("03_fits", backend="torch", out_dir=str(bench))
     run02 = re.search(r"run (\S+): \d+ rows, backend", text).group(1)
@@ -60,6 +72,18 @@ def test_notebooks_02_and_03_quick(run_notebook, tmp_path):
     err = pd.read_csv(figures / "03_window_errors.csv")
     slot_err = err[err["kernel"] == "slot"]
     assert e_slot == pytest.approx(np.median(np.abs(slot_err["rel_err"])), abs=1e-4)
+    # both fits beside each other, on every row and on the kept rows; the default is the non-negative one
+    variants = pd.read_csv(figures / "03_fit_variants.csv")
+    assert sorted(set(zip(variants["rows"], variants["fit"]))) == [
+        ("all", "nonnegative"), ("all", "unconstrained"), ("kept", "nonnegative"), ("kept", "unconstrained")]
+    nonneg = variants[(variants["fit"] == "nonnegative")]
+    assert (nonneg[["t_op", "c_u", "c_re", "c_g", "c_t"]].fillna(0) >= 0).all().all()
+    kept = nonneg[nonneg["rows"] == "kept"].set_index(["layer", "kernel"]).sort_index()
+    assert np.allclose(kept["t_op"], coefs.set_index(["layer", "kernel"]).sort_index()["t_op"])
+    eps_v = pd.read_csv(figures / "03_epsilon_variants.csv")
+    assert eps_v.query("rows == 'kept' and fit == 'nonnegative'")["eps_engine"].iloc[0] == pytest.approx(eps["eps_engine"])
+    counts3 = pd.read_csv(figures / "03_discard_rule.csv").set_index("table")
+    assert counts3.loc["Figure 7 transfer", "groups_kept"] + counts3.loc["Figure 7 transfer", "groups_discarded"] == 4
     tr = pd.read_csv(figures / "03_fig7_transfer.csv")
     assert len(tr) == 4 * 4 and set(tr["n"]) == {2, 4, 6, 8}
     assert np.allclose(tr["r_pred"], tr["beta_dedup_pred"] / tr["beta_slot_pred"])

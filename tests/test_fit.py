@@ -160,3 +160,68 @@ def test_chosen_ids_reject_impossible(n, m, N, U):
 def test_u_grid_spans_both_ends():
     assert u_grid(9, 8, 64, 5) == [8, 22, 36, 50, 64]
     assert u_grid(2, 8, 64) == list(range(8, 17))
+
+
+# --- the non-negative fit (phi_p >= 0, eq. (5)) -------------------------------------------------
+
+def _hand_passes(kernel):
+    """Chosen-id passes at n = 2..9 (U over its range) for one layer: arrays n, m, U, b."""
+    n, U = zip(*[(k, u) for k in range(2, 10) for u in u_grid(k, M, N, 4)])
+    n, U = np.array(n), np.array(U)
+    return n, np.full_like(n, M), U, np.full(len(n), float(B))
+
+
+@pytest.mark.parametrize("kernel", fit.KERNELS)
+def test_nonnegative_fit_binds_t_op_at_zero_with_the_exact_nnls_slopes(kernel):
+    # a law with t_op = 0, every pass shortened by the same 0.3 ms: the unconstrained intercept
+    # is exactly -0.3 ms; with t_op >= 0 the bound binds and the slopes are the least squares
+    # through the origin on the other two regressors (the NNLS solution, as its KKT conditions say)
+    law = {**TRUE[kernel], "t_op": 0.0}
+    n, m, U, b = _hand_passes(kernel)
+    t = fit.fitted_time(kernel, law, n, m, U, b) - 3e-4
+    free = fit.fit_one(kernel, n, m, U, b, t, fit=fit.UNCONSTRAINED)
+    assert free["t_op"] == pytest.approx(-3e-4, rel=1e-9) and free["fit"] == "unconstrained"
+    bound = fit.fit_one(kernel, n, m, U, b, t)
+    assert bound["fit"] == "nonnegative" and bound["t_op"] == 0.0
+    X = fit.design(kernel, n, m, U, b)
+    slopes = np.linalg.solve(X[:, 1:].T @ X[:, 1:], X[:, 1:].T @ t)   # normal equations without t_op
+    assert (slopes > 0).all()
+    names = fit.COEFS[kernel]
+    assert [bound[c] for c in names[1:]] == pytest.approx(slopes.tolist(), rel=1e-9)
+    beta = np.array([bound[c] for c in names])
+    resid = X @ beta - t
+    grad = (X / np.abs(X).max(axis=0)).T @ resid   # KKT on the scaled columns: > 0 at the bound, 0 where free
+    assert grad[0] > 1e-3 * np.abs(resid).sum()
+    assert grad[1:] == pytest.approx([0, 0], abs=1e-9 * np.abs(resid).sum())
+
+
+@pytest.mark.parametrize("kernel", fit.KERNELS)
+def test_nonnegative_fit_agrees_with_scipy_nnls(kernel):
+    from scipy.optimize import nnls
+
+    rng = np.random.default_rng(3)
+    n, m, U, b = _hand_passes(kernel)
+    law = {**TRUE[kernel], "t_op": 0.0}
+    t = fit.fitted_time(kernel, law, n, m, U, b) * (1 + 0.05 * rng.standard_normal(len(n))) - 2e-4
+    X = fit.design(kernel, n, m, U, b)
+    scale = np.abs(X).max(axis=0)
+    ref, _ = nnls(X / scale, t)           # Lawson-Hanson, an independent active-set solver
+    ours = fit.fit_one(kernel, n, m, U, b, t)
+    assert [ours[c] for c in fit.COEFS[kernel]] == pytest.approx((ref / scale).tolist(), rel=1e-7, abs=1e-15)
+    assert ours["t_op"] == 0.0
+
+
+def test_nonnegative_fit_equals_unconstrained_when_every_coefficient_is_positive():
+    rows = synthetic_rows(noise=0.01)
+    free = fit.fit_layers(rows, fit=fit.UNCONSTRAINED)
+    bound = fit.fit_layers(rows)
+    assert (free[["t_op", "c_u", "c_re", "c_g", "c_t"]].fillna(1) > 0).all().all()
+    cols = ["t_op", "c_u", "c_re", "c_g", "c_t", "fit_median_rel_err"]
+    pd.testing.assert_frame_equal(bound[cols], free[cols])
+    assert set(bound["fit"]) == {"nonnegative"} and set(free["fit"]) == {"unconstrained"}
+
+
+def test_unknown_fit_rejected():
+    n, m, U, b = _hand_passes("slot")
+    with pytest.raises(ValueError, match="fit must be one of"):
+        fit.fit_one("slot", n, m, U, b, np.ones(len(n)), fit="ridge")

@@ -63,6 +63,31 @@ def test_blocks_render_exactly_from_a_hand_made_run(run_dir):
     assert report.render_text(out, run) == out          # idempotent
 
 
+def test_discard_rule_and_fit_variant_blocks_render_exactly(run_dir):
+    (run_dir / "02_discard_groups.csv").write_text(
+        "run_id,layer,n,read_GBps,run_median_GBps,departure,timed_rows,discard_reason,discarded,group\n"
+        "r,0,0,10.0,9.0,0.1111,10,read +11.1% from the run's median,True,0\nr,8,0,8.0,9.0,-0.1111,10,"
+        "read -11.1% from the run's median,True,11\nr,16,0,9.0,9.0,0.0,10,,False,22\n")
+    counts = "table,groups_kept,groups_discarded,rows_kept,rows_discarded,share\n"
+    (run_dir / "02_discard_rule.csv").write_text(counts + "Table 1,1,2,10,20,0.05\n")
+    (run_dir / "03_discard_rule.csv").write_text(counts + "fits,1,2,10,20,0.05\nFigure 7 transfer,4,2,42,20,0.05\n")
+    (run_dir / "03_bandwidth_all_models.csv").write_text(
+        "model,n,read_GBps\nolmoe,2,9.0\nolmoe,4,9.0\nqwen3,2,12.5\n")
+    coefs = "rows,fit,layer,kernel,t_op,c_u,c_re,c_g,c_t\n"
+    (run_dir / "03_fit_variants.csv").write_text(
+        coefs + "kept,nonnegative,0,slot,0.0,1e-11,0.0,,\nkept,nonnegative,0,dedup,2e-4,,,1e-11,1e-4\n"
+        "kept,unconstrained,0,slot,-3e-4,1.1e-11,-1e-13,,\nkept,unconstrained,0,dedup,2e-4,,,1e-11,1e-4\n")
+    (run_dir / "03_epsilon_variants.csv").write_text(
+        "backend,eps_slot,eps_dedup,eps_engine,fit,rows\ncpp,0.02,0.01,0.02,nonnegative,kept\n"
+        "cpp,0.015,0.01,0.015,unconstrained,kept\n")
+    out = report.render_text(_doc(("discard-rule", ""), ("fit-variants", "")), RunFiles(run_dir))
+    assert ("Share 5 %. Notebook 02's 3 group(s) read 8.00–10.00 GB/s, departing from their run's median by at "
+            "most 11.11 % (`02_discard_groups.csv`); the runs of notebook 03, minutes apart, read 9.00–12.50 GB/s") in out
+    assert "| Table 1 | 1 | 2 | 10 | 20 |\n| fits | 1 | 2 | 10 | 20 |\n| Figure 7 transfer | 4 | 2 | 42 | 20 |" in out
+    assert "| nonnegative | kept | 0.000–0.200 | 2 | 0 | 0.0200, 0.0100, 0.0200 |" in out
+    assert "| unconstrained | kept | -0.300–0.200 | 0 | 2 | 0.0150, 0.0100, 0.0150 |" in out
+
+
 def test_breakdown_goals_judge_each_target(run_dir):
     (run_dir / "05_breakdown.csv").write_text(
         "subject,step_ms,experts_ms,expert_share,draft_ratio,read_GBps,peak_memory_GiB\n"

@@ -1,7 +1,7 @@
 """Inputs of paper 1's per-kernel cost for the oracle (beyond paper 2): the per-slot and the
 deduplicating kernel's effective bandwidths, from the expert-operation benchmark when it has run
 (``moespec.measure.expert_op`` rows of the run, ``paths.expert_op_dir()``, Table 1's definition via
-``moespec.fit.bandwidth_table``), otherwise assumed values the caller passes and labels as such.
+``moespec.fit.bandwidth_table`` on the rows the discard rule of ``moespec.measure.discard`` keeps), otherwise assumed values the caller passes and labels as such.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numpy as np
 
 from moespec import paths
 from moespec import fit
+from moespec.measure import discard
 from moespec.measure.expert_op import load_rows
 
 from .cost import CostModel, KernelCostModel
@@ -27,9 +28,9 @@ def bench_bandwidths(prefer=("default", "olmoe"), folder: Path | None = None) ->
         mine = [r for r in runs if f"-{model}-" in r.name]
         for run in reversed(mine):
             try:
-                bw = fit.bandwidth_table(load_rows(run))
+                bw = fit.bandwidth_table(discard.apply_rule(load_rows(run), source=str(run / "rows.csv")).kept)
             except (ValueError, KeyError):
-                continue   # an unfinished run: try an older one
+                continue   # an unfinished run, or one the discard rule empties: try an older one
             return {"slot_GBps": float(np.median(bw.beta_slot_GBps)), "dedup_GBps": float(np.median(bw.beta_dedup_GBps)),
                     "source": f"benchmark run {run.name} (model {model}), median over n = "
                               f"{int(bw.n.min())}..{int(bw.n.max())}"}

@@ -552,6 +552,43 @@ def expert_op_fits(run: RunFiles) -> str:
             f"`data/paper_reference/paper1_table1_bandwidth.csv`, `paper1_scalars.csv`.)")
 
 
+@block("discard-rule", "02_discard_groups.csv", "02_discard_rule.csv", "03_discard_rule.csv",
+       "03_bandwidth_all_models.csv")
+def discard_rule(run: RunFiles) -> str:
+    """Notebooks 02/03: the discard rule's share, the groups' read departures from their run's
+    median, the read bandwidth between the benchmark runs of notebook 03, and the groups and rows
+    kept and discarded per table."""
+    groups = run.csv("02_discard_groups.csv")
+    counts = pd.concat([run.csv("02_discard_rule.csv"), run.csv("03_discard_rule.csv")], ignore_index=True)
+    reads = run.csv("03_bandwidth_all_models.csv").groupby("model", sort=False)["read_GBps"].first()
+    share = float(counts["share"].iloc[0])
+    table = md_table(["table", "groups kept", "groups discarded", "timed rows kept", "timed rows discarded"],
+                     [[r.table, r.groups_kept, r.groups_discarded, r.rows_kept, r.rows_discarded]
+                      for r in counts.itertuples()])
+    return (f"Share {pct(share, 0)}. Notebook 02's {len(groups)} group(s) read {span(groups['read_GBps'], 2)} GB/s, "
+            f"departing from their run's median by at most {pct(groups['departure'].abs().max(), 2)} "
+            f"(`02_discard_groups.csv`); the runs of notebook 03, minutes apart, read {span(reads, 2)} GB/s "
+            f"(medians per run, `03_bandwidth_all_models.csv`).\n\n" + table
+            + "\n\n(`02_discard_rule.csv`, `03_discard_rule.csv`.)")
+
+
+@block("fit-variants", "03_fit_variants.csv", "03_epsilon_variants.csv")
+def fit_variants(run: RunFiles) -> str:
+    """Notebook 03: the non-negative and the unconstrained fits (4)/(E.1), on the kept rows and on
+    every row: the fixed times t_op, how many bounds bind, and epsilon."""
+    fits, eps = run.csv("03_fit_variants.csv"), run.csv("03_epsilon_variants.csv")
+    rows = []
+    for (subset, how), g in fits.groupby(["rows", "fit"], sort=False):
+        e = eps[(eps["rows"] == subset) & (eps["fit"] == how)].iloc[0]
+        coefs = g[["t_op", "c_u", "c_re", "c_g", "c_t"]]
+        rows.append([how, subset, span(1e3 * g["t_op"], 3), int((coefs == 0).sum().sum()),
+                     int((coefs < 0).sum().sum()), f"{num(e.eps_slot, 4)}, {num(e.eps_dedup, 4)}, {num(e.eps_engine, 4)}"])
+    return (md_table(["fit", "rows", "t_op (ms)", "coefficients at the bound 0", "negative coefficients",
+                      "epsilon (slot, dedup, engine)"], rows)
+            + "\n\n(`03_fit_variants.csv`, `03_epsilon_variants.csv`; the default consumers read the non-negative "
+            "fit on the kept rows.)")
+
+
 # --- notebooks 05/06: the whole model and the prediction chain -----------------------------------
 def _count_span(pairs) -> str:
     """"a–b of c" over (value, total) pairs (totals equal), e.g. "2–5 of 8"."""

@@ -19,6 +19,7 @@ import pandas as pd
 from moespec import corpus, fit, io, predict
 from moespec.engine import goals as G
 from moespec.engine.operation import bench_engine, record_trace
+from moespec.measure import discard
 from moespec.measure.expert_op import load_rows
 from moespec.measure.load import machine_state
 from moespec.plots.predictions import figure4_saving, figure5_kstar, figure6_verify
@@ -75,7 +76,9 @@ class PredictionChainStudy:
             bench_dir = bench_engine(self.sub.engine, f"engine-{self.sub.kind}", self.wiki,
                                      out_dir=self.out / ("bench" if state == "quiet" else f"bench_{state}"),
                                      backend=self.backend, reps=reps, warmup=1, **cfg)
-        rows = load_rows(bench_dir)
+        decision = discard.apply_rule(load_rows(bench_dir), source=str(bench_dir / "rows.csv"))
+        rows = decision.kept
+        kept = decision.counts("fits (4)/(E.1)")
         fits = fit.fit_layers(rows)
         eps_table = fit.epsilon(fit.window_errors(fits, rows))
         eps = float(eps_table["eps_engine"].iloc[0])
@@ -87,7 +90,9 @@ class PredictionChainStudy:
         return Result([f"[{state}] bench run {bench_dir.name}: {int((rows['kind'] == 'chosen').sum())} chosen-id and "
                        f"{int((rows['kind'] == 'window').sum())} window timings over {rows['layer'].nunique()} layers, "
                        f"b = {b:.0f} bytes; eps: per-slot {eps_table['eps_slot'].iloc[0]:.3f}, deduplicating "
-                       f"{eps_table['eps_dedup'].iloc[0]:.3f}; engine eps = {eps:.3f}"])
+                       f"{eps_table['eps_dedup'].iloc[0]:.3f}; engine eps = {eps:.3f}",
+                       f"[{state}] discard rule (read within {decision.share:.0%} of the run's median, no swap or "
+                       f"GPU throttle): {kept['groups_kept']} group(s) kept, {kept['groups_discarded']} discarded"])
 
     def chain(self, state: str) -> Result:
         """Chain (22) in its four versions per depth, scored against ``state``'s round models; the

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moespec import paths
+from moespec import fit, paths
+from moespec.measure.discard import DiscardDecision
 from moespec.routing import stats
 
 #: Label of the paper's rows wherever they are shown beside ours.
@@ -70,6 +71,31 @@ def fit_table(fits: pd.DataFrame, errors: pd.DataFrame | None = None) -> pd.Data
                .agg(window_median_abs_err=("abs_err", "median"), windows=("abs_err", "size")).reset_index())
         out = out.merge(win, on=keys, how="left")
     return out
+
+
+def discard_effect(decision: DiscardDecision, by=("model", "backend", "fmt")) -> pd.DataFrame:
+    """Table 1's bandwidths per n (:func:`moespec.fit.bandwidth_table`) on every row and on the
+    rows the discard rule keeps, side by side (columns ``*_all`` and ``*_kept``)."""
+    cols = ["beta_slot_GBps", "beta_dedup_GBps", "r", "ubar", "passes"]
+    every = fit.bandwidth_table(decision.rows, by=by)
+    kept = fit.bandwidth_table(decision.kept, by=by)
+    keys = [c for c in (*by, "n") if c in every.columns]
+    return every[keys + cols].merge(kept[keys + cols], on=keys, how="left", suffixes=("_all", "_kept"))
+
+
+def fit_variants(decision: DiscardDecision) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Fits (4)/(E.1) both ways (non-negative and unconstrained, :data:`moespec.fit.FITS`) on every
+    row and on the rows the discard rule keeps: the coefficients per layer with their window errors
+    (:func:`fit_table`) and epsilon (:func:`moespec.fit.epsilon`), each row labelled by ``fit`` and
+    ``rows`` (``all`` or ``kept``)."""
+    coefs, eps = [], []
+    for label, rows in (("kept", decision.kept), ("all", decision.rows)):
+        for how in fit.FITS:
+            fits = fit.fit_layers(rows, fit=how)
+            errors = fit.window_errors(fits, rows)
+            coefs.append(fit_table(fits, errors).assign(rows=label))
+            eps.append(fit.epsilon(errors).assign(fit=how, rows=label))
+    return pd.concat(coefs, ignore_index=True), pd.concat(eps, ignore_index=True)
 
 
 def distinct_share(traces, ns=(2, 4, 6, 8)) -> pd.DataFrame:
