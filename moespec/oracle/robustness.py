@@ -27,6 +27,9 @@ MODEL = R.PER_K
 TERMS = ("ubar", "L")      # alpha, c
 N_BOOT = 999
 TRIM_SHARE = 0.01
+#: Eq. (4) with an intercept (the same fitted values as ``regression.CATEGORICAL``): the
+#: Breusch-Pagan test needs a constant among the regressors.
+CATEGORICAL_WITH_CONSTANT = "T_T_ms ~ C(m) + C(m):ubar + L"
 
 #: A.9's ladder of nested specifications (name, formula).
 LADDER = [("Ubar", "T_T_ms ~ ubar"), ("Ubar + L", R.UBAR_L), ("+ linear m", "T_T_ms ~ ubar + L + m"),
