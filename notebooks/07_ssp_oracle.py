@@ -211,6 +211,39 @@ print(f"a drafted token over a target pass ({headline.label}): {a_d:.4f} ms / {a
       f"{a_d / ar.T_T_ms.median():.3f}" if len(ar) else "")
 
 # %% [markdown]
+# ## 2b. Appendix A: by category, the pooled form's transfer, robustness
+#
+# Paper 2's Appendix A on `spec_rounds`, the headline regime's speculative rounds (K >= 1; the
+# rows of the headline fit above). A category enters a per-category table only with at least
+# `moespec.oracle.categories.MIN_GENERATIONS` generations (and, for eq. (4) within the category,
+# `MIN_GENERATIONS_PER_K` at every K); the others are rows with the reason. Paper 2's published
+# values stand beside ours in each table, labelled as theirs. Tables A1 and A3, Figure A1:
+
+# %%
+from moespec.oracle import appendix_a as appendix
+
+appendix.write_factors_by_category(spec_rounds, fig_dir, label)
+
+# %% [markdown]
+# Table A5 and Figures A3, A4: eq. (4), T_T ~ Ubar x C(K) + L, within each category.
+
+# %%
+appendix.write_model_by_category(spec_rounds, fig_dir, label)
+
+# %% [markdown]
+# Figure A5 and leave-one-K-out: the pooled form (A3) with a linear K, per K and on a K it has not seen.
+
+# %%
+appendix.write_budget_transfer(spec_rounds, fig_dir, label)
+
+# %% [markdown]
+# Table A7 and Figure A7 on the largest-K rounds (OLS, clustered bootstrap, Huber, 1 % trimming, run
+# halves, leave-one-category-out), the Breusch-Pagan test, binned residuals and A.9's ladder.
+
+# %%
+appendix.write_robustness(spec_rounds, fig_dir, label, seed=seed)
+
+# %% [markdown]
 # ## 3. The oracle's inputs: reference sequences and junk tails (Section 4.2)
 #
 # From the same draft distribution the junk tails record, per position, paper 2's surrogate

@@ -22,7 +22,7 @@ def beside_paper(table: pd.DataFrame, paper_rows: list[dict]) -> pd.DataFrame:
         return paper_value(v["q"]) if isinstance(v, dict) else v
     theirs = pd.DataFrame([{col: value(v) for col, v in row.items()} for row in paper_rows])
     out = pd.concat([table.assign(source=OURS), theirs.assign(source=PAPER_LABEL)], ignore_index=True)
-    ints = [c for c in table.select_dtypes("integer").columns if c in out]   # counts stay integers beside blanks
+    ints = [c for c in table.select_dtypes("integer").columns if c not in theirs]   # counts stay integers beside blanks
     return out.astype({c: "Int64" for c in ints})
 
 
