@@ -18,13 +18,25 @@ FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.cs
          "07_cf_kernel_cost_models.csv", "07_cf_alpha0_summary.json", "07_regression_by_regime.csv",
          "07_cost_models_overview.csv", "07_fixed_k.csv", "07_measured_fixed_k.csv", "07_oracle_vs_measured.png",
          "07_cf_oracle_vs_measured.png", "07_goals.csv"]
+#: Section 2b, paper 2's Appendix A (moespec.oracle.appendix_a).
+APPENDIX_A_FILES = ["07_tableA1_dataset.csv", "07_tableA3_factors_by_category.csv", "07_figA1_r2_by_category.png",
+                    "07_tableA5_model_by_category.csv", "07_figA3_alpha_by_category.png",
+                    "07_figA4_metrics_by_category.png", "07_figA5_pooled_by_k.csv", "07_figA5_pooled_vs_per_k.png",
+                    "07_leave_one_k_out.csv", "07_tableA7_robustness.csv", "07_figA7_robustness.png",
+                    "07_tableA7_residual_bins.csv", "07_figA7_residual_bins.png", "07_tableA7_diagnostics.csv",
+                    "07_tableA9_ladder.csv"]
 
 
 @pytest.mark.notebook
 def test_notebook_07_quick(run_notebook, tmp_path):
     _, figures, text = run_notebook("07_ssp_oracle", out_dir=str(tmp_path / "oracle"))
-    for name in FILES:
+    for name in FILES + APPENDIX_A_FILES:
         assert (figures / name).is_file(), f"{name} not written"
+    a5 = pd.read_csv(figures / "07_tableA5_model_by_category.csv")   # every category listed, reported or with a reason
+    ours = a5[a5.source == "ours (this machine)"]
+    assert set(ours.category) == set(pd.read_csv(figures / "07_tableA3_factors_by_category.csv").category.dropna()) - \
+        {"range over their 14 categories"}
+    assert ours[ours.status == "excluded"].reason.notna().all()
     sweeps = pd.read_csv(figures / "07_fig2_lmax_sweep.csv")
     assert list(dict.fromkeys(sweeps.transitions)) == ["surrogate", "greedy"]
     assert re.search(r"^subject: .*byte-faithful", text, re.M)

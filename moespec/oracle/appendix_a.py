@@ -1,6 +1,7 @@
 """Paper 2's Appendix A on one run's rounds, written to a figures folder: one function per part
 (notebook 07, section 2b, calls each once). Each writes its ``07_tableA*`` / ``07_figA*`` files and
-returns a short summary table; the analyses are :mod:`moespec.oracle.categories`,
+returns a short summary table. The ``subject`` column names our rows' subject; paper 2's rows
+(``source``) have none. The analyses are :mod:`moespec.oracle.categories`,
 :mod:`moespec.oracle.budget` and :mod:`moespec.oracle.robustness`, the tables (with paper 2's
 published values beside ours) :mod:`moespec.tables.oracle_appendix_a`, the figures
 :mod:`moespec.plots.oracle_appendix_a`."""
@@ -38,9 +39,9 @@ def write_factors_by_category(rounds: pd.DataFrame, fig_dir: Path, subject: str 
     """Table A1 (``07_tableA1_dataset.csv``), Table A3 (``07_tableA3_factors_by_category.csv``) and
     Figure A1 (``07_figA1_r2_by_category.png``) from the speculative rounds of ``rounds``."""
     spec = rounds[rounds.K >= 1]
-    io.write_dataframe(fig_dir / "07_tableA1_dataset.csv", tables.table_a1(spec).assign(subject=subject))
+    io.write_dataframe(fig_dir / "07_tableA1_dataset.csv", tables.table_a1(spec, subject))
     a3 = categories.factor_importance_by_category(spec)
-    io.write_dataframe(fig_dir / "07_tableA3_factors_by_category.csv", tables.table_a3(a3).assign(subject=subject))
+    io.write_dataframe(fig_dir / "07_tableA3_factors_by_category.csv", tables.table_a3(a3.assign(subject=subject)))
     io.save_figure(plots.fig_a1_r2_by_category(a3), fig_dir / "07_figA1_r2_by_category.png")
     return _summary(a3, "oos_r2_ubar", "Table A3: OOS R2 of T_T ~ Ubar")
 
@@ -49,7 +50,7 @@ def write_model_by_category(rounds: pd.DataFrame, fig_dir: Path, subject: str = 
     """Table A5 (``07_tableA5_model_by_category.csv``), Figures A3 and A4 (``07_figA3_alpha_by_category.png``,
     ``07_figA4_metrics_by_category.png``)."""
     a5 = categories.model_by_category(rounds[rounds.K >= 1])
-    io.write_dataframe(fig_dir / "07_tableA5_model_by_category.csv", tables.table_a5(a5).assign(subject=subject))
+    io.write_dataframe(fig_dir / "07_tableA5_model_by_category.csv", tables.table_a5(a5.assign(subject=subject)))
     io.save_figure(plots.fig_a3_alpha_by_category(a5), fig_dir / "07_figA3_alpha_by_category.png")
     io.save_figure(plots.fig_a4_metrics_by_category(a5), fig_dir / "07_figA4_metrics_by_category.png")
     return pd.concat([_summary(a5, "alpha_ms_per_expert", "Table A5: alpha at the largest K"),
@@ -61,10 +62,10 @@ def write_budget_transfer(rounds: pd.DataFrame, fig_dir: Path, subject: str = ""
     leave-one-K-out of the pooled form (``07_leave_one_k_out.csv``); returns the latter."""
     spec = rounds[rounds.K >= 1]
     per_k = budget.pooled_by_k(spec)
-    io.write_dataframe(fig_dir / "07_figA5_pooled_by_k.csv", tables.table_pooled_by_k(per_k).assign(subject=subject))
+    io.write_dataframe(fig_dir / "07_figA5_pooled_by_k.csv", tables.table_pooled_by_k(per_k.assign(subject=subject)))
     io.save_figure(plots.fig_a5_pooled_vs_per_k(spec, per_k), fig_dir / "07_figA5_pooled_vs_per_k.png")
     loko = budget.leave_one_k_out(spec)
-    io.write_dataframe(fig_dir / "07_leave_one_k_out.csv", tables.table_leave_one_k_out(loko).assign(subject=subject))
+    io.write_dataframe(fig_dir / "07_leave_one_k_out.csv", tables.table_leave_one_k_out(loko.assign(subject=subject)))
     return loko[["K", "rounds_held_out", "mape_pct", "mape_lo", "mape_hi"]]
 
 
@@ -77,7 +78,7 @@ def write_robustness(rounds: pd.DataFrame, fig_dir: Path, subject: str = "", n_b
     (``07_tableA9_ladder.csv``); returns Table A7's coefficients."""
     spec = rounds[rounds.K >= 1]
     robust = robustness.robustness_table(spec, n_boot=n_boot, seed=seed)
-    io.write_dataframe(fig_dir / "07_tableA7_robustness.csv", tables.table_a7(robust).assign(subject=subject))
+    io.write_dataframe(fig_dir / "07_tableA7_robustness.csv", tables.table_a7(robust.assign(subject=subject)))
     io.save_figure(plots.fig_a7_robustness(robust), fig_dir / "07_figA7_robustness.png")
     top = robustness.largest_k_rounds(spec)
     bins = robustness.binned_residuals(top)
@@ -88,6 +89,6 @@ def write_robustness(rounds: pd.DataFrame, fig_dir: Path, subject: str = "", n_b
         robustness.breusch_pagan(spec, robustness.CATEGORICAL_WITH_CONSTANT), robustness.breusch_pagan(top), k,
         float(np.corrcoef(spec.ubar, spec.L)[0, 1])).assign(subject=subject))
     io.write_dataframe(fig_dir / "07_tableA9_ladder.csv",
-                       tables.table_ladder(robustness.specification_ladder(spec)).assign(subject=subject))
+                       tables.table_ladder(robustness.specification_ladder(spec).assign(subject=subject)))
     return robust[["method", "alpha_ms_per_expert", "alpha_ms_per_expert_lo", "alpha_ms_per_expert_hi",
                    "c_ms_per_token", "c_ms_per_token_lo", "c_ms_per_token_hi"]]

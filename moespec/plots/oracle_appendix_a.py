@@ -12,6 +12,7 @@ import pandas as pd
 from moespec.oracle import regression as R
 from moespec.oracle.categories import POOL
 from moespec.plots._layout import add_caption, legend_outside
+from moespec.plots.oracle import rounds_by_k_panels
 
 METRIC_LABELS = {"one_minus_r2": "1 - R²", "medape_pct": "MedAPE (%)", "mape_pct": "MAPE (%)",
                  "nmae_pct": "nMAE (% of mean T_T)", "nrmse_pct": "nRMSE (% of mean T_T)",
@@ -95,30 +96,21 @@ def fig_a4_metrics_by_category(table: pd.DataFrame, title: str = "") -> plt.Figu
 def fig_a5_pooled_vs_per_k(rounds: pd.DataFrame, per_k: pd.DataFrame, title: str = "") -> plt.Figure:
     """Figure A5: per K, the rounds, the pooled model (A3) at the K's median L (red) and the per-K
     fit (gray dashed) at the same L; the pooled fit's MAPE on the K in the panel's title."""
-    ks = list(per_k.K)
-    cols = min(4, len(ks))
-    rws = int(np.ceil(len(ks) / cols))
-    fig, axes = plt.subplots(rws, cols, figsize=(3.2 * cols, 2.8 * rws), squeeze=False, sharex=True, sharey=True)
-    for ax, (_, row) in zip(axes.flat, per_k.iterrows()):
-        sub = rounds[rounds.K == row.K]
-        ax.scatter(sub.ubar, sub.T_T_ms, s=3, alpha=0.3, color="tab:blue", label="one round")
+    rows = per_k.set_index("K")
+
+    def draw(ax, K, sub):
+        row = rows.loc[K]
         u = np.linspace(sub.ubar.min(), sub.ubar.max(), 20)
         ax.plot(u, row.pooled_intercept_at_median_L_ms + row.pooled_alpha * u, "r-", lw=1, label="pooled (A3)")
         ax.plot(u, row.per_k_intercept_at_median_L_ms + row.per_k_alpha * u, "--", color="0.4", lw=1,
                 label="this K's own fit")
-        ax.set_title(f"K={int(row.K)}: pooled MAPE {row.mape_pct:.2g}% "
-                     f"[{row.mape_lo:.2g}, {row.mape_hi:.2g}]", fontsize=8)
-    for ax in axes[-1]:
-        ax.set_xlabel("expert union Ū_r")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("T_T (ms)")
-    axes[0][0].legend(fontsize=6, loc="upper left")
-    for ax in list(axes.flat)[len(ks):]:
-        ax.set_visible(False)
+        ax.set_title(f"K={int(K)}: pooled MAPE {row.mape_pct:.2g}% [{row.mape_lo:.2g}, {row.mape_hi:.2g}]", fontsize=8)
+
+    fig, _ = rounds_by_k_panels(rounds, list(rows.index), draw, cols=4, sharex=True)
     fig.suptitle(title or "The pooled model with a linear K beside the per-K fits (Figure A5, ours)", fontsize=9)
     add_caption(fig, "Pooled (A3): T_T = beta0 + alpha Ū_r + c L + gamma K on every K, drawn at each K's median L; "
                      "the per-K fit: T_T = beta0 + alpha Ū_r + c L on that K alone (Table A4). MAPE of the pooled "
-                     "fit on the K's rounds, 95% interval clustered by generation.", width=40 * cols)
+                     "fit on the K's rounds, 95% interval clustered by generation.", width=160)
     return fig
 
 

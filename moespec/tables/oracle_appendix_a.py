@@ -26,7 +26,7 @@ def beside_paper(table: pd.DataFrame, paper_rows: list[dict]) -> pd.DataFrame:
     return out.astype({c: "Int64" for c in ints})
 
 
-def table_a1(rounds: pd.DataFrame) -> pd.DataFrame:
+def table_a1(rounds: pd.DataFrame, subject: str = "") -> pd.DataFrame:
     """Table A1: the speculative rounds by run (one run = one K): rounds, generations, median L,
     median and mean T_T and T_D, mean Ubar_r and mean accepted tokens per round."""
     spec = validate_rounds(rounds[rounds.K >= 1])
@@ -35,7 +35,7 @@ def table_a1(rounds: pd.DataFrame) -> pd.DataFrame:
         T_T_median_ms=("T_T_ms", "median"), T_T_mean_ms=("T_T_ms", "mean"),
         T_D_median_ms=("T_D_ms", "median"), T_D_mean_ms=("T_D_ms", "mean"),
         ubar_mean=("ubar", "mean"), accepted_mean=("accepted", "mean")).reset_index()
-    return beside_paper(table.assign(K=table.K.astype(str)),
+    return beside_paper(table.assign(K=table.K.astype(str), subject=subject),
                         [{"K": "1..10 (their runs)", "median_L": {"q": "tableA1_median_L_range"}}])
 
 
