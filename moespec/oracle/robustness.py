@@ -109,7 +109,7 @@ def robustness_table(rounds: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0,
     kept = trimmed(df, MODEL, trim_share)
     trim = R.ols(MODEL, kept)
     ci = trim.conf_int()
-    rows.append(_row(f"trimmed {100 * trim_share:g}% by |residual|", kept, trim.params, ci[0], ci[1],
+    rows.append(_row(f"trimmed {100 * trim_share:g}% by absolute residual", kept, trim.params, ci[0], ci[1],
                      "clustered se, normal"))
     for name, half in zip(("first half of the generations", "second half of the generations"), run_halves(df)):
         fit = R.ols(MODEL, half)

@@ -21,7 +21,10 @@ def beside_paper(table: pd.DataFrame, paper_rows: list[dict]) -> pd.DataFrame:
     def value(v):
         return paper_value(v["q"]) if isinstance(v, dict) else v
     theirs = pd.DataFrame([{col: value(v) for col, v in row.items()} for row in paper_rows])
-    out = pd.concat([table.assign(source=OURS), theirs.assign(source=PAPER_LABEL)], ignore_index=True)
+    # a column that holds paper 2's text holds ours as text too, to 6 significant digits
+    shared = {c: table[c].map(lambda x: "" if pd.isna(x) else format(x, ".6g"))
+              for c in theirs if c in table and pd.api.types.is_float_dtype(table[c])}
+    out = pd.concat([table.assign(source=OURS, **shared), theirs.assign(source=PAPER_LABEL)], ignore_index=True)
     ints = [c for c in table.select_dtypes("integer").columns if c not in theirs]   # counts stay integers beside blanks
     return out.astype({c: "Int64" for c in ints})
 
