@@ -211,3 +211,17 @@ def test_tables_show_paper_values_labelled_as_theirs(rounds):
     assert a1.median_L.iloc[-1] == "586-606" and a1.rounds.dtype == "Int64"
     loko = tables.table_leave_one_k_out(budget.leave_one_k_out(rounds))
     assert loko[loko.source == PAPER_LABEL].mape_pct.tolist() == ["12.7", "15.1", "5.2"]
+
+
+def test_a_category_whose_fit_fails_is_excluded_with_the_error(rounds, monkeypatch):
+    real = R.fit_categorical
+
+    def fails_for_b(df, n_splits=5):
+        if set(df.category) == {"b"}:
+            raise np.linalg.LinAlgError("Singular matrix")
+        return real(df, n_splits)
+
+    monkeypatch.setattr(R, "fit_categorical", fails_for_b)
+    a5 = categories.model_by_category(rounds).set_index("category")
+    assert a5.loc["b", "status"] == "excluded" and a5.loc["b", "reason"] == "the fit failed: LinAlgError: Singular matrix"
+    assert a5.loc["a", "status"] == "included" and a5.loc[categories.POOL, "status"] == "included"

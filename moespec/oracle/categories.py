@@ -64,6 +64,24 @@ def _fold_interval(cv: pd.DataFrame, column: str, prefix: str) -> dict:
     return {prefix: mean, f"{prefix}_lo": mean - half, f"{prefix}_hi": mean + half}
 
 
+def _per_category(rounds: pd.DataFrame, included: list[str], excluded: pd.DataFrame, analyse):
+    """(rows, excluded): ``analyse(category, its rounds)`` for each included category and then the
+    full pool; a category whose fit the rounds do not determine (a fold without some K, a singular
+    design) joins the excluded ones with the fit's error as its reason. The pool's errors propagate."""
+    rows, failed = [], []
+    for cat in included + [POOL]:
+        sub = rounds if cat == POOL else rounds[rounds.category == cat]
+        head = {"category": cat, "status": "included", "rounds": len(sub), "generations": sub.gen_id.nunique()}
+        try:
+            rows.append(head | analyse(cat, sub))
+        except (ValueError, ZeroDivisionError, np.linalg.LinAlgError) as exc:
+            if cat == POOL:
+                raise
+            failed.append({k: head[k] for k in ("category", "rounds", "generations")}
+                          | {"reason": f"the fit failed: {type(exc).__name__}: {exc}"})
+    return rows, pd.concat([excluded, pd.DataFrame(failed, columns=excluded.columns)], ignore_index=True)
+
+
 def _with_excluded(rows: list[dict], excluded: pd.DataFrame, sort_by: str, ascending: bool) -> pd.DataFrame:
     """Included categories sorted by ``sort_by``, then the full pool, then the excluded ones with reasons."""
     table = pd.DataFrame(rows)
@@ -79,16 +97,14 @@ def factor_importance_by_category(rounds: pd.DataFrame, n_splits: int = 5,
     paired R² gain of adding L, and corr(Ubar_r, L) within the category."""
     rounds = validate_rounds(rounds)
     included, excluded = category_minimum(rounds, min_generations, n_splits=n_splits)
-    rows = []
-    for cat in included + [POOL]:
-        sub = rounds if cat == POOL else rounds[rounds.category == cat]
+    def row(cat, sub):
         alone = R.cross_validate("T_T_ms ~ ubar", sub, n_splits)
         both = R.cross_validate(R.UBAR_L, sub, n_splits)
         gain = pd.DataFrame({"gain": both.r2.to_numpy() - alone.r2.to_numpy()})
-        rows.append({"category": cat, "status": "included", "rounds": len(sub), "generations": sub.gen_id.nunique(),
-                     **_fold_interval(alone, "r2", "oos_r2_ubar"), **_fold_interval(both, "r2", "oos_r2_ubar_L"),
-                     **_fold_interval(gain, "gain", "r2_gain_of_L"),
-                     "corr_ubar_L": float(np.corrcoef(sub.ubar, sub.L)[0, 1])})
+        return {**_fold_interval(alone, "r2", "oos_r2_ubar"), **_fold_interval(both, "r2", "oos_r2_ubar_L"),
+                **_fold_interval(gain, "gain", "r2_gain_of_L"), "corr_ubar_L": float(np.corrcoef(sub.ubar, sub.L)[0, 1])}
+
+    rows, excluded = _per_category(rounds, included, excluded, row)
     return _with_excluded(rows, excluded, "oos_r2_ubar", ascending=False)
 
 
@@ -110,17 +126,16 @@ def model_by_category(rounds: pd.DataFrame, n_splits: int = 5, min_generations: 
     rounds = validate_rounds(rounds[rounds.K >= 1])
     k = largest_k(rounds)
     included, excluded = category_minimum(rounds, min_generations, min_generations_per_k, n_splits)
-    rows = []
-    for cat in included + [POOL]:
-        sub = rounds if cat == POOL else rounds[rounds.category == cat]
+    def row(cat, sub):
         fit = R.fit_categorical(sub, n_splits)
         at_k = R.categorical_table(fit).set_index("K").loc[k]
-        row = {"category": cat, "status": "included", "rounds": len(sub), "generations": sub.gen_id.nunique(),
-               "K": k, "generations_at_K": sub[sub.K == k].gen_id.nunique()}
+        out = {"K": k, "generations_at_K": sub[sub.K == k].gen_id.nunique()}
         for name, est, se in (("alpha_ms_per_expert", at_k.alpha_ms_per_expert, at_k.alpha_se),
                               ("c_ms_per_token", at_k.c_ms_per_token, at_k.c_se)):
-            row |= {name: est, f"{name}_se": se, f"{name}_lo": est - 1.96 * se, f"{name}_hi": est + 1.96 * se}
+            out |= {name: est, f"{name}_se": se, f"{name}_lo": est - 1.96 * se, f"{name}_hi": est + 1.96 * se}
         for metric in R.SIX_METRICS:
-            row |= _fold_interval(fit.cv, metric, f"cv_{metric}")
-        rows.append(row)
+            out |= _fold_interval(fit.cv, metric, f"cv_{metric}")
+        return out
+
+    rows, excluded = _per_category(rounds, included, excluded, row)
     return _with_excluded(rows, excluded, "alpha_ms_per_expert", ascending=True)

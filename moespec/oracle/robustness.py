@@ -124,7 +124,9 @@ def robustness_table(rounds: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0,
 
 
 def breusch_pagan(df: pd.DataFrame, formula: str = MODEL) -> dict:
-    """Breusch-Pagan test of the OLS residuals of ``formula`` on its regressors (statsmodels)."""
+    """Breusch-Pagan test of the OLS residuals of ``formula`` on its regressors (statsmodels'
+    ``het_breuschpagan``, Koenker's studentized form: LM = n R² of the squared residuals on the
+    regressors). ``formula`` needs an intercept (statsmodels' requirement)."""
     fit = smf.ols(formula, data=df).fit()
     lm, lm_p, f, f_p = het_breuschpagan(fit.resid, fit.model.exog)
     return {"lm": float(lm), "lm_p": float(lm_p), "f": float(f), "f_p": float(f_p), "rounds": int(fit.nobs)}
