@@ -28,11 +28,11 @@ def _span(table: pd.DataFrame, col: str) -> str:
 def _summary(table: pd.DataFrame, col: str, what: str) -> pd.DataFrame:
     """One row: how many categories were reported and excluded, the range of ``col`` over them and the pool's value."""
     pool = table[table.category == categories.POOL]
-    return pd.DataFrame([{"table": what, "categories reported": int(((table.status == "included")
-                                                                     & (table.category != categories.POOL)).sum()),
-                          "excluded (below the minimum)": int((table.status == "excluded").sum()),
-                          f"{col} range over categories": _span(table, col),
-                          f"{col}, full pool": float(pool[col].iloc[0]) if len(pool) else np.nan}])
+    reported = (table.status == "included") & (table.category != categories.POOL)
+    return pd.DataFrame([{"quantity": what, "categories reported": int(reported.sum()),
+                          "excluded": int((table.status == "excluded").sum()),
+                          "range over the categories": _span(table, col),
+                          "full pool": float(pool[col].iloc[0]) if len(pool) else np.nan}])
 
 
 def write_factors_by_category(rounds: pd.DataFrame, fig_dir: Path, subject: str = "") -> pd.DataFrame:
@@ -43,7 +43,7 @@ def write_factors_by_category(rounds: pd.DataFrame, fig_dir: Path, subject: str 
     a3 = categories.factor_importance_by_category(spec)
     io.write_dataframe(fig_dir / "07_tableA3_factors_by_category.csv", tables.table_a3(a3.assign(subject=subject)))
     io.save_figure(plots.fig_a1_r2_by_category(a3), fig_dir / "07_figA1_r2_by_category.png")
-    return _summary(a3, "oos_r2_ubar", "Table A3: OOS R2 of T_T ~ Ubar")
+    return _summary(a3, "oos_r2_ubar", "Table A3: held-out R2 of T_T ~ Ubar")
 
 
 def write_model_by_category(rounds: pd.DataFrame, fig_dir: Path, subject: str = "") -> pd.DataFrame:
@@ -53,7 +53,7 @@ def write_model_by_category(rounds: pd.DataFrame, fig_dir: Path, subject: str = 
     io.write_dataframe(fig_dir / "07_tableA5_model_by_category.csv", tables.table_a5(a5.assign(subject=subject)))
     io.save_figure(plots.fig_a3_alpha_by_category(a5), fig_dir / "07_figA3_alpha_by_category.png")
     io.save_figure(plots.fig_a4_metrics_by_category(a5), fig_dir / "07_figA4_metrics_by_category.png")
-    return pd.concat([_summary(a5, "alpha_ms_per_expert", "Table A5: alpha at the largest K"),
+    return pd.concat([_summary(a5, "alpha_ms_per_expert", "Table A5: alpha at the largest K (ms per expert)"),
                       _summary(a5, "cv_mape_pct", "Table A5: held-out MAPE (%)")], ignore_index=True)
 
 

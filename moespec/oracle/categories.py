@@ -94,7 +94,7 @@ def factor_importance_by_category(rounds: pd.DataFrame, n_splits: int = 5,
                                   min_generations: int = MIN_GENERATIONS) -> pd.DataFrame:
     """Table A3: per category (sorted by the Ubar-only R²) and for the full pool, the GroupKFold
     out-of-sample R² of T_T ~ Ubar_r and of T_T ~ Ubar_r + L with 95% t-intervals across folds, the
-    paired R² gain of adding L, and corr(Ubar_r, L) within the category."""
+    paired R² gain of adding L (corr(Ubar_r, L) on all rounds: ``07_tableA7_diagnostics.csv``)."""
     rounds = validate_rounds(rounds)
     included, excluded = category_minimum(rounds, min_generations, n_splits=n_splits)
     def row(cat, sub):
@@ -102,7 +102,7 @@ def factor_importance_by_category(rounds: pd.DataFrame, n_splits: int = 5,
         both = R.cross_validate(R.UBAR_L, sub, n_splits)
         gain = pd.DataFrame({"gain": both.r2.to_numpy() - alone.r2.to_numpy()})
         return {**_fold_interval(alone, "r2", "oos_r2_ubar"), **_fold_interval(both, "r2", "oos_r2_ubar_L"),
-                **_fold_interval(gain, "gain", "r2_gain_of_L"), "corr_ubar_L": float(np.corrcoef(sub.ubar, sub.L)[0, 1])}
+                **_fold_interval(gain, "gain", "r2_gain_of_L")}
 
     rows, excluded = _per_category(rounds, included, excluded, row)
     return _with_excluded(rows, excluded, "oos_r2_ubar", ascending=False)
