@@ -29,6 +29,11 @@ def _included(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return drawn, note
 
 
+def _height(rows: int, caption: str, width: int, per_row: float = 0.35) -> float:
+    """A figure height with room for ``rows`` labelled rows and the wrapped caption."""
+    return per_row * rows + 1.8 + 0.13 * (len(caption) // width + 1)
+
+
 def _errorbars(ax, y, table, col, **kw):
     ax.errorbar(table[col], y, xerr=[table[col] - table[f"{col}_lo"], table[f"{col}_hi"] - table[col]],
                 fmt="o", ms=4, capsize=2, **kw)
@@ -38,7 +43,9 @@ def fig_a1_r2_by_category(table: pd.DataFrame, title: str = "") -> plt.Figure:
     """Figure A1: out-of-sample R² of T_T ~ Ubar_r and of T_T ~ Ubar_r + L per category (95% t-interval
     across the GroupKFold folds), in Table A3's order, the full pool last."""
     drawn, note = _included(table)
-    fig, ax = plt.subplots(figsize=(7.5, 0.35 * len(drawn) + 1.8))
+    caption = ("Ū_r: distinct experts the round's verified tokens select, mean over MoE layers; L: context length. "
+               "Bars: 95% t-interval across the five folds. " + note)
+    fig, ax = plt.subplots(figsize=(7.5, _height(len(drawn), caption, 110)))
     y = np.arange(len(drawn))[::-1]
     _errorbars(ax, y + 0.15, drawn, "oos_r2_ubar", label="Ū_r alone")
     _errorbars(ax, y - 0.15, drawn, "oos_r2_ubar_L", label="Ū_r + L")
@@ -47,8 +54,7 @@ def fig_a1_r2_by_category(table: pd.DataFrame, title: str = "") -> plt.Figure:
     ax.set_xlabel("out-of-sample R² of verification time T_T (GroupKFold by generation)")
     legend_outside(ax)
     ax.set_title(title or "Factor importance by category (Figure A1, ours)", fontsize=9)
-    add_caption(fig, "Ū_r: distinct experts the round's verified tokens select, mean over MoE layers; L: context "
-                     "length. Bars: 95% t-interval across the five folds. " + note, width=110)
+    add_caption(fig, caption, width=110)
     return fig
 
 
@@ -57,7 +63,11 @@ def fig_a3_alpha_by_category(table: pd.DataFrame, title: str = "") -> plt.Figure
     held-out MAPE with its interval; the full pool's estimate dashed."""
     drawn, note = _included(table)
     cats, pool = drawn[drawn.category != POOL], drawn[drawn.category == POOL]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.35 * len(drawn) + 1.8), sharey=True)
+    k = int(drawn.K.iloc[0]) if len(drawn) else "max"
+    caption = (f"Model T_T ~ Ū_r x C(K) + L within each category; alpha: the slope at K = {k}, interval estimate "
+               "+- 1.96 clustered se (by generation); MAPE: GroupKFold(5) by generation, 95% t-interval across "
+               "folds. " + note)
+    fig, axes = plt.subplots(1, 2, figsize=(10, _height(len(drawn), caption, 140)), sharey=True)
     y = np.arange(len(cats))[::-1]
     for ax, col, label in ((axes[0], "alpha_ms_per_expert", "alpha (ms per distinct expert)"),
                            (axes[1], "cv_mape_pct", "held-out MAPE (%)")):
@@ -68,18 +78,17 @@ def fig_a3_alpha_by_category(table: pd.DataFrame, title: str = "") -> plt.Figure
     axes[0].set_yticks(y)
     axes[0].set_yticklabels(cats.category, fontsize=8)
     legend_outside(axes[1])
-    k = int(drawn.K.iloc[0]) if len(drawn) else "max"
     fig.suptitle(title or f"Eq. (4) by category: alpha at K = {k} and held-out error (Figure A3, ours)", fontsize=9)
-    add_caption(fig, f"Model T_T ~ Ū_r x C(K) + L within each category; alpha: the slope at K = {k}, interval "
-                     "estimate +- 1.96 clustered se (by generation); MAPE: GroupKFold(5) by generation, 95% "
-                     "t-interval across folds. " + note, width=140)
+    add_caption(fig, caption, width=140)
     return fig
 
 
 def fig_a4_metrics_by_category(table: pd.DataFrame, title: str = "") -> plt.Figure:
     """Figure A4: the six dimensionless held-out metrics per category with 95% t-intervals across folds."""
     drawn, note = _included(table)
-    fig, axes = plt.subplots(2, 3, figsize=(12, 0.5 * len(drawn) + 3), sharey=True)
+    caption = ("Held-out generations, GroupKFold(5); APE: |measured - predicted| / measured T_T; nMAE and nRMSE over "
+               "the mean measured T_T. Bars: 95% t-interval across the folds. " + note)
+    fig, axes = plt.subplots(2, 3, figsize=(12, _height(2 * len(drawn), caption, 160, per_row=0.25) + 1), sharey=True)
     y = np.arange(len(drawn))[::-1]
     for ax, metric in zip(axes.flat, R.SIX_METRICS):
         _errorbars(ax, y, drawn, f"cv_{metric}", color="tab:blue")
@@ -88,8 +97,7 @@ def fig_a4_metrics_by_category(table: pd.DataFrame, title: str = "") -> plt.Figu
         ax.set_yticks(y)
         ax.set_yticklabels(drawn.category, fontsize=7)
     fig.suptitle(title or "Six held-out quality metrics of eq. (4) by category (Figure A4, ours)", fontsize=9)
-    add_caption(fig, "Held-out generations, GroupKFold(5); APE: |measured - predicted| / measured T_T; nMAE and "
-                     "nRMSE over the mean measured T_T. Bars: 95% t-interval across the folds. " + note, width=160)
+    add_caption(fig, caption, width=160)
     return fig
 
 
