@@ -52,6 +52,7 @@ def fig_a1_r2_by_category(table: pd.DataFrame, title: str = "") -> plt.Figure:
     ax.set_yticks(y)
     ax.set_yticklabels(drawn.category, fontsize=8)
     ax.set_xlabel("out-of-sample R² of verification time T_T (GroupKFold by generation)")
+    ax.set_ylabel("category")
     legend_outside(ax)
     ax.set_title(title or "Factor importance by category (Figure A1, ours)", fontsize=9)
     add_caption(fig, caption, width=110)
@@ -77,6 +78,7 @@ def fig_a3_alpha_by_category(table: pd.DataFrame, title: str = "") -> plt.Figure
         ax.set_xlabel(label)
     axes[0].set_yticks(y)
     axes[0].set_yticklabels(cats.category, fontsize=8)
+    axes[0].set_ylabel("category")
     legend_outside(axes[1])
     fig.suptitle(title or f"Eq. (4) by category: alpha at K = {k} and held-out error (Figure A3, ours)", fontsize=9)
     add_caption(fig, caption, width=140)
@@ -91,11 +93,13 @@ def fig_a4_metrics_by_category(table: pd.DataFrame, title: str = "") -> plt.Figu
     fig, axes = plt.subplots(2, 3, figsize=(12, _height(2 * len(drawn), caption, 160, per_row=0.25) + 1), sharey=True)
     y = np.arange(len(drawn))[::-1]
     for ax, metric in zip(axes.flat, R.SIX_METRICS):
-        _errorbars(ax, y, drawn, f"cv_{metric}", color="tab:blue")
+        _errorbars(ax, y, drawn, f"cv_{metric}", color="tab:blue", label="held-out mean (95% t-interval)")
         ax.set_xlabel(METRIC_LABELS[metric], fontsize=8)
     for ax in axes[:, 0]:
         ax.set_yticks(y)
         ax.set_yticklabels(drawn.category, fontsize=7)
+        ax.set_ylabel("category")
+    legend_outside(axes[0][-1])
     fig.suptitle(title or "Six held-out quality metrics of eq. (4) by category (Figure A4, ours)", fontsize=9)
     add_caption(fig, caption, width=160)
     return fig
@@ -134,6 +138,7 @@ def fig_a7_robustness(robust: pd.DataFrame, title: str = "") -> plt.Figure:
         ax.set_xlabel(label)
     axes[0].set_yticks(y)
     axes[0].set_yticklabels(robust.method, fontsize=7)
+    axes[0].set_ylabel("estimator")
     legend_outside(axes[1])
     fig.suptitle(title or f"Cost-model coefficients under robustness checks, K = {int(robust.K.iloc[0])} "
                           "(Figure A7, ours)", fontsize=9)
@@ -154,10 +159,11 @@ def fig_binned_residuals(bins: pd.DataFrame, title: str = "") -> plt.Figure:
         b = bins[bins.by == col]
         x = (b.lo_value + b.hi_value) / 2
         ax.errorbar(x, b.mean_resid_ms, yerr=[b.mean_resid_ms - b.lo, b.hi - b.mean_resid_ms], fmt="o-", ms=4,
-                    capsize=2)
+                    capsize=2, label="mean residual of the bin (95% interval)")
         ax.axhline(0, color="gray", lw=0.5)
         ax.set_xlabel(labels.get(col, col))
     axes[0][0].set_ylabel("mean residual of T_T (ms)")
+    axes[0][0].legend(fontsize=7)
     fig.suptitle(title or "Residuals of the largest-K model, binned (A.9, ours)", fontsize=9)
     add_caption(fig, "Residuals of T_T = beta0 + alpha Ū_r + c L (OLS) in quantile bins (x: the bin's middle); "
                      "bars: 95% interval clustered by generation.", width=130)
