@@ -39,6 +39,24 @@ def _errorbars(ax, y, table, col, **kw):
                 fmt="o", ms=4, capsize=2, **kw)
 
 
+def _interval_rows(rows: pd.DataFrame, label_col: str, panels, reference, reference_label: str, mark_label: str,
+                   height: float) -> plt.Figure:
+    """One panel per (column, x label) of ``panels``: each row of ``rows`` as an estimate with its
+    ``_lo``/``_hi`` interval, labelled by ``label_col``; ``reference`` (a row, or None) dashed."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(10.5, height), sharey=True, squeeze=False)
+    y = np.arange(len(rows))[::-1]
+    for ax, (col, xlabel) in zip(axes[0], panels):
+        _errorbars(ax, y, rows, col, color="tab:blue", label=mark_label)
+        if reference is not None:
+            ax.axvline(reference[col], ls="--", color="gray", label=reference_label)
+        ax.set_xlabel(xlabel)
+    axes[0][0].set_yticks(y)
+    axes[0][0].set_yticklabels(rows[label_col], fontsize=7)
+    axes[0][0].set_ylabel(label_col)
+    legend_outside(axes[0][-1])
+    return fig
+
+
 def fig_a1_r2_by_category(table: pd.DataFrame, title: str = "") -> plt.Figure:
     """Figure A1: out-of-sample R² of T_T ~ Ubar_r and of T_T ~ Ubar_r + L per category (95% t-interval
     across the GroupKFold folds), in Table A3's order, the full pool last."""
@@ -68,18 +86,10 @@ def fig_a3_alpha_by_category(table: pd.DataFrame, title: str = "") -> plt.Figure
     caption = (f"Model T_T ~ Ū_r x C(K) + L within each category; alpha: the slope at K = {k}, interval estimate "
                "+- 1.96 clustered se (by generation); MAPE: GroupKFold(5) by generation, 95% t-interval across "
                "folds. " + note)
-    fig, axes = plt.subplots(1, 2, figsize=(10, _height(len(drawn), caption, 140)), sharey=True)
-    y = np.arange(len(cats))[::-1]
-    for ax, col, label in ((axes[0], "alpha_ms_per_expert", "alpha (ms per distinct expert)"),
-                           (axes[1], "cv_mape_pct", "held-out MAPE (%)")):
-        _errorbars(ax, y, cats, col, color="tab:blue", label="category (95% interval)")
-        if len(pool):
-            ax.axvline(pool[col].iloc[0], ls="--", color="gray", label="full pool")
-        ax.set_xlabel(label)
-    axes[0].set_yticks(y)
-    axes[0].set_yticklabels(cats.category, fontsize=8)
-    axes[0].set_ylabel("category")
-    legend_outside(axes[1])
+    fig = _interval_rows(cats, "category", [("alpha_ms_per_expert", "alpha (ms per distinct expert)"),
+                                            ("cv_mape_pct", "held-out MAPE (%)")],
+                         pool.iloc[0] if len(pool) else None, "full pool", "category (95% interval)",
+                         _height(len(drawn), caption, 140))
     fig.suptitle(title or f"Eq. (4) by category: alpha at K = {k} and held-out error (Figure A3, ours)", fontsize=9)
     add_caption(fig, caption, width=140)
     return fig
@@ -129,17 +139,9 @@ def fig_a5_pooled_vs_per_k(rounds: pd.DataFrame, per_k: pd.DataFrame, title: str
 def fig_a7_robustness(robust: pd.DataFrame, title: str = "") -> plt.Figure:
     """Figure A7: alpha and c at the largest K under each robustness check with its interval (or the
     range across refits); the baseline OLS estimate dashed."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.4 * len(robust) + 1.8), sharey=True)
-    y = np.arange(len(robust))[::-1]
-    for ax, col, label in ((axes[0], "alpha_ms_per_expert", "alpha (ms per distinct expert)"),
-                           (axes[1], "c_ms_per_token", "c (ms per context token)")):
-        _errorbars(ax, y, robust, col, color="tab:blue")
-        ax.axvline(robust[col].iloc[0], ls="--", color="gray", label="OLS estimate")
-        ax.set_xlabel(label)
-    axes[0].set_yticks(y)
-    axes[0].set_yticklabels(robust.method, fontsize=7)
-    axes[0].set_ylabel("estimator")
-    legend_outside(axes[1])
+    fig = _interval_rows(robust, "method", [("alpha_ms_per_expert", "alpha (ms per distinct expert)"),
+                                            ("c_ms_per_token", "c (ms per context token)")],
+                         robust.iloc[0], "OLS estimate", "estimate (95% interval or range)", 0.4 * len(robust) + 1.8)
     fig.suptitle(title or f"Cost-model coefficients under robustness checks, K = {int(robust.K.iloc[0])} "
                           "(Figure A7, ours)", fontsize=9)
     add_caption(fig, "Model T_T = beta0 + alpha Ū_r + c L on the largest-K rounds. Bars: 95% intervals (clustered "
