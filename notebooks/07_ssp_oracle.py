@@ -96,6 +96,7 @@ from moespec.engine import goals as G
 from moespec.notebook_profiles import resolve, setup
 from moespec.engine.subject import load_subject
 from moespec.oracle import analysis as A
+from moespec.oracle import appendix_a as appendix
 from moespec.oracle import regression as R
 from moespec.oracle.junk import junk_tails, load_inputs, replayed_inputs, save_inputs
 from moespec.oracle.kernel_cost import bench_bandwidths, kernel_models
@@ -218,6 +219,37 @@ if len(ar):
           f"t_target predicts {pred.median():.3f} ms")
 print(f"a drafted token over a target pass ({headline.label}): {a_d:.4f} ms / {ar.T_T_ms.median():.3f} ms = "
       f"{a_d / ar.T_T_ms.median():.3f}" if len(ar) else "")
+
+# %% [markdown]
+# ## 2b. Appendix A: by category, the pooled form's transfer, robustness
+#
+# Paper 2's Appendix A on `spec_rounds`, the headline regime's speculative rounds (K >= 1; the
+# rows of the headline fit above). A category enters a per-category table only with at least
+# `moespec.oracle.categories.MIN_GENERATIONS` generations (and, for eq. (4) within the category,
+# `MIN_GENERATIONS_PER_K` at every K); the others are rows with the reason. Paper 2's published
+# values stand beside ours in each table, labelled as theirs. Tables A1 and A3, Figure A1:
+
+# %%
+appendix.write_factors_by_category(spec_rounds, fig_dir, label)
+
+# %% [markdown]
+# Table A5 and Figures A3, A4: eq. (4), T_T ~ Ubar x C(K) + L, within each category.
+
+# %%
+appendix.write_model_by_category(spec_rounds, fig_dir, label)
+
+# %% [markdown]
+# Figure A5 and leave-one-K-out: the pooled form (A3) with a linear K, per K and on a K it has not seen.
+
+# %%
+appendix.write_budget_transfer(spec_rounds, fig_dir, label)
+
+# %% [markdown]
+# Table A7 and Figure A7 on the largest-K rounds (OLS, clustered bootstrap, Huber, 1 % trimming, run
+# halves, leave-one-category-out), the Breusch-Pagan test, binned residuals and A.9's ladder.
+
+# %%
+appendix.write_robustness(spec_rounds, fig_dir, label, seed=seed)
 
 # %% [markdown]
 # ## 3. The oracle's inputs: reference sequences and junk tails (Section 4.2)
@@ -374,7 +406,8 @@ print(tables_b.describe(appendix_b))
 # %%
 hl = analyses[oracle_headline]
 per_k = headline.per_k
-cmp = tables.ours_vs_paper(tables.paper2_comparison_values(headline, {t: r.sweep for t, r in hl.items()}, P["lmax"]))
+cmp = tables.ours_vs_paper({**tables.paper2_comparison_values(headline, {t: r.sweep for t, r in hl.items()}, P["lmax"]),
+                           **appendix.comparison_values(fig_dir)})    # Appendix A's, read back from section 2b's files
 cmp = cmp.assign(subject=label, rows=headline.label)
 io.write_dataframe(fig_dir / "07_paper2_comparison.csv", cmp)
 print(cmp.to_string(index=False))

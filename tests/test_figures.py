@@ -129,7 +129,39 @@ def _staircases():
     return {"panel": V}, {"panel": {name: th.staircase(v) for name, v in V.items()}}
 
 
+def _appendix_a():
+    """Appendix A's tables (moespec.oracle.categories, budget, robustness) on small synthetic rounds:
+    two categories that meet the minimum and one that does not."""
+    from fakes import synthetic_rounds
+
+    from moespec.oracle import budget, categories, robustness
+    coef = {"beta0": {m: 4.0 + 0.5 * m for m in range(2, 5)}, "alpha": {m: 0.1 + 0.05 * m for m in range(2, 5)},
+            "c": 1e-3, "draft_a": 0.4, "draft_b": 0.1}
+    rounds = synthetic_rounds(coef, ks=range(1, 4), generations_per_k=22, rounds_per_gen=6, seed=1)
+    g = rounds.gen_id.str.extract(r"-g(\d+)$")[0].astype(int)
+    rounds["category"] = np.where(g < 10, "code", np.where(g < 20, "prose", "math"))
+    top = robustness.largest_k_rounds(rounds)
+    return {"a3": categories.factor_importance_by_category(rounds), "a5": categories.model_by_category(rounds),
+            "rounds": rounds, "per_k": budget.pooled_by_k(rounds), "a7": robustness.robustness_table(rounds, n_boot=20),
+            "bins": robustness.binned_residuals(top)}
+
+
+APPENDIX_A = {}
+
+
+def _a(key):
+    if not APPENDIX_A:
+        APPENDIX_A.update(_appendix_a())
+    return APPENDIX_A[key]
+
+
 CASES = {
+    "oracle_appendix_a.fig_a1_r2_by_category": lambda f: f(_a("a3")),
+    "oracle_appendix_a.fig_a3_alpha_by_category": lambda f: f(_a("a5")),
+    "oracle_appendix_a.fig_a4_metrics_by_category": lambda f: f(_a("a5")),
+    "oracle_appendix_a.fig_a5_pooled_vs_per_k": lambda f: f(_a("rounds"), _a("per_k")),
+    "oracle_appendix_a.fig_a7_robustness": lambda f: f(_a("a7")),
+    "oracle_appendix_a.fig_binned_residuals": lambda f: f(_a("bins")),
     "advise.advice_figure": lambda f: f(_advice()),
     "rounds.round_terms_figure": lambda f: f([_round_model(), _round_model("loaded", "chat")], title="round model"),
     "rounds.protocols_figure": lambda f: f(_protocols(), title="grid and loop"),

@@ -20,17 +20,31 @@ FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.cs
          "07_cf_oracle_vs_measured.png", "07_goals.csv", "07_paper2_map.csv", "07_tableB_status.json", "07_tableB_label_counts.csv",
          "07_tableB3_k_by_context.csv", "07_tableB5_new_experts.csv", "07_tableB4_cases.csv", "07_tableB_gallery.csv",
          "07_figB3_k_by_context.png", "07_figB5_new_experts.png", "07_figB4_alpha0_cases.png", "07_figB_gallery.png"]
+#: Section 2b, paper 2's Appendix A (moespec.oracle.appendix_a).
+APPENDIX_A_FILES = ["07_tableA1_dataset.csv", "07_tableA3_factors_by_category.csv", "07_figA1_r2_by_category.png",
+                    "07_tableA5_model_by_category.csv", "07_figA3_alpha_by_category.png",
+                    "07_figA4_metrics_by_category.png", "07_figA5_pooled_by_k.csv", "07_figA5_pooled_vs_per_k.png",
+                    "07_leave_one_k_out.csv", "07_tableA7_robustness.csv", "07_figA7_robustness.png",
+                    "07_tableA7_residual_bins.csv", "07_figA7_residual_bins.png", "07_tableA7_diagnostics.csv",
+                    "07_tableA9_ladder.csv"]
 
 
 @pytest.mark.notebook
 def test_notebook_07_quick(run_notebook, tmp_path):
     _, figures, text = run_notebook("07_ssp_oracle", out_dir=str(tmp_path / "oracle"))
-    for name in FILES:
+    for name in FILES + APPENDIX_A_FILES:
         assert (figures / name).is_file(), f"{name} not written"
+    a5 = pd.read_csv(figures / "07_tableA5_model_by_category.csv")   # every category listed, reported or with a reason
+    ours = a5[a5.source == "ours (this machine)"]
+    assert set(ours.category) == set(pd.read_csv(figures / "07_tableA3_factors_by_category.csv").category.dropna()) - \
+        {"range over their 14 categories"}
+    assert ours[ours.status == "excluded"].reason.notna().all()
     sweeps = pd.read_csv(figures / "07_fig2_lmax_sweep.csv")
     seqs = pd.read_csv(figures / "07_oracle_sequences.csv")     # the quick profile's workload: 2 categories x 2
     assert sorted(set(seqs.category)) == ["coding", "math_reasoning"]
     assert seqs.groupby(["transitions", "analysis"]).seq_id.nunique().eq(4).all()
+    item_map = pd.read_csv(figures / "07_paper2_map.csv")     # every paper 2 item has its file in this run
+    assert not (item_map.verdict == "missing").any(), item_map[item_map.verdict == "missing"]["paper 2 item"].tolist()
     assert list(dict.fromkeys(sweeps.transitions)) == ["surrogate", "greedy"]
     assert re.search(r"^subject: .*byte-faithful", text, re.M)
     assert (sweeps.subject == sweeps.subject.iloc[0]).all() and "byte-faithful" in sweeps.subject.iloc[0]

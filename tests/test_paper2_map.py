@@ -47,3 +47,19 @@ def test_items_name_comparison_rows_that_exist():
     known = set(paper_scalars().quantity)
     for it in ITEMS:
         assert set(it.quantities) <= known, it.item
+
+
+def test_appendix_a_comparison_values_read_back_the_ours_rows(tmp_path):
+    """Appendix A's published quantities, ours read from the section's files (paper rows ignored)."""
+    from moespec.oracle.appendix_a import comparison_values
+    from moespec.oracle.categories import POOL
+
+    ours, theirs = "ours (this machine)", "paper 2, published (theirs)"
+    pd.DataFrame({"category": ["a", "b", "c", POOL, "range"], "status": ["included", "included", "excluded",
+                                                                         "included", None],
+                  "oos_r2_ubar": [0.9, 0.8, None, 0.95, "0.60-0.87"], "source": [ours] * 4 + [theirs]}
+                 ).to_csv(tmp_path / "07_tableA3_factors_by_category.csv", index=False)
+    pd.DataFrame({"K": ["1", "2", "mean", "mean"], "mape_pct": [1.0, 3.0, 2.0, 5.2], "source": [ours] * 3 + [theirs]}
+                 ).to_csv(tmp_path / "07_leave_one_k_out.csv", index=False)
+    v = comparison_values(tmp_path)
+    assert v == {"tableA3_ubar_only_oos_R2_range": "0.8-0.9", "leave_one_K_out_MAPE_pct_mean": "2"}

@@ -51,13 +51,23 @@ def ols(formula: str, df: pd.DataFrame, cluster: str = "gen_id"):
     return smf.ols(formula, data=df).fit(cov_type="cluster", cov_kwds={"groups": groups})
 
 
+#: Figure A4's six dimensionless metrics (columns of :func:`_errors`' result).
+SIX_METRICS = ("one_minus_r2", "medape_pct", "mape_pct", "nmae_pct", "nrmse_pct", "p95ape_pct")
+
+
 def _errors(y: np.ndarray, yhat: np.ndarray) -> dict:
+    """R², RMSE and Figure A4's six dimensionless metrics of predictions ``yhat`` of ``y``:
+    1 - R², MedAPE, MAPE, P95 APE (absolute percentage errors), nMAE and nRMSE (MAE and RMSE over
+    the mean of ``y``, in %)."""
     resid = y - yhat
     ape = np.abs(resid) / np.abs(y)
     ss_tot = np.sum((y - y.mean()) ** 2)
-    return {"r2": float(1 - np.sum(resid ** 2) / ss_tot) if ss_tot > 0 else float("nan"),
-            "rmse_ms": float(np.sqrt(np.mean(resid ** 2))),
-            "mape_pct": float(100 * ape.mean()), "medape_pct": float(100 * np.median(ape))}
+    r2 = float(1 - np.sum(resid ** 2) / ss_tot) if ss_tot > 0 else float("nan")
+    rmse = float(np.sqrt(np.mean(resid ** 2)))
+    return {"r2": r2, "rmse_ms": rmse,
+            "mape_pct": float(100 * ape.mean()), "medape_pct": float(100 * np.median(ape)),
+            "one_minus_r2": 1 - r2, "nmae_pct": float(100 * np.mean(np.abs(resid)) / np.mean(y)),
+            "nrmse_pct": float(100 * rmse / np.mean(y)), "p95ape_pct": float(100 * np.quantile(ape, 0.95))}
 
 
 def cross_validate(formula: str, df: pd.DataFrame, n_splits: int = 5, group: str = "gen_id") -> pd.DataFrame:

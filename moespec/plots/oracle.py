@@ -32,27 +32,37 @@ def _transitions_caption(panels) -> str:
     return " ".join(f"{t}: {TRANSITION_LABELS[t]}." for t, _ in panels if t)
 
 
-def fig_rounds_by_k(rounds: pd.DataFrame, per_k: pd.DataFrame, title: str = "") -> plt.Figure:
-    """Figure 1 analogue: T_T against Ubar_r per K with the per-K fit at the median L."""
-    ks = sorted(rounds.K.unique())
-    cols = min(5, len(ks))
+def rounds_by_k_panels(rounds: pd.DataFrame, ks, draw, cols: int = 5, sharex: bool = False):
+    """(fig, axes): one panel per K of ``ks`` with that K's rounds (T_T against Ubar_r) and
+    ``draw(ax, K, rounds_of_K)`` adding the panel's lines and title; shared y axis, unused panels hidden."""
+    cols = min(cols, len(ks))
     rws = int(np.ceil(len(ks) / cols))
-    fig, axes = plt.subplots(rws, cols, figsize=(3.2 * cols, 2.8 * rws), squeeze=False, sharey=True)
-    coef = per_k.set_index("K")
+    fig, axes = plt.subplots(rws, cols, figsize=(3.2 * cols, 2.8 * rws), squeeze=False, sharex=sharex, sharey=True)
     for ax, K in zip(axes.flat, ks):
         sub = rounds[rounds.K == K]
         ax.scatter(sub.ubar, sub.T_T_ms, s=3, alpha=0.3, label="one round")
-        c = coef.loc[K]
-        u = np.linspace(sub.ubar.min(), sub.ubar.max(), 20)
-        ax.plot(u, c.beta0_ms + c.alpha_ms_per_expert * u + c.c_ms_per_token * sub.L.median(), "r-", lw=1,
-                label="fit at the median context")
-        ax.set_title(f"K={K}: alpha={c.alpha_ms_per_expert:.3g} ms/expert, R²={c.r2_in:.2f}", fontsize=8)
+        draw(ax, K, sub)
         ax.set_xlabel("expert union Ū_r (experts)")
     for ax in axes[:, 0]:
         ax.set_ylabel("verification time T_T (ms)")
     axes[0][0].legend(fontsize=6, loc="upper left")
     for ax in list(axes.flat)[len(ks):]:
         ax.set_visible(False)
+    return fig, axes
+
+
+def fig_rounds_by_k(rounds: pd.DataFrame, per_k: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Figure 1 analogue: T_T against Ubar_r per K with the per-K fit at the median L."""
+    coef = per_k.set_index("K")
+
+    def draw(ax, K, sub):
+        c = coef.loc[K]
+        u = np.linspace(sub.ubar.min(), sub.ubar.max(), 20)
+        ax.plot(u, c.beta0_ms + c.alpha_ms_per_expert * u + c.c_ms_per_token * sub.L.median(), "r-", lw=1,
+                label="fit at the median context")
+        ax.set_title(f"K={K}: alpha={c.alpha_ms_per_expert:.3g} ms/expert, R²={c.r2_in:.2f}", fontsize=8)
+
+    fig, _ = rounds_by_k_panels(rounds, sorted(rounds.K.unique()), draw)
     fig.suptitle(title or "Verification time against the expert union, per K (ours)")
     add_caption(fig, "K: tokens drafted in the round (K + 1 verified); Ū_r: distinct experts the round's tokens "
                      "select, mean over layers; alpha: fitted verification time per distinct expert (paper 2, eq. (4)).")
