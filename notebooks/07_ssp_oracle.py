@@ -97,6 +97,7 @@ from moespec.notebook_profiles import resolve, setup
 from moespec.engine.subject import load_subject
 from moespec.oracle import analysis as A
 from moespec.oracle import appendix_a as appendix
+from moespec.oracle.bellman import NegativeCostError
 from moespec.oracle import regression as R
 from moespec.oracle.junk import junk_tails, load_inputs, replayed_inputs, save_inputs
 from moespec.oracle.kernel_cost import bench_bandwidths, kernel_models
@@ -316,9 +317,15 @@ print(f"the oracle's cost model: {oracle_headline}" + (
 models[f"sensitivity: draft x{draft_scale:g}"] = models[oracle_headline].with_draft_scale(draft_scale)
 analyses = {}
 for name, cm in models.items():
-    analyses[name] = A.analyse_transitions(items, cm, train, test, P["lmax"], kernel_models(
-        cm, sub.engine.num_layers, expert_bytes, cfg.num_experts_per_tok, bw_kernels["slot_GBps"],
-        bw_kernels["dedup_GBps"]), label=name)
+    try:
+        analyses[name] = A.analyse_transitions(items, cm, train, test, P["lmax"], kernel_models(
+            cm, sub.engine.num_layers, expert_bytes, cfg.num_experts_per_tok, bw_kernels["slot_GBps"],
+            bw_kernels["dedup_GBps"]), label=name)
+    except NegativeCostError as exc:       # a regime's fit on few rounds can predict a negative time
+        if name in (oracle_headline, f"sensitivity: draft x{draft_scale:g}"):
+            raise
+        print(f"cost model {name!r} not solved: {exc}")
+        continue
     prefix = ("07_" if name == oracle_headline else "07_cf_" if name.startswith("sensitivity")
               else "07_" + name.replace(" ", "_").replace(",", "") + "_")
     for tname, table in A.merged_tables(analyses[name].values()).items():

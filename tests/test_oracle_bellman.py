@@ -164,3 +164,18 @@ def test_compiled_and_numpy_backward_agree():
     a, b = _backward(confidence_windows(q, 6), cost), _backward_py(confidence_windows(q, 6), cost)
     np.testing.assert_allclose(a[0], b[0], rtol=1e-12)
     assert np.mean(a[1] == b[1]) > 0.99          # only exact ties may resolve differently
+
+
+def test_negative_cost_has_its_own_error_class():
+    """Notebook 07 skips a non-headline cost model that predicts a negative time (NegativeCostError), and
+    only that: a NaN cost stays a plain ValueError."""
+    from moespec.oracle.bellman import NegativeCostError, bellman
+
+    cost = np.ones((2, 2, 3))
+    cost[1, 0, 0] = -0.26
+    with pytest.raises(NegativeCostError, match=r"negative cost -0.26 at \(i, k-1, a\) = \(1, 0, 0\)"):
+        bellman(np.array([0.5, 0.5]), cost)
+    cost[1, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="must be finite") as info:
+        bellman(np.array([0.5, 0.5]), cost)
+    assert not isinstance(info.value, NegativeCostError)

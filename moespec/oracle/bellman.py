@@ -76,6 +76,10 @@ def _backward(pw, cost):
     return dpx[:n + 1].copy(), policy
 
 
+class NegativeCostError(ValueError):
+    """A cost model predicted a negative time for some Cost(i, k, a) (a linear fit outside its range)."""
+
+
 def _check_cost(cost, n: int | None = None) -> np.ndarray:
     cost = np.asarray(cost, dtype=np.float64)
     if cost.ndim != 3 or cost.shape[2] != cost.shape[1] + 1:
@@ -94,7 +98,7 @@ def _check_cost(cost, n: int | None = None) -> np.ndarray:
                              f"found {cost[tuple(bad)]} at (i, k-1, a) = {tuple(int(b) for b in bad)}")
         if used.min() < 0:
             bad = np.argwhere(used < 0)[0]
-            raise ValueError(f"cost: negative cost {cost[tuple(bad)]:.6g} at (i, k-1, a) = "
+            raise NegativeCostError(f"cost: negative cost {cost[tuple(bad)]:.6g} at (i, k-1, a) = "
                              f"{tuple(int(b) for b in bad)}; costs are times and must be >= 0")
     return cost
 
