@@ -271,3 +271,47 @@ def transfer(bw: pd.DataFrame, ns=FIT_NS, model_col: str = "model") -> pd.DataFr
     for k in ("beta_slot", "beta_dedup", "r"):
         df[f"{k}_rel_err"] = (df[f"{k}_pred"] - df[f"{k}_meas"]) / df[f"{k}_meas"]
     return df
+
+
+def transfer_crossover(transfer_rows: pd.DataFrame, bw: pd.DataFrame, model_col: str = "model") -> pd.DataFrame:
+    """Figure 7's consequence (paper 1, Appendix E, "Transfer"): per held-out model, the crossover
+    placed by the transferred bandwidths against the one placed by its own measured bandwidths.
+
+    On each model's grid of pass sizes (the n of ``transfer_rows``, from :func:`transfer`), the
+    saving per per-slot byte is eq. (6) with f_l = 1 and equal fixed work,
+    S(n)/E_slot(n) = (1/beta_slot(n)) (1 - ubar(n)/r(n)), with the model's own byte share ubar(n)
+    (``bw`` from :func:`bandwidth_table`: bytes come from routing, only the bandwidths are
+    transferred) and the bandwidths either predicted (``*_pred``) or measured (``*_meas``). The
+    crossover is :func:`moespec.theory.crossover` on that grid (the first grid n from which the
+    saving stays positive; None: none), and the two agree within one pass size as in Table 8
+    (:func:`moespec.theory.crossover_distance`, none counted as the last n + 1).
+    """
+    from moespec.theory import crossover, crossover_distance, saving_from_ratio
+
+    need = {model_col, "n", "beta_slot_pred", "beta_slot_meas", "r_pred", "r_meas"}
+    missing = sorted(need - set(transfer_rows.columns))
+    if missing:
+        raise ValueError(f"transfer rows: missing column(s) {missing}; expected the output of moespec.fit.transfer")
+    if not {model_col, "n", "ubar"} <= set(bw.columns):
+        raise ValueError(f"bandwidth table: expected columns {model_col!r}, 'n', 'ubar' "
+                         f"(moespec.fit.bandwidth_table); found {sorted(bw.columns)}")
+    out = []
+    for held, g in transfer_rows.groupby(model_col, sort=False):
+        g = g.sort_values("n")
+        ns = [int(n) for n in g["n"]]
+        share = bw[bw[model_col] == held].groupby("n")["ubar"].mean()
+        absent = [n for n in ns if n not in share.index]
+        if absent:
+            raise ValueError(f"bandwidth table: no ubar for held-out model {held!r} at n = {absent}")
+        ubar = share.loc[ns].to_numpy(float)
+        row = {model_col: held, "ns": " ".join(map(str, ns))}
+        for source in ("pred", "meas"):
+            S = saving_from_ratio(1 / g[f"beta_slot_{source}"].to_numpy(float), ubar, g[f"r_{source}"].to_numpy(float))
+            first = crossover(S, n_from=1)     # index on the grid, 1-based
+            row[f"crossover_{source}"] = None if first is None else ns[first - 1]
+            row[f"saving_s_per_GB_{source}"] = " ".join(f"{x:.4g}" for x in S)
+        row["distance"] = crossover_distance(row["crossover_pred"], row["crossover_meas"], ns[-1])
+        row["within_one"] = row["distance"] <= 1
+        out.append(row)
+    return pd.DataFrame(out, columns=[model_col, "ns", "crossover_pred", "crossover_meas", "distance", "within_one",
+                                      "saving_s_per_GB_pred", "saving_s_per_GB_meas"])

@@ -49,6 +49,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from IPython.display import display
+
 from moespec import fit, io, paths
 from moespec.measure import discard, expert_op
 from moespec.plots.bandwidth import figure7_transfer
@@ -150,6 +152,20 @@ for name, g in transfer.groupby("model", sort=False):
     print(f"transfer, held out {name}: |error| of beta median {g[['beta_slot_rel_err', 'beta_dedup_rel_err']].abs().stack().median():.3f}, "
           f"max {g[['beta_slot_rel_err', 'beta_dedup_rel_err']].abs().to_numpy().max():.3f}; "
           f"of r median {g['r_rel_err'].abs().median():.3f}")
+
+# %% [markdown]
+# Figure 7's consequence (Appendix E, "Transfer"): the crossover each held-out model gets from the
+# transferred bandwidths against the one from its own measured bandwidths, both with its own byte
+# share ubar(n) (eq. (6), f_l = 1, equal fixed work), on the measured grid of n. The paper counts
+# agreement within one pass size against whole-model crossovers (1 of 6 CUDA and 2 of 8 Metal
+# configurations transferred; 6 of 6 and 7 of 8 from each model's own bandwidths).
+
+# %%
+transfer_cross = fit.transfer_crossover(transfer, bw_all)
+io.write_dataframe(figures / "03_fig7_crossover.csv", transfer_cross)
+display(transfer_cross[["model", "ns", "crossover_pred", "crossover_meas", "distance", "within_one"]])
+print(f"transferred bandwidths place the crossover within one of the own-bandwidth one on "
+      f"{int(transfer_cross['within_one'].sum())} of {len(transfer_cross)} held-out models")
 
 # %% [markdown]
 # The same test on bandwidths divided by the read bandwidth measured in each model's own run, which

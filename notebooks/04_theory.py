@@ -177,6 +177,28 @@ print("figures written:", sorted(p.name for p in figures.glob("04_*")))
 
 
 # %% [markdown]
+# ## Tables 5 and 6: the kernel each engine runs at each pass size, read from source
+# `data/engines/kernel_dispatch.csv` (one row per engine, setting and range of n, each citing
+# repository, file, commit and function; `data/engines/SOURCE.md`). Bytes over OLMoE's 16 MoE
+# layers in its paper format (Q8_0): per-slot n m W exactly, deduplicating f_l U W between
+# U = m and U = min(nm, N) (the union comes from routing, not from the source). Rows of paper 1's
+# modified engines are the paper's reading, labelled as such.
+
+# %%
+from IPython.display import display
+
+from moespec.model_shapes import PRESETS
+from moespec.tables.dispatch import dispatch_tables
+
+table5, table6 = dispatch_tables(PRESETS["olmoe"])
+io.write_dataframe(figures / "04_table5_kernel_dispatch.csv", table5)
+io.write_dataframe(figures / "04_table6_dedup_switch.csv", table6)
+display(table5.pivot(index="engine", columns="n", values="kind"))
+display(table6.pivot(index="engine", columns="n", values="kind_on"))
+at2 = table5[table5["n"] == 2].groupby("kind")["engine"].agg(", ".join)
+print("Table 5 at n = 2: " + "; ".join(f"{kind}: {engines}" for kind, engines in at2.items()))
+
+# %% [markdown]
 # ## What this shows
 # (computed from this run's outputs above)
 

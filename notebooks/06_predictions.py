@@ -96,6 +96,14 @@ for state in study.states:
     display(study.bench(state))
 
 # %% [markdown]
+# ## Figure 3 (right): the distinct share of the verified text against WikiText
+# Notebook 05's oracle runs record the routing of the text they verify (`routing_text_d*.npz` in
+# its run folder); the WikiText routing of the same engine is the one recorded above for the fits.
+
+# %%
+display(study.distinct_share())
+
+# %% [markdown]
 # ## The chain (22) per depth and state, scored against the round model
 
 # %%

@@ -89,3 +89,15 @@ def test_notebooks_02_and_03_quick(run_notebook, tmp_path):
     assert np.allclose(tr["r_pred"], tr["beta_dedup_pred"] / tr["beta_slot_pred"])
     assert (figures / "03_fig7_transfer.png").stat().st_size > 0
     assert len(re.findall(r"transfer, held out", text3)) == 4
+    # Figure 7's consequence: each held-out model's crossover from transferred and from own bandwidths
+    cross = pd.read_csv(figures / "03_fig7_crossover.csv")
+    assert len(cross) == 4 and set(cross["ns"]) == {"2 4 6 8"}
+    bw_all = pd.read_csv(figures / "03_bandwidth_all_models.csv")
+    for row in cross.itertuples():
+        g = tr[tr["model"] == row.model].sort_values("n")
+        ubar = bw_all[bw_all["model"] == row.model].set_index("n").loc[[2, 4, 6, 8], "ubar"].to_numpy()
+        positive = (1 - ubar / g["r_meas"].to_numpy()) > 0
+        tail = [n for i, n in enumerate((2, 4, 6, 8)) if positive[i:].all()]
+        assert (row.crossover_meas if row.crossover_meas == row.crossover_meas else None) == (tail[0] if tail else None)
+    m = re.search(r"within one of the own-bandwidth one on (\d+) of 4 held-out models", text3)
+    assert m and int(m.group(1)) == int(cross["within_one"].sum())

@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 
 import moespec.plots  # noqa: E402
 from moespec import theory as th  # noqa: E402
+from moespec.routing import distinct_share_against, synthetic  # noqa: E402
 
 RNG = np.random.default_rng(0)
 N = np.arange(1, 10)
@@ -239,6 +240,9 @@ CASES = {
     "predictions.figure4_saving": lambda f: f(_curves(), _metrics()),
     "predictions.figure5_kstar": lambda f: f(_metrics()),
     "predictions.figure6_verify": lambda f: f(_curves(), scores=_scores(), rules_commit="5baa30861b78"),
+    "routing.figure3_right": lambda f: f(distinct_share_against(
+        {"d=24": synthetic.sticky(4, 40, 2, 16, 2, keep=0.5, seed=1)}, synthetic.sticky(4, 40, 2, 16, 2, keep=0.4, seed=2),
+        resamples=50)),
     "routing.figure1_reuse": lambda f: f(pd.DataFrame([dict(label=lab, model=lab, n=n, rho=1 - 0.9 ** (n - 1),
                                                             rho_low=0.95 * (1 - 0.9 ** (n - 1)),
                                                             rho_high=min(1, 1.05 * (1 - 0.9 ** (n - 1))), m=8, N=64)

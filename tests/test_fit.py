@@ -225,3 +225,28 @@ def test_unknown_fit_rejected():
     n, m, U, b = _hand_passes("slot")
     with pytest.raises(ValueError, match="fit must be one of"):
         fit.fit_one("slot", n, m, U, b, np.ones(len(n)), fit="ridge")
+
+
+def test_transfer_crossover_on_a_hand_case():
+    """S(n)/E_slot(n) = (1/beta_slot)(1 - ubar/r) (eq. (6)) on the grid n = 2, 4, 6, 8; the
+    crossover is the first grid n from which it stays positive."""
+    ns = [2, 4, 6, 8]
+    ubar = {"x": [0.9, 0.6, 0.5, 0.4], "y": [0.9, 0.8, 0.7, 0.6]}
+    r_meas = {"x": [0.8, 0.7, 0.7, 0.7], "y": [0.5, 0.5, 0.5, 0.5]}
+    r_pred = {"x": [0.95, 0.5, 0.55, 0.45], "y": [0.5, 0.5, 0.5, 0.5]}
+    tr = pd.DataFrame([dict(model=m, n=n, beta_slot_meas=10.0, beta_slot_pred=20.0, r_meas=r_meas[m][i],
+                            r_pred=r_pred[m][i]) for m in ("x", "y") for i, n in enumerate(ns)])
+    bw = pd.DataFrame([dict(model=m, n=n, ubar=ubar[m][i]) for m in ("x", "y") for i, n in enumerate(ns)])
+    out = fit.transfer_crossover(tr, bw).set_index("model")
+    # x, own: 1 - ubar/r = -0.125, +0.143, +0.286, +0.429 -> 4; transferred: +0.053, -0.2, +0.091, +0.111 -> 6
+    assert out.loc["x", "crossover_meas"] == 4 and out.loc["x", "crossover_pred"] == 6
+    assert out.loc["x", "distance"] == 2 and not out.loc["x", "within_one"]
+    first = float(out.loc["x", "saving_s_per_GB_meas"].split()[0])
+    assert first == pytest.approx(0.1 * (1 - 0.9 / 0.8), rel=1e-3)
+    # y: ubar > r everywhere with both bandwidths: no crossover, which agrees
+    assert pd.isna(out.loc["y", "crossover_meas"]) and pd.isna(out.loc["y", "crossover_pred"])
+    assert out.loc["y", "distance"] == 0 and out.loc["y", "within_one"]
+    with pytest.raises(ValueError, match="no ubar for held-out model 'y' at n = \\[8\\]"):
+        fit.transfer_crossover(tr, bw[~((bw.model == "y") & (bw.n == 8))])
+    with pytest.raises(ValueError, match="missing column\\(s\\) \\['r_pred'\\]"):
+        fit.transfer_crossover(tr.drop(columns="r_pred"), bw)

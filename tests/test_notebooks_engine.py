@@ -88,6 +88,17 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     for f in ("06_fig4_saving.png", "06_fig5_kstar_bounds.png", "06_fig6_preregistered.png", "06_fits.csv",
               "06_curves.csv", "06_curves_loaded.csv", "06_epsilon.csv", "06_epsilon_loaded.csv"):
         assert (figs / f).stat().st_size > 0, f
+    # Figure 3 (right): the verified text's distinct share against the WikiText routing, per depth and n
+    from moespec.routing import RoutingTrace, distinct_share
+    shares = pd.read_csv(figs / "06_fig3_right.csv")
+    assert (figs / "06_fig3_right.png").stat().st_size > 0
+    assert set(shares["label"]) == {"verified at d=24", "verified at d=48"} and set(shares["n"]) == {2, 4, 6, 8}
+    text24 = distinct_share(RoutingTrace.load(out / "routing_text_d24.npz"), 8)
+    for r in shares[shares["label"] == "verified at d=24"].itertuples():
+        assert r.share_text == pytest.approx(text24[r.n - 1])
+        assert r.share_text_low <= r.share_text <= r.share_text_high and 1 / r.n <= r.share_text <= 1
+    assert shares["difference"].to_numpy() == pytest.approx((shares.share_text - shares.share_reference).to_numpy())
+    assert re.search(r"distinct share U/\(nm\), verified text against .*: largest \|difference\|", text)
     curves = pd.read_csv(figs / "06_curves.csv")
     assert {"measured", "measured-grid", "prediction", "text", "measured-time", "calibrated"} == set(curves.version)
     # the measured rows are the round model's loop times; the chain is anchored at its one-token pass

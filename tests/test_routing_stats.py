@@ -8,8 +8,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from moespec.routing import RoutingTrace, bootstrap, byte_share, e_dedup, e_slot, mean_union, \
-    resample_counts, reuse, rho_bar, synthetic
+from moespec.routing import RoutingTrace, bootstrap, byte_share, distinct_share, distinct_share_against, e_dedup, \
+    e_slot, mean_union, resample_counts, reuse, rho_bar, synthetic
 from routing_reference import reference_rho_bar, reference_stats
 
 # Paper 1, App. B.2 ("No single threshold"): N = 3, L = 1, m = 1; rho(2), rho(3) by counting each
@@ -152,6 +152,7 @@ def test_bootstrap_resamples_match_explicit_resampled_traces():
     tr = _random_trace(rng, 16, 3, 3, [4, 9, 6, 15, 3, 8], w)
     for stat, fn in (("reuse", lambda t: reuse(t, 6).mean(axis=0)),
                      ("union", lambda t: mean_union(t, 6).mean(axis=0)),
+                     ("distinct_share", lambda t: distinct_share(t, 6)),
                      ("byte_share", lambda t: byte_share(t, 6)),
                      ("rho_bar", lambda t: rho_bar(t, 5))):
         bs = bootstrap(tr, 6, statistic=stat, resamples=5, seed=9)
@@ -208,3 +209,48 @@ def test_reuse_by_layer_hand_case():
     df = reuse_by_layer([tr])
     assert list(df["layer"]) == [0, 1] and list(df["source"]) == ["hand", "hand"]
     assert df["rho_hat_2"].tolist() == [1.0, 0.0] and df["rho_hat_9"].tolist() == [1.0, 0.0]
+
+
+def _sets(*tokens):
+    """One document of one layer: ``[T, 1, m]`` ids from per-token expert lists."""
+    return np.array(tokens)[:, None, :]
+
+
+def test_distinct_share_on_hand_cases():
+    """U/(nm) (Figure 3 right): a document that repeats {0, 1} has U(n) = 2, share 2/(2n) = 1/n;
+    one alternating {0, 1}, {2, 3} has U(2) = U(3) = 4, shares 1 and 4/6."""
+    repeat = RoutingTrace([_sets([0, 1], [0, 1], [0, 1], [0, 1])] * 2, 4)
+    alternate = RoutingTrace([_sets([0, 1], [2, 3], [0, 1], [2, 3])] * 2, 4, source="alternating")
+    assert distinct_share(repeat, 3) == pytest.approx([1, 1 / 2, 1 / 3])
+    assert distinct_share(alternate, 3) == pytest.approx([1, 1, 4 / 6])
+    out = distinct_share_against({"repeats": repeat}, alternate, ns=(2, 3), resamples=50, seed=3)
+    assert list(out["n"]) == [2, 3] and (out["label"] == "repeats").all()
+    assert out["share_text"].to_numpy() == pytest.approx([1 / 2, 1 / 3])
+    assert out["share_reference"].to_numpy() == pytest.approx([1, 4 / 6])
+    assert out["difference"].to_numpy() == pytest.approx([-1 / 2, 1 / 3 - 4 / 6])
+    # identical documents: every resample gives the same share, so each interval is the point
+    for col in ("share_text", "share_reference", "difference"):
+        assert out[f"{col}_low"].to_numpy() == pytest.approx(out[col].to_numpy())
+        assert out[f"{col}_high"].to_numpy() == pytest.approx(out[col].to_numpy())
+    assert out["lower_bound"].to_numpy() == pytest.approx([1 / 2, 1 / 3])
+    with pytest.raises(ValueError, match="trace 'other': N = 8, m = 2; the reference .* has N = 4, m = 2"):
+        distinct_share_against({"other": RoutingTrace([_sets([0, 1], [6, 7])], 8)}, alternate, ns=(2,))
+    with pytest.raises(ValueError, match="trace 'short': its longest document has 2 tokens; n = 3"):
+        distinct_share_against({"short": RoutingTrace([_sets([0, 1], [2, 3])], 4)}, alternate, ns=(2, 3))
+
+
+def test_distinct_share_interval_is_the_bootstrap_of_its_samples():
+    ref = synthetic.sticky(12, 80, 2, 32, 4, keep=0.3, working_set=16, seed=4)
+    text = synthetic.sticky(10, 80, 2, 32, 4, keep=0.6, working_set=16, seed=5)
+    out = distinct_share_against({"text": text}, ref, ns=(2, 4, 6, 8), resamples=400, seed=7)
+    bs_ref = bootstrap(ref, 8, "distinct_share", resamples=400, seed=7)
+    bs_txt = bootstrap(text, 8, "distinct_share", resamples=400, seed=8)
+    for r in out.itertuples():
+        assert r.share_reference_low == pytest.approx(bs_ref.low[r.n - 1])
+        assert r.share_text_high == pytest.approx(bs_txt.high[r.n - 1])
+        d = bs_txt.samples[:, r.n - 1] - bs_ref.samples[:, r.n - 1]
+        assert r.difference_low == pytest.approx(np.quantile(d, 0.025))
+        assert r.share_text_low < r.share_text < r.share_text_high
+        assert 1 / r.n <= r.share_text <= 1
+    # the stickier text repeats more experts: its share lies below the reference's at every n
+    assert (out["difference_high"] < 0).all()

@@ -3,6 +3,8 @@ prints the worked examples' numbers; a Table-1 CSV of our own replaces the publi
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -46,6 +48,14 @@ def test_theory_notebook_published(run_notebook):
     assert "eps = 1/10: delta = 1/9, speedup factor = 5/4" in text
     assert "built from paper 1's published Table 1 (their hardware)" in text
     check_step_points(figures / "04_step_points.csv", tables.read_table1())
+    # Tables 5 and 6 from the source readings, for OLMoE's shape (Q8_0)
+    t5 = pd.read_csv(figures / "04_table5_kernel_dispatch.csv")
+    t6 = pd.read_csv(figures / "04_table6_dedup_switch.csv")
+    assert set(t5["n"]) == set(range(1, 10)) and (t5["model"] == "olmoe").all()
+    slot = t5[t5["kind"] == "per-slot"]
+    assert (slot["E_bytes"] == slot["n"] * 8 * 16 * 6684672).all()
+    assert set(t6["engine"]) >= {"moespec"} and (t6.loc[t6.n == 1, "kind_on"] == "per-slot").all()
+    assert re.search(r"Table 5 at n = 2: deduplicating: ggml CPU \(llama.cpp\), vLLM fused_moe; per-slot: ", text)
 
 
 @pytest.mark.notebook

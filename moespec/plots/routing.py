@@ -1,4 +1,5 @@
-"""Figure 1 of paper 1: layer-mean reuse rho_hat(n) against n."""
+"""Figure 1 of paper 1 (layer-mean reuse rho_hat(n) against n) and Figure 3, right panel (the
+distinct share of the verified text against the reference text's)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from moespec.plots._layout import add_caption, legend_outside
 from moespec.routing.published import PUBLISHED_LABEL
 
 
@@ -45,4 +47,40 @@ def figure1_reuse(curves: pd.DataFrame, published: pd.DataFrame | None = None,
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.12), ncol=1, frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def figure3_right(shares: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Figure 3, right panel (paper 1): the distinct share U/(nm) of the windows the whole-model
+    runs verified (y) against that of the reference windows of the same model (x), one point per
+    (label, n) with its bootstrap interval on both axes (``shares`` from
+    :func:`moespec.routing.distinct_share_against`). Dotted: equal; a point above it means the
+    verified text repeated experts less often than the reference. Both axes lie between 1/n and 1."""
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    markers = "osD^vP*X"
+    ns = sorted(shares["n"].unique())
+    for i, (label, g) in enumerate(shares.groupby("label", sort=False)):
+        color = f"C{i % 10}"
+        for n, r in g.set_index("n").iterrows():
+            ax.errorbar(r["share_reference"], r["share_text"],
+                        xerr=[[r["share_reference"] - r["share_reference_low"]],
+                              [r["share_reference_high"] - r["share_reference"]]],
+                        yerr=[[r["share_text"] - r["share_text_low"]], [r["share_text_high"] - r["share_text"]]],
+                        fmt=markers[ns.index(n) % len(markers)], color=color, ms=5, capsize=2, lw=0.8)
+        ax.plot([], [], "o", color=color, label=label)
+    for j, n in enumerate(ns):
+        ax.plot([], [], markers[j % len(markers)], color="0.3", label=f"n = {n}")
+    lo = min(1 / max(ns), float(shares[["share_reference_low", "share_text_low"]].min().min()))
+    ax.plot([lo, 1], [lo, 1], ":", color="0.4", label="equal")
+    ax.set_xlim(lo * 0.95, 1.02)
+    ax.set_ylim(lo * 0.95, 1.02)
+    ax.set_xlabel(f"U/(nm), {shares['reference'].iloc[0]}", fontsize=8)
+    ax.set_ylabel("U/(nm), windows the runs verified")
+    ax.grid(alpha=0.3)
+    legend_outside(ax, fontsize=7)
+    ax.set_title(title or "Distinct share of verified text against the reference text", fontsize=9)
+    docs = shares.groupby("label", sort=False)["text_docs"].first()
+    add_caption(fig, "U: distinct experts a window of n tokens selects in a layer, layer mean; bars: 95 % "
+                     "document-level bootstrap intervals over " + ", ".join(f"{d} documents ({lab})" for lab, d in docs.items())
+                + f" and {int(shares['reference_docs'].iloc[0])} reference documents.", width=90)
     return fig

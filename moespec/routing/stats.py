@@ -192,10 +192,16 @@ def _layer_mean_union(R, U, Wn, m, w):
     return _union(R, U, Wn, m, w).mean(axis=-2)
 
 
+def _distinct_share(R, U, Wn, m, w):
+    n = np.arange(1, Wn.shape[-1] + 1)
+    return _layer_mean_union(R, U, Wn, m, w) / (n * m)
+
+
 #: Statistics the bootstrap can resample; each maps window sums to an array over n (or k).
 STATISTICS = {
     "reuse": _layer_mean_reuse,        # layer mean of rho_hat_l(n), n = 1..n_max
     "union": _layer_mean_union,        # layer mean of U_hat_l(n)
+    "distinct_share": _distinct_share, # layer mean of U_hat_l(n) / (n m), Figure 3 (right)
     "byte_share": _byte_share,         # ubar(n) = E_dedup(n) / E_slot(n)
     "e_dedup": _e_dedup,
     "rho_bar": _rho_bar,               # rho_bar_k, k = 1..n_max-1
@@ -219,6 +225,61 @@ def reuse(trace: RoutingTrace, n_max: int) -> np.ndarray:
 def mean_union(trace: RoutingTrace, n_max: int) -> np.ndarray:
     """U_hat_l(n), ``[L, n_max]``: mean distinct experts of n consecutive tokens (paper 1, Sec. 2)."""
     return _apply(_union, window_sums(trace, n_max))
+
+
+def distinct_share(trace: RoutingTrace, n_max: int) -> np.ndarray:
+    """U/(nm), ``[n_max]``: the share of a pass's n m slots that name distinct experts, layer mean
+    of U_hat_l(n) / (n m) (paper 1, Figure 3 right); between 1/n and 1."""
+    return _apply(_distinct_share, window_sums(trace, n_max))
+
+
+def distinct_share_against(texts: dict, reference: RoutingTrace, ns=(2, 4, 6, 8), resamples: int = 2000,
+                           seed: int = 0, level: float = 0.95):
+    """Figure 3 (right) of paper 1: the distinct share U/(nm) of the windows the whole-model runs
+    verified (``texts``: label -> trace, e.g. one per depth) against that of the ``reference``
+    windows (WikiText-103 in the paper) of the same model, at each n of ``ns``.
+
+    Each share carries its document-level percentile bootstrap interval (:func:`bootstrap`,
+    ``resamples`` draws, App. D.2); the difference text - reference carries the interval of the
+    differences of independent draws of the two. Returns a DataFrame, one row per (label, n):
+    label, n, m, share_reference (+ _low/_high), share_text (+ _low/_high), difference (+ _low/
+    _high) and lower_bound = 1/n. Raises ``ValueError`` when a trace's model shape (N, m) differs
+    from the reference's or a trace has no window of the largest n.
+    """
+    import pandas as pd
+
+    ns = [int(n) for n in ns]
+    if not ns or min(ns) < 1:
+        raise ValueError(f"ns: expected pass sizes >= 1; found {ns}")
+    if not texts:
+        raise ValueError("texts: expected at least one trace of verified text; found none")
+    n_max = max(ns)
+    ref = bootstrap(reference, n_max, "distinct_share", resamples, seed, level)
+    rows = []
+    for i, (label, tr) in enumerate(texts.items()):
+        if (tr.num_experts, tr.top_k) != (reference.num_experts, reference.top_k):
+            raise ValueError(f"trace {label!r}: N = {tr.num_experts}, m = {tr.top_k}; the reference "
+                             f"({reference.label}) has N = {reference.num_experts}, m = {reference.top_k}")
+        if int(tr.doc_lengths.max()) < n_max:
+            raise ValueError(f"trace {label!r}: its longest document has {int(tr.doc_lengths.max())} tokens; "
+                             f"n = {n_max} needs a window of {n_max}")
+        txt = bootstrap(tr, n_max, "distinct_share", resamples, seed + 1 + i, level)
+        diff = txt.samples - ref.samples
+        alpha = (1 - level) / 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            d_low, d_high = np.nanquantile(diff, [alpha, 1 - alpha], axis=0)
+        for n in ns:
+            j = n - 1
+            rows.append({"label": label, "n": n, "m": reference.top_k,
+                         "share_reference": ref.estimate[j], "share_reference_low": ref.low[j],
+                         "share_reference_high": ref.high[j],
+                         "share_text": txt.estimate[j], "share_text_low": txt.low[j], "share_text_high": txt.high[j],
+                         "difference": txt.estimate[j] - ref.estimate[j], "difference_low": d_low[j],
+                         "difference_high": d_high[j], "lower_bound": 1 / n,
+                         "reference": reference.label, "text_docs": tr.num_docs,
+                         "reference_docs": reference.num_docs})
+    return pd.DataFrame(rows)
 
 
 def e_dedup(trace: RoutingTrace, n_max: int) -> np.ndarray:
@@ -264,8 +325,8 @@ def bootstrap(trace: RoutingTrace, n_max: int, statistic: str = "reuse", resampl
               seed: int | np.random.Generator = 0, level: float = 0.95) -> Bootstrap:
     """Document-level bootstrap of a layer-mean statistic (paper 1, App. D.2: 2000 resamples).
 
-    ``statistic`` is one of :data:`STATISTICS` ("reuse", "union", "byte_share", "e_dedup",
-    "rho_bar"); for "rho_bar" entries are k = 1..n_max-1. Documents are drawn with
+    ``statistic`` is one of :data:`STATISTICS` ("reuse", "union", "distinct_share", "byte_share",
+    "e_dedup", "rho_bar"); for "rho_bar" entries are k = 1..n_max-1. Documents are drawn with
     replacement; each resample's window sums are the count-weighted per-document sums, so the
     statistic is a ratio of pooled sums exactly as on the full trace.
     """

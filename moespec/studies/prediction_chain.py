@@ -23,8 +23,9 @@ from moespec.measure import discard
 from moespec.measure.expert_op import load_rows
 from moespec.measure.load import machine_state
 from moespec.plots.predictions import figure4_saving, figure5_kstar, figure6_verify
+from moespec.plots.routing import figure3_right
 from moespec.predict.round_model import RoundModels
-from moespec.routing import RoutingTrace, mean_union
+from moespec.routing import RoutingTrace, distinct_share_against, mean_union
 from moespec.tables import predictions as T
 
 from .result import Result, table
@@ -67,6 +68,29 @@ class PredictionChainStudy:
             line = f"routing of the fits: {self.wiki.num_docs} WikiText test fit documents recorded by the engine"
         self.wiki.save(self.out / "routing_wikitext.npz")
         return Result([line])
+
+    def distinct_share(self, ns=(2, 4, 6, 8), resamples: int = 2000) -> Result:
+        """Figure 3 (right) of paper 1: the distinct share U/(nm) of the text notebook 05's oracle
+        runs verified (its ``routing_text_d*.npz``, recorded in the quiet state) against that of
+        the fits' WikiText routing (:meth:`wiki_routing`), per depth and n, with document-level
+        bootstrap intervals; writes 06_fig3_right.csv and .png."""
+        files = sorted(self.out.glob("routing_text_d*.npz"), key=lambda f: int(f.stem.rsplit("_d", 1)[1]))
+        if not files:
+            raise FileNotFoundError(f"{self.out}: no routing_text_d*.npz; notebook 05's oracle runs (quiet state) "
+                                    f"record the routing of the text they verify")
+        texts = {f"verified at d={f.stem.rsplit('_d', 1)[1]}": RoutingTrace.load(f) for f in files}
+        shares = distinct_share_against(texts, self.wiki, ns=ns, resamples=resamples, seed=self.seed)
+        io.write_dataframe(self.fig_dir / "06_fig3_right.csv", shares.assign(subject=self.label))
+        io.save_figure(figure3_right(shares, title=f"Figure 3 (right), {self.label}"), self.fig_dir / "06_fig3_right.png")
+        widest = shares.loc[shares["difference"].abs().idxmax()]
+        lines = [f"distinct share U/(nm), verified text against {self.wiki.label}: largest |difference| "
+                 f"{widest['difference']:+.3f} [{widest['difference_low']:+.3f}, {widest['difference_high']:+.3f}] at "
+                 f"{widest['label']}, n = {int(widest['n'])}; {int((shares['difference_high'] < 0).sum())} of "
+                 f"{len(shares)} (depth, n) points below the reference's, {int((shares['difference_low'] > 0).sum())} "
+                 f"above (95 % intervals excluding 0)"]
+        return Result(lines, {"Figure 3 (right)": table(shares, ["label", "n", "share_reference", "share_text",
+                                                                   "difference", "difference_low", "difference_high"])},
+                      files=["06_fig3_right.csv", "06_fig3_right.png"])
 
     def bench(self, state: str) -> Result:
         """The expert operation alone in ``state``: timings, fits (4)/(E.1) and eps."""

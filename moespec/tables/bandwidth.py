@@ -104,8 +104,8 @@ def distinct_share(traces, ns=(2, 4, 6, 8)) -> pd.DataFrame:
 
     rows = []
     for tr in traces:
-        union = stats.mean_union(tr, max(ns)).mean(axis=0)  # layer mean of U_hat_l(n)
+        share = stats.distinct_share(tr, max(ns))
         for n in ns:
             rows.append({"label": tr.label, "model": tr.model, "n": n, "m": tr.top_k,
-                         "share": float(union[n - 1] / (n * tr.top_k)), "lower_bound": 1 / n})
+                         "share": float(share[n - 1]), "lower_bound": 1 / n})
     return pd.DataFrame(rows)
