@@ -250,7 +250,7 @@ def test_committed_checkpoints_load_match_their_recipe_and_reproduce_their_loss(
     folder = COMMITTED_MODELS / build.folder_name(what)
     meta = store.read_meta(folder)
     assert meta, f"{folder}: no committed checkpoint"
-    assert meta["recipe"] == build.recipe("full", 0, what)
+    assert build.same_recipe(meta["recipe"], build.recipe("full", 0, what))
     model = store.load(folder)
     want = build.model_config(what, "full").to_diff_dict()
     got = model.config.to_dict()
@@ -266,3 +266,16 @@ def test_committed_checkpoints_load_match_their_recipe_and_reproduce_their_loss(
     assert again["predicted"] == check["predicted"]
     assert again["nll_per_token"] == pytest.approx(check["nll_per_token"], rel=1e-5)
     assert store.read_meta(COMMITTED_MODELS / zoo.TOKENIZER_DIR)["recipe"] == build.recipe("full", 0, "tokenizer")
+
+
+def test_same_recipe_ignores_only_the_library_version():
+    """A transformers release changes config.transformers_version, not the model: same recipe;
+    any model field differing is another recipe."""
+    a = build.recipe("full", 0, "draft")
+    b = json.loads(json.dumps(a))
+    b["config"]["transformers_version"] = "9.99.0"
+    b["teacher"]["config"]["transformers_version"] = "9.99.0"
+    assert a != b and build.same_recipe(a, b)
+    b["config"]["hidden_size"] = a["config"]["hidden_size"] + 1
+    assert not build.same_recipe(a, b)
+    assert not build.same_recipe(None, a)
