@@ -43,6 +43,7 @@ profile = "quick"       # quick: seconds, for a person exploring; "full": the me
 device = "cpu"
 seed = 0
 threads = 1
+untimed_threads = 0   # torch threads for work not timed (the fits' WikiText routing); 0: every core
 backend = "auto"
 model = ""
 like = ""
@@ -79,7 +80,7 @@ P, from_profile = resolve("06", profile, wiki_docs=wiki_docs, context=context, b
                           loaded_bench_reps=loaded_bench_reps, u_count=u_count, windows_per_n=windows_per_n,
                           flush_bytes=flush_bytes, membw_bytes=membw_bytes)
 study = PredictionChainStudy(sub, P, out, paths.ensure(paths.figures_dir()), profile, device=device, seed=seed,
-                             backend=backend)
+                             backend=backend, untimed_threads=untimed_threads)
 print(f"subject: {sub.label}")
 print(f"whole-model runs of notebook 05: {out}; machine states {study.states}; run sizes {P}, from the {profile} "
       f"profile: {from_profile}")

@@ -53,6 +53,7 @@ profile = "quick"       # quick: seconds, for a person exploring; "full": the me
 device = "cpu"
 seed = 0
 threads = 1
+untimed_threads = 0   # torch threads for work not timed (reference text, junk tails); 0: every core
 backend = "auto"
 model = "byte-faithful"
 like = ""
@@ -94,6 +95,7 @@ from moespec.measure.regimes import ReferenceRead, classify, dominant, split_poi
 from moespec.engine import OracleDraft
 from moespec.engine import goals as G
 from moespec.notebook_profiles import resolve, setup
+from moespec.threads import untimed_threads as untimed
 from moespec.engine.subject import load_subject
 from moespec.oracle import analysis as A
 from moespec.oracle import appendix_a as appendix
@@ -279,12 +281,13 @@ elif sub.replay is not None:
           f"transitions are the surrogate's: greedy = a")
 else:
     t0 = time.perf_counter()
-    refs = reference_sequences(sub.engine, oracle_prompts, P["oracle_tokens"], threads=threads)
+    refs = reference_sequences(sub.engine, oracle_prompts, P["oracle_tokens"], threads=untimed(untimed_threads))
     items = [junk_tails(sub.target, sub.draft, p["ids"], refs[p["question_id"]], lmax=P["lmax"], seed=seed + s,
-                        seq_id=str(p["question_id"]), category=p["category"], threads=threads)
+                        seq_id=str(p["question_id"]), category=p["category"], threads=untimed(untimed_threads))
              for s, p in enumerate(oracle_prompts)]
     save_inputs(items, inputs_path)
-    print(f"junk tails: {sum(it.n for it in items)} positions in {time.perf_counter() - t0:.0f} s")
+    print(f"junk tails: {sum(it.n for it in items)} positions in {time.perf_counter() - t0:.0f} s on "
+          f"{untimed(untimed_threads)} torch thread(s) (not timed)")
 train, test = A.split_sequences(items, test_share=test_share, seed=seed)
 print(f"{len(items)} sequences, {sum(it.n for it in items)} positions; mean draft confidence p = "
       f"{np.mean(np.concatenate([it.p for it in items])):.3f} (surrogate), share of positions where the draft's "

@@ -9,25 +9,11 @@ hook only stores a reference, so it adds almost nothing to a timed pass.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 from transformers import DynamicCache
 
 from moespec.routing.record import find_routers
-
-
-@contextmanager
-def torch_threads(n: int | None):
-    """Temporarily set torch's intra-op threads (1 is the most stable on a shared 2-core machine)."""
-    old = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 class RouterTap:

@@ -34,8 +34,9 @@ from tqdm.auto import tqdm
 
 from moespec.io import atomic_path
 from moespec.routing.stats import union_sizes
+from moespec.threads import torch_threads
 
-from .hf import RouterTap, cache_prefix, full_cache, torch_threads
+from .hf import RouterTap, cache_prefix, full_cache
 
 
 #: The transition models of the oracle (``OracleInputs.with_transitions``): paper 2's surrogate

@@ -21,8 +21,9 @@ from moespec import paths
 from moespec.engine import Engine, ModelDraft, speculative_step
 from moespec.io import write_dataframe
 from moespec.routing.stats import union_sizes
+from moespec.threads import torch_threads
 
-from .hf import RouterTap, torch_threads
+from .hf import RouterTap
 from .rounds import RoundRecord, rounds_frame, validate_rounds
 
 

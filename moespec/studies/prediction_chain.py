@@ -27,6 +27,8 @@ from moespec.plots.routing import figure3_right
 from moespec.predict.round_model import RoundModels
 from moespec.routing import RoutingTrace, distinct_share_against, mean_union
 from moespec.tables import predictions as T
+from moespec.threads import torch_threads
+from moespec.threads import untimed_threads as threads_for_untimed
 
 from .result import Result, table
 from .whole_model import ROUND_MODEL_FILE
@@ -37,8 +39,9 @@ class PredictionChainStudy:
     figures folder ``fig_dir`` holds the round-model file)."""
 
     def __init__(self, sub, P: dict, out, fig_dir, profile: str, device: str = "cpu", seed: int = 0,
-                 backend: str = "auto"):
+                 backend: str = "auto", untimed_threads: int = 0):
         self.sub, self.P, self.out, self.fig_dir = sub, P, out, fig_dir
+        self.untimed_threads = threads_for_untimed(untimed_threads)   # threads of the untimed routing record
         self.profile, self.device, self.seed, self.backend = profile, device, seed, backend
         self.label = sub.label
         self.run = json.loads((out / "run.json").read_text())
@@ -63,9 +66,11 @@ class PredictionChainStudy:
             else:
                 rng = np.random.default_rng(self.seed + 1)
                 docs = [rng.integers(1, self.sub.vocab_size, size=60) for _ in range(self.P["wiki_docs"])]
-            self.wiki = record_trace(self.sub.engine, docs, self.P["context"] or self.sub.context,
-                                     source="WikiText test fit documents, recorded by the engine")
-            line = f"routing of the fits: {self.wiki.num_docs} WikiText test fit documents recorded by the engine"
+            with torch_threads(self.untimed_threads):
+                self.wiki = record_trace(self.sub.engine, docs, self.P["context"] or self.sub.context,
+                                         source="WikiText test fit documents, recorded by the engine")
+            line = (f"routing of the fits: {self.wiki.num_docs} WikiText test fit documents recorded by the engine "
+                    f"on {self.untimed_threads} torch thread(s) (not timed)")
         self.wiki.save(self.out / "routing_wikitext.npz")
         return Result([line])
 

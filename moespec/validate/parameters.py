@@ -74,7 +74,7 @@ RULES: dict[str, Rule] = {
     "profile": Rule(choices=("quick", "full")),
     "device": Rule(pattern=r"cpu|cuda(:\d+)?", text="'cpu', 'cuda' or 'cuda:<index>'"),
     "seed": _NONNEG,
-    "threads": _NONNEG,
+    "threads": _NONNEG, "untimed_threads": _NONNEG,
     "resamples": _COUNT, "n_max": Rule(low=2), "kmax": _COUNT, "layers": _NONNEG,
     "smollm2_tokens_per_article": _COUNT, "eval_words_per_article": _COUNT, "num_groups": _COUNT,
     "group_top_k": _COUNT, "calibration_articles": _COUNT, "calibration_tokens": _COUNT,
