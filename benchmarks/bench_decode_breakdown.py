@@ -16,19 +16,23 @@ targets (expert share >= 0.6, draft <= 0.1, memory <= 16 GiB).
 ``--source random`` (or no trained models on disk) uses the default models' configurations with
 random weights, labelled so: timing depends on shapes, formats and ids, and the routing of a
 random router is close to uniform. Writes ``data/bench/breakdown/<stamp>_breakdown.csv``,
-``<stamp>_shares.csv`` and ``<stamp>_provenance.json``.
+``<stamp>_shares.csv`` (times), ``<stamp>_bytes.csv`` (each component's bytes per step and share beside the
+published model's at the subject's layers, :mod:`moespec.engine.byte_shares`) and ``<stamp>_provenance.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from moespec import io, paths, provenance, zoo
 from moespec.engine.breakdown import decode_breakdown, shares
+from moespec.engine.byte_shares import byte_shares
 from moespec.engine.subject import subject_from_models
 
 #: name -> arguments of moespec.engine.subject.subject_from_models
@@ -37,6 +41,7 @@ SUBJECTS = {
     "byte-faithful": dict(kind="byte-faithful"),
     "byte-faithful-intermediate": dict(kind="byte-faithful", layout="intermediate"),
     "byte-faithful-bf16": dict(kind="byte-faithful", fmt="bf16"),
+    "byte-faithful-all": dict(kind="byte-faithful-all"),
 }
 TARGETS = {"expert_share_min": 0.6, "draft_ratio_max": 0.1, "memory_GiB_max": 16.0}
 
@@ -112,6 +117,10 @@ def main(argv=None) -> int:
     stamp = started.strftime("%Y%m%dT%H%M%S")
     io.write_dataframe(out / f"{stamp}_breakdown.csv", bd)
     io.write_dataframe(out / f"{stamp}_shares.csv", table)
+    fmt_of = {k: s.description.get("fmt", "f32") for k, s in subjects.items()}
+    bytes_table = pd.concat([byte_shares(s.engine, args.like, fmt_of[k], depths=(args.depth,)).assign(subject=k)
+                             for k, s in subjects.items()], ignore_index=True)
+    io.write_dataframe(out / f"{stamp}_bytes.csv", bytes_table)
     io.write_json(out / f"{stamp}_provenance.json", {
         **provenance.full_record(), "started": started.isoformat(),
         "finished": dt.datetime.now(dt.timezone.utc).isoformat(), "args": vars(args), "source": source,
@@ -124,6 +133,7 @@ def main(argv=None) -> int:
               f"memory held {r.memory_held_GiB:.2f} GiB; {r.label}")
     print(f"peak memory of this run (all subjects): {table.peak_memory_GiB.iloc[0]:.2f} GiB "
           f"(target for one subject <= {TARGETS['memory_GiB_max']} GiB); read {table.read_GBps.iloc[0]:.1f} GB/s")
+    print(bytes_table[["subject", "component", "subject_bytes", "subject_share", "published_share"]].to_string(**pd_opts))
     print(f"written to {out}/{stamp}_*")
     return 0
 

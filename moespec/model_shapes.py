@@ -68,6 +68,8 @@ class MoESpec:
         shared_intermediate: intermediate size of one shared expert.
         dense_intermediate: intermediate size of the dense FFN layers (0 if none).
         default_format: storage format used in paper 1 for this model.
+        num_attention_heads, num_key_value_heads, head_dim, vocab_size: the attention and
+            vocabulary shape (0: not recorded for this model; :meth:`attention_shapes` refuses).
         source: where the numbers come from.
     """
 
@@ -82,6 +84,10 @@ class MoESpec:
     shared_intermediate: int = 0
     dense_intermediate: int = 0
     default_format: str = "bf16"
+    num_attention_heads: int = 0
+    num_key_value_heads: int = 0
+    head_dim: int = 0
+    vocab_size: int = 0
     paper_label: str = ""
     source: str = ""
     extra: dict = field(default_factory=dict, compare=False)
@@ -100,6 +106,15 @@ class MoESpec:
     def q(self) -> float:
         """q = 1 - m/N, the per-token miss probability under independent uniform routing."""
         return 1.0 - self.top_k / self.num_experts
+
+    def attention_shapes(self) -> dict[str, tuple[int, int]]:
+        """``{projection: (out, in)}`` of one layer's attention (q, o: heads x head_dim by H; k, v:
+        kv heads x head_dim by H), for a model whose attention shape is recorded."""
+        if not (self.num_attention_heads and self.num_key_value_heads and self.head_dim and self.vocab_size):
+            raise ValueError(f"{self.name}: its attention and vocabulary shape is not recorded (num_attention_heads, "
+                             "num_key_value_heads, head_dim, vocab_size)")
+        q, kv, h = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim, self.hidden_size
+        return {"q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, q)}
 
     def expert_bytes(self, fmt: str | None = None, layer: int = 0) -> int:
         """w_l: bytes of one routed expert of MoE layer ``layer`` in format ``fmt``.
@@ -127,9 +142,14 @@ class MoESpec:
 OLMOE = MoESpec(
     name="olmoe", paper_label="OLMoE", num_experts=64, top_k=8, num_layers=16, num_moe_layers=16,
     hidden_size=2048, expert_intermediate=1024, default_format="q8_0",
+    num_attention_heads=16, num_key_value_heads=16, head_dim=128, vocab_size=50304,
     source="allenai/OLMoE-1B-7B-0125 config.json (hidden_size 2048, intermediate_size 1024, "
            "num_experts 64, num_experts_per_tok 8, num_hidden_layers 16); paper 1 Sec. 2; "
-           "format Q8_0 on llama.cpp (paper 1 App. D)",
+           "format Q8_0 on llama.cpp (paper 1 App. D); attention and vocabulary: transformers' "
+           "OlmoeConfig defaults, documented as allenai/OLMoE-1B-7B-0924's (transformers 5.24.0, "
+           "models/olmoe/configuration_olmoe.py: vocab_size 50304, num_attention_heads 16, "
+           "num_key_value_heads = num_attention_heads, head_dim = hidden_size / heads = 128, "
+           "tie_word_embeddings False)",
 )
 QWEN3 = MoESpec(
     name="qwen3", paper_label="Qwen3", num_experts=128, top_k=8, num_layers=48, num_moe_layers=48,
@@ -263,16 +283,23 @@ def config_format(config) -> str:
 def spec_from_config(config, name: str | None = None) -> MoESpec:
     """A :class:`MoESpec` from a transformers ``config.json`` (dict, file or checkpoint folder):
     N, m, the MoE layers (:func:`config_moe_layers`), H, the routed expert's intermediate size,
-    shared experts, and the default format (:func:`config_format`)."""
+    shared experts, the default format (:func:`config_format`), and the attention and vocabulary
+    shape where the config has them (``head_dim`` defaults to H / heads, kv heads to heads; a
+    multi-head latent attention config, DeepSeek's, is not a q/k/v/o shape: not used by the
+    padded attention, :func:`moespec.engine.widen.widen_attention_and_head`)."""
     cfg = read_config(config)
     moe = config_moe_layers(cfg)
     shared = int(cfg.get("n_shared_experts") or 0)
     label = name or cfg.get("_name_or_path") or cfg.get("model_type") or "model"
+    heads = 0 if cfg.get("kv_lora_rank") else int(cfg.get("num_attention_heads") or 0)   # MLA: no q/k/v/o shape
+    head_dim = int(cfg.get("head_dim") or (cfg["hidden_size"] // heads if heads and cfg.get("hidden_size") else 0))
     return MoESpec(name=str(label), paper_label=str(label), num_experts=_config_value(cfg, "num_experts"),
                    top_k=_config_value(cfg, "top_k"), num_layers=_required(cfg, "num_hidden_layers"),
                    num_moe_layers=len(moe), hidden_size=_required(cfg, "hidden_size"),
                    expert_intermediate=_config_value(cfg, "expert_intermediate"),
                    num_shared_experts=shared,
                    shared_intermediate=int(cfg.get("moe_intermediate_size") or 0) if shared else 0,
-                   default_format=config_format(cfg), source="model config.json",
+                   default_format=config_format(cfg), num_attention_heads=heads,
+                   num_key_value_heads=int(cfg.get("num_key_value_heads") or heads) if heads else 0, head_dim=head_dim,
+                   vocab_size=int(cfg.get("vocab_size") or 0), source="model config.json",
                    extra={"moe_layers": moe})

@@ -9,6 +9,9 @@ Components, for a pass of n tokens appended to a cache of ``depth`` positions:
   on the inputs the pass gave each layer, captured once);
 * ``step_without_experts``: the same pass with every layer's expert operation replaced by zeros
   (attention, norms, routers, embeddings, the LM head and the per-pass framework work);
+* ``attention``, ``lm_head``: every layer's four attention projections, and the LM head, alone, on
+  the inputs the pass gave them (captured once): the bytes a pass reads once outside the experts
+  (padded to the published model's in the byte-faithful-all subject, docs/engine.md);
 * ``draft_token``: one token of the subject's draft model (``ModelDraft.propose(..., k=1)`` at the
   same position: a cache crop and one forward of one token);
 * ``read``: one ``torch.sum`` over a fixed buffer (:class:`moespec.measure.regimes.ReferenceRead`),
@@ -29,6 +32,7 @@ from torch import nn
 
 from moespec.engine.speculative import ModelDraft
 from moespec.engine.switch import moe_layers
+from moespec.engine.widen import ATTENTION_PROJECTIONS, attention_modules
 from moespec.kernels import expert_forward
 from moespec.measure.regimes import ReferenceRead
 from moespec.measure.timing import time_interleaved, timer_for
@@ -56,6 +60,13 @@ def capture_expert_inputs(engine, ids) -> list[tuple]:
             got[exp.layer] = (x.detach().float().contiguous(), idx.detach(), gates.detach())
 
         handles.append(exp.register_forward_hook(hook))
+    _pass_with_hooks(engine, ids, handles)
+    return [got[i] for i in sorted(got)]
+
+
+def _pass_with_hooks(engine, ids, handles) -> None:
+    """One pass of ``ids`` with the forward ``handles`` registered, then the hooks removed and
+    the cache cropped back."""
     start = engine.length
     try:
         engine.forward(ids)
@@ -63,7 +74,23 @@ def capture_expert_inputs(engine, ids) -> list[tuple]:
         for h in handles:
             h.remove()
         engine.crop(start)
-    return [got[i] for i in sorted(got)]
+
+
+def capture_dense_inputs(engine, ids) -> dict[str, list[tuple]]:
+    """Run one pass of ``ids`` and return the modules read once per pass outside the experts with
+    the input each got: ``{"attention": [(projection, x), ...] (every layer's q, k, v, o),
+    "lm_head": [(head, x)]}``; the cache is cropped back."""
+    model = engine.model
+    mods = {"attention": [getattr(a, p) for a in attention_modules(model) for p in ATTENTION_PROJECTIONS],
+            "lm_head": [model.get_output_embeddings()]}
+    got, handles = {}, []
+    for part, modules in mods.items():
+        for i, mod in enumerate(modules):
+            def hook(module, args, output, key=(part, i)):
+                got[key] = (module, args[0].detach().clone())
+            handles.append(mod.register_forward_hook(hook))
+    _pass_with_hooks(engine, ids, handles)
+    return {part: [got[(part, i)] for i in range(len(modules))] for part, modules in mods.items()}
 
 
 def _callables(name: str, subject, prompt, n_values, dedup_kernels: bool) -> dict:
@@ -107,6 +134,13 @@ def _callables(name: str, subject, prompt, n_values, dedup_kernels: bool) -> dic
                 eng.crop(d)
 
         calls[(name, "step_without_experts", f"n={n}")] = bare
+        for part, pairs in capture_dense_inputs(eng, cont[:n]).items():
+            def dense(pairs=pairs):
+                with torch.inference_mode():
+                    for module, x in pairs:
+                        module(x)
+
+            calls[(name, part, f"n={n}")] = dense
     if subject.draft is not None:
         drafter = ModelDraft(subject.draft)
         drafter.begin(list(prompt), first)
@@ -162,9 +196,17 @@ def decode_breakdown(subjects: dict, prompts: dict, n_values=(1, 8), reps: int =
     return res
 
 
+def _ratio(g: pd.DataFrame, num: str, den: str) -> float:
+    """The step's median time at pass ``num`` over that at ``den`` (NaN when either is absent)."""
+    step = g[g.component == "step"].set_index("pass").t_median_s
+    return float(step[num] / step[den]) if num in step.index and den in step.index else np.nan
+
+
 def shares(breakdown: pd.DataFrame) -> pd.DataFrame:
-    """One row per subject: step, expert operation, rest and draft token at n = 1 (ms), the
-    expert share and the draft's cost ratio, the run's read bandwidth and peak memory."""
+    """One row per subject: step, expert operation, rest, attention projections, LM head and draft
+    token at n = 1 (ms), the step at n = 2 (deduplicating) over the step at n = 1 (what one more
+    verified token costs, when n = 2 was timed), the expert share and the draft's cost ratio, the
+    run's read bandwidth and peak memory."""
     rows = []
     read = breakdown[breakdown.component == "read"]
     for name, g in breakdown[breakdown.subject != ""].groupby("subject", sort=False):
@@ -172,6 +214,9 @@ def shares(breakdown: pd.DataFrame) -> pd.DataFrame:
         rows.append({"subject": name, "step_ms": 1e3 * t.t_median_s.get("step", np.nan),
                      "experts_ms": 1e3 * t.t_median_s.get("experts", np.nan),
                      "step_without_experts_ms": 1e3 * t.t_median_s.get("step_without_experts", np.nan),
+                     "attention_ms": 1e3 * t.t_median_s.get("attention", np.nan),
+                     "lm_head_ms": 1e3 * t.t_median_s.get("lm_head", np.nan),
+                     "step_n2_over_n1": _ratio(g, "n=2 dedup", "n=1"),
                      "draft_token_ms": 1e3 * t.t_median_s.get("draft_token", np.nan),
                      "expert_share": t.value.get("expert_share", np.nan),
                      "draft_ratio": t.value.get("draft_ratio", np.nan),

@@ -35,17 +35,19 @@ from moespec.engine.operation import layer_weights
 from moespec.engine.replay import published_model, replay_engine
 from moespec.engine.target import Engine
 from moespec.engine.widen import (dense_mlp_bytes, dense_mlps, draft_intermediate, embed_expert_weights,
-                                  widen_dense_mlps, widen_expert_weights, widened_intermediate)
+                                  widen_attention_and_head, widen_dense_mlps, widen_expert_weights,
+                                  widened_intermediate)
 from moespec.model_shapes import MoESpec, get_spec, register
 from moespec.routing import RoutingTrace, synthetic
 
-KINDS = ("byte-faithful", "default", "replay")
+KINDS = ("byte-faithful", "byte-faithful-all", "default", "replay")
 
 #: The quick profile's stand-in for a published expert shape (byte-faithful and replay subjects):
 #: small enough for seconds-long runs; not a published model.
 QUICK_LIKE = MoESpec(name="quick-like", paper_label="quick-profile stand-in (not a published model)",
                      num_experts=16, top_k=4, num_layers=2, num_moe_layers=2, hidden_size=256,
-                     expert_intermediate=128, default_format="int8_b32",
+                     expert_intermediate=128, default_format="int8_b32", num_attention_heads=4,
+                     num_key_value_heads=4, head_dim=64, vocab_size=512,
                      source="moespec.engine.subject.QUICK_LIKE (tests and the quick profile)")
 register("quick-like", lambda: QUICK_LIKE)
 
@@ -90,14 +92,16 @@ class Subject:
     def rules_file(self) -> Path:
         """The pre-registered scoring rules for this subject: the byte-faithful subject's, registered
         again with the round-model protocol (issue 24; the rules of issue 16's file, unchanged), the
-        original ones for the default subject, else the byte-faithful file's rules, applied but not
-        pre-registered for this subject (:attr:`preregistered`)."""
-        name = "scoring_rules.json" if self.kind == "default" else "scoring_rules_round_model.json"
+        same rules registered again for the byte-faithful-all subject (issue 27), the original ones
+        for the default subject, else the byte-faithful file's rules, applied but not pre-registered
+        for this subject (:attr:`preregistered`)."""
+        name = {"default": "scoring_rules.json",
+                "byte-faithful-all": "scoring_rules_byte_faithful_all.json"}.get(self.kind, "scoring_rules_round_model.json")
         return paths.data_dir() / "preregistration" / name
 
     @property
     def preregistered(self) -> bool:
-        return self.kind in ("byte-faithful", "default")
+        return self.kind in ("byte-faithful", "byte-faithful-all", "default")
 
     def depth_prompts(self, depth: int, count: int, seed: int = 0) -> list:
         """``count`` prompts of ``depth`` tokens: WikiText validation articles cut to ``depth``
@@ -258,10 +262,12 @@ def subject_from_models(kind: str, target, draft, tokenizer, origin: str, like: 
         desc = {"real": "everything: the target and draft as given", "padding": "none",
                 "expert_shape": list(w.shape), "expert_bytes": w.bytes_per_expert, "fmt": w.fmt}
         sub = Subject(kind, f"{origin}, {w.fmt}", engine, draft, tokenizer, device, desc)
-    elif kind == "byte-faithful":
+    elif kind in ("byte-faithful", "byte-faithful-all"):
         sub = _byte_faithful(target, draft, tokenizer, origin, like, fmt or "int8_b32", layout, device, backend, seed)
+        if kind == "byte-faithful-all":
+            _widen_dense_parts(sub, like, fmt or "int8_b32", backend, seed)
     else:
-        raise ValueError(f"kind must be 'default' or 'byte-faithful', got {kind!r}")
+        raise ValueError(f"kind must be 'default', 'byte-faithful' or 'byte-faithful-all', got {kind!r}")
     sub.description.update(widen_draft(sub.draft, sub.expert_bytes_per_token(), draft_cost, seed=seed + 1))
     if sub.description["draft_intermediate"] > sub.description["draft_intermediate_trained"]:
         sub.label += f"; draft MLPs widened to {draft_cost:g} of the target's expert bytes per token"
@@ -309,6 +315,35 @@ def _byte_faithful(target, drafter, tok, origin, like, fmt, layout, device, back
     how = "byte-faithful" if layout == "published" else "byte-faithful, only I widened"
     label = f"{origin}, experts at {spec.paper_label or spec.name}'s expert bytes ({fmt}, {how})"
     return Subject("byte-faithful", label, engine, drafter, tok, device, desc)
+
+
+def _widen_dense_parts(sub: Subject, like: str, fmt: str, backend: str, seed: int) -> None:
+    """The byte-faithful-all subject from the byte-faithful one (in place): its attention projections
+    and LM head padded to ``like``'s shapes in ``fmt`` (:func:`moespec.engine.widen.widen_attention_and_head`),
+    its description and label saying so, with the step's byte shares beside the published model's."""
+    from moespec.engine.byte_shares import byte_shares, max_share_gap
+
+    spec = get_spec(like)
+    shapes = widen_attention_and_head(sub.target, spec, fmt, seed=seed + 7,
+                                      backend="auto" if backend == "cuda" else backend)
+    shares = byte_shares(sub.engine, spec, fmt)
+    name = spec.paper_label or spec.name
+    sub.kind = "byte-faithful-all"
+    sub.label = sub.label.replace("experts at", "experts, attention and LM head at").replace(
+        "byte-faithful)", "byte-faithful-all)")
+    sub.description["real"] = sub.description["real"].replace("its attention, ", "its attention (the trained "
+                                                                "projections, in the padded ones), ")
+    sub.description["dense_padding"] = (
+        f"every attention projection is the trained [out, in] matrix in the corner of one of {name}'s "
+        f"projection shape, the LM head the trained (tied) head in a [{shapes['lm_head'][0]}, {shapes['lm_head'][1]}] "
+        f"matrix ({name}'s {spec.vocab_size} rows x {sub.engine.num_layers} of its {spec.num_layers} "
+        f"layers), all in {fmt}; other entries random; inputs padded with zeros, outputs past the trained "
+        f"ones dropped (moespec.engine.widen.PaddedLinear); embedding, norms, routers and KV cache are the trained "
+        f"model's")
+    sub.description["dense_shapes"] = shapes
+    sub.description["byte_shares"] = {r.component: [float(r.subject_share), float(r.published_share)]
+                                      for r in shares.itertuples()}
+    sub.description["byte_share_max_gap"] = max_share_gap(shares)
 
 
 def _replay_subject(like, trace_file, profile, device, backend, fmt, layers, seed) -> Subject:

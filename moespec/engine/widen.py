@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from moespec.kernels.dense import DenseWeights, dense_forward
 from moespec.kernels.weights import BLOCK, ExpertWeights, normalize_format, random_values
 from moespec.model_shapes import MoESpec, format_bytes, get_spec
 
@@ -197,3 +198,124 @@ def draft_intermediate(model: nn.Module, mlp_bytes: float) -> int:
     per_neuron = 3 * h * mlps[0].gate_proj.weight.element_size() * len(mlps)
     want = int(round(float(mlp_bytes) / per_neuron / 32.0)) * 32
     return max(i, want)
+
+
+# --- attention projections and the LM head: dense matrices padded to a published model's ---------
+#: The attention projections of an OLMoE-family decoder layer (``layer.self_attn.<name>``).
+ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+class PaddedLinear(nn.Module):
+    """A bias-free ``nn.Linear`` weight ``[out, in]`` embedded in a dense matrix ``[out_pad, in_pad]``
+    in a kernel format (:class:`moespec.kernels.dense.DenseWeights`), run by
+    :func:`moespec.kernels.dense.dense_forward`.
+
+    The trained block is the top-left corner (int8_b32: quantized in blocks of 32 along ``in`` as
+    the unpadded layer is); every other entry is random (:func:`moespec.kernels.weights.random_values`,
+    seeded). x is padded with zeros to ``in_pad``, the whole matrix is multiplied (every byte read;
+    the kernels have no zero test) and the first ``out`` outputs are kept: the random columns meet
+    zero inputs (exact zeros; int8: an all-zero activation block has scale 0) and the random rows are
+    computed and dropped. With ``out_pad = out`` and ``in_pad = in`` it is the layer itself in the
+    format: the reference its padding preserves (tests/test_widen_dense.py)."""
+
+    def __init__(self, weight: torch.Tensor, in_pad: int, out_pad: int, fmt: str, seed: int = 0,
+                 backend: str = "auto"):
+        super().__init__()
+        out, inp = (int(v) for v in weight.shape)
+        in_pad, out_pad = int(in_pad), int(out_pad)
+        fmt = normalize_format(fmt)
+        if in_pad < inp or out_pad < out:
+            raise ValueError(f"cannot pad a [{out}, {inp}] matrix to a smaller [{out_pad}, {in_pad}]")
+        if fmt == "int8_b32" and (inp % BLOCK or in_pad % BLOCK):
+            raise ValueError(f"int8_b32 needs the input sizes {inp} and {in_pad} to be multiples of {BLOCK}")
+        trained = DenseWeights.from_float(weight.detach().float().cpu(), fmt)
+        if (out_pad, in_pad) != (out, inp):
+            vals, scales = random_values(1, out_pad, in_pad, fmt, torch.Generator().manual_seed(int(seed)))
+            vals, scales = vals[0], None if scales is None else scales[0]
+            vals[:out, :inp] = trained.values
+            if scales is not None:
+                scales[:out, :inp // BLOCK] = trained.scale
+            trained = DenseWeights(fmt, vals.contiguous(), None if scales is None else scales.contiguous())
+        dev = weight.device
+        self.weights = DenseWeights(fmt, trained.values.to(dev),
+                                    None if trained.scale is None else trained.scale.to(dev))
+        self.in_features, self.out_features, self.backend = inp, out, backend
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one pass reads (the whole padded matrix in its format)."""
+        return self.weights.nbytes
+
+    def extra_repr(self) -> str:
+        n, k = self.weights.shape
+        return f"[{self.out_features}, {self.in_features}] in [{n}, {k}] {self.weights.fmt}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, x.shape[-1]).float()
+        pad = self.weights.shape[1] - self.in_features
+        if pad:
+            flat = nn.functional.pad(flat, (0, pad))
+        y = dense_forward(flat, self.weights, self.backend)[:, :self.out_features]
+        return y.reshape(*lead, self.out_features).to(x.dtype)
+
+
+def attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers' attention modules (``layer.self_attn`` with q/k/v/o projections)."""
+    layers = getattr(getattr(model, "model", model), "layers", None) or []
+    found = [layer.self_attn for layer in layers
+             if all(hasattr(getattr(layer, "self_attn", None), p) for p in ATTENTION_PROJECTIONS)]
+    if not found:
+        raise ValueError(f"{type(model).__name__} has no attention modules with {ATTENTION_PROJECTIONS}")
+    return found
+
+
+def published_head_rows(spec: MoESpec, layers: int) -> int:
+    """LM-head rows for a subject of ``layers`` decoder layers whose per-step head bytes stand to its
+    layers' bytes as the published model's do: ``V_pub * layers / L_pub`` (e.g. OLMoE, 4 of 16
+    layers: 50304 / 4 = 12576 rows of H_pub)."""
+    rows = spec.vocab_size * int(layers)
+    if rows % spec.num_layers:
+        raise ValueError(f"{spec.name}: V = {spec.vocab_size} x {layers} layers is not a multiple of its "
+                         f"{spec.num_layers} layers")
+    return rows // spec.num_layers
+
+
+def widen_attention_and_head(model: nn.Module, like: MoESpec | str, fmt: str, seed: int = 0,
+                             backend: str = "auto") -> dict:
+    """Replace, in place, every attention projection of ``model`` by a :class:`PaddedLinear` of the
+    published model ``like``'s projection shape (q, o: ``heads * head_dim`` by H_pub; k, v:
+    ``kv_heads * head_dim`` by H_pub) and its LM head by one of :func:`published_head_rows` rows of
+    H_pub, all in ``fmt``; the embedding stays the trained one (one row per token: its bytes per
+    step are negligible in both). Returns the widened shapes. The model must be bias-free there."""
+    spec = get_spec(like) if isinstance(like, str) else like
+    rows = published_head_rows(spec, len(attention_modules(model)))
+    return _pad_dense(model, spec.attention_shapes(), (rows, spec.hidden_size), fmt, seed, backend)
+
+
+def attention_and_head_in_format(model: nn.Module, fmt: str, backend: str = "auto") -> dict:
+    """The unpadded reference of :func:`widen_attention_and_head`: every attention projection and
+    the LM head of ``model`` replaced, in place, by itself in ``fmt`` (a :class:`PaddedLinear`
+    without padding), so that the two compute the same function by construction."""
+    attn = attention_modules(model)[0]
+    shapes = {p: tuple(getattr(attn, p).weight.shape) for p in ATTENTION_PROJECTIONS}
+    return _pad_dense(model, shapes, tuple(model.get_output_embeddings().weight.shape), fmt, 0, backend)
+
+
+def _pad_dense(model: nn.Module, shapes: dict, head_shape: tuple, fmt: str, seed: int, backend: str) -> dict:
+    for li, attn in enumerate(attention_modules(model)):
+        for j, name in enumerate(ATTENTION_PROJECTIONS):
+            lin = getattr(attn, name)
+            if getattr(lin, "bias", None) is not None:
+                raise ValueError(f"layer {li} {name} has a bias; the padded projections are bias-free")
+            out_pad, in_pad = shapes[name]
+            setattr(attn, name, PaddedLinear(lin.weight, in_pad, out_pad, fmt, seed=seed * 1000 + li * 10 + j,
+                                             backend=backend))
+    head = model.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError("the LM head has a bias; the padded head is bias-free")
+    model.lm_head = PaddedLinear(head.weight, head_shape[1], head_shape[0], fmt, seed=seed * 1000 + 999,
+                                 backend=backend)
+    if hasattr(model, "config"):
+        model.config.tie_word_embeddings = False      # the head is its own (padded) matrix now
+    return {**{name: list(shapes[name]) for name in ATTENTION_PROJECTIONS}, "lm_head": list(head_shape)}

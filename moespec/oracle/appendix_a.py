@@ -21,8 +21,9 @@ from . import budget, categories, robustness
 
 
 def _span(table: pd.DataFrame, col: str) -> str:
+    """``col``'s range over the reported categories (:func:`_range`), or why there is none."""
     cats = table[(table.status == "included") & (table.category != categories.POOL)]
-    return f"{cats[col].min():.4g}-{cats[col].max():.4g}" if len(cats) else "no category met the minimum"
+    return _range(cats[col]) if len(cats) else "no category met the minimum"
 
 
 def _summary(table: pd.DataFrame, col: str, what: str) -> pd.DataFrame:
@@ -99,6 +100,7 @@ def _ours(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _range(values) -> str:
+    """'a-b' over the numeric values (4 significant digits), 'a' for one, '' for none."""
     v = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
     return f"{v.min():.4g}-{v.max():.4g}" if len(v) > 1 else (f"{v.iloc[0]:.4g}" if len(v) else "")
 

@@ -1031,6 +1031,30 @@ def decode_breakdown(run: RunFiles, stamp: str, folder: str = "benchmarks/result
                if ratio is not None else ""))
 
 
+@block("decode-components")
+def decode_components(run: RunFiles, stamp: str, folder: str = "benchmarks/results/breakdown") -> str:
+    """benchmarks/bench_decode_breakdown.py's per-component time and bytes of the n = 1 step, per
+    subject, beside the published model's byte shares (its ``_bytes.csv``, moespec.engine.byte_shares)."""
+    sh = run.repo_csv(f"{folder}/{stamp}_shares.csv").set_index("subject")
+    by = run.repo_csv(f"{folder}/{stamp}_bytes.csv")
+    prov = run.repo_json(f"{folder}/{stamp}_provenance.json")
+    times = {"attention": "attention_ms", "experts": "experts_ms", "lm_head": "lm_head_ms"}
+    rows = []
+    for r in by.itertuples():
+        t = sh.loc[r.subject, times[r.component]] if r.component in times else float("nan")
+        rows.append([r.subject, r.component, num(t, 2), num(r.subject_bytes / 1e6, 2), num(r.subject_share),
+                     num(r.published_share), num(r.share_ratio)])
+    steps = "; ".join(f"{name}: step {num(v.step_ms, 2)} ms, step at n = 2 / step at n = 1 {num(v.step_n2_over_n1)}"
+                      for name, v in sh.iterrows())
+    return (f"Run `{folder}/{stamp}_*` ({when(prov.get('started', '?')[:19])}, {machine(prov)}, read "
+            f"{span(sh['read_GBps'], 1)} GB/s, {prov.get('args', {}).get('reps')} repetitions, cache depth "
+            f"{int(by['depth'].iloc[0])}; bytes of one decode step per component, the published model "
+            f"{by['published'].iloc[0]} at the subject's {int(by['layers'].iloc[0])} layers):\n\n"
+            + md_table(["subject", "component", "time alone (ms)", "bytes (MB)", "share of the step's bytes",
+                        "published share", "share ratio"], rows)
+            + f"\n\n{steps}.")
+
+
 @block("prediction-tables", "06_table4_preregistered.csv", "06_table7_error.csv")
 def prediction_tables(run: RunFiles) -> str:
     """Notebook 06's Table 4 and Table 7 rows of this run (the paper's rows are in the CSVs)."""

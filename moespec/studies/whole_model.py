@@ -33,6 +33,7 @@ from moespec.engine.calibration import verify_loops
 from moespec.engine.runs import greedy_agreement, oracle_sweep
 from moespec.engine.subject import load_subject, widen_draft
 from moespec.engine.verify import measure_verify_times, regime_summaries
+from moespec.engine.widen import attention_and_head_in_format
 from moespec.measure.load import machine_state
 from moespec.measure.regimes import ReferenceRead
 from moespec.plots.engine import breakdown_figure, draft_cost_figure
@@ -128,9 +129,11 @@ class WholeModelStudy:
         lines = [f"greedy tokens equal with dedup off and on: {tot['greedy_equal']} of {tot['tokens']}",
                  f"verify argmax equal with dedup off and on: {tot['verify_argmax_equal']} of {tot['verify_rows']} rows",
                  f"verify argmax equal to batch-one greedy: {tot['verify_matches_greedy']} of {tot['verify_rows']} rows"]
-        if self.sub.kind == "byte-faithful":
+        if self.sub.kind in ("byte-faithful", "byte-faithful-all"):
             unwidened = load_subject("default", profile=self.profile, device=self.device, backend=self.backend,
                                      fmt=self.sub.description["fmt"], dtype=self.dtype, seed=self.seed)
+            if self.sub.kind == "byte-faithful-all":       # its attention and head in the format, unpadded
+                attention_and_head_in_format(unwidened.target, self.sub.description["fmt"])
             same = pd.concat([SM.compare_engines(self.sub.engine, unwidened.engine, self.prompts_by_depth[d][:3],
                                                  P["agree_tokens"]).assign(d=d) for d in P["depths"]])
             self._write("05_function_preserved.csv", same)

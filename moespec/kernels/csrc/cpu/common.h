@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -54,6 +55,23 @@ static inline int64_t i8_offset(int64_t k, int64_t nblk) {
   return g * GRP * BLK + (w / 4) * 4 * G + j * 4 + (w % 4);
 }
 static inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// An integer setting from the environment (tuning knobs read at each call), dflt when unset.
+static inline int64_t env_int(const char* name, int64_t dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoll(v) : dflt;
+}
+// Whether v[0..n) holds no NaN and no +-inf: the largest exponent field must stay below all ones
+// (an integer max reduction, which the compiler vectorizes).
+static inline bool all_finite(const float* v, int64_t n) {
+  uint32_t top = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof bits);
+    top = std::max(top, bits & 0x7f800000u);
+  }
+  return top != 0x7f800000u;
+}
 
 // Bytes per weight value of a format.
 static inline int64_t element_bytes(int fmt) { return fmt == F32 ? 4 : (fmt == BF16 ? 2 : 1); }

@@ -14,7 +14,6 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
-#include <omp.h>
 
 #include <limits>
 
@@ -29,10 +28,6 @@ namespace moespec {
 // Tuning knob, read from the environment at each call (benchmarks use it to compare settings;
 // the default is the measured best): bytes of one matrix's rows per work item.
 static int64_t g_item_bytes = 256 * 1024;
-static int64_t env_int(const char* name, int64_t dflt) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoll(v) : dflt;
-}
 
 // Scratch memory of one calling thread, kept between calls instead of allocated per call (the
 // larger buffers, e.g. W_down h at n = 9: 72 x 2048 floats, came as fresh pages to fault in and
@@ -96,18 +91,6 @@ static void check_inputs(const at::Tensor& x, const at::Tensor& ids, const c10::
       for (int64_t s2 = 0; s2 < s; ++s2)
         TORCH_CHECK(id[t * m + s2] != id[t * m + s], "ids: token ", t, " selects expert ", id[t * m + s], " twice");
     }
-}
-
-// Whether v[0..n) holds no NaN and no +-inf: the largest exponent field must stay below all ones
-// (an integer max reduction, which the compiler vectorizes).
-static bool all_finite(const float* v, int64_t n) {
-  uint32_t top = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, v + i, sizeof bits);
-    top = std::max(top, bits & 0x7f800000u);
-  }
-  return top != 0x7f800000u;
 }
 
 struct Group {
@@ -261,12 +244,7 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
     }
   };
   if (clock_on) st.setup_done = clock_ns();
-  if (nt > 1 && use_openmp_team()) {
-#pragma omp parallel num_threads(nt)
-    job->work((size_t)omp_get_thread_num());
-  } else {
-    Pool::get().run(job, nt - 1);
-  }
+  run_job(job, nt);
   if (clock_on) st.work_done = clock_ns();
   // 4. y_t = sum_s g_ts o_{t*m+s} (n*m*H flops: serial), then the non-finite rule (docs/kernels.md):
   // a token whose x row or gates hold NaN or +-inf, or whose float32 computation overflowed (a

@@ -22,6 +22,10 @@ at::Tensor expert_dedup_cpu(const at::Tensor& x, const at::Tensor& ids, const c1
                             const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
                             const c10::optional<at::Tensor>& sd);
 
+// dense.cpp: the dense linear y = x W^T [n, N] on the same dot kernels (w [N, K] f32, bf16, plain int8 or
+// packed uint8; s: int8 block scales [N, K/32]).
+at::Tensor dense_cpu(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& s);
+
 // int8_layout.cpp: plain int8 [N, R, K] -> interleaved uint8 (+128) of the same shape; the int8
 // activation layout the kernels build from x [R, K] (q, scales, corrections), for tests.
 at::Tensor pack_int8_cpu(const at::Tensor& qin);

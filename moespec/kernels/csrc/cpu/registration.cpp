@@ -13,6 +13,7 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("expert_slot", &moespec::expert_slot_cpu, "per-slot kernel on CPU (same as torch.ops.moespec.expert_slot)");
   m.def("expert_dedup", &moespec::expert_dedup_cpu, "dedup kernel on CPU (same as torch.ops.moespec.expert_dedup)");
+  m.def("dense", &moespec::dense_cpu, "dense linear y = x W^T on CPU (same as torch.ops.moespec.dense)");
   m.def("set_stage_clock", &moespec::set_stage_clock, "switch the per-call stage clock on or off (all threads)");
   m.def("take_last_stages", &moespec::take_last_stages,
         "this thread's last call's stage times [entry, setup_done, first_item, work_done, exit] in ns "
@@ -31,6 +32,7 @@ TORCH_LIBRARY(moespec, m) {
         "Tensor? s_gate, Tensor? s_up, Tensor? s_down) -> Tensor");
   m.def("expert_dedup(Tensor x, Tensor ids, Tensor? gates, Tensor w_gate, Tensor w_up, Tensor w_down, "
         "Tensor? s_gate, Tensor? s_up, Tensor? s_down) -> Tensor");
+  m.def("dense(Tensor x, Tensor w, Tensor? s) -> Tensor");
   m.def("pack_int8_cpu(Tensor q) -> Tensor");
   m.def("cpu_isa(str fmt) -> str", &moespec::cpu_isa);
   m.def("quantize_acts_int8_cpu(Tensor x) -> (Tensor, Tensor, Tensor)");
@@ -39,6 +41,7 @@ TORCH_LIBRARY(moespec, m) {
 TORCH_LIBRARY_IMPL(moespec, CPU, m) {
   m.impl("expert_slot", &moespec::expert_slot_cpu);
   m.impl("expert_dedup", &moespec::expert_dedup_cpu);
+  m.impl("dense", &moespec::dense_cpu);
   m.impl("pack_int8_cpu", &moespec::pack_int8_cpu);
   m.impl("quantize_acts_int8_cpu", &moespec::quantize_acts_int8_cpu);
 }

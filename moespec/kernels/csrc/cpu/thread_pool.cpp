@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 #include <immintrin.h>
+#include <omp.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -103,6 +104,15 @@ bool use_openmp_team() {
   if (mode == "pool") return false;
   TORCH_CHECK(mode.empty() || mode == "auto", "MOESPEC_CPU_THREADS must be openmp, pool or auto; found '", mode, "'");
   return lower(std::getenv("OMP_WAIT_POLICY")) != "passive";
+}
+
+void run_job(const std::shared_ptr<Job>& job, int nt) {
+  if (nt > 1 && use_openmp_team()) {
+#pragma omp parallel num_threads(nt)
+    job->work((size_t)omp_get_thread_num());
+  } else {
+    Pool::get().run(job, nt - 1);
+  }
 }
 
 }  // namespace moespec

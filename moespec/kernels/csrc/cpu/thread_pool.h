@@ -64,4 +64,8 @@ class Pool {
 // OpenMP team unless OMP_WAIT_POLICY is passive.
 bool use_openmp_team();
 
+// Run every item of job on nt threads: torch's OpenMP team or the caller plus nt - 1 pool helpers
+// (use_openmp_team); the caller alone when nt == 1.
+void run_job(const std::shared_ptr<Job>& job, int nt);
+
 }  // namespace moespec
