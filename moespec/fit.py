@@ -148,8 +148,8 @@ def fit_layers(rows: pd.DataFrame, ns=FIT_NS, fit: str = NONNEGATIVE) -> pd.Data
     for key, g in df.groupby(keys + ["kernel"], sort=True):
         kernel = key[-1]
         res = fit_one(kernel, g["n"], g["m"], g["U"], g["expert_bytes"], g["t_median_s"], fit=fit)
-        if kernel == "slot":
-            res["reread_cost"] = res["c_re"] / res["c_u"]
+        if kernel == "slot":   # undefined (NaN) where the non-negative fit holds c_u at 0
+            res["reread_cost"] = res["c_re"] / res["c_u"] if res["c_u"] != 0 else float("nan")
         out.append({**dict(zip(keys + ["kernel"], key)), **res})
     return pd.DataFrame(out)
 

@@ -250,3 +250,14 @@ def test_transfer_crossover_on_a_hand_case():
         fit.transfer_crossover(tr, bw[~((bw.model == "y") & (bw.n == 8))])
     with pytest.raises(ValueError, match="missing column\\(s\\) \\['r_pred'\\]"):
         fit.transfer_crossover(tr.drop(columns="r_pred"), bw)
+
+
+def test_reread_cost_undefined_when_c_u_binds_at_zero():
+    """Per-slot times that fall with the distinct bytes (noise on a tiny model can do that): the
+    non-negative fit holds c_u at 0, and the re-read cost c_re/c_u is NaN, not a division error."""
+    true = {**TRUE, "slot": {"t_op": 1e-2, "c_u": -1e-12, "c_re": 2e-11}}
+    rows = synthetic_rows(noise=0.0, true=true, windows=False)
+    fits = fit.fit_layers(rows)
+    slot = fits[fits.kernel == "slot"]
+    assert (slot.c_u == 0).all() and slot.reread_cost.isna().all()
+    assert (fit.fit_layers(rows, fit="unconstrained").query("kernel == 'slot'").reread_cost < 0).all()

@@ -129,6 +129,21 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         run_notebook("06_predictions", out_dir=str(out), backend="torch", model="default")
 
 
+def test_byte_faithful_all_subject_through_05(run_notebook, tmp_path):
+    """The subject with attention and LM head padded too runs notebook 05 by name: its own
+    pre-registered rules, its function check against the unpadded model in the format (attention
+    and head included), and the breakdown's attention and LM-head components."""
+    _, figs, text = run_notebook("05_whole_model", out_dir=str(tmp_path / "engine"), model="byte-faithful-all")
+    assert re.search(r"^subject: .*byte-faithful-all", text, re.M)
+    assert "scoring_rules_byte_faithful_all.json" in text and "pre-registered for this subject: True" in text
+    w = re.search(r"greedy tokens equal to the unwidened model in int8_b32: (\d+) of (\d+)", text)
+    assert w and w.group(1) == w.group(2)
+    same = pd.read_csv(figs / "05_function_preserved.csv")
+    assert (same.greedy_equal == same.tokens).all() and (same.max_abs_logit_diff <= 1e-4 * same.max_abs_logit).all()
+    bd = pd.read_csv(figs / "05_breakdown.csv").iloc[0]
+    assert bd.attention_ms > 0 and bd.lm_head_ms > 0 and "byte-faithful-all" in bd.label
+
+
 def test_replayed_published_shape_through_05_06_07(run_notebook, tmp_path):
     out = tmp_path / "replay"
     small = dict(verify_reps=2, oracle_ks=[0, 1, 2], a_values=[0.8])
