@@ -57,7 +57,8 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
               copies: int = 3) -> pd.DataFrame:
     """One interleaved run for one (model, format); returns one row per (kernel, backend, n).
     With ``ggml``, ggml's CPU MUL_MAT_ID (benchmarks/ggml_peer, built separately) runs in the same
-    rounds on the same weights (Q8_0 for int8_b32), as a deduplicating kernel.
+    rounds on the same weights (Q8_0 for int8_b32), as a deduplicating kernel, and its per-slot
+    counterpart (``GgmlExperts.per_slot``: one MUL_MAT_ID call per token, n x m expert reads).
 
     ``protocol``: ``cold`` flushes the caches (a ``flush_bytes`` read) before every call, so the
     weights, the code and the driver's data are all cold; ``warm-code`` does not flush between
@@ -105,11 +106,13 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
         peer_b = peers.items[0].bytes_per_expert
         if protocol == "warm-code":
             calls["warm_ggml"] = lambda: peers.next()(x[ns[0]], warm_ids)
-        for n in ns:
-            logs[("dedup", "ggml", n)] = []
-            pp = [random_ids(n, m, N, rng) for _ in range(reps + warmup)]
-            calls[("dedup", "ggml", n)] = rotating(pp, logs[("dedup", "ggml", n)],
-                                                    lambda ids, n=n: peers.next()(x[n], ids))
+        for n in ns:   # ggml's MUL_MAT_ID (deduplicating) and its per-slot counterpart (one call per token)
+            for kernel in ("dedup", "slot"):
+                logs[(kernel, "ggml", n)] = []
+                pp = [random_ids(n, m, N, rng) for _ in range(reps + warmup)]
+                run = ((lambda ids, n=n: peers.next()(x[n], ids)) if kernel == "dedup"
+                       else (lambda ids, n=n: peers.next().per_slot(x[n], ids)))
+                calls[(kernel, "ggml", n)] = rotating(pp, logs[(kernel, "ggml", n)], run)
     setup_s = time.perf_counter() - t0
     flush = read_flush(flush_bytes) if protocol == "cold" else None
     with timing.MachineMonitor("cpu") as mon:
@@ -146,9 +149,11 @@ def bench_one(model: str, fmt: str, ns, reps: int, warmup: int, flush_bytes: int
     def on_dedup_rows(per_n):  # a value per n on moespec's dedup rows, NaN elsewhere
         return [per_n[n] if k == "dedup" and be == "cpp" else np.nan for k, be, n in zip(df.kernel, df.backend, df.n)]
 
-    if peers is not None:  # moespec dedup / ggml, paired per round like r(n)
+    if peers is not None:  # moespec dedup / ggml, paired per round like r(n); ggml's own r(n)
         df["dedup_over_ggml"] = on_dedup_rows(
             {n: float(np.median(beta("dedup", "cpp", n) / beta("dedup", "ggml", n))) for n in ns})
+        r_ggml = {n: beta("dedup", "ggml", n) / beta("slot", "ggml", n) for n in ns}
+        df["r_n_ggml"] = on_dedup_rows({n: float(np.median(v)) for n, v in r_ggml.items()})
     # r(n) = beta_dedup / beta_slot, paired per round (paper 1, Sec. 2)
     r = {n: beta("dedup", "cpp", n) / beta("slot", "cpp", n) for n in ns}
     df["r_n"] = on_dedup_rows({n: float(np.median(v)) for n, v in r.items()})
@@ -210,8 +215,16 @@ def summary_tables(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
                   ["model", "fmt"]).set_index(["model", "fmt"])[["layer_read_over_read"]].round(3)}
     peer = df[df.backend == "ggml"]
     if len(peer):
-        tables["ggml MUL_MAT_ID beta (distinct bytes) / read bandwidth (same rounds)"] = peer.pivot_table(
-            index=["model", "fmt"], columns="n", values="beta_over_read", sort=False).round(3)
+        by_n = lambda rows, col: rows.pivot_table(index=["model", "fmt"], columns="n", values=col,  # noqa: E731
+                                                  sort=False).round(3)
+        tables["ggml MUL_MAT_ID beta (distinct bytes) / read bandwidth (same rounds)"] = by_n(
+            peer[peer.kernel == "dedup"], "beta_over_read")
+        if (peer.kernel == "slot").any():
+            tables["ggml per-slot counterpart (one MUL_MAT_ID per token) beta / read bandwidth"] = by_n(
+                peer[peer.kernel == "slot"], "beta_over_read")
+        if "r_n_ggml" in cpp:
+            tables["ggml's r(n) = beta_MUL_MAT_ID / beta_per-slot counterpart"] = by_n(cpp[cpp.kernel == "dedup"],
+                                                                                     "r_n_ggml")
         tables["moespec dedup / ggml MUL_MAT_ID, effective bandwidth (paired per round)"] = cpp[
             cpp.kernel == "dedup"].pivot_table(index=["model", "fmt"], columns="n", values="dedup_over_ggml",
                                                sort=False).round(3)
@@ -250,8 +263,8 @@ def main(argv=None):
     ap.add_argument("--keep", type=float, default=0.5, help="rho(2) of the sticky routing (our choice)")
     ap.add_argument("--no-torch-ref", action="store_true", help="skip torch's per-slot kernel at n=1")
     ap.add_argument("--ggml", action="store_true",
-                    help="also time ggml's CPU MUL_MAT_ID in the same rounds (OLMoE shape only; build it first: "
-                         "benchmarks/ggml_peer/build.py)")
+                    help="also time ggml's CPU MUL_MAT_ID and its per-slot counterpart in the same rounds, every "
+                         "model (build it first: benchmarks/ggml_peer/build.py)")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--plot", metavar="CSV", help="only draw the figure of an earlier run's CSV (next to it)")
     args = ap.parse_args(argv)
@@ -270,7 +283,7 @@ def main(argv=None):
         for fmt in fmts:
             torch_ref = fmt != "int8_b32" and not args.no_torch_ref and model == "olmoe"
             df = bench_one(model, fmt, ns, args.reps, args.warmup, args.flush_mib * 2**20,
-                           int(args.membw_gib * 2**30), args.seed, torch_ref, ggml=args.ggml and model == "olmoe",
+                           int(args.membw_gib * 2**30), args.seed, torch_ref, ggml=args.ggml,
                            protocol=args.protocol, copies=args.copies)
             frames.append(df)
             d = df[df.backend == "cpp"]

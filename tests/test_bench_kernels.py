@@ -39,6 +39,14 @@ def test_summary_tables_and_crossover(bench):
     r = tables["r(n) = beta_dedup / beta_slot"]
     assert r.shape == (2, 3) and np.allclose(r.to_numpy(), round(0.8 / 0.9, 3))
     assert np.allclose(tables["moespec dedup / ggml MUL_MAT_ID, effective bandwidth (paired per round)"].to_numpy(), 1.6)
+    # with ggml's per-slot counterpart and its r(n)
+    slot_rows = df[df.backend == "ggml"].assign(kernel="slot", beta_over_read=0.25)
+    both = pd.concat([df.assign(r_n_ggml=np.where((df.kernel == "dedup") & (df.backend == "cpp"), 2.0, np.nan)),
+                      slot_rows], ignore_index=True)
+    t2 = bench.summary_tables(both)
+    assert np.allclose(t2["ggml MUL_MAT_ID beta (distinct bytes) / read bandwidth (same rounds)"].to_numpy(), 0.5)
+    assert np.allclose(t2["ggml per-slot counterpart (one MUL_MAT_ID per token) beta / read bandwidth"].to_numpy(), 0.25)
+    assert np.allclose(t2["ggml's r(n) = beta_MUL_MAT_ID / beta_per-slot counterpart"].to_numpy(), 2.0)
     ub = pd.DataFrame({"model": "toy", "routing": "uniform", "n": [1, 2, 3], "ubar": [1.0, 0.95, 0.85]})
     cross = bench.crossover_table(df, ub)
     # r = 0.889: ubar(2) = 0.95 is not below it, ubar(3) = 0.85 is (n = 1 never counts)

@@ -115,3 +115,19 @@ def test_bad_input():
     p.close()
     with pytest.raises(RuntimeError, match="closed"):
         p(x, ids, g)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_per_slot_counterpart_is_one_call_per_token(fmt):
+    """GgmlExperts.per_slot (one MUL_MAT_ID call per token: the per-slot counterpart) computes the
+    same operation as one call over the whole pass, within the format's ceiling of the reference."""
+    N, H, I, m = 8, 256, 128, 3
+    w = ExpertWeights.random((N, H, I), fmt, seed=4)
+    x, ids, g = _inputs(5, H, m, N, seed=4)
+    with peer.GgmlExperts.from_weights(w, threads=1) as p:
+        whole, per_token = p(x, ids, g), p.per_slot(x, ids, g)
+        assert per_token.shape == whole.shape
+        assert rel_err(per_token, reference_forward(x, ids, w, g)) <= CEILING[w.fmt]
+        torch.testing.assert_close(per_token[2:3], p(x[2:3], ids[2:3], g[2:3]))
+        with pytest.raises(ValueError, match="ids: expected an integer"):
+            p.per_slot(x, ids[0], g)

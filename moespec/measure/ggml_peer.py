@@ -225,6 +225,23 @@ class GgmlExperts:
             raise ValueError(f"ggml peer: {lib.ggml_peer_error(handle).decode()}")
         return out
 
+    def per_slot(self, x, ids, gates=None) -> torch.Tensor:
+        """The per-slot counterpart of ggml's MUL_MAT_ID (which groups a pass's rows by expert, so
+        reads each distinct expert once: a deduplicating kernel, docs/ggml_peer.md): the pass's
+        tokens one MUL_MAT_ID call each, as llama.cpp's decode runs them one token per step, so the
+        pass reads n x m experts (a token's m experts are distinct). Same result as :meth:`__call__`
+        row by row; ``y [n, H]`` float32."""
+        ids_t = torch.as_tensor(ids)
+        if ids_t.dim() != 2:
+            raise ValueError(f"ids: expected an integer [n, m] tensor, found {ids_t.dtype} {tuple(ids_t.shape)}")
+        n = ids_t.shape[0]
+        xt = _f32(x, "x", (n, self.hidden_size))
+        gt = None if gates is None else torch.as_tensor(gates)
+        out = torch.empty(n, self.hidden_size, dtype=torch.float32)
+        for t in range(n):
+            self(xt[t:t + 1], ids_t[t:t + 1], None if gt is None else gt[t:t + 1], out=out[t:t + 1])
+        return out
+
     # --- lifetime -------------------------------------------------------------------------
     def _live(self) -> int:
         if not self._handle:
