@@ -434,6 +434,31 @@ def kernel_blocks(run: RunFiles, runs: str, folder: str = "benchmarks/results/ke
 FMT_NAMES = {"f32": "f32", "bf16": "bf16", "int8_b32": "int8 (32-value blocks)"}
 
 
+@block("kernel-breadth")
+def kernel_breadth(run: RunFiles, stamp: str, folder: str = "benchmarks/results/kernels") -> str:
+    """One bench_kernels.py --ggml run over models and formats: per (model, format), both engines'
+    r(2) and r(8) (deduplicating over per-slot effective bandwidth, paired per round), their
+    deduplicating kernels' shares of the read bandwidth, and moespec dedup / ggml MUL_MAT_ID; blocks
+    whose reference read changed regime are marked."""
+    df = run.repo_csv(f"{folder}/{stamp}.csv")
+    prov = run.repo_json(f"{folder}/{stamp}_provenance.json")
+    rows = []
+    for (model, fmt), g in df.groupby(["model", "fmt"], sort=False):
+        d = g[(g.kernel == "dedup") & (g.backend == "cpp")].set_index("n")
+        peer = g[(g.kernel == "dedup") & (g.backend == "ggml")]
+        unsteady = "read_unsteady" in str(g["flags"].iloc[0])
+        rows.append([model, fmt, num(d.r_n.get(2)), num(d.r_n.get(8)), num(d.r_n_ggml.get(2)), num(d.r_n_ggml.get(8)),
+                     span(d.beta_over_read, 2), span(peer.beta_over_read, 2), span(d.dedup_over_ggml, 2),
+                     "read changed regime (unreliable)" if unsteady else ""])
+    args = prov.get("args", {})
+    return (f"Run `{folder}/{stamp}*` ({when(str(df['date'].iloc[0])[:19])}, {machine(prov)}, protocol "
+            f"{df['protocol'].iloc[0]}, {args.get('reps')} rounds, {args.get('threads')} threads, read "
+            f"{span(df['read_GBps'], 1)} GB/s; random weights at each published shape; ggml in Q8_0 for int8_b32):\n\n"
+            + md_table(["model", "format", "moespec r(2)", "moespec r(8)", "ggml r(2)", "ggml r(8)",
+                        "moespec dedup / read, n = 1..9", "ggml MUL_MAT_ID / read, n = 1..9",
+                        "moespec dedup / ggml", "note"], rows))
+
+
 @block("kernel-shares")
 def kernel_shares(run: RunFiles, runs: str, model: str = "olmoe", regime: str = "low") -> str:
     """The CPU kernels' shares of the read bandwidth, r(n) and the in-run peers, over the steady
