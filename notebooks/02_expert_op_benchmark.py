@@ -43,6 +43,7 @@ backend = "auto"      # auto, torch, cpp or cuda
 trace_file = ""       # "" : a recorded trace of the model (paths.trace_files()), else synthetic
 out_dir = ""          # "" : the run's data/bench/expert_op (paths.expert_op_dir())
 resume = True         # continue an interrupted run of the same configuration
+breadth_csv = ""      # "" : the committed bench_kernels.py --ggml run at paper 1's breadth (moespec.tables.bandwidth.BREADTH_RUN)
 
 # %%
 from datetime import datetime, timezone
@@ -52,9 +53,10 @@ import json
 
 from moespec import fit, io, paths
 from moespec.measure import discard, expert_op
-from moespec.plots.bandwidth import figure2_bandwidth, figure3_distinct_share
+from moespec.plots.bandwidth import figure2_bandwidth, figure2_grid, figure3_distinct_share
 from moespec.routing import RoutingTrace
-from moespec.tables.bandwidth import discard_effect, distinct_share, table1
+from moespec.tables.bandwidth import (PAPER_LABEL, breadth_bandwidths, discard_effect, distinct_share,
+                                      load_breadth_run, table1, table1_breadth)
 
 config = expert_op.profile_config(profile, model, fmt, backend, device, seed, role="main")
 bench_out = Path(out_dir) if out_dir else paths.expert_op_dir()
@@ -138,6 +140,22 @@ print("per-slot / dedup bandwidth over the read bandwidth of the same group, n =
 slot_fits = fits[fits["kernel"] == "slot"]
 print("re-read cost c_re/c_u per layer: " + ", ".join(f"layer {int(r.layer)}: {r.reread_cost:.3f}"
                                                       for r in slot_fits.itertuples()))
+
+# %% [markdown]
+# ## Figure 2 and Table 1 at paper 1's breadth: four models x three formats x two engines
+# Not measured by this notebook: read from a committed `benchmarks/bench_kernels.py --ggml` run
+# (`breadth_csv`; docs/ggml_peer.md), moespec's kernels and llama.cpp's CPU expert operation (ggml's
+# MUL_MAT_ID, with its per-slot counterpart: one call per token) in the same interleaved rounds, at
+# each published shape with random weights. The paper's published rows follow ours, labelled.
+
+# %%
+breadth_rows, breadth_path = load_breadth_run(breadth_csv)
+breadth = breadth_bandwidths(breadth_rows)
+io.save_figure(figure2_grid(breadth, title=f"Figure 2 at paper 1's breadth, run {breadth_path.stem} ({machine})"),
+               figures / "02_fig2_breadth.png")
+t1_breadth = table1_breadth(breadth, source=f"moespec, measured here (run {breadth_path.stem})")
+io.write_dataframe(figures / "02_table1_breadth.csv", t1_breadth)
+print(t1_breadth[t1_breadth.source != PAPER_LABEL].round(3).to_string(index=False))
 
 # %% [markdown]
 # ## Table 1's bandwidths with and without the discard rule

@@ -58,6 +58,11 @@ def test_notebooks_02_and_03_quick(run_notebook, tmp_path):
     assert (counts["groups_kept"], counts["groups_discarded"]) == (1, 0)
     effect = pd.read_csv(figures / "02_discard_effect.csv")
     assert len(effect) == 9 and np.allclose(effect["r_all"], effect["r_kept"])
+    # Figure 2 / Table 1 at the paper's breadth, from the committed benchmark run
+    assert (figures / "02_fig2_breadth.png").stat().st_size > 0
+    tb = pd.read_csv(figures / "02_table1_breadth.csv", keep_default_na=False)
+    ours_b = tb[tb["source"].str.startswith("moespec")]
+    assert len(ours_b) == 2 * 3 * 4 and (tb["source"] == "paper 1, published (their hardware)").sum() == 8
 
     _, figures, text3 = run_notebook("03_fits", backend="torch", out_dir=str(bench))
     run02 = re.search(r"run (\S+): \d+ rows, backend", text).group(1)

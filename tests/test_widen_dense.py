@@ -5,6 +5,7 @@ preservation, and the step's byte shares (moespec.engine.byte_shares)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -193,3 +194,30 @@ def test_breakdown_captures_every_dense_module(quick_pair):
     sh = shares(decode_breakdown({"all": wide}, {"all": prompt}, n_values=(1, 2), reps=2, warmup=0,
                                  read_bytes=2**20)).iloc[0]
     assert sh.attention_ms > 0 and sh.lm_head_ms > 0 and sh.step_n2_over_n1 > 0
+
+
+def test_breadth_table_from_a_hand_made_run():
+    """Table 1 at breadth from bench_kernels rows: beta per kernel, r per engine (moespec r_n,
+    ggml r_n_ggml) and ubar = U / (n m), exactly."""
+    from moespec.plots.bandwidth import figure2_grid
+    from moespec.tables.bandwidth import BREADTH_ENGINES, breadth_bandwidths, table1_breadth
+
+    rows = []
+    for backend in ("cpp", "ggml"):
+        for kernel, beta in (("slot", 10.0), ("dedup", 8.0 if backend == "cpp" else 6.0)):
+            for n in (1, 2, 8):
+                rows.append(dict(model="toy", fmt="f32", kernel=kernel, backend=backend, n=n, m=4, U_mean=3.0 * n,
+                                 beta_GBps=beta, beta_over_read=beta / 20, read_GBps=20.0,
+                                 r_n=0.8 if (backend, kernel) == ("cpp", "dedup") else np.nan,
+                                 r_n_ggml=0.6 if (backend, kernel) == ("cpp", "dedup") else np.nan))
+    bw = breadth_bandwidths(pd.DataFrame(rows))
+    assert len(bw) == 6 and set(bw.engine) == set(BREADTH_ENGINES.values())
+    ggml = bw[bw.engine == BREADTH_ENGINES["ggml"]].set_index("n")
+    assert ggml.loc[2, "r"] == 0.6 and ggml.loc[2, "beta_dedup_GBps"] == 6.0 and ggml.loc[8, "ubar"] == 3 / 4
+    t = table1_breadth(bw, "ours", paper=False)
+    assert list(t.engine) == ["moespec CPU (f32)", f"{BREADTH_ENGINES['ggml']} (f32)"]
+    assert t.n2_r.tolist() == [0.8, 0.6] and t.n8_ubar.tolist() == [0.75, 0.75]
+    assert len(table1_breadth(bw, "ours")) == 2 + 8            # the paper's eight rows after ours
+    figure2_grid(bw)
+    with pytest.raises(ValueError, match="no ggml per-slot rows"):
+        breadth_bandwidths(pd.DataFrame(rows).query("backend == 'cpp'"))

@@ -104,3 +104,39 @@ def figure7_transfer(tr: pd.DataFrame, ns=(2, 4, 6, 8), title: str = "") -> plt.
     add_caption(fig, "Each held-out model's bandwidths predicted by a fit of log bandwidth linear in log n and "
                      "log b (b: bytes of one expert) on the other models; dotted: prediction = measurement.", width=120)
     return fig
+
+
+#: Colours of the storage formats in the breadth grid.
+FORMAT_COLOR = {"f32": "C0", "bf16": "C2", "int8_b32": "C3"}
+
+
+def figure2_grid(bw: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Figure 2 in paper 1's grid: one row of panels per engine, one column per model; in each,
+    each kernel's effective bandwidth over the read bandwidth of the same rounds against n, one
+    colour per format (``bw`` from :func:`moespec.tables.bandwidth.breadth_bandwidths`)."""
+    engines, models = list(dict.fromkeys(bw["engine"])), list(dict.fromkeys(bw["model"]))
+    fig, axes = plt.subplots(len(engines), len(models), figsize=(3.6 * len(models) + 4.0, 3.2 * len(engines)),
+                             squeeze=False, sharey=True)
+    for i, engine in enumerate(engines):
+        for j, model in enumerate(models):
+            ax = axes[i][j]
+            g = bw[(bw.engine == engine) & (bw.model == model)]
+            for fmt, f in g.groupby("fmt", sort=False):
+                for kernel, col in (("slot", "slot_over_read"), ("dedup", "dedup_over_read")):
+                    style = {k: v for k, v in KERNEL_STYLE[kernel].items() if k != "label" and v is not None}
+                    ax.plot(f["n"], f[col], color=FORMAT_COLOR.get(fmt, "0.3"), ms=4, **style,
+                            label=f"{fmt}, {kernel}")
+            ax.axhline(1.0, color="0.4", ls=":", lw=1)
+            ax.set_title(f"{model}" if i == 0 else "", fontsize=10)
+            ax.grid(alpha=0.3)
+            if j == 0:
+                ax.set_ylabel(f"{engine.split(' (')[0]}\neffective / read bandwidth", fontsize=9)
+            if i == len(engines) - 1:
+                ax.set_xlabel("tokens per pass n")
+    axes[0][0].set_ylim(0, 1.15)
+    legend_outside(axes[0][-1])
+    fig.suptitle(title or "Figure 2 at paper 1's breadth: engines x models, every format", fontsize=9)
+    add_caption(fig, BYTES_TEXT.split(" Median")[0] + " Median over the run's rounds of each kernel's effective "
+                "bandwidth over the same round's read bandwidth (dotted: 1); solid per-slot, dashed deduplicating.",
+                width=130)
+    return fig

@@ -109,3 +109,61 @@ def distinct_share(traces, ns=(2, 4, 6, 8)) -> pd.DataFrame:
             rows.append({"label": tr.label, "model": tr.model, "n": n, "m": tr.top_k,
                          "share": float(share[n - 1]), "lower_bound": 1 / n})
     return pd.DataFrame(rows)
+
+
+#: The committed ``bench_kernels.py --ggml`` run at paper 1's breadth that notebook 02 reads by
+#: default (path from the repository root; docs/ggml_peer.md).
+BREADTH_RUN = "benchmarks/results/kernels/20261203T183234Z.csv"
+#: The engines of a ``bench_kernels.py --ggml`` run, by its ``backend`` column.
+BREADTH_ENGINES = {"cpp": "moespec CPU", "ggml": "llama.cpp CPU (ggml MUL_MAT_ID; per-slot: one call per token)"}
+
+
+def load_breadth_run(path: str | Path = "") -> tuple[pd.DataFrame, Path]:
+    """The rows of a ``bench_kernels.py --ggml`` run (``path``, or the committed
+    :data:`BREADTH_RUN`) and the file they came from."""
+    where = Path(path) if path else paths.ROOT / BREADTH_RUN
+    if not where.is_file():
+        raise FileNotFoundError(f"{where}: no bench_kernels.py run there (benchmarks/bench_kernels.py --ggml writes one)")
+    return pd.read_csv(where), where
+
+
+def breadth_bandwidths(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (engine, model, format, n) of a ``benchmarks/bench_kernels.py --ggml`` run's rows: each
+    kernel's effective bandwidth (median over rounds: requested bytes / time, paper 1 Sec. 2) in
+    GB/s and over the same rounds' read bandwidth, r(n) paired per round (moespec: ``r_n``; ggml:
+    ``r_n_ggml``) and ubar(n) = U/(n m) of the deduplicating kernel's passes. Raises naming what is
+    missing when the run has no ggml rows or no per-slot counterpart."""
+    need = {"model", "fmt", "kernel", "backend", "n", "m", "U_mean", "beta_GBps", "beta_over_read", "read_GBps", "r_n"}
+    missing = need - set(rows.columns)
+    if missing:
+        raise ValueError(f"not a bench_kernels.py run: missing column(s) {sorted(missing)}")
+    if not ((rows.backend == "ggml") & (rows.kernel == "slot")).any() or "r_n_ggml" not in rows:
+        raise ValueError("the run has no ggml per-slot rows (bench_kernels.py --ggml, after GgmlExperts.per_slot)")
+    out = []
+    for (backend, model, fmt, n), g in rows[rows.backend.isin(list(BREADTH_ENGINES))].groupby(
+            ["backend", "model", "fmt", "n"], sort=False):
+        k = g.set_index("kernel")
+        if not {"slot", "dedup"} <= set(k.index):
+            continue
+        cpp_dedup = rows[(rows.backend == "cpp") & (rows.kernel == "dedup") & (rows.model == model) & (rows.fmt == fmt)
+                         & (rows.n == n)]
+        r = (k.loc["dedup", "r_n"] if backend == "cpp" else cpp_dedup["r_n_ggml"].iloc[0])
+        out.append({"engine": BREADTH_ENGINES[backend], "model": model, "fmt": fmt, "n": int(n),
+                    "beta_slot_GBps": float(k.loc["slot", "beta_GBps"]), "beta_dedup_GBps": float(k.loc["dedup", "beta_GBps"]),
+                    "slot_over_read": float(k.loc["slot", "beta_over_read"]),
+                    "dedup_over_read": float(k.loc["dedup", "beta_over_read"]), "r": float(r),
+                    "ubar": float(k.loc["dedup", "U_mean"]) / (int(n) * int(k.loc["dedup", "m"])),
+                    "read_GBps": float(k.loc["dedup", "read_GBps"])})
+    return pd.DataFrame(out)
+
+
+def table1_breadth(bw: pd.DataFrame, source: str, paper: bool | str | Path = True) -> pd.DataFrame:
+    """Table 1 at paper 1's breadth: one row per (engine, format, model) of
+    :func:`breadth_bandwidths` (engine named with its format), then the paper's published rows
+    (:func:`table1`); no re-read cost (that needs the fit's chosen-id passes, notebook 02's own run)."""
+    parts = [table1(g, None, engine=f"{engine} ({fmt})", source=source, paper=False)
+             for (engine, fmt), g in bw.groupby(["engine", "fmt"], sort=False)]
+    ours = pd.concat(parts, ignore_index=True)
+    if not paper:
+        return ours
+    return pd.concat([ours, table1(bw.iloc[:0], None, "", "", paper=paper)], ignore_index=True)

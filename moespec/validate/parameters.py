@@ -96,7 +96,7 @@ RULES: dict[str, Rule] = {
     "acceptance": Rule(low=0, high=1, high_open=True, nonempty=True),
     "transfer_models": Rule(nonempty=False), "oracle_categories": Rule(nonempty=True),
     # paths
-    "bandwidth_csv": Rule(path="input"), "epsilon_csv": Rule(path="input"), "run_folder": Rule(path="input"),
+    "bandwidth_csv": Rule(path="input"), "breadth_csv": Rule(path="input"), "epsilon_csv": Rule(path="input"), "run_folder": Rule(path="input"),
     "trace_file": Rule(path="maybe", keywords=("synthetic",)),
     "model": Rule(path="maybe"), "draft": Rule(path="maybe"),
     "out_dir": Rule(path="output"),
