@@ -171,6 +171,10 @@ CASES = {
         pd.DataFrame([dict(model="olmoe", kernel=k, n=n, beta_GBps=20 + RNG.normal()) for k in ("slot", "dedup")
                       for n in N for _ in range(3)]),
         {"olmoe": pd.DataFrame({"n": N, "read_GBps": 25.0})}, title="fig 2"),
+    "bandwidth.figure2_grid": lambda f: f(pd.DataFrame([dict(engine=e, model=m, fmt=fmt, n=n, slot_over_read=0.9,
+                                                             dedup_over_read=0.85 - 0.01 * n)
+                                                        for e in ("moespec CPU", "llama.cpp CPU") for m in ("x", "y")
+                                                        for fmt in ("f32", "int8_b32") for n in N]), title="fig 2 grid"),
     "bandwidth.figure3_distinct_share": lambda f: f(pd.DataFrame([dict(label=lab, n=n, share=1 / n ** 0.3)
                                                                   for lab in ("a", "b") for n in (2, 4, 6, 8)])),
     "bandwidth.figure7_transfer": lambda f: f(pd.DataFrame([dict(model=m, n=n, beta_slot_meas=20, beta_slot_pred=21,

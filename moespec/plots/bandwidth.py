@@ -131,8 +131,7 @@ def figure2_grid(bw: pd.DataFrame, title: str = "") -> plt.Figure:
             ax.grid(alpha=0.3)
             if j == 0:
                 ax.set_ylabel(f"{engine.split(' (')[0]}\neffective / read bandwidth", fontsize=9)
-            if i == len(engines) - 1:
-                ax.set_xlabel("tokens per pass n")
+            ax.set_xlabel("tokens per pass n")
     axes[0][0].set_ylim(0, 1.15)
     legend_outside(axes[0][-1])
     fig.suptitle(title or "Figure 2 at paper 1's breadth: engines x models, every format", fontsize=9)
