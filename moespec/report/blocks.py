@@ -143,7 +143,11 @@ def notebook_times(run: RunFiles) -> str:
 @block("table", "{file}")
 def table(run: RunFiles, file: str, columns: str = "", digits: str = "3") -> str:
     """Any table of the run as it is (``columns``: a comma-separated subset, in that order)."""
-    df = run.csv(file)
+    return _named_table(run.csv(file), file, columns, digits)
+
+
+def _named_table(df: pd.DataFrame, file: str, columns: str, digits: str) -> str:
+    """``df`` (the file ``file``) as a markdown table under its name, ``columns`` (comma-separated) only."""
     if columns:
         want = [c.strip() for c in columns.split(",")]
         missing = [c for c in want if c not in df.columns]
@@ -432,6 +436,12 @@ def kernel_blocks(run: RunFiles, runs: str, folder: str = "benchmarks/results/ke
 
 
 FMT_NAMES = {"f32": "f32", "bf16": "bf16", "int8_b32": "int8 (32-value blocks)"}
+
+
+@block("repo-table")
+def repo_table(run: RunFiles, file: str, columns: str = "", digits: str = "3") -> str:
+    """A committed benchmark's table (a path from the repository root) as it is, like ``table``."""
+    return _named_table(run.repo_csv(file), file, columns, digits)
 
 
 @block("kernel-breadth")
