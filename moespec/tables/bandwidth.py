@@ -48,16 +48,21 @@ def table1(bw: pd.DataFrame, fits: pd.DataFrame | None, engine: str, source: str
                 row[f"n{n}_{name}"] = float(at[col].iloc[0]) if len(at) else np.nan
         rows.append(row)
     out = pd.DataFrame(rows, columns=TABLE1_COLUMNS)
-    if paper:
-        path = Path(paper) if isinstance(paper, (str, Path)) else paths.reference_dir() / "paper1_table1_bandwidth.csv"
-        pub = pd.read_csv(path, dtype={"reread_cost": str}, keep_default_na=False, na_values=[""])
-        missing = set(TABLE1_COLUMNS[1:]) - set(pub.columns)
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
-        pub["reread_cost"] = pub["reread_cost"].fillna("")
-        pub.insert(0, "source", PAPER_LABEL)
-        out = pd.concat([out, pub[TABLE1_COLUMNS]], ignore_index=True)
-    return out
+    return pd.concat([out, published_table1(paper)], ignore_index=True) if paper else out
+
+
+def published_table1(paper: bool | str | Path = True) -> pd.DataFrame:
+    """Paper 1's published Table 1 rows (``paper``: a CSV path, or True for
+    ``data/paper_reference/paper1_table1_bandwidth.csv``) in :data:`TABLE1_COLUMNS`, source
+    :data:`PAPER_LABEL`."""
+    path = Path(paper) if isinstance(paper, (str, Path)) else paths.reference_dir() / "paper1_table1_bandwidth.csv"
+    pub = pd.read_csv(path, dtype={"reread_cost": str}, keep_default_na=False, na_values=[""])
+    missing = set(TABLE1_COLUMNS[1:]) - set(pub.columns)
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
+    pub["reread_cost"] = pub["reread_cost"].fillna("")
+    pub.insert(0, "source", PAPER_LABEL)
+    return pub[TABLE1_COLUMNS]
 
 
 def fit_table(fits: pd.DataFrame, errors: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -139,15 +144,16 @@ def breadth_bandwidths(rows: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"not a bench_kernels.py run: missing column(s) {sorted(missing)}")
     if not ((rows.backend == "ggml") & (rows.kernel == "slot")).any() or "r_n_ggml" not in rows:
         raise ValueError("the run has no ggml per-slot rows (bench_kernels.py --ggml, after GgmlExperts.per_slot)")
+    # both engines' r(n), paired per round, are kept on moespec's deduplicating rows
+    r_of = rows[(rows.backend == "cpp") & (rows.kernel == "dedup")].set_index(["model", "fmt", "n"])
+    r_col = {"cpp": "r_n", "ggml": "r_n_ggml"}
     out = []
     for (backend, model, fmt, n), g in rows[rows.backend.isin(list(BREADTH_ENGINES))].groupby(
             ["backend", "model", "fmt", "n"], sort=False):
         k = g.set_index("kernel")
         if not {"slot", "dedup"} <= set(k.index):
             continue
-        cpp_dedup = rows[(rows.backend == "cpp") & (rows.kernel == "dedup") & (rows.model == model) & (rows.fmt == fmt)
-                         & (rows.n == n)]
-        r = (k.loc["dedup", "r_n"] if backend == "cpp" else cpp_dedup["r_n_ggml"].iloc[0])
+        r = r_of.loc[(model, fmt, n), r_col[backend]]
         out.append({"engine": BREADTH_ENGINES[backend], "model": model, "fmt": fmt, "n": int(n),
                     "beta_slot_GBps": float(k.loc["slot", "beta_GBps"]), "beta_dedup_GBps": float(k.loc["dedup", "beta_GBps"]),
                     "slot_over_read": float(k.loc["slot", "beta_over_read"]),
@@ -164,6 +170,4 @@ def table1_breadth(bw: pd.DataFrame, source: str, paper: bool | str | Path = Tru
     parts = [table1(g, None, engine=f"{engine} ({fmt})", source=source, paper=False)
              for (engine, fmt), g in bw.groupby(["engine", "fmt"], sort=False)]
     ours = pd.concat(parts, ignore_index=True)
-    if not paper:
-        return ours
-    return pd.concat([ours, table1(bw.iloc[:0], None, "", "", paper=paper)], ignore_index=True)
+    return pd.concat([ours, published_table1(paper)], ignore_index=True) if paper else ours
