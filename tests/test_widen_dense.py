@@ -39,8 +39,11 @@ def test_cpp_dense_matches_torch_reference(fmt, n):
 
 
 def test_cpp_dense_same_on_one_and_two_threads():
-    w = _weights(4096, 128, "int8_b32")
-    x = torch.randn(3, 128)
+    # K = 2048 int8: 128 rows per 256 KiB item, 32 items, so two threads each take a lane (with
+    # K = 128 there were 2 items and one lane, and a worker reading its own thread_local workspace
+    # instead of the caller's went unseen; it crashed the byte-faithful-all subject on 2 threads).
+    w = _weights(4096, 2048, "int8_b32")
+    x = torch.randn(20, 2048, generator=torch.Generator().manual_seed(3))   # 20 tokens: more than one TMAX block
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -50,6 +53,7 @@ def test_cpp_dense_same_on_one_and_two_threads():
     finally:
         torch.set_num_threads(before)
     assert torch.equal(one, two)
+    torch.testing.assert_close(one, torch_dense(x, w), rtol=TOL["int8_b32"], atol=TOL["int8_b32"])
 
 
 def test_dense_nonfinite_rule_and_errors():

@@ -42,7 +42,10 @@ at::Tensor dense_cpu(const at::Tensor& x, const at::Tensor& w_in, const c10::opt
   const int isa = isa_for(fmt);
   const DotFn dot = dot_for(fmt, isa);
 
-  thread_local Acts ax;  // the per-thread workspace (driver.cpp's Workspace holds the expert op's own)
+  // The calling thread's workspace (driver.cpp's Workspace holds the expert op's own), taken by
+  // reference: inside the lambda below a thread_local name would denote the *worker's* instance.
+  thread_local Acts caller_acts;
+  Acts& ax = caller_acts;
   ax.init(fmt, n, K, isa == AVX512);
   const float* xp = x.data_ptr<float>();
   for (int64_t t = 0; t < n; ++t) ax.set_row(t, xp + t * K);
