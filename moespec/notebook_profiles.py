@@ -4,7 +4,11 @@ each notebook's run sizes per profile.
 A notebook parameter left at ``None`` takes its profile's value (:data:`DEFAULTS`); a value the
 caller set is kept as set, in either profile (:func:`resolve`), and the notebook prints which
 values came from where. ``quick`` sizes finish in seconds on tiny models; ``full`` sizes are
-those ``make reproduce`` runs.
+those ``make reproduce`` runs. When the default subject became ``byte-faithful-all`` (issue 27:
+its decode step 1.47x the byte-faithful one's on this machine's CPU), the full sizes of the real
+draft (05: 6 quiet and 4 loaded prompts, 3 calibration turns), the fits' WikiText routing (06: 320
+documents) and the oracle's text (07: 40 tokens per question) were cut so that ``make reproduce``
+stays within 75 minutes.
 """
 
 from __future__ import annotations
@@ -26,15 +30,15 @@ DEFAULTS = {
                       loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2),
         "full": dict(depths=None, prompts_per_depth=5, verify_reps=4, n_boot=2000, oracle_ks=list(range(9)),
                      a_values=None, n_tokens=32, oracle_prompts=2, oracle_reps=1, real_ks=list(range(1, 9)),
-                     real_tokens=32, real_prompts=8, draft_costs=None, agree_tokens=48, breakdown_reps=15,
-                     ratio_reps=10, states=["quiet", "loaded"], cal_prompts=3, cal_reps=1, draft_cal_prompts=4,
+                     real_tokens=32, real_prompts=6, draft_costs=None, agree_tokens=48, breakdown_reps=15,
+                     ratio_reps=10, states=["quiet", "loaded"], cal_prompts=3, cal_reps=1, draft_cal_prompts=3,
                      loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0, 0.2],
-                     loaded_real_prompts=6),
+                     loaded_real_prompts=4),
     },
     "06": {
         "quick": dict(wiki_docs=3, context=32, bench_reps=2, u_count=3, windows_per_n=2, flush_bytes=2**20,
                       membw_bytes=2**22, loaded_bench_reps=2),
-        "full": dict(wiki_docs=None, context=None, bench_reps=3, u_count=6, windows_per_n=6, flush_bytes=None,
+        "full": dict(wiki_docs=320, context=None, bench_reps=3, u_count=6, windows_per_n=6, flush_bytes=None,
                      membw_bytes=None, loaded_bench_reps=2),
     },
     "07": {
@@ -43,7 +47,7 @@ DEFAULTS = {
                       oracle_tokens=12, lmax=4, reuse=False),
         "full": dict(round_questions_per_category=2, round_categories=None, round_tokens=32,
                      round_ks=list(range(9)), repeats=2, prompt_tokens=96, oracle_questions=3, oracle_categories=None,
-                     oracle_tokens=48, lmax=12, reuse=True),
+                     oracle_tokens=40, lmax=12, reuse=True),
     },
 }
 

@@ -43,6 +43,7 @@ trace_file = ""
 out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
 transfer_models = ["qwen3", "gpt-oss", "deepseek-v2-lite"]
 reuse_transfer_runs = False   # True: reuse complete runs of the transfer models instead of measuring
+engine_fit_runs = None   # None: the committed benchmarks/bench_engine_fits.py runs (moespec.tables.bandwidth.ENGINE_FIT_RUNS); [] for none
 
 # %%
 from pathlib import Path
@@ -54,7 +55,7 @@ from IPython.display import display
 from moespec import fit, io, paths
 from moespec.measure import discard, expert_op
 from moespec.plots.bandwidth import figure7_transfer
-from moespec.tables.bandwidth import fit_table, fit_variants
+from moespec.tables.bandwidth import engine_fits, fit_table, fit_variants, load_engine_fit_runs
 
 bench_out = Path(out_dir) if out_dir else paths.expert_op_dir()
 figures = paths.ensure(paths.figures_dir())
@@ -116,6 +117,23 @@ io.write_dataframe(figures / "03_window_errors.csv",
 for r in eps.itertuples():
     print(f"epsilon ({r.backend}): slot {r.eps_slot:.4f}, dedup {r.eps_dedup:.4f}, engine {r.eps_engine:.4f} "
           f"(over {r.fits_slot} layer fit(s) per kernel)")
+
+# %% [markdown]
+# ## Fits (4)/(E.1) and epsilon per engine
+#
+# The same benchmark (main profile, same routing) run on llama.cpp's CPU expert operation, ggml's
+# MUL_MAT_ID, as a deduplicating kernel, and its per-slot counterpart (one call per token), by
+# `benchmarks/bench_engine_fits.py` (committed runs; the peer is built outside `make reproduce`).
+# Runs made at different times are set side by side with each run's read bandwidth.
+
+# %%
+engine_decisions = {f"moespec CPU, this run {main_dir.name}": decision, **load_engine_fit_runs(engine_fit_runs)}
+engine_coefs, engine_eps = engine_fits(engine_decisions)
+io.write_dataframe(figures / "03_fit_coefficients_engines.csv", engine_coefs)
+io.write_dataframe(figures / "03_epsilon_engines.csv", engine_eps)
+display(engine_coefs[["engine", "fmt", "layer", "kernel", "t_op", "c_u", "c_re", "c_g", "c_t", "reread_cost",
+                      "window_median_abs_err", "read_GBps"]])
+display(engine_eps[["engine", "eps_slot", "eps_dedup", "eps_engine", "read_GBps"]])
 
 # %% [markdown]
 # ## Figure 7: transfer of the bandwidth to a held-out model

@@ -21,10 +21,12 @@
 # per-slot kernel for passes of up to 9 tokens; **dedup on**: the deduplicating kernel from n = 2
 # (n = 1 is per-slot either way; prefill runs the deduplicating kernel either way).
 #
-# **The subject** (`model=`, docs/engine.md "Subjects"). By default the *byte-faithful* subject:
+# **The subject** (`model=`, docs/engine.md "Subjects"). By default the *byte-faithful-all* subject:
 # the default MoE trained here with every expert embedded, function-preservingly, in an expert of
-# OLMoE's shape in the kernels' int8 format, so that its routing, tokens and draft acceptance are
-# the trained models' and each expert read is an OLMoE expert read (`moespec.engine.widen`).
+# OLMoE's shape in the kernels' int8 format, and its attention projections and LM head in
+# OLMoE-sized matrices, so that its routing, tokens and draft acceptance are the trained models' and
+# each component's share of a step's bytes is OLMoE's (`moespec.engine.widen`; `byte-faithful`
+# keeps the trained attention and LM head).
 # Every figure and table names the subject it was made on.
 #
 # 0. Where a decode step's time goes (expert operation, the rest, one drafted token), one interleaved run.
@@ -41,8 +43,9 @@
 #       function-preservingly), measured speedups beside the round model's.
 # 4. The two verify protocols side by side, the goals, and the round-model file that notebooks 06-08 read.
 #
-# **Differences from the paper.** The trained model is small; the byte-faithful subject gives its
-# experts OLMoE's bytes, not OLMoE's attention or layer count (4 MoE layers, not 16). Its context
+# **Differences from the paper.** The trained model is small; the byte-faithful-all subject gives its
+# experts and attention OLMoE's bytes per layer, not OLMoE's layer count (4 MoE layers, not 16; the
+# LM head is sized to stand to 4 layers as OLMoE's stands to its 16). Its context
 # is 256 positions, so the depths are a short one and the deepest leaving room for the generated
 # tokens, not 512 and 4096. The machine is a shared 2-core CPU; every timed block carries a
 # same-round reference read, and the machine state is an input (quiet, and under a declared load).
@@ -54,7 +57,7 @@ device = "cpu"
 seed = 0
 threads = 1
 backend = "auto"
-model = "byte-faithful"
+model = "byte-faithful-all"
 like = ""
 fmt = ""
 dtype = ""

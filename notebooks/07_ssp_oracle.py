@@ -18,8 +18,8 @@
 # # 07 — Paper 2: the verification-cost regression and the sequence-conditioned Bellman oracle
 #
 # Paper 2 ("The Limits of Speculation") on a subject of `moespec.engine.subject` (`model=`; by
-# default the byte-faithful subject: the default MoE trained here with its experts embedded in
-# OLMoE-shaped int8 experts, and the draft trained here, whose token costs a small share of a
+# default the byte-faithful-all subject: the default MoE trained here with its experts embedded in
+# OLMoE-shaped int8 experts and its attention and LM head in OLMoE-sized int8 matrices, and the draft trained here, whose token costs a small share of a
 # target step: the regime of paper 2's EAGLE-3 draft). Every figure and table names the subject.
 #
 # 1. **Rounds**: speculative runs (the engine's loop, greedy verification, K = 0..10) on Spec-Bench
@@ -44,7 +44,7 @@
 #    interval over generations.
 #
 # **Differences from the paper.** Target and draft are small models trained here (context 256;
-# the byte-faithful target reads OLMoE's expert bytes), not Qwen3-Coder-30B-A3B with EAGLE-3; the
+# the byte-faithful-all target reads OLMoE's expert and attention bytes), not Qwen3-Coder-30B-A3B with EAGLE-3; the
 # engine is moespec's on a shared 2-core CPU, not vLLM on an A100. Paper 2's published scalars are
 # shown beside ours, labelled as theirs; they are never inputs.
 
@@ -55,7 +55,7 @@ seed = 0
 threads = 1
 untimed_threads = 0   # torch threads for work not timed (reference text, junk tails); 0: every core
 backend = "auto"
-model = "byte-faithful"
+model = "byte-faithful-all"
 like = ""
 fmt = ""
 dtype = ""

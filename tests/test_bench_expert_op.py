@@ -125,3 +125,62 @@ def test_layer_interleave_times_the_same_passes_in_one_group(tmp_path):
     with pytest.raises(ValueError, match="interleave"):
         expert_op.run(dataclasses.replace(CFG, interleave="bogus"), out_dir=tmp_path / "b", trace=trace(),
                       progress=False, timer=CountingTimer())
+
+
+def _engine_run(root, backend, true, run_id):
+    """A run folder as bench_engine_fits.py writes one, with exact times of known coefficients
+    (test_fit.synthetic_rows) and one read per layer of 2**30 bytes in 40 ms."""
+    import pandas as pd
+    from test_fit import synthetic_rows
+
+    rows = synthetic_rows(noise=0.0, true=true).assign(backend=backend, run_id=run_id)
+    rows["requested_bytes"] = [expert_op.requested_bytes(k, n, m, U, b) for k, n, m, U, b in
+                               rows[["kernel", "n", "m", "U", "expert_bytes"]].itertuples(index=False)]
+    reads = pd.DataFrame([dict(run_id=run_id, model="toy", backend=backend, fmt="bf16", layer=layer, kind="membw",
+                               kernel="read", n=0, m=8, U="", expert_bytes="", requested_bytes=2**30,
+                               t_median_s=0.04, pass_id="read") for layer in (0, 1)])
+    folder = root / run_id
+    folder.mkdir()
+    pd.concat([reads, rows], ignore_index=True).to_csv(folder / "rows.csv", index=False)
+    return folder
+
+
+def test_engine_fits_recover_each_engines_coefficients(tmp_path):
+    from test_fit import TRUE
+
+    from moespec.tables.bandwidth import engine_fits, load_engine_fit_runs
+
+    slower = {k: {name: 2 * v for name, v in coefs.items()} for k, coefs in TRUE.items()}
+    decisions = load_engine_fit_runs([_engine_run(tmp_path, "cpp", TRUE, "a"), _engine_run(tmp_path, "ggml", slower, "b")])
+    assert list(decisions) == ["moespec CPU, run a", "llama.cpp CPU (ggml MUL_MAT_ID; per-slot: one call per token), run b"]
+    coefs, eps = engine_fits(decisions)
+    for (label, true) in zip(decisions, (TRUE, slower)):
+        mine = coefs[coefs.engine == label]
+        assert len(mine) == 4                            # 2 layers x 2 kernels
+        for r in mine.itertuples():
+            for name, value in true[r.kernel].items():
+                assert getattr(r, name) == pytest.approx(value, rel=1e-6), (label, r.kernel, name)
+        assert mine["reread_cost"].dropna().to_numpy() == pytest.approx(0.8 / 3)
+    assert eps["eps_engine"].to_numpy() == pytest.approx([0, 0], abs=1e-9)
+    assert eps["read_GBps"].to_numpy() == pytest.approx([2**30 / 0.04 / 1e9] * 2)
+
+
+def test_engine_fit_run_of_two_backends_refused(tmp_path):
+    import pandas as pd
+    from test_fit import TRUE
+
+    from moespec.tables.bandwidth import load_engine_fit_runs
+
+    folder = _engine_run(tmp_path, "cpp", TRUE, "a")
+    rows = pd.read_csv(folder / "rows.csv")
+    rows.loc[rows.index[-1], "backend"] = "ggml"
+    rows.to_csv(folder / "rows.csv", index=False)
+    with pytest.raises(ValueError, match=r"one backend, found \['cpp', 'ggml'\]"):
+        load_engine_fit_runs([folder])
+
+
+def test_ggml_backend_errors():
+    with pytest.raises(ValueError, match="kernel must be 'slot' or 'dedup'"):
+        expert_op.ggml_forward(None, None, None, kernel="fused")
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        expert_op.run(expert_op.BenchConfig(backend="ggml", device="cuda"), out_dir="/nonexistent")

@@ -131,3 +131,25 @@ def test_per_slot_counterpart_is_one_call_per_token(fmt):
         torch.testing.assert_close(per_token[2:3], p(x[2:3], ids[2:3], g[2:3]))
         with pytest.raises(ValueError, match="ids: expected an integer"):
             p.per_slot(x, ids[0], g)
+
+
+def test_expert_op_benchmark_on_ggml(tmp_path):
+    """bench_engine_fits.py's path: the expert-op benchmark with backend ggml times ggml's
+    MUL_MAT_ID (dedup) and its per-slot counterpart on the same experts, in ggml's format and byte
+    count, and the fits of eq. (4)/(E.1) follow (non-negative, finite)."""
+    from moespec import fit
+    from moespec.measure import expert_op
+
+    cfg = expert_op.BenchConfig(model="olmoe", fmt="int8_b32", backend="ggml", hidden=64, intermediate=64,
+                                layers=(0,), ns=tuple(range(1, 10)), u_count=3, windows_per_n=0, reps=3,
+                                warmup=1, flush_bytes=2**20, membw_bytes=2**22)
+    rows = expert_op.load_rows(expert_op.run(cfg, out_dir=tmp_path, progress=False))
+    timed = rows[rows.kind == "chosen"]
+    assert set(timed.backend) == {"ggml"} and set(timed.fmt) == {"q8_0"}
+    assert set(timed.expert_bytes) == {peer.expert_bytes("q8_0", 64, 64)}
+    slot, dedup = (timed[timed.kernel == k].set_index("pass_id") for k in ("slot", "dedup"))
+    assert (slot.requested_bytes == slot.n * slot.m * slot.expert_bytes).all()
+    assert (dedup.requested_bytes == dedup.U * dedup.expert_bytes).all()
+    fits = fit.fit_layers(rows)
+    coefs = fits[["t_op", "c_u", "c_re", "c_g", "c_t"]].to_numpy(dtype=float)
+    assert len(fits) == 2 and (np.nan_to_num(coefs, nan=0.0) >= 0).all()

@@ -1,5 +1,5 @@
 """Notebooks 05 (whole-model runs) and 06 (prediction chain, Tables 3/4/7/8, Figures 4/5/6),
-quick profile, on the byte-faithful default subject and on a replayed published shape: the files
+quick profile, on the byte-faithful-all default subject and on a replayed published shape: the files
 they write and the numbers they print."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from moespec import paths, predict
 
 pytestmark = pytest.mark.notebook
-RULES = paths.data_dir() / "preregistration" / "scoring_rules_round_model.json"
+RULES = paths.data_dir() / "preregistration" / "scoring_rules_byte_faithful_all.json"   # the default subject's (Subject.rules_file)
 
 
 def test_whole_model_then_predictions(run_notebook, tmp_path):
@@ -81,7 +81,7 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     assert set(acc["state"]) == {"quiet", "loaded"} and (acc["accepted"] >= 0).all()
     assert re.search(r"plain decoding fastest on \d of 2 prompts", text)
     record = json.loads((out / "run.json").read_text())
-    assert record["subject_args"]["model"] == "byte-faithful" and "verify_reps" in record["from_profile"]
+    assert record["subject_args"]["model"] == "byte-faithful-all" and "verify_reps" in record["from_profile"]
     assert set(record["machine_states"]) == {"quiet", "loaded"}
 
     _, figs, text = run_notebook("06_predictions", out_dir=str(out), backend="torch")

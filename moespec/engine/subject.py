@@ -1,8 +1,11 @@
-"""The subject of the whole-model notebooks (05, 06, 07): which target, which draft, where they run.
+"""The subject of the whole-model notebooks (05, 06, 07, 08): which target, which draft, where they run.
 
-``model=`` names one of four subjects (docs/engine.md, "Subjects"):
+``model=`` names one of five subjects (docs/engine.md, "Subjects"):
 
-* ``"byte-faithful"`` (default): the trained default MoE with every expert embedded,
+* ``"byte-faithful-all"`` (default): the byte-faithful subject below with its attention
+  projections and LM head embedded, function-preservingly, in OLMoE-sized matrices too, so that
+  every component's share of a step's bytes is OLMoE's (:func:`widen_attention_and_head`, issue 27).
+* ``"byte-faithful"``: the trained default MoE with every expert embedded,
   function-preservingly, in an expert of a published model's shape (``like``, OLMoE by default)
   in the kernels' format (``fmt``, int8_b32 by default): the trained model's routing, tokens and
   draft acceptance, the published expert's bytes and shape per expert (:mod:`moespec.engine.widen`).
@@ -211,7 +214,7 @@ def widen_draft(draft: torch.nn.Module, target_bytes_per_token: float, draft_cos
             "draft_mlp_share_of_target_expert_bytes": dense_mlp_bytes(draft) / target_bytes_per_token}
 
 
-def load_subject(model: str = "byte-faithful", profile: str = "full", device: str = "cpu", backend: str = "auto",
+def load_subject(model: str = "byte-faithful-all", profile: str = "full", device: str = "cpu", backend: str = "auto",
                  fmt: str = "", like: str = "", draft: str = "", trace_file: str = "", dtype: str = "",
                  draft_cost: float = 0.0, layers: int = 0, layout: str = "published", seed: int = 0) -> Subject:
     """Build the subject ``model`` (module docstring) for ``profile`` on ``device``.

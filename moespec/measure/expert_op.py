@@ -133,8 +133,39 @@ def routing_for(model: str, trace_file: str = "", seed: int = 0, num_docs: int =
     return synthetic_routing(model, seed=seed, num_docs=num_docs, doc_len=doc_len)
 
 
+#: The backend name that times llama.cpp's own CPU expert operation (ggml MUL_MAT_ID, deduplicating)
+#: and its per-slot counterpart (one MUL_MAT_ID call per token) instead of moespec's kernels
+#: (:class:`moespec.measure.ggml_peer.GgmlExperts`; build the peer first: benchmarks/ggml_peer/build.py).
+GGML = "ggml"
+
+
+def ggml_forward(x, ids, w, kernel: str, backend: str = GGML):
+    """The expert operation of a :class:`~moespec.measure.ggml_peer.GgmlExperts` ``w`` as the
+    benchmark calls it: ``kernel="dedup"`` is ggml's MUL_MAT_ID over the pass (it reads each distinct
+    expert once), ``"slot"`` its per-slot counterpart (docs/ggml_peer.md)."""
+    if kernel == "dedup":
+        return w(x, ids)
+    if kernel == "slot":
+        return w.per_slot(x, ids)
+    raise ValueError(f"kernel must be 'slot' or 'dedup', found {kernel!r}")
+
+
+def _ggml_weights(get_weights, threads: int | None):
+    """``layer -> GgmlExperts`` holding the exact values of ``get_weights(layer)`` (int8_b32 -> q8_0)."""
+    from moespec.measure import ggml_peer
+
+    def get(layer):
+        return ggml_peer.GgmlExperts.from_weights(get_weights(layer), threads=threads or torch.get_num_threads())
+    return get
+
+
 def _resolve_backend(backend: str, device: str) -> str:
-    """The backend ``auto`` runs on ``device`` (asks moespec.kernels when it can tell)."""
+    """The backend ``auto`` runs on ``device`` (asks moespec.kernels when it can tell); ``ggml``
+    (:data:`GGML`) on the CPU only."""
+    if backend == GGML:
+        if device != "cpu":
+            raise ValueError(f"backend {GGML!r} (ggml's CPU MUL_MAT_ID) runs on the CPU; device is {device!r}")
+        return GGML
 
 
     return resolve_backend(backend, torch.device(device))
@@ -298,13 +329,16 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
     sidecar = json.loads((run_dir / "provenance.json").read_text())
     run_id = sidecar["run_id"]
     get_weights = _weights_getter(weights, config, spec)
+    forward = expert_forward
+    if backend == GGML:
+        get_weights, forward = _ggml_weights(get_weights, config.threads), ggml_forward
     timer = timer or timing.timer_for(config.device)
     flush = flush or timing.CacheFlush(config.flush_bytes, config.device)
     threads_before = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
     try:
-        _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, expert_forward, timer, flush, progress)
+        _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush, progress)
     finally:
         torch.set_num_threads(threads_before)
     sidecar.update(status="complete", finished=_dt.datetime.now(_dt.timezone.utc).isoformat(),

@@ -1,5 +1,6 @@
 """Paper 1, Table 1 (effective bandwidths, r, ubar, re-read cost), the per-layer fit table with
-its window errors, and the distinct share of Figure 3 (right), from the rows of the current run."""
+its window errors (per engine too), and the distinct share of Figure 3 (right), from the rows of
+the current run and the committed benchmark runs it is compared with."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from moespec import fit, paths
+from moespec.measure import discard, expert_op
 from moespec.measure.discard import DiscardDecision
 from moespec.routing import stats
 
@@ -171,3 +173,43 @@ def table1_breadth(bw: pd.DataFrame, source: str, paper: bool | str | Path = Tru
              for (engine, fmt), g in bw.groupby(["engine", "fmt"], sort=False)]
     ours = pd.concat(parts, ignore_index=True)
     return pd.concat([ours, published_table1(paper)], ignore_index=True) if paper else ours
+
+
+#: The committed ``benchmarks/bench_engine_fits.py`` runs (another engine's expert operation timed
+#: as notebook 02 times moespec's) whose fits notebook 03 puts beside its own (paths from the
+#: repository root).
+ENGINE_FIT_RUNS = ()
+
+
+def load_engine_fit_runs(runs=None) -> dict[str, DiscardDecision]:
+    """``{engine label: discard decision}`` of the expert-op runs in ``runs`` (folders; None: the
+    committed :data:`ENGINE_FIT_RUNS`), each with the discard rule applied; the label names the
+    engine (:data:`BREADTH_ENGINES`, by the run's ``backend``) and the run."""
+    out = {}
+    for run in (ENGINE_FIT_RUNS if runs is None else runs):
+        where = Path(run) if Path(run).is_absolute() else paths.ROOT / run
+        rows = expert_op.load_rows(where)
+        backends = sorted(set(rows["backend"]))
+        if len(backends) != 1:
+            raise ValueError(f"{where}: an engine-fit run times one backend, found {backends}")
+        out[f"{BREADTH_ENGINES.get(backends[0], backends[0])}, run {where.name}"] = discard.apply_rule(
+            rows, source=str(where / "rows.csv"))
+    return out
+
+
+def engine_fits(decisions: dict[str, DiscardDecision]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Fits (4)/(E.1) and epsilon per engine (paper 1, Section 4 and Table 1): for each
+    ``{engine label: discard decision}`` the non-negative fits per layer on the kept rows with
+    their window errors (:func:`fit_table`, re-read cost included) and the engine's epsilon
+    (:func:`moespec.fit.epsilon`), each row labelled ``engine`` and carrying the run's read
+    bandwidth (``read_GBps``: runs made at different times are compared on it)."""
+    coefs, eps = [], []
+    for label, decision in decisions.items():
+        rows = decision.kept
+        fits = fit.fit_layers(rows)
+        errors = fit.window_errors(fits, rows)
+        read = expert_op.read_bandwidth(rows)["median_GBps"]
+        coefs.append(fit_table(fits, errors).assign(engine=label, read_GBps=read))
+        eps.append(fit.epsilon(errors).assign(engine=label, read_GBps=read))
+    return pd.concat(coefs, ignore_index=True), pd.concat(eps, ignore_index=True)
+
