@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from moespec import fit
 from moespec.measure import expert_op
 
 pytestmark = pytest.mark.notebook
@@ -87,6 +88,17 @@ def test_notebooks_02_and_03_quick(run_notebook, tmp_path):
     assert np.allclose(kept["t_op"], coefs.set_index(["layer", "kernel"]).sort_index()["t_op"])
     eps_v = pd.read_csv(figures / "03_epsilon_variants.csv")
     assert eps_v.query("rows == 'kept' and fit == 'nonnegative'")["eps_engine"].iloc[0] == pytest.approx(eps["eps_engine"])
+    # fits and epsilon per engine: this run's beside the committed ggml run's, each as fit_layers gives it
+    from moespec.tables.bandwidth import load_engine_fit_runs
+    eng_eps = pd.read_csv(figures / "03_epsilon_engines.csv")
+    eng_coefs = pd.read_csv(figures / "03_fit_coefficients_engines.csv")
+    assert list(eng_eps["backend"]) == ["torch", "ggml"] and eng_eps["engine"].iloc[1].startswith("llama.cpp CPU")
+    assert eng_eps["eps_engine"].iloc[0] == pytest.approx(eps["eps_engine"])
+    (label, committed), = load_engine_fit_runs().items()
+    ggml_fits = fit.fit_layers(committed.kept)
+    mine = eng_coefs[eng_coefs["engine"] == label].set_index(["layer", "kernel"]).sort_index()
+    assert np.allclose(mine["c_g"].fillna(0), ggml_fits.set_index(["layer", "kernel"]).sort_index()["c_g"].fillna(0))
+    assert (mine[["t_op", "c_u", "c_re", "c_g", "c_t"]].fillna(0) >= 0).all().all()
     counts3 = pd.read_csv(figures / "03_discard_rule.csv").set_index("table")
     assert counts3.loc["Figure 7 transfer", "groups_kept"] + counts3.loc["Figure 7 transfer", "groups_discarded"] == 4
     tr = pd.read_csv(figures / "03_fig7_transfer.csv")

@@ -178,7 +178,7 @@ def table1_breadth(bw: pd.DataFrame, source: str, paper: bool | str | Path = Tru
 #: The committed ``benchmarks/bench_engine_fits.py`` runs (another engine's expert operation timed
 #: as notebook 02 times moespec's) whose fits notebook 03 puts beside its own (paths from the
 #: repository root).
-ENGINE_FIT_RUNS = ()
+ENGINE_FIT_RUNS = ("benchmarks/results/engine_fits/20261203T201055-olmoe-ggml-f32-1ec41f63",)
 
 
 def load_engine_fit_runs(runs=None) -> dict[str, DiscardDecision]:
