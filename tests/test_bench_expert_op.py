@@ -161,6 +161,9 @@ def test_engine_fits_recover_each_engines_coefficients(tmp_path):
             for name, value in true[r.kernel].items():
                 assert getattr(r, name) == pytest.approx(value, rel=1e-6), (label, r.kernel, name)
         assert mine["reread_cost"].dropna().to_numpy() == pytest.approx(0.8 / 3)
+        slot = mine[mine.kernel == "slot"]
+        assert slot["c_u_GBps"].to_numpy() == pytest.approx(1e-9 / true["slot"]["c_u"])   # 33.3 GB/s (TRUE)
+        assert slot["t_op_ms"].to_numpy() == pytest.approx(true["slot"]["t_op"] * 1e3)
     assert eps["eps_engine"].to_numpy() == pytest.approx([0, 0], abs=1e-9)
     assert eps["read_GBps"].to_numpy() == pytest.approx([2**30 / 0.04 / 1e9] * 2)
 

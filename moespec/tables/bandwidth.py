@@ -202,14 +202,20 @@ def engine_fits(decisions: dict[str, DiscardDecision]) -> tuple[pd.DataFrame, pd
     ``{engine label: discard decision}`` the non-negative fits per layer on the kept rows with
     their window errors (:func:`fit_table`, re-read cost included) and the engine's epsilon
     (:func:`moespec.fit.epsilon`), each row labelled ``engine`` and carrying the run's read
-    bandwidth (``read_GBps``: runs made at different times are compared on it)."""
+    bandwidth (``read_GBps``: runs made at different times are compared on it); the coefficients
+    also in reading units: ``t_op_ms``, ``c_u_GBps`` = 1/c_u and ``c_g_GBps`` = 1/c_g (bytes of
+    distinct experts per second), ``c_t_ms`` (per token)."""
     coefs, eps = [], []
     for label, decision in decisions.items():
         rows = decision.kept
         fits = fit.fit_layers(rows)
         errors = fit.window_errors(fits, rows)
         read = expert_op.read_bandwidth(rows)["median_GBps"]
-        coefs.append(fit_table(fits, errors).assign(engine=label, read_GBps=read))
+        table = fit_table(fits, errors)
+        with np.errstate(divide="ignore"):   # a coefficient held at 0 is an infinite rate
+            table = table.assign(engine=label, read_GBps=read, t_op_ms=table["t_op"] * 1e3,
+                                 c_u_GBps=1e-9 / table["c_u"], c_g_GBps=1e-9 / table["c_g"], c_t_ms=table["c_t"] * 1e3)
+        coefs.append(table)
         eps.append(fit.epsilon(errors).assign(engine=label, read_GBps=read))
     return pd.concat(coefs, ignore_index=True), pd.concat(eps, ignore_index=True)
 
