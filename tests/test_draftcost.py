@@ -117,6 +117,30 @@ def test_prediction_equals_the_theory_on_runs_that_follow_it():
     assert plain["rel_error"] == pytest.approx(0, abs=1e-12)
 
 
+def test_prediction_is_the_median_prompts_when_one_prompt_rarely_accepts():
+    """The measured speedup is a median over prompts; a prompt whose drafts are rarely accepted
+    takes many steps and pulls the pooled tokens per step down, not the median. The prediction uses
+    the median prompt's tokens per step (``predicted`` is exact here), the pooled one
+    (``predicted_pooled``) misses by the pooled-to-median ratio."""
+    tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
+    drafts = {0.0: (0.4e-3, 0.1e-3)}
+    models = CAL.from_draft_runs(_runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3, 4)), "synthetic", n_boot=50)
+    test = _runs(0.6, tv, drafts, h=0.5e-3, prompts=3)[lambda f: f.dedup].copy()
+    bad = (test.prompt == 2) & (test.k >= 1)     # one token per step: 10 times the steps of a good prompt
+    V = test.loc[bad, "t_step_mean_s"]
+    test.loc[bad, "steps"] = 10_000
+    test.loc[bad, "emitted"] = 10_000
+    test.loc[bad, "tokens_per_step"] = 1.0
+    test.loc[bad, "speedup"] = 1.0 / V * (tv[0] + 0.5e-3)
+    pred = SP.real_draft_predictions(models, test)
+    assert np.allclose(pred.rel_error, 0, atol=1e-9)                       # the median prompt's E(k): exact
+    row = pred[pred.k == 2].iloc[0]
+    G = 1 + 0.6 + 0.36
+    assert row.tokens_per_step == pytest.approx(G)
+    assert row.tokens_per_step_pooled == pytest.approx((2 * 1000 * G + 10_000) / (2 * 1000 + 10_000))
+    assert row.rel_error_pooled == pytest.approx(row.tokens_per_step_pooled / G - 1)
+
+
 def test_stop_paying_counts_grid_steps_and_never():
     pred = pd.DataFrame({"draft_cost": [0.0, 0.1, 0.2, 0.3], "k": 1, "measured": [1.2, 1.05, 0.98, 0.9],
                          "predicted": [1.3, 1.2, 1.1, 1.05]})

@@ -9,6 +9,7 @@ Skipped where the peer is not built (CI does not build it): build it with
 from __future__ import annotations
 
 import functools
+import json
 
 import numpy as np
 import pytest
@@ -143,7 +144,9 @@ def test_expert_op_benchmark_on_ggml(tmp_path):
     cfg = expert_op.BenchConfig(model="olmoe", fmt="int8_b32", backend="ggml", hidden=64, intermediate=64,
                                 layers=(0,), ns=tuple(range(1, 10)), u_count=3, windows_per_n=0, reps=3,
                                 warmup=1, flush_bytes=2**20, membw_bytes=2**22)
-    rows = expert_op.load_rows(expert_op.run(cfg, out_dir=tmp_path, progress=False))
+    run_dir = expert_op.run(cfg, out_dir=tmp_path, progress=False)
+    rows = expert_op.load_rows(run_dir)
+    assert json.loads((run_dir / "provenance.json").read_text())["ggml_version"] == peer.version()
     timed = rows[rows.kind == "chosen"]
     assert set(timed.backend) == {"ggml"} and set(timed.fmt) == {"q8_0"}
     assert set(timed.expert_bytes) == {peer.expert_bytes("q8_0", 64, 64)}

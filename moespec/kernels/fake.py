@@ -52,14 +52,28 @@ def _quantize_acts_fake(x):
             x.new_empty((rows, k // BLOCK), dtype=torch.int32))
 
 
+def _dense_fake(x, w, s):
+    """``[n, N]`` float32 on x's device, after the shape and dtype checks of ``dense.cpp``."""
+    torch._check(x.dim() == 2 and x.dtype == torch.float32, lambda: f"x: expected float32 [n, K], found {x.dtype} "
+                 f"{tuple(x.shape)}")
+    torch._check(w.dim() == 2 and w.shape[1] == x.shape[1], lambda: "w: expected [N, K] with x's K")
+    quantized = w.dtype in (torch.int8, torch.uint8)
+    torch._check(quantized == (s is not None), lambda: "int8 weights need scales; other formats take none")
+    if quantized:
+        torch._check(x.shape[1] % BLOCK == 0 and tuple(s.shape) == (w.shape[0], w.shape[1] // BLOCK),
+                     lambda: "int8 weights need K a multiple of 32 and scales [N, K / 32]")
+    return x.new_empty((x.shape[0], w.shape[0]), dtype=torch.float32)
+
+
 def register() -> None:
-    """Register the fakes of ``expert_slot``, ``expert_dedup``, ``pack_int8_cpu`` and
+    """Register the fakes of ``expert_slot``, ``expert_dedup``, ``dense``, ``pack_int8_cpu`` and
     ``quantize_acts_int8_cpu`` (once per process; the schemas must be loaded)."""
     global _registered
     if _registered:
         return
     for name in ("expert_slot", "expert_dedup"):
         torch.library.register_fake(f"moespec::{name}")(_expert_op_fake)
+    torch.library.register_fake("moespec::dense")(_dense_fake)
     torch.library.register_fake("moespec::pack_int8_cpu")(_pack_int8_fake)
     torch.library.register_fake("moespec::quantize_acts_int8_cpu")(_quantize_acts_fake)
     _registered = True

@@ -325,6 +325,9 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
                    "trace_source": trace_source,
                    "weights": "random (published shapes)" if weights is None else "given",
                    "provenance": provenance.full_record()}
+        if backend == GGML:   # the peer's ggml release and build, beside moespec's versions
+            from moespec.measure import ggml_peer
+            sidecar["ggml_version"] = ggml_peer.version()
         io.write_json(run_dir / "provenance.json", sidecar)
     sidecar = json.loads((run_dir / "provenance.json").read_text())
     run_id = sidecar["run_id"]

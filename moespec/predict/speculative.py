@@ -6,9 +6,10 @@ the same machine state, reported with its gap.
   throughput G_a(k) / V(k) and the speedup G_a(k) V(0) / V(k) of the depth's round model against the
   runs' (the oracle draft's acceptance is geometric by construction, so G_a(k) is the theory's);
 * :func:`real_draft_predictions`: the real-draft sweep (Appendix D.3) at every (draft cost, k): the
-  speedup E(k) V(0) / V(k) of that draft's round model, with E(k) the tokens per step the runs
-  measured at k (a real draft's acceptance is not geometric: its accepted tokens come in runs), and
-  beside it the geometric G_a(k) at the measured acceptance;
+  speedup E(k) V(0) / V(k) of that draft's round model, with E(k) the median over prompts of each
+  prompt's measured tokens per step at k (a real draft's acceptance is not geometric: its accepted
+  tokens come in runs; the median, because the measured speedup is a median over prompts), beside
+  it the same with the runs' pooled tokens per step and the geometric G_a(k) at the measured acceptance;
 * :func:`plain_step` : the plain decode step V(0) predicted against the measured one;
 * :func:`stop_paying`: the first draft cost from which drafting no longer pays, measured and predicted.
 
@@ -90,6 +91,15 @@ def tokens_per_step(runs: pd.DataFrame) -> pd.Series:
     return g["emitted"] / g["steps"]
 
 
+def median_prompt_tokens_per_step(runs: pd.DataFrame) -> pd.Series:
+    """Per k: the median over prompts of each prompt's tokens per step (emitted over steps, pooled
+    over its repetitions and draft costs: widening a draft changes no token). Where one prompt's
+    draft is rarely accepted it takes many more steps than the others, so the pooled ratio
+    (:func:`tokens_per_step`) leans towards it while a median over prompts does not."""
+    g = runs.groupby(["k", "prompt"])[["emitted", "steps"]].sum()
+    return (g["emitted"] / g["steps"]).groupby(level="k").median()
+
+
 def acceptance_by_k(runs: pd.DataFrame) -> pd.Series:
     """The measured acceptance per k >= 1: accepted / (accepted + rejections), pooled over drafts,
     prompts and repetitions (the geometric estimate of
@@ -102,13 +112,16 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
     """Per (draft cost, k >= 1) of a real-draft sweep (``runs``:
     :func:`moespec.engine.draftcost.draft_cost_sweep` rows) and ``models`` {draft cost: RoundModel}:
     the measured speedup (median over prompts, quartiles), the round model's prediction with
-    E(k) = the runs' tokens per step at k (``predicted``, with ``predicted_lo``/``_hi`` from the
-    model's per-k delta) and with the geometric G_a(k) at the runs' acceptance
-    (``predicted_geometric``), measured and predicted step times (ms), and the relative error of
-    ``predicted``. Widening a draft changes no token, so E(k) and a are pooled over draft costs."""
+    E(k) = the median over prompts of each prompt's tokens per step at k (``predicted``, with
+    ``predicted_lo``/``_hi`` from the model's per-k delta; since E(k) V(0)/V(k) grows with E(k), it
+    is the median of the per-prompt predictions, the statistic the measured speedup is), with the
+    runs' pooled tokens per step (``predicted_pooled``) and with the geometric G_a(k) at the runs'
+    acceptance (``predicted_geometric``), measured and predicted step times (ms), and the relative
+    error of each. Widening a draft changes no token, so E(k) and a are pooled over draft costs."""
     _check(runs, {"prompt", "k", "draft_cost", "speedup", "emitted", "steps", "accepted", "rejections",
                   "t_step_mean_s"}, "real-draft runs")
-    E = tokens_per_step(runs)
+    E_pooled = tokens_per_step(runs)
+    E = median_prompt_tokens_per_step(runs)
     a_k = acceptance_by_k(runs)
     plain_step = float(runs.loc[runs.k == 0, "t_step_mean_s"].mean())
     out = []
@@ -122,19 +135,22 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
         tps = np.array([1.0] + [float(E.get(j, np.nan)) for j in range(1, rm.kmax + 1)])
         tps = np.where(np.isfinite(tps), tps, 1.0)   # k's without runs do not enter row k
         sp = rm.speedups(tps)
+        pooled = float(E_pooled[k]) * sp["V_s"][0] / sp["V_s"][k]
         a = float(min(a_k[k], 1 - 1e-9))
         geo = float(expected_tokens(a, k)) * sp["V_s"][0] / sp["V_s"][k]
         per_prompt = g.groupby("prompt")["speedup"].median()
         out.append({"draft_cost": float(r), "k": k, "a": a, "G": float(expected_tokens(a, k)),
-                    "tokens_per_step": float(E[k]), "V_hat_ms": 1e3 * float(sp["V_s"][k]),
+                    "tokens_per_step": float(E[k]), "tokens_per_step_pooled": float(E_pooled[k]),
+                    "V_hat_ms": 1e3 * float(sp["V_s"][k]),
                     "V_meas_ms": 1e3 * float(g["t_step_mean_s"].mean()), "V0_hat_ms": 1e3 * float(sp["V_s"][0]),
                     "V0_meas_ms": 1e3 * plain_step, "predicted": float(sp["speedup"][k]),
                     "predicted_lo": float(sp["speedup_lo"][k]), "predicted_hi": float(sp["speedup_hi"][k]),
-                    "predicted_geometric": geo, "measured": float(per_prompt.median()),
+                    "predicted_pooled": pooled, "predicted_geometric": geo, "measured": float(per_prompt.median()),
                     "measured_q25": float(per_prompt.quantile(0.25)), "measured_q75": float(per_prompt.quantile(0.75)),
                     "state": rm.state})
     df = pd.DataFrame(out)
     df["rel_error"] = df["predicted"] / df["measured"] - 1
+    df["rel_error_pooled"] = df["predicted_pooled"] / df["measured"] - 1
     df["rel_error_geometric"] = df["predicted_geometric"] / df["measured"] - 1
     df["inside"] = _inside(df["measured"], df["predicted_lo"], df["predicted_hi"])
     return df
