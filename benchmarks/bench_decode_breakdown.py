@@ -110,16 +110,17 @@ def main(argv=None) -> int:
     started = dt.datetime.now(dt.timezone.utc)
     subjects, prompts, held = build(names, source, args.like, args.backend, args.depth, args.seed)
     bd = decode_breakdown(subjects, prompts, n_values=ns, reps=args.reps, warmup=args.warmup)
-    table = shares(bd)
+    fmt_of = {k: s.description.get("fmt", "f32") for k, s in subjects.items()}
+    byte_tables = {k: byte_shares(s.engine, args.like, fmt_of[k], depths=(args.depth,)).assign(subject=k)
+                   for k, s in subjects.items()}
+    table = shares(bd, byte_tables)
     table["memory_held_GiB"] = table["subject"].map(held)
     table["label"] = table["subject"].map({k: s.label for k, s in subjects.items()})
     out = Path(args.out) if args.out else paths.bench_dir() / "breakdown"
     stamp = started.strftime("%Y%m%dT%H%M%S")
     io.write_dataframe(out / f"{stamp}_breakdown.csv", bd)
     io.write_dataframe(out / f"{stamp}_shares.csv", table)
-    fmt_of = {k: s.description.get("fmt", "f32") for k, s in subjects.items()}
-    bytes_table = pd.concat([byte_shares(s.engine, args.like, fmt_of[k], depths=(args.depth,)).assign(subject=k)
-                             for k, s in subjects.items()], ignore_index=True)
+    bytes_table = pd.concat(list(byte_tables.values()), ignore_index=True)
     io.write_dataframe(out / f"{stamp}_bytes.csv", bytes_table)
     io.write_json(out / f"{stamp}_provenance.json", {
         **provenance.full_record(), "started": started.isoformat(),

@@ -328,6 +328,31 @@ def test_cli_refuses_a_missing_run(tmp_path):
     assert bad.returncode == 1 and "does not exist" in bad.stderr
 
 
+def test_advise_against_runs_at_the_median_prompts_acceptance(tmp_path):
+    """advise is asked at the acceptance table's ``a`` (the median prompt's), and the band goal
+    says whether the measured best speedup lies in the band advise prints for its answer; a table
+    of pooled counts only (runs before the column) is read as its pooled rate."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(COMMITTED, run)
+    pd.DataFrame({"state": ["quiet"], "a": [0.87], "a_pooled": [0.8], "label": ["by hand"]}).to_csv(
+        run / "05_real_draft_acceptance.csv", index=False)
+    table, goals = advice.measured.against_runs(run)
+    assert set(table.state) == {"quiet"} and (table.a == 0.87).all()
+    rec = advice.advise(run, [0.87], state="quiet")["acceptance"][0]["recommended"]
+    meas = pd.read_csv(run / "05_draft_cost_predictions.csv").query("state == 'quiet' and draft_cost == 0")
+    best = float(meas.measured.max())
+    band = goals[goals.goal.str.startswith("the measured best speedup inside")].iloc[0]
+    assert band.met == (rec["speedup_lo"] <= best <= rec["speedup_hi"]) and f"{best:.3f}" in band.value
+    assert table.set_index("k").advise_speedup[rec["k"]] == pytest.approx(rec["speedup"])
+    pd.DataFrame({"state": ["quiet"], "accepted": [30], "rejections": [10]}).to_csv(
+        run / "05_real_draft_acceptance.csv", index=False)
+    assert float(advice.measured.measured_acceptance(run).a.iloc[0]) == pytest.approx(0.75)
+    pd.DataFrame({"state": ["quiet"], "rate": [0.7]}).to_csv(run / "05_real_draft_acceptance.csv", index=False)
+    with pytest.raises(AdviceInputError, match="need a column 'a'"):
+        advice.measured.measured_acceptance(run)
+
+
 @pytest.mark.notebook
 def test_notebook_08_on_this_runs_tables(tmp_path, monkeypatch):
     """Notebook 08 reads the tables of the run it is part of (here notebook 03's, written by hand),

@@ -141,6 +141,21 @@ def test_prediction_is_the_median_prompts_when_one_prompt_rarely_accepts():
     assert row.rel_error_pooled == pytest.approx(row.tokens_per_step_pooled / G - 1)
 
 
+def test_acceptance_is_the_median_prompts():
+    """Three prompts at k = 1, 2: rates 9/10, 8/10 and 1/10 (the rare one drafted over many more
+    rounds). The median prompt's rate is 0.8, the pooled one (9 + 8 + 10) / (10 + 10 + 100)."""
+    runs = pd.DataFrame({"state": "quiet", "prompt": [0, 0, 1, 1, 2, 2, 0], "k": [1, 2, 1, 2, 1, 2, 0],
+                         "accepted": [4, 5, 3, 5, 4, 6, 0], "rejections": [1, 0, 1, 1, 40, 50, 0]})
+    acc, per = SP.median_prompt_acceptance(runs)
+    assert per.set_index("prompt")["a"].to_dict() == pytest.approx({0: 0.9, 1: 0.8, 2: 0.1})
+    row = acc.iloc[0]
+    assert row.a == pytest.approx(0.8) and row.a_pooled == pytest.approx(27 / 120)
+    assert (row.prompts, row.accepted_total, row.rejections_total, row.k_max) == (3, 27, 93, 2)
+    never = runs.assign(accepted=0, rejections=0)
+    with pytest.raises(ValueError, match="no drafted token accepted or rejected"):
+        SP.median_prompt_acceptance(never)
+
+
 def test_stop_paying_counts_grid_steps_and_never():
     pred = pd.DataFrame({"draft_cost": [0.0, 0.1, 0.2, 0.3], "k": 1, "measured": [1.2, 1.05, 0.98, 0.9],
                          "predicted": [1.3, 1.2, 1.1, 1.05]})
@@ -183,6 +198,24 @@ def test_decode_breakdown_components(subject):
     assert sh.draft_ratio == pytest.approx(sh.draft_token_ms / sh.step_ms)
     assert t.t_median_s["rest"] == pytest.approx(t.t_median_s["step"] - t.t_median_s["experts"])
     assert {"n=3 slot", "n=3 dedup"} <= set(bd["pass"]) and sh.peak_memory_GiB > 0
+    # each component's bytes beside its time and the published model's share (05_breakdown.csv)
+    from moespec.engine.byte_shares import COMPONENTS, byte_shares
+    table = byte_shares(subject.engine, subject.description["like"], subject.description["fmt"], depths=(29,))
+    wide = shares(bd, {"bf": table}).iloc[0]
+    by = table.set_index("component")
+    assert wide.published == by.published.iloc[0] and wide.bytes_depth == 29
+    assert sum(wide[f"{c}_share"] for c in COMPONENTS) == pytest.approx(1)
+    assert sum(wide[f"{c}_share_published"] for c in COMPONENTS) == pytest.approx(1)
+    assert wide.experts_MB == pytest.approx(by.subject_bytes["experts"] / 1e6)
+    assert wide.kv_cache_MB > 0 and wide.lm_head_share_published == pytest.approx(by.published_share["lm_head"])
+    assert wide.experts_GBps == pytest.approx(wide.experts_MB / wide.experts_ms)
+    assert "kv_cache_GBps" not in wide.index
+    from moespec.engine.breakdown import bytes_lines
+    lines = bytes_lines(wide)
+    assert len(lines) == len(COMPONENTS) and lines[1].startswith(f"experts: {wide.experts_MB:.2f} MB per step")
+    assert bytes_lines(sh) == []
+    with pytest.raises(ValueError, match="one depth expected"):
+        shares(bd, {"bf": byte_shares(subject.engine, "olmoe", "int8_b32", depths=(0, 8))})
     with pytest.raises(ValueError, match="n_values"):
         decode_breakdown({"bf": subject}, {"bf": np.arange(1, 30)}, n_values=(2,), reps=1)
 

@@ -233,7 +233,7 @@ CASES = {
                                                                for p in range(3) for k in range(4)]), {1: 0.88},
                                                  title="real draft"),
     "engine.breakdown_figure": lambda f: f(pd.DataFrame([dict(subject=s, step_ms=t, experts_ms=0.7 * t, draft_token_ms=0.05 * t,
-                                                             expert_share=0.7, draft_ratio=0.05)
+                                                             expert_share=0.7, draft_ratio=0.05, **_byte_columns(s))
                                                         for s, t in (("byte-faithful", 20.0), ("default", 2.0))]),
                                            title="decode step"),
     "engine.draft_cost_figure": lambda f: f(pd.DataFrame([dict(draft_cost=c, k=k, predicted=1.5 - c * k, measured=1.45 - c * k,
@@ -274,6 +274,17 @@ def figure_functions() -> dict:
                     inspect.signature(fn).return_annotation):
                 found[f"{info.name}.{name}"] = fn
     return found
+
+
+def _byte_columns(subject: str) -> dict:
+    """A breakdown row's byte columns (moespec.engine.breakdown.shares); the default subject has none."""
+    if subject == "default":
+        return {"published": None}
+    out = {"published": "OLMoE-1B-7B", "bytes_depth": 64}
+    for c, own, theirs in (("attention", 0.23, 0.22), ("experts", 0.68, 0.67), ("lm_head", 0.08, 0.09),
+                           ("kv_cache", 0.01, 0.015), ("other", 0.0, 0.005)):
+        out.update({f"{c}_share": own, f"{c}_share_published": theirs})
+    return out
 
 
 def test_engine_figures_keep_legend_off_the_axis_label_and_references_in_view():

@@ -77,8 +77,17 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     assert len(pred) == 2 * 3 + 1 * 3 and set(pred.state) == {"quiet", "loaded"}
     goals = pd.read_csv(figs / "05_goals.csv")
     assert goals["goal"].str.contains("plain step V\\(0\\) predicted within 3 %").sum() == 2
-    acc = pd.read_csv(figs / "05_real_draft_acceptance.csv")
-    assert set(acc["state"]) == {"quiet", "loaded"} and (acc["accepted"] >= 0).all()
+    # advise's acceptance: per state, the median over prompts of each prompt's rate (draft as trained)
+    acc = pd.read_csv(figs / "05_real_draft_acceptance.csv").set_index("state")
+    per = pd.read_csv(figs / "05_real_draft_acceptance_by_prompt.csv")
+    assert set(acc.index) == {"quiet", "loaded"} == set(per.state)
+    own = real[(real.k >= 1) & (real.draft_cost == 0)]
+    for state, g in own.groupby("state"):
+        counts = g.groupby("prompt")[["accepted", "rejections"]].sum()
+        rates = counts.accepted / (counts.accepted + counts.rejections)
+        assert acc.loc[state, "a"] == pytest.approx(float(rates.median()))
+        assert acc.loc[state, "a_pooled"] == pytest.approx(counts.accepted.sum() / counts.to_numpy().sum())
+        assert acc.loc[state, "prompts"] == len(counts) == len(per[per.state == state])
     assert re.search(r"plain decoding fastest on \d of 2 prompts", text)
     record = json.loads((out / "run.json").read_text())
     assert record["subject_args"]["model"] == "byte-faithful-all" and "verify_reps" in record["from_profile"]
@@ -142,6 +151,12 @@ def test_byte_faithful_all_subject_through_05(run_notebook, tmp_path):
     assert (same.greedy_equal == same.tokens).all() and (same.max_abs_logit_diff <= 1e-4 * same.max_abs_logit).all()
     bd = pd.read_csv(figs / "05_breakdown.csv").iloc[0]
     assert bd.attention_ms > 0 and bd.lm_head_ms > 0 and "byte-faithful-all" in bd.label
+    # each component's bytes beside its time and the published model's byte share
+    parts = ("attention", "experts", "lm_head", "kv_cache", "other")
+    assert sum(bd[f"{c}_share"] for c in parts) == pytest.approx(1)
+    assert sum(bd[f"{c}_share_published"] for c in parts) == pytest.approx(1)
+    assert bd.experts_GBps == pytest.approx(bd.experts_MB / bd.experts_ms)
+    assert re.search(r"experts: [\d.]+ MB per step, share [\d.]+ \([^)]+: [\d.]+\); [\d.]+ ms alone", text)
 
 
 def test_replayed_published_shape_through_05_06_07(run_notebook, tmp_path):

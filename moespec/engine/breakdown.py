@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from moespec.engine.byte_shares import COMPONENTS
 from moespec.engine.speculative import ModelDraft
 from moespec.engine.switch import moe_layers
 from moespec.engine.widen import ATTENTION_PROJECTIONS, attention_modules
@@ -202,24 +203,64 @@ def _ratio(g: pd.DataFrame, num: str, den: str) -> float:
     return float(step[num] / step[den]) if num in step.index and den in step.index else np.nan
 
 
-def shares(breakdown: pd.DataFrame) -> pd.DataFrame:
+#: The byte table's components that the breakdown also times alone (its own component names).
+TIMED_BYTES = ("attention", "experts", "lm_head")
+
+
+def shares(breakdown: pd.DataFrame, byte_tables: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """One row per subject: step, expert operation, rest, attention projections, LM head and draft
     token at n = 1 (ms), the step at n = 2 (deduplicating) over the step at n = 1 (what one more
     verified token costs, when n = 2 was timed), the expert share and the draft's cost ratio, the
-    run's read bandwidth and peak memory."""
+    run's read bandwidth and peak memory.
+
+    ``byte_tables`` {subject: :func:`moespec.engine.byte_shares.byte_shares` table at one depth}:
+    each component's bytes per step beside its time, as ``<c>_MB``, ``<c>_share`` (of the step's
+    bytes), ``<c>_share_published`` (the published model's share at the same layers, from its
+    config; model in ``published``) and, for the components timed alone, ``<c>_GBps`` (its bytes
+    over its median time)."""
     rows = []
     read = breakdown[breakdown.component == "read"]
     for name, g in breakdown[breakdown.subject != ""].groupby("subject", sort=False):
         t = g[g["pass"] == "n=1"].set_index("component")
-        rows.append({"subject": name, "step_ms": 1e3 * t.t_median_s.get("step", np.nan),
-                     "experts_ms": 1e3 * t.t_median_s.get("experts", np.nan),
-                     "step_without_experts_ms": 1e3 * t.t_median_s.get("step_without_experts", np.nan),
-                     "attention_ms": 1e3 * t.t_median_s.get("attention", np.nan),
-                     "lm_head_ms": 1e3 * t.t_median_s.get("lm_head", np.nan),
-                     "step_n2_over_n1": _ratio(g, "n=2 dedup", "n=1"),
-                     "draft_token_ms": 1e3 * t.t_median_s.get("draft_token", np.nan),
-                     "expert_share": t.value.get("expert_share", np.nan),
-                     "draft_ratio": t.value.get("draft_ratio", np.nan),
-                     "read_GBps": float(read.GBps.iloc[0]) if len(read) else np.nan,
-                     "peak_memory_GiB": float(g.peak_memory_GiB.iloc[0])})
+        row = {"subject": name, "step_ms": 1e3 * t.t_median_s.get("step", np.nan),
+               "experts_ms": 1e3 * t.t_median_s.get("experts", np.nan),
+               "step_without_experts_ms": 1e3 * t.t_median_s.get("step_without_experts", np.nan),
+               "attention_ms": 1e3 * t.t_median_s.get("attention", np.nan),
+               "lm_head_ms": 1e3 * t.t_median_s.get("lm_head", np.nan),
+               "step_n2_over_n1": _ratio(g, "n=2 dedup", "n=1"),
+               "draft_token_ms": 1e3 * t.t_median_s.get("draft_token", np.nan),
+               "expert_share": t.value.get("expert_share", np.nan),
+               "draft_ratio": t.value.get("draft_ratio", np.nan),
+               "read_GBps": float(read.GBps.iloc[0]) if len(read) else np.nan,
+               "peak_memory_GiB": float(g.peak_memory_GiB.iloc[0])}
+        table = (byte_tables or {}).get(name)
+        if table is not None:
+            row.update(_bytes_columns(table, row))
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _bytes_columns(table: pd.DataFrame, times: dict) -> dict:
+    if table["depth"].nunique() != 1:
+        raise ValueError(f"byte table: one depth expected beside the breakdown, found {sorted(table['depth'].unique())}")
+    out = {"bytes_depth": int(table["depth"].iloc[0]), "published": str(table["published"].iloc[0])}
+    for r in table.itertuples():
+        out[f"{r.component}_MB"] = r.subject_bytes / 1e6
+        out[f"{r.component}_share"] = float(r.subject_share)
+        out[f"{r.component}_share_published"] = float(r.published_share)
+        if r.component in TIMED_BYTES:
+            out[f"{r.component}_GBps"] = r.subject_bytes / (1e-3 * times[f"{r.component}_ms"]) / 1e9
+    return out
+
+
+def bytes_lines(row: pd.Series) -> list[str]:
+    """One line per component of a :func:`shares` row with bytes: its MB per step, share against the
+    published model's, and (timed alone) its time and GB/s; none without bytes."""
+    if "published" not in row.index or pd.isna(row.get("published")):
+        return []
+    lines = []
+    for c in COMPONENTS:
+        timed = (f"; {row[f'{c}_ms']:.3f} ms alone, {row[f'{c}_GBps']:.1f} GB/s" if c in TIMED_BYTES else "")
+        lines.append(f"{c}: {row[f'{c}_MB']:.2f} MB per step, share {row[f'{c}_share']:.3f} "
+                     f"({row['published']}: {row[f'{c}_share_published']:.3f}){timed}")
+    return lines

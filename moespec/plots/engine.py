@@ -12,9 +12,14 @@ import pandas as pd
 
 def breakdown_figure(shares: pd.DataFrame, title: str = "") -> plt.Figure:
     """One bar per subject: the n = 1 decode step split into its expert operation and the rest,
-    with one drafted token beside it (:func:`moespec.engine.breakdown.shares`)."""
-    height = 1.9 + 0.6 * len(shares)
-    fig, ax = plt.subplots(figsize=(6.4, height))
+    with one drafted token beside it (:func:`moespec.engine.breakdown.shares`). Where the table has
+    each component's bytes (``<c>_share``, ``<c>_share_published``), a second panel sets each
+    subject's split of a step's bytes beside the published model's."""
+    with_bytes = "published" in shares.columns and shares["published"].notna().any()
+    height = 1.9 + 0.6 * len(shares) + (0.4 if with_bytes else 0)
+    fig, axes = plt.subplots(1, 2 if with_bytes else 1, figsize=(11.0 if with_bytes else 6.4, height), squeeze=False,
+                             gridspec_kw={"width_ratios": [1.4, 1]} if with_bytes else None)
+    ax = axes[0, 0]
     y = np.arange(len(shares))
     ax.barh(y, shares["experts_ms"], color="C3", label="expert operation (its kernels alone)")
     ax.barh(y, shares["step_ms"] - shares["experts_ms"], left=shares["experts_ms"], color="0.7",
@@ -29,12 +34,40 @@ def breakdown_figure(shares: pd.DataFrame, title: str = "") -> plt.Figure:
     ax.set_ylabel("subject")
     ax.set_xlabel("time at n = 1 (ms, median of interleaved repetitions)")
     ax.set_xlim(0, 1.6 * float(shares["step_ms"].max()))
+    if with_bytes:
+        _byte_share_panel(axes[0, 1], shares)
     if title:
-        ax.set_title(textwrap.fill(title, 90), fontsize=8)
+        fig.suptitle(textwrap.fill(title, 130 if with_bytes else 90), fontsize=8)
     # the legend below the axes, in space of its own (it never covers the axis label)
-    fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower center", ncol=2, frameon=False)
-    fig.tight_layout(rect=(0, 0.5 / height, 1, 1))
+    handles, labels = ax.get_legend_handles_labels()
+    if with_bytes:
+        more = axes[0, 1].get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + [f"bytes: {lab}" for lab in more[1]]
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=4 if with_bytes else 2, frameon=False)
+    fig.tight_layout(rect=(0, (0.75 if with_bytes else 0.5) / height, 1, 1))
     return fig
+
+
+def _byte_share_panel(ax, shares: pd.DataFrame) -> None:
+    """Stacked shares of a step's bytes per component: each subject, then the published model."""
+    from moespec.engine.byte_shares import COMPONENTS
+
+    rows = [(f"{r['subject']} (d = {int(r['bytes_depth'])})", [r[f"{c}_share"] for c in COMPONENTS])
+            for _, r in shares.iterrows() if pd.notna(r.get("published"))]
+    first = shares[shares["published"].notna()].iloc[0]
+    rows.append((f"{first['published']} (its config, same layers)", [first[f"{c}_share_published"] for c in COMPONENTS]))
+    colors = {"attention": "C1", "experts": "C3", "lm_head": "C2", "kv_cache": "C4", "other": "0.6"}
+    for i, (label, values) in enumerate(rows):
+        left = 0.0
+        for c, v in zip(COMPONENTS, values):
+            ax.barh(i, 100 * v, left=left, color=colors[c], label=c.replace("_", " ") if i == 0 else None)
+            if v >= 0.06:
+                ax.text(left + 50 * v, i, f"{100 * v:.1f}", ha="center", va="center", fontsize=6.5)
+            left += 100 * v
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([textwrap.fill(lab, 28) for lab, _ in rows], fontsize=7)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of a step's bytes (%)")
 
 
 def draft_cost_figure(pred: pd.DataFrame, ratios: pd.DataFrame, paper: dict | None = None,

@@ -108,6 +108,31 @@ def acceptance_by_k(runs: pd.DataFrame) -> pd.Series:
     return g["accepted"] / (g["accepted"] + g["rejections"])
 
 
+def median_prompt_acceptance(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per state, per prompt) of real-draft ``runs`` at k >= 1 (one draft's rows, with a ``state``
+    column): each prompt's acceptance accepted / (accepted + rejections), pooled over its k's and
+    repetitions (the geometric estimate of :func:`moespec.engine.speculative.summarize_steps`), and
+    per state ``a``, the median of those over prompts, beside the pooled ``a_pooled`` and the
+    totals. The measured speedup is a median over prompts; where one prompt's draft is rarely
+    accepted it takes many more rounds, so the pooled rate leans to it while the median prompt's
+    does not (the acceptance a speedup model is asked at should be the median prompt's)."""
+    _check(runs, {"state", "prompt", "k", "accepted", "rejections"}, "real-draft runs")
+    own = runs[runs.k >= 1]
+    per = own.groupby(["state", "prompt"], sort=False)[["accepted", "rejections"]].sum().reset_index()
+    drafted = per["accepted"] + per["rejections"]
+    if (drafted == 0).any():
+        bad = per.loc[drafted == 0, ["state", "prompt"]].to_dict("records")
+        raise ValueError(f"real-draft runs: no drafted token accepted or rejected for {bad}")
+    per["a"] = per["accepted"] / drafted
+    rows = []
+    for state, g in per.groupby("state", sort=False):
+        acc, rej = int(g["accepted"].sum()), int(g["rejections"].sum())
+        rows.append({"state": state, "a": float(g["a"].median()), "a_pooled": acc / (acc + rej),
+                     "prompts": len(g), "accepted_total": acc, "rejections_total": rej,
+                     "k_max": int(own.loc[own.state == state, "k"].max())})
+    return pd.DataFrame(rows), per
+
+
 def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
     """Per (draft cost, k >= 1) of a real-draft sweep (``runs``:
     :func:`moespec.engine.draftcost.draft_cost_sweep` rows) and ``models`` {draft cost: RoundModel}:

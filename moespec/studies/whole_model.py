@@ -26,6 +26,7 @@ import pandas as pd
 
 from moespec import io, provenance
 from moespec.engine import breakdown as B
+from moespec.engine.byte_shares import byte_shares
 from moespec.engine import draftcost as DC
 from moespec.engine import goals as G
 from moespec.engine import summaries as SM
@@ -105,7 +106,9 @@ class WholeModelStudy:
         d0 = self.P["depths"][0]
         bd = B.decode_breakdown({self.sub.kind: self.sub}, {self.sub.kind: self.prompts_by_depth[d0][0]},
                                 reps=self.P["breakdown_reps"], device=self.device)
-        shares = B.shares(bd).assign(label=self.label)
+        like, fmt = self.sub.description.get("like"), self.sub.description.get("fmt")
+        byte_tables = {self.sub.kind: byte_shares(self.sub.engine, like, fmt, depths=(d0,))} if like else None
+        shares = B.shares(bd, byte_tables).assign(label=self.label)
         io.write_dataframe(self.out / "breakdown.csv", bd)
         io.write_dataframe(self._fig("05_breakdown.csv"), shares)
         io.save_figure(breakdown_figure(shares, title=f"decode step at d = {d0}: {self.label}"),
@@ -115,7 +118,8 @@ class WholeModelStudy:
         return Result([f"n = 1 step {s.step_ms:.3f} ms: expert operation {s.experts_ms:.3f} ms "
                        f"({100 * s.expert_share:.1f} %), without it {s.step_without_experts_ms:.3f} ms; one drafted "
                        f"token {s.draft_token_ms:.3f} ms ({s.draft_ratio:.3f} of a step); read {s.read_GBps:.1f} GB/s; "
-                       f"peak memory {s.peak_memory_GiB:.2f} GiB"], files=["05_breakdown.csv", "05_breakdown.png"])
+                       f"peak memory {s.peak_memory_GiB:.2f} GiB", *B.bytes_lines(s)],
+                      files=["05_breakdown.csv", "05_breakdown.png"])
 
     # --- 1. output checks ---------------------------------------------------------------------
     def agreement(self) -> Result:
@@ -360,10 +364,12 @@ class WholeModelStudy:
             self._write("05_draft_cost_predictions.csv", real_pred)
             real = pd.concat(self.frames["real"], ignore_index=True)
             own = real[(real.k >= 1) & (real.draft_cost == real.loc[real.k >= 1, "draft_cost"].min())]
-            acc = own.groupby("state", sort=False)[["accepted", "rejections"]].sum().reset_index()
-            acc["label"] = [f"the run's draft as trained, {s} machine (real-draft runs, k = 1..{int(own.k.max())})"
-                            for s in acc["state"]]
+            acc, per_prompt = SP.median_prompt_acceptance(own)
+            acc["label"] = [f"the run's draft as trained, {r.state} machine: median over {r.prompts} prompts of each "
+                            f"prompt's accepted / (accepted + rejections), real-draft runs k = 1..{r.k_max} "
+                            f"(pooled over prompts: {r.a_pooled:.3f})" for r in acc.itertuples()]
             self._write("05_real_draft_acceptance.csv", acc)
+            self._write("05_real_draft_acceptance_by_prompt.csv", per_prompt)
         io.save_figure(predictions_figure(oracle_pred, real_pred, title=f"round-model predictions against the runs, "
                                                                          f"{self.label}"),
                        self._fig("05_predictions.png"))
