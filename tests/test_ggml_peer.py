@@ -2,8 +2,9 @@
 operation: against the fp64 reference under the kernel tests' fixed per-format ceilings
 (kernel_cases.CEILING), on a small shape and the OLMoE shape at n = 1, 2, 9.
 
-Skipped where the peer is not built (CI does not build it): build it with
-``.venv/bin/python benchmarks/ggml_peer/build.py``.
+``make test`` builds the peer first and requires it (``MOESPEC_REQUIRE_BUILD`` lists ``ggml``): a
+missing peer then fails this module. A plain pytest run without that requirement skips it, naming
+how to build it (``.venv/bin/python benchmarks/ggml_peer/build.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ import torch
 from kernel_cases import CEILING, FORMATS, rel_err
 
 from moespec.kernels import ExpertWeights, reference_forward
+from moespec.kernels.build import required
 from moespec.measure import ggml_peer as peer
 from moespec.measure.ids import random_ids
 from moespec.model_shapes import published_shapes
 
+if not peer.available() and "ggml" in required():
+    pytest.fail(f"the ggml peer is required (MOESPEC_REQUIRE_BUILD) but not built: {peer.library_path()} "
+                "missing; make build-ext builds it (benchmarks/ggml_peer/build.py)", pytrace=False)
 if not peer.available():
     pytest.skip(f"the ggml peer is not built ({peer.library_path()} missing; "
                 "build it with benchmarks/ggml_peer/build.py)", allow_module_level=True)

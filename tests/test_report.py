@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from moespec import cli, paths, report
@@ -96,6 +97,25 @@ def test_breakdown_goals_judge_each_target(run_dir):
     assert ("read 37.2, 36.0 GB/s): byte-faithful: expert share 0.65 (>= 0.6: met); draft ratio 0.108 (<= 0.1: "
             "**not met**); peak memory GiB 4.31 (<= 16: met); small: expert share 0.1 (>= 0.6: **not met**); "
             "draft ratio 0.05 (<= 0.1: met); peak memory GiB 17 (<= 16: **not met**).") in out
+
+
+def test_breakdown_bytes_renders_each_component(run_dir):
+    parts = {"attention": (2.0, 20.0, 0.2, 0.25), "experts": (5.0, 60.0, 0.6, 0.6), "lm_head": (1.0, 10.0, 0.1, 0.1),
+             "kv_cache": (None, 5.0, 0.05, 0.04), "other": (None, 5.0, 0.05, 0.01)}
+    row = {"subject": "bfa", "step_ms": 10.0, "read_GBps": 15.0, "published": "OLMoE", "bytes_depth": 64}
+    for c, (ms, mb, share, pub) in parts.items():
+        row.update({f"{c}_MB": mb, f"{c}_share": share, f"{c}_share_published": pub})
+        if ms is not None:
+            row.update({f"{c}_ms": ms, f"{c}_GBps": mb / ms})
+    pd.DataFrame([row]).to_csv(run_dir / "05_breakdown.csv", index=False)
+    out = report.render_text(_doc(("breakdown-bytes", "")), RunFiles(run_dir))
+    assert "cache depth 64; the published model OLMoE at the subject's layers" in out
+    assert "| bfa | attention | 2.00 | 20.00 | 10.0 | 0.200 | 0.250 | 0.800 |" in out
+    assert "| bfa | kv cache | n/a | 5.00 | n/a | 0.050 | 0.040 | 1.250 |" in out
+    assert "bfa: step 10.00 ms at n = 1, read 15.0 GB/s in the same run." in out
+    pd.DataFrame([{"subject": "old", "step_ms": 1.0}]).to_csv(run_dir / "05_breakdown.csv", index=False)
+    with pytest.raises(ReportError, match="no byte columns"):
+        report.render_text(_doc(("breakdown-bytes", "")), RunFiles(run_dir))
 
 
 def test_generic_table_renders_whatever_the_csv_holds(run_dir):

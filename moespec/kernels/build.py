@@ -211,14 +211,16 @@ def load_cuda() -> None:
 
 def required() -> set[str]:
     """The backends that must build here: ``MOESPEC_REQUIRE_BUILD`` (comma-separated ``cpp``,
-    ``cuda``; set by ``.ci/run`` and ``make test`` to ``cpp``). Unset or ``0``: none."""
+    ``cuda``, ``ggml``; ``make test`` sets ``cpp,ggml``: the C++ extension, and the ggml peer that
+    ``benchmarks/ggml_peer/build.py`` builds, whose tests then fail instead of skipping where it is
+    missing). Unset or ``0``: none."""
     value = os.environ.get(REQUIRE_ENV, "").strip().lower()
     if value in ("", "0", "no", "none"):
         return set()
     names = {v.strip() for v in value.split(",") if v.strip()}
-    unknown = names - {"cpp", "cuda"}
+    unknown = names - {"cpp", "cuda", "ggml"}
     if unknown:
-        raise ValueError(f"{REQUIRE_ENV} must list cpp and/or cuda (comma-separated) or be 0; found {value!r}")
+        raise ValueError(f"{REQUIRE_ENV} must list cpp, cuda and/or ggml (comma-separated) or be 0; found {value!r}")
     return names
 
 

@@ -1094,6 +1094,33 @@ def decode_components(run: RunFiles, stamp: str, folder: str = "benchmarks/resul
             + f"\n\n{steps}.")
 
 
+@block("breakdown-bytes", "05_breakdown.csv")
+def breakdown_bytes(run: RunFiles) -> str:
+    """Notebook 05's breakdown per component: its time alone, its bytes per step, the bandwidth
+    that makes, its share of the step's bytes beside the published model's (from its config, at the
+    subject's layers; :func:`moespec.engine.breakdown.shares` with byte tables)."""
+    from moespec.engine.byte_shares import COMPONENTS
+
+    df = run.csv("05_breakdown.csv")
+    if "published" not in df.columns:
+        raise ReportError("05_breakdown.csv has no byte columns (written before notebook 05 counted each "
+                          "component's bytes)")
+    rows, steps = [], []
+    for _, r in df[df["published"].notna()].iterrows():
+        for c in COMPONENTS:
+            share, pub = r[f"{c}_share"], r[f"{c}_share_published"]
+            rows.append([r["subject"], c.replace("_", " "), num(r.get(f"{c}_ms"), 2), num(r[f"{c}_MB"], 2),
+                         num(r.get(f"{c}_GBps"), 1), num(share), num(pub), num(share / pub if pub else float("nan"))])
+        steps.append(f"{r['subject']}: step {num(r['step_ms'], 2)} ms at n = 1, read {num(r['read_GBps'], 1)} GB/s "
+                     f"in the same run")
+    first = df[df["published"].notna()].iloc[0]
+    return (f"`05_breakdown.csv` (notebook 05, cache depth {int(first['bytes_depth'])}; the published model "
+            f"{first['published']} at the subject's layers, from its config):\n\n"
+            + md_table(["subject", "component", "time alone (ms)", "bytes per step (MB)", "GB/s alone",
+                        "share of the step's bytes", "published share", "share ratio"], rows)
+            + "\n\n" + "; ".join(steps) + ".")
+
+
 @block("prediction-tables", "06_table4_preregistered.csv", "06_table7_error.csv")
 def prediction_tables(run: RunFiles) -> str:
     """Notebook 06's Table 4 and Table 7 rows of this run (the paper's rows are in the CSVs)."""
