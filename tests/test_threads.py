@@ -55,6 +55,9 @@ def test_junk_tails_same_on_one_and_two_threads(subject):
     assert reference_sequences(subject.engine, [{"question_id": 1, "ids": prompt}], 10, threads=2,
                                progress=False)[1] == ref
     one, two = (junk_tails(subject.target, subject.draft, prompt, ref, lmax=4, seed=0, threads=n) for n in (1, 2))
-    for name in ("p", "greedy", "q", "U", "draft_chain"):
+    for name in ("p", "greedy", "U", "draft_chain"):
         np.testing.assert_array_equal(getattr(one, name), getattr(two, name), err_msg=name)
+    # the draft's q comes from torch's own matmul, whose blocking follows the thread count on some
+    # CPUs (an AMD EPYC VM: a few entries one float32 ulp apart); moespec's kernels (p) do not
+    np.testing.assert_allclose(one.q, two.q, rtol=1e-6, atol=0, err_msg="q")
     assert np.isfinite(one.U[:, 0, :2]).all()
