@@ -89,6 +89,8 @@ loaded_oracle_prompts = None   # the loaded state's smaller runs (same acceptanc
 loaded_oracle_reps = None
 loaded_draft_costs = None
 loaded_real_prompts = None
+plain_runs = None        # real-draft sweeps: plain decoding runs per prompt and repetition (the speedups' denominator)
+real_reps = None         # real-draft test runs: repetitions per prompt
 out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
 
 # %%
@@ -110,7 +112,8 @@ P, from_profile = resolve("05", profile, depths=depths, prompts_per_depth=prompt
                           agree_tokens=agree_tokens, breakdown_reps=breakdown_reps, ratio_reps=ratio_reps,
                           states=states, cal_prompts=cal_prompts, cal_reps=cal_reps, draft_cal_prompts=draft_cal_prompts,
                           loaded_oracle_prompts=loaded_oracle_prompts, loaded_oracle_reps=loaded_oracle_reps,
-                          loaded_draft_costs=loaded_draft_costs, loaded_real_prompts=loaded_real_prompts)
+                          loaded_draft_costs=loaded_draft_costs, loaded_real_prompts=loaded_real_prompts,
+                          plain_runs=plain_runs, real_reps=real_reps)
 P["a_values"] = P["a_values"] or rules["acceptance_values"]
 P["draft_costs"] = P["draft_costs"] if P["draft_costs"] is not None else rules.get("draft_cost_grid", {}).get("values", [0.0])
 P["depths"] = P["depths"] or default_depths(sub.context, P["n_tokens"])

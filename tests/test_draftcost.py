@@ -117,6 +117,30 @@ def test_prediction_equals_the_theory_on_runs_that_follow_it():
     assert plain["rel_error"] == pytest.approx(0, abs=1e-12)
 
 
+def test_verify_term_is_pooled_over_draft_costs_and_host_is_each_drafts():
+    """Widening a draft changes no token, so the target's verify pass after every draft is the same
+    pass: tau_dedup(k + 1) is the mean over the runs of every draft cost, the same in every draft's
+    round model; h(k) and t_draft(k) stay the draft's own. Hand case: at k = 2 the three drafts'
+    runs (3 prompts each) time the pass at 16, 18 and 15 ms: pooled 49/3 ms."""
+    tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
+    drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3), 0.4: (4e-3, 0.1e-3)}
+    cal = _runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3, 4))
+    at2 = cal.dedup & (cal.k == 2)
+    cal.loc[at2 & (cal.draft_cost == 0.2), "t_verify_mean_s"] = 18e-3
+    cal.loc[at2 & (cal.draft_cost == 0.4), "t_verify_mean_s"] = 15e-3
+    cal.loc[(cal.draft_cost == 0.4) & (cal.k >= 1), "t_host_mean_s"] = 0.7e-3
+    models = CAL.from_draft_runs(cal, "synthetic", n_boot=50)
+    for r, rm in models.items():
+        assert rm.tau("dedup")[2] == pytest.approx(49e-3 / 3)
+        assert rm.tau("dedup")[1] == pytest.approx(14e-3) and rm.tau("dedup")[0] == pytest.approx(10e-3)
+        assert rm.verify["dedup"].runs[2] == 9 and rm.verify["dedup"].runs[0] == 3   # 3 drafts x 3 prompts; plain
+        assert "pooled" in rm.verify["dedup"].source
+        assert rm.tau("slot")[2] == pytest.approx(1.2 * 16e-3)    # the per-slot runs: draft cost 0 only
+    assert np.array_equal(models[0.0].verify["dedup"].lo_s, models[0.4].verify["dedup"].lo_s)
+    assert models[0.4].host.values_s[2] == pytest.approx(0.7e-3) and models[0.0].host.values_s[2] == pytest.approx(0.5e-3)
+    assert models[0.2].draft.a_s == pytest.approx(2e-3)
+
+
 def test_prediction_is_the_median_prompts_when_one_prompt_rarely_accepts():
     """The measured speedup is a median over prompts; a prompt whose drafts are rarely accepted
     takes many steps and pulls the pooled tokens per step down, not the median. The prediction uses
@@ -173,8 +197,16 @@ def test_draft_cost_sweep_on_the_engine(subject):
     ratios = DC.draft_cost_ratios(subject.engine, drafts, prompts[0], reps=3, warmup=0, reference=ReferenceRead(2**20))
     assert list(ratios.draft_cost) == [0.0, 0.5] and (ratios.cost_ratio > 0).all() and (ratios.ref_GBps > 0).all()
     runs = DC.draft_cost_sweep(subject.engine, drafts, prompts, [1, 2], 8, reference=ReferenceRead(2**20),
-                               progress=False)
-    assert len(runs) == 2 * (1 + 2 * 2) and set(runs.regime) <= {"one", "low", "high"}
+                               progress=False, plain_runs=3)
+    assert len(runs) == 2 * (3 + 2 * 2) and set(runs.regime) <= {"one", "low", "high"}
+    assert (runs[runs.k == 0].groupby("prompt").size() == 3).all()      # three plain runs per prompt
+    plain = runs[runs.k == 0].groupby(["prompt", "regime"])["throughput"].median()
+    checked = 0
+    for _, row in runs[runs.k > 0].iterrows():        # the speedup's denominator: their median in the run's regime
+        if (row.prompt, row.regime) in plain.index:
+            assert row.speedup == pytest.approx(row.throughput / plain[(row.prompt, row.regime)])
+            checked += 1
+    assert checked > 0
     assert (runs.loc[runs.k == 0, "tokens_per_step"] == 1).all()
     # a function-preserving widening changes no token: same accepted drafts at every cost
     acc = runs[runs.k > 0].pivot_table(index=["prompt", "k"], columns="draft_cost", values="accepted")
@@ -185,6 +217,8 @@ def test_draft_cost_sweep_on_the_engine(subject):
     assert set(pred.k) == {1, 2} and np.isfinite(pred.predicted).all()
     with pytest.raises(ValueError, match="draft length >= 1"):
         DC.draft_cost_sweep(subject.engine, drafts, prompts, [0], 4, progress=False)
+    with pytest.raises(ValueError, match="plain_runs must be at least 1"):
+        DC.draft_cost_sweep(subject.engine, drafts, prompts, [1], 4, progress=False, plain_runs=0)
 
 
 def test_decode_breakdown_components(subject):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -73,6 +74,10 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     assert len(runs) == 2 * 2 * 4 * 3 and (runs.loc[runs["k"] == 0, "tokens_per_step"] == 1).all()
     real = pd.read_csv(out / "real_draft.csv")
     assert set(real["k"]) == {0, 1, 2, 3} and set(real["draft_cost"].dropna()) == {0.0, 0.3}
+    assert (real[real.k == 0].groupby(["state", "prompt"]).size() == 2).all()   # quick profile: plain_runs = 2
+    chat = models.select(state="quiet", context="chat")     # one verify pass, pooled over the drafts' runs
+    assert len(chat) == 2 and np.array_equal(chat[0].tau("dedup"), chat[1].tau("dedup"))
+    assert chat[0].verify["dedup"].runs[1] == 2 * chat[0].verify["slot"].runs[1]   # two drafts, one per-slot
     pred = pd.read_csv(figs / "05_draft_cost_predictions.csv")
     assert len(pred) == 2 * 3 + 1 * 3 and set(pred.state) == {"quiet", "loaded"}
     goals = pd.read_csv(figs / "05_goals.csv")

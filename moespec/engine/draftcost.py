@@ -64,23 +64,28 @@ def draft_cost_ratios(engine, drafts: dict, prompt, reps: int = 30, warmup: int 
 
 def draft_cost_sweep(engine, drafts: dict, prompts: list, ks, n_tokens: int, reps: int = 1, seed: int = 0,
                      dedup: bool = True, reference=None, progress: bool = True, slot_costs=(),
-                     desc: str = "draft-cost sweep") -> pd.DataFrame:
+                     desc: str = "draft-cost sweep", plain_runs: int = 1) -> pd.DataFrame:
     """Speculative runs of every draft (knob -> model) at every k in ``ks`` (k >= 1) and plain
     decoding (k = 0, knob NaN) on every prompt (module docstring), with deduplication ``dedup``;
     the drafts whose knob is in ``slot_costs`` also run every k with deduplication off (the
-    per-slot kernel's verify passes as the draft runs; a round calibration's rows). One row per run:
-    prompt, draft_cost, k, dedup, rep, ref_GBps, the fields of :func:`summarize_steps`, and
-    ``speedup``: its throughput over the median throughput of the same prompt's plain runs in the
-    same bandwidth regime (:func:`moespec.measure.regimes.classify` over the run's readings; all of
-    the prompt's plain runs when that regime has none)."""
+    per-slot kernel's verify passes as the draft runs; a round calibration's rows). Plain decoding
+    runs ``plain_runs`` times in each prompt's shuffled grid per repetition, spread through it like
+    any other cell: every speedup of the prompt divides by its plain throughput, so one plain run's
+    noise would enter all of them at once. One row per run: prompt, draft_cost, k, dedup, rep,
+    ref_GBps, the fields of :func:`summarize_steps`, and ``speedup``: its throughput over the median
+    throughput of the same prompt's plain runs in the same bandwidth regime
+    (:func:`moespec.measure.regimes.classify` over the run's readings; all of the prompt's plain
+    runs when that regime has none)."""
 
     ks = sorted({int(k) for k in ks if int(k) >= 1})
     if not ks:
         raise ValueError("ks must hold at least one draft length >= 1")
+    if int(plain_runs) < 1:
+        raise ValueError(f"plain_runs must be at least 1 (plain runs per prompt and repetition); found {plain_runs}")
     if unknown := [r for r in slot_costs if r not in drafts]:
         raise ValueError(f"slot_costs {unknown} name no draft of the sweep (knobs {sorted(drafts)})")
     drafters = {r: ModelDraft(m) for r, m in drafts.items()}
-    grid = ([(None, 0, dedup)] + [(r, k, dedup) for r in drafters for k in ks]
+    grid = ([(None, 0, dedup)] * int(plain_runs) + [(r, k, dedup) for r in drafters for k in ks]
             + [(r, k, False) for r in slot_costs for k in ks])
     rng = np.random.default_rng(seed)
     rows = []

@@ -6,8 +6,12 @@ decode loops timed before the speculative runs, turned into :class:`RoundModel` 
   repetition), h(k) and the oracle draft's own time, from the teacher-forced loops;
 * :func:`from_draft_runs`: one round model per real draft (context ``chat``, the calibration
   prompts), every term as that draft runs: t_draft(k) = a_d k + b_d fitted over runs (intercept
-  kept), tau_dedup(k + 1) and h(k) from its runs at each k, tau_slot(k + 1) from the per-slot runs
-  of the draft as trained, the one-token pass from the plain runs (k = 0).
+  kept) and h(k) from its runs at each k; tau_dedup(k + 1) from the runs of every draft at k
+  (widening a draft changes no token, so every draft of the sweep proposes the same tokens and the
+  target runs the same verify pass after it: pooling them times that pass over six times as many
+  rounds; amendment of 2026-12-05, ``data/preregistration/amendments_byte_faithful_all.json``);
+  tau_slot(k + 1) from the per-slot runs of the draft as trained, the one-token pass from the plain
+  runs (k = 0).
 
 Each value is the mean over runs of a run's mean time per round (a run's throughput is its tokens
 over its total time, so the expected round time is a mean), with a bootstrap interval of that mean
@@ -128,7 +132,8 @@ def draft_name(cost: float) -> str:
 def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", context: str = "chat",
                     n_boot: int = 2000, seed: int = 0, threshold="auto") -> dict:
     """{draft cost: RoundModel} from a calibration sweep (:func:`moespec.engine.draftcost.draft_cost_sweep`
-    with ``slot_costs``), every term measured as the draft runs (module docstring)."""
+    with ``slot_costs``), every term measured as the draft runs, the deduplicating verify pass
+    pooled over the drafts (module docstring; every model of the sweep holds the same tau_dedup)."""
     need = {"prompt", "rep", "k", "draft_cost", "dedup", "t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s"}
     if missing := need - set(rows.columns):
         raise ValueError(f"draft calibration rows lack column(s) {sorted(missing)}")
@@ -141,17 +146,19 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
     costs = sorted(used.loc[used["k"] >= 1, "draft_cost"].dropna().unique())
     slot_cost = sorted(slot_runs["draft_cost"].unique())
     src = f"notebook 05, round calibration: speculative runs with the real draft on {context} calibration prompts"
+    every_draft = used[used["dedup"].astype(bool) & (used["k"] >= 1)]
     out = {}
     for i, r in enumerate(costs):
-        mine = used[(used["draft_cost"] == r) & used["dedup"].astype(bool) & (used["k"] >= 1)]
+        mine = every_draft[every_draft["draft_cost"] == r]
         ks = sorted(int(k) for k in mine["k"].unique())
         kmax = max(ks)
         if ks != list(range(1, kmax + 1)):
             raise ValueError(f"draft cost {r:g}: calibration runs at k = {ks}; every k = 1..{kmax} is needed")
         both = pd.concat([plain, mine])
-        ded_tau = Term.from_samples(_per_run(both, "k", "t_verify_mean_s", range(kmax + 1)),
-                                    f"{src}: verify passes of k + 1 tokens, deduplicating kernel (k = 0: plain runs)",
-                                    "loop", n_boot, seed + 10 * i)
+        pooled = pd.concat([plain, every_draft[every_draft["k"] <= kmax]])
+        ded_tau = Term.from_samples(_per_run(pooled, "k", "t_verify_mean_s", range(kmax + 1)),
+                                    f"{src}: verify passes of k + 1 tokens, deduplicating kernel, runs of every draft "
+                                    f"cost pooled (k = 0: plain runs)", "loop", n_boot, seed)
         own_slot = r in slot_cost
         sr = slot_runs[slot_runs["draft_cost"] == (r if own_slot else slot_cost[0])] if slot_cost else slot_runs
         if sr.empty:

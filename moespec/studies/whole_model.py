@@ -207,6 +207,7 @@ class WholeModelStudy:
                 drafts = self._drafts(P["draft_costs"])
                 draft_rows = DC.draft_cost_sweep(self.sub.engine, drafts, cal_prompts, P["real_ks"], P["real_tokens"],
                                                  seed=self.seed + 11, reference=self.ref, slot_costs=[min(drafts)],
+                                                 plain_runs=P["plain_runs"],
                                                  desc=f"draft calibration ({state})").assign(state=state)
         self.states[state] = ms.describe()
         self.frames["verify_loops"].append(loops)       # the rows are written before anything is built from them
@@ -295,7 +296,8 @@ class WholeModelStudy:
             ratios = (DC.draft_cost_ratios(self.sub.engine, drafts, prompts[0], reps=P["ratio_reps"], reference=self.ref)
                       if state == "quiet" else None)
             real = DC.draft_cost_sweep(self.sub.engine, drafts, prompts, P["real_ks"], P["real_tokens"], seed=self.seed,
-                                       reference=self.ref, desc=f"real draft ({state})").assign(state=state)
+                                       reps=P["real_reps"], plain_runs=P["plain_runs"], reference=self.ref,
+                                       desc=f"real draft ({state})").assign(state=state)
         models = self.results[f"models {state}"]["cost"]
         pred = SP.real_draft_predictions(models, real)
         plain = SP.plain_step(models[min(models)], real, "real-draft runs (MT-Bench)")
