@@ -201,3 +201,15 @@ def test_non_positive_predicted_step_time_predicts_nothing():
     table = predict.score({("measured-time", 512): m}, rules)
     verdict = dict(zip([r["id"] for r in rules["rules"]], table["holds_all"]))
     assert not verdict["kstar"] and not verdict["loss"] and not verdict["speedup"]
+
+
+def test_inside_band_counts_the_ends_to_floating_point():
+    """Every comparison of a measurement with a predicted band (notebook 05's predictions, notebook
+    08's advise against the runs) goes through one rule: ends included, to a relative 1e-9."""
+    from moespec.predict.speculative import inside_band
+
+    assert inside_band(1.0, 1.0, 2.0) and inside_band(2.0, 1.0, 2.0)
+    assert inside_band(1.0 * (1 - 1e-12), 1.0, 2.0) and inside_band(2.0 * (1 + 1e-12), 1.0, 2.0)
+    assert not inside_band(0.99, 1.0, 2.0) and not inside_band(2.01, 1.0, 2.0)
+    got = inside_band(np.array([0.5, 1.5, 3.0]), np.array([1.0, 1.0, 1.0]), np.array([2.0, 2.0, 4.0]))
+    assert got.tolist() == [False, True, True]

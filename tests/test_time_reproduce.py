@@ -67,3 +67,38 @@ def test_block_states_the_total_and_the_goal(tmp_path, monkeypatch, minutes, ver
     assert f"took **{minutes:.1f} min** end to end on Test CPU, 2 logical CPUs, no GPU (goal ≤ 90 min: {verdict})" in out
     assert "5.0 min creating `.venv`, installing and building before the first notebook" in out
     assert "notebooks (min) 00 2.0, 05 30.0" in out
+
+
+def test_pytest_summary_is_read_from_the_last_summary_line():
+    out = ("....\n== 3 failed, 10 passed in 2.00s ==\nmore\n"
+           "== 1137 passed, 196 skipped, 2 warnings in 686.12s (0:11:26) ==\nmake: leaving\n")
+    assert time_reproduce.pytest_summary(out) == {"passed": 1137, "skipped": 196, "warning": 2, "seconds": 686.12}
+    assert time_reproduce.pytest_summary("1 failed, 1 error in 3.5s") == {"failed": 1, "error": 1, "seconds": 3.5}
+    assert time_reproduce.pytest_summary("make: *** [test] Error 2") is None
+
+
+def test_test_record_and_its_block(tmp_path, monkeypatch):
+    clone = _clone(tmp_path, None)
+    rec = time_reproduce.record_test(clone, _epoch("2026-12-02T10:00:00"), _epoch("2026-12-02T10:13:30"), 0,
+                                     "== 1137 passed, 196 skipped in 686.12s (0:11:26) ==", "test")
+    assert rec["target"] == "test" and rec["total_s"] == 810.0 and rec["pytest"]["passed"] == 1137
+    rec["provenance"] = {"hardware": {"cpu": {"cpu_model": "Test CPU", "logical_cpus": 2}, "gpus": []}}
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    (tmp_path / "t.json").write_text(json.dumps(rec))
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    doc = "<!-- moespec-report:test-time file=t.json -->\nold\n<!-- /moespec-report:test-time -->\n"
+    out = report.render_text(doc, RunFiles(figs))
+    assert "exited with 0 after **13.5 min** end to end on Test CPU, 2 logical CPUs, no GPU (goal ≤ 15 min: met)" in out
+    assert "pytest: 1137 passed, 196 skipped in 11.4 min" in out
+    rec.update(rc=2, pytest={"passed": 5, "failed": 1, "seconds": 60.0})
+    (tmp_path / "t.json").write_text(json.dumps(rec))
+    out = report.render_text(doc, RunFiles(figs))
+    assert "exited with 2" in out and "**not met**" in out and "5 passed, 1 failed in 1.0 min" in out
+
+
+def test_test_target_needs_a_fresh_clone(tmp_path):
+    with pytest.raises(SystemExit):
+        time_reproduce.main(["--target", "test"])
+    with pytest.raises(SystemExit):
+        time_reproduce.main(["--target", "test", "--into", str(tmp_path)])     # exists

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from moespec.predict.speculative import inside_band
+
 from .inputs import AdviceInputError, _read_csv
 
 ACCEPTANCE_FILE = "05_real_draft_acceptance.csv"
@@ -57,7 +59,7 @@ def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.D
             sp, lo, hi = eng["speedup_by_k"][k], eng["speedup_lo_by_k"][k], eng["speedup_hi_by_k"][k]
             rows.append({"state": r.state, "a": float(r.a), "k": int(k), "advise_speedup": sp, "advise_lo": lo,
                          "advise_hi": hi, "measured_speedup": float(meas[k]), "rel_error": sp / float(meas[k]) - 1,
-                         "inside": bool(lo * (1 - 1e-9) <= meas[k] <= hi * (1 + 1e-9))})
+                         "inside": bool(inside_band(float(meas[k]), lo, hi))})
         mine = pd.DataFrame([x for x in rows if x["state"] == r.state])
         best_meas = int(meas.idxmax()) if meas.max() > 1 else 0
         rec = item["recommended"]
@@ -83,7 +85,7 @@ def _best_in_band(r, rec: dict, meas: pd.Series, best_meas: int) -> dict:
     return {"goal": f"the measured best speedup inside advise's printed band, {r.state}",
             "value": f"measured best {best:.3f}; advise k = {rec['k']}: {float(rec['speedup']):.3f} "
                      f"[{lo:.3f}, {hi:.3f}]", "target": "inside",
-            "met": bool(lo * (1 - 1e-9) <= best <= hi * (1 + 1e-9))}
+            "met": bool(inside_band(best, lo, hi))}
 
 
 def state_agreement(goals: pd.DataFrame) -> bool:

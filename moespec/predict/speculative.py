@@ -76,12 +76,13 @@ def oracle_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
     df["V_rel_error"] = df["V_hat_ms"] / df["V_meas_ms"] - 1
     df["throughput_rel_error"] = df["throughput_hat"] / df["throughput_meas"] - 1
     df["speedup_rel_error"] = df["speedup_hat"] / df["speedup_meas"] - 1
-    df["speedup_inside"] = _inside(df["speedup_meas"], df["speedup_lo"], df["speedup_hi"])
+    df["speedup_inside"] = inside_band(df["speedup_meas"], df["speedup_lo"], df["speedup_hi"])
     return df
 
 
-def _inside(x, lo, hi, rtol: float = 1e-9):
-    """x inside [lo, hi], ends included to a relative ``rtol`` (floating-point equality counts)."""
+def inside_band(x, lo, hi, rtol: float = 1e-9):
+    """x inside [lo, hi], ends included to a relative ``rtol`` (floating-point equality counts);
+    scalars or arrays (every comparison of a measurement with a predicted band uses it)."""
     return (x >= lo * (1 - rtol)) & (x <= hi * (1 + rtol))
 
 
@@ -177,7 +178,7 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
     df["rel_error"] = df["predicted"] / df["measured"] - 1
     df["rel_error_pooled"] = df["predicted_pooled"] / df["measured"] - 1
     df["rel_error_geometric"] = df["predicted_geometric"] / df["measured"] - 1
-    df["inside"] = _inside(df["measured"], df["predicted_lo"], df["predicted_hi"])
+    df["inside"] = inside_band(df["measured"], df["predicted_lo"], df["predicted_hi"])
     return df
 
 

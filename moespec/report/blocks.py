@@ -383,6 +383,21 @@ def reproduce_time(run: RunFiles, file: str, limit_min: str = "90") -> str:
             + f"notebooks (min) {nbs} (`{file}`; {rec['how']}).")
 
 
+@block("test-time")
+def test_time(run: RunFiles, file: str, limit_min: str = "15") -> str:
+    """benchmarks/time_reproduce.py --target test's record: ``make test`` on a fresh clone, end to end."""
+    rec = _bench_record(run, file)
+    total = rec["total_s"] / 60
+    py = rec.get("pytest") or {}
+    counts = ", ".join(f"{py[k]} {k}" for k in ("passed", "skipped", "failed", "error") if py.get(k))
+    verdict = "met" if rec["rc"] == 0 and total <= float(limit_min) else "**not met**"
+    return (f"`make test` on a fresh clone of commit {short_commit(rec['commit'])}, started "
+            f"{when(rec['started_utc'][:19])}, exited with {rec['rc']} after **{total:.1f} min** end to end on "
+            f"{machine(rec['provenance'])} (goal ≤ {limit_min} min: {verdict})"
+            + (f"; pytest: {counts} in {py['seconds'] / 60:.1f} min" if py else "; no pytest summary in its output")
+            + f" (`{file}`; {rec['how']}).")
+
+
 @block("routing-speed")
 def routing_speed(run: RunFiles, file: str) -> str:
     """benchmarks/bench_routing_stats.py's record: statistics and bootstrap times."""
