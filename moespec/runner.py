@@ -426,7 +426,9 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
             raise UnknownParameterError(f"{nb.name} does not declare the parameter(s) {missing}")
         params_of[nb] = check_values(nb, params, declared[nb], Path.cwd(), ParameterError)
     with ExitStack() as held:
-        run_dir = held.enter_context(hold_folder(Path(out), "--out") if out else _hold_new_run_folder(profile))
+        # absolute: the kernels run in the notebooks' folder, where a relative --out would name another place
+        run_dir = held.enter_context(hold_folder(Path(out).absolute(), "--out") if out
+                                     else _hold_new_run_folder(profile))
         if publish:  # one publishing run at a time: it writes data/ and figures/
             held.enter_context(hold_folder(paths.runs_dir(), "the publishing runs' folder"))
         return _run(notebooks, params_of, run_dir, profile, publish, progress)

@@ -301,3 +301,17 @@ def test_progress_names_the_notebook_and_its_cell(folder, tmp_path, capsys):
     assert "moespec reproduce (quick)" in err
     # papermill's cell bar per notebook: 01_first holds 4 cells with the injected parameters, 02_second 3
     assert "01_first:" in err and "/4 [" in err and "02_second:" in err and "/3 [" in err and "cell/s" in err
+
+
+def test_a_relative_out_is_the_callers_folder(folder, tmp_path, monkeypatch):
+    """``--out runs/x`` names a folder under the caller's working directory; the notebook kernels
+    run in the notebooks' folder, so the run folder they are told must be absolute (a relative one
+    put the figures and data under notebooks/runs/x)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    manifest = runner.reproduce("quick", out=Path("runs/rel"), progress=False, notebooks_folder=folder)
+    assert manifest == work / "runs" / "rel" / "manifest.json"
+    assert (work / "runs" / "rel" / "figures" / "01_figure.txt").read_text() == "profile quick"
+    assert (work / "runs" / "rel" / "data" / "bench" / "rows.csv").exists()
+    assert not (folder / "runs").exists()
