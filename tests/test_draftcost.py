@@ -141,6 +141,37 @@ def test_verify_term_is_pooled_over_draft_costs_and_host_is_each_drafts():
     assert models[0.2].draft.a_s == pytest.approx(2e-3)
 
 
+def test_verify_terms_at_the_runs_read_and_where_the_error_comes_from():
+    """Calibration runs at reads 14, 16, 18 GB/s (one prompt each) whose verify pass takes
+    base_k + bytes_k / B; test runs at 22 GB/s, faster. Averaged over the calibration runs the
+    round model misses the test's speedups; at the test runs' read (``at_GBps``) every verify term
+    is base_k + bytes_k / 22 exactly and the prediction is exact, as is the one from the runs' own
+    step times (``predicted_measured_steps``)."""
+    base = {k: 4e-3 + 1e-3 * k for k in range(5)}
+    nbytes = {k: 0.1 + 0.02 * k for k in range(5)}           # GB read per pass: time = bytes / (GB/s)
+    drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3)}
+
+    def at(reads):                       # prompt i at read reads[i]: every time and throughput as it ran there
+        return pd.concat([_runs(0.6, {k: base[k] + nbytes[k] / b for k in range(5)}, drafts, h=0.5e-3, prompts=1,
+                                ks=(1, 2, 3, 4)).assign(prompt=i, ref_GBps=b) for i, b in enumerate(reads)],
+                         ignore_index=True)
+
+    cal = at([14.0, 16.0, 18.0])         # one bandwidth regime (reads within 1.4x)
+    test = at([22.0, 22.0])[lambda f: f.dedup]
+    models = CAL.from_draft_runs(cal, "synthetic", n_boot=50)
+    matched = CAL.from_draft_runs(cal, "synthetic", n_boot=50, at_GBps=22.0)
+    for k in range(5):
+        assert matched[0.2].tau("dedup")[k] == pytest.approx(base[k] + nbytes[k] / 22)
+        assert matched[0.0].tau("slot")[k] == pytest.approx((1.2 if k else 1) * (base[k] + nbytes[k] / 22))
+    assert matched[0.2].read_GBps == 22.0 and matched[0.2].notes["calibration_read_GBps"] == pytest.approx(16.0)
+    assert matched[0.2].draft.a_s == pytest.approx(2e-3) and matched[0.2].verify["dedup"].protocol == "read-fit"
+    pred = SP.real_draft_predictions(models, test, matched)
+    assert np.allclose(pred.rel_error_at_runs_read, 0, atol=1e-9)
+    assert np.allclose(pred.rel_error_measured_steps, 0, atol=1e-9)
+    assert (pred.rel_error.abs() > 1e-3).all()                  # the calibration's average state is not the test's
+    assert (pred.read_GBps_runs == 22.0).all() and np.allclose(pred.read_GBps_model, 16.0)
+
+
 def test_prediction_is_the_median_prompts_when_one_prompt_rarely_accepts():
     """The measured speedup is a median over prompts; a prompt whose drafts are rarely accepted
     takes many steps and pulls the pooled tokens per step down, not the median. The prediction uses

@@ -80,6 +80,19 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     assert chat[0].verify["dedup"].runs[1] == 2 * chat[0].verify["slot"].runs[1]   # two drafts, one per-slot
     pred = pd.read_csv(figs / "05_draft_cost_predictions.csv")
     assert len(pred) == 2 * 3 + 1 * 3 and set(pred.state) == {"quiet", "loaded"}
+    # where the error comes from: the runs' own step times, and the verify terms at the runs' read
+    assert pred.predicted_measured_steps.to_numpy() == pytest.approx(
+        (pred.tokens_per_step * pred.V0_meas_ms / pred.V_meas_ms).to_numpy())
+    for state, g in pred.groupby("state"):
+        runs_of = pd.read_csv(out / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv"))
+        assert g.read_GBps_runs.iloc[0] == pytest.approx(runs_of.ref_GBps.median())
+    lines = re.findall(r"\[(\w+)\] where the error comes from: with the runs' own step times in place of the "
+                       r"round model's, within 5 % at \d+ of \d+ .*with the verify terms at the runs' read "
+                       r"\([\d.]+ GB/s; calibration [\d.]+ GB/s\) (within 5 % at \d+|not computed \(.+\))", text)
+    assert [state for state, _ in lines] == ["quiet", "loaded"]
+    for state, said in lines:          # a tiny model's few calibration runs may not fit t = c + d / B: it says why
+        g = pred[pred.state == state]
+        assert g.predicted_at_runs_read.notna().all() if said.startswith("within") else "term (" in said
     goals = pd.read_csv(figs / "05_goals.csv")
     assert goals["goal"].str.contains("plain step V\\(0\\) predicted within 3 %").sum() == 2
     # advise's acceptance: per state, the median over prompts of each prompt's rate (draft as trained)

@@ -65,6 +65,23 @@ def test_draft_fit_keeps_the_intercept_and_its_interval_holds_it():
     assert DraftTime.from_fit("x", -1e-3, 4e-3, kmax=3, source="hand").term.values_s[3] == pytest.approx(1e-3)
 
 
+def test_term_at_a_read_is_the_fit_c_plus_d_over_b_by_hand():
+    """Runs whose time is exactly 2 ms + 30 GB.ms / B at reads 10, 15 and 20 GB/s: at 12 GB/s the
+    term is 2 + 2.5 = 4.5 ms, with an interval that holds it; one read, a bad read, no fit."""
+    reads = [np.array([10.0, 15.0, 20.0, 10.0]), np.array([10.0, 20.0])]
+    times = [2e-3 + 30e-3 / b for b in reads]
+    t = Term.at_read(times, reads, 12.0, "hand", n_boot=100)
+    assert t.values_s == pytest.approx([4.5e-3, 4.5e-3])
+    assert np.all(t.lo_s <= t.values_s) and np.all(t.hi_s >= t.values_s) and t.protocol == "read-fit"
+    assert t.runs.tolist() == [4, 2]
+    with pytest.raises(RoundModelError, match="two or more"):
+        Term.at_read([np.array([1e-3, 2e-3])], [np.array([10.0, 10.0])], 12.0, "hand")
+    with pytest.raises(RoundModelError, match="positive read per run"):
+        Term.at_read([np.array([1e-3, 2e-3])], [np.array([10.0, np.nan])], 12.0, "hand")
+    with pytest.raises(RoundModelError, match="positive number"):
+        Term.at_read(times, reads, 0.0, "hand")
+
+
 def test_per_k_band_is_bound_21_with_delta_k():
     rm = model([10, 14, 16, 18], [0, 0, 0, 0], w=0.1)     # every verify time within +-10 %
     delta = rm.delta_by_k("dedup")

@@ -58,6 +58,16 @@ def _per_run(rows: pd.DataFrame, index: str, col: str, values) -> list[np.ndarra
     return [rows.loc[rows[index] == v, col].to_numpy(float) for v in values]
 
 
+def _verify_term(rows: pd.DataFrame, kmax: int, source: str, n_boot: int, seed: int, at_GBps: float | None) -> Term:
+    """tau(k + 1), k = 0..kmax, from ``rows``' verify times: the mean over runs, or at the read
+    ``at_GBps`` (:meth:`Term.at_read`)."""
+    samples = _per_run(rows, "k", "t_verify_mean_s", range(kmax + 1))
+    if at_GBps is None:
+        return Term.from_samples(samples, source, "loop", n_boot, seed)
+    return Term.at_read(samples, _per_run(rows, "k", "ref_GBps", range(kmax + 1)), at_GBps,
+                        f"{source}; at a read of {at_GBps:.2f} GB/s", n_boot, seed)
+
+
 def _read(rows: pd.DataFrame) -> float | None:
     bw = rows["ref_GBps"].to_numpy(float) if "ref_GBps" in rows else np.array([np.nan])
     return None if np.isnan(bw).all() else float(np.nanmedian(bw))
@@ -130,10 +140,16 @@ def draft_name(cost: float) -> str:
 
 
 def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", context: str = "chat",
-                    n_boot: int = 2000, seed: int = 0, threshold="auto") -> dict:
+                    n_boot: int = 2000, seed: int = 0, threshold="auto", at_GBps: float | None = None) -> dict:
     """{draft cost: RoundModel} from a calibration sweep (:func:`moespec.engine.draftcost.draft_cost_sweep`
     with ``slot_costs``), every term measured as the draft runs, the deduplicating verify pass
-    pooled over the drafts (module docstring; every model of the sweep holds the same tau_dedup)."""
+    pooled over the drafts (module docstring; every model of the sweep holds the same tau_dedup).
+
+    ``at_GBps``: the verify terms (both kernels, the one-token pass included) at that read
+    bandwidth instead of averaged over the runs: each fitted over the runs as t = c + d / B on the
+    run's same-round read (:meth:`Term.at_read`), e.g. at the read of the runs predicted, measured
+    minutes later in another machine state. The draft and host terms (little of them is reads)
+    stay averages; the model's ``read_GBps`` is ``at_GBps``."""
     need = {"prompt", "rep", "k", "draft_cost", "dedup", "t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s"}
     if missing := need - set(rows.columns):
         raise ValueError(f"draft calibration rows lack column(s) {sorted(missing)}")
@@ -156,17 +172,15 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
             raise ValueError(f"draft cost {r:g}: calibration runs at k = {ks}; every k = 1..{kmax} is needed")
         both = pd.concat([plain, mine])
         pooled = pd.concat([plain, every_draft[every_draft["k"] <= kmax]])
-        ded_tau = Term.from_samples(_per_run(pooled, "k", "t_verify_mean_s", range(kmax + 1)),
-                                    f"{src}: verify passes of k + 1 tokens, deduplicating kernel, runs of every draft "
-                                    f"cost pooled (k = 0: plain runs)", "loop", n_boot, seed)
+        ded_tau = _verify_term(pooled, kmax, f"{src}: verify passes of k + 1 tokens, deduplicating kernel, runs of "
+                                             f"every draft cost pooled (k = 0: plain runs)", n_boot, seed, at_GBps)
         own_slot = r in slot_cost
         sr = slot_runs[slot_runs["draft_cost"] == (r if own_slot else slot_cost[0])] if slot_cost else slot_runs
         if sr.empty:
             raise ValueError("draft calibration rows hold no per-slot runs (slot_costs of draft_cost_sweep)")
-        slot_tau = Term.from_samples(_per_run(pd.concat([plain, sr]), "k", "t_verify_mean_s", range(kmax + 1)),
-                                     f"{src}: verify passes of k + 1 tokens, per-slot kernel"
-                                     + ("" if own_slot else f", runs of the draft at cost {slot_cost[0]:g}"),
-                                     "loop", n_boot, seed + 10 * i + 1)
+        slot_tau = _verify_term(pd.concat([plain, sr]), kmax, f"{src}: verify passes of k + 1 tokens, per-slot kernel"
+                                + ("" if own_slot else f", runs of the draft at cost {slot_cost[0]:g}"),
+                                n_boot, seed + 10 * i + 1, at_GBps)
         host = Term.from_samples(_per_run(both, "k", "t_host_mean_s", range(kmax + 1)), f"{src}: host work per round",
                                  "loop", n_boot, seed + 10 * i + 2)
         draft = fit_draft_time(mine["k"], mine["t_draft_mean_s"], draft_name(r), kmax,
@@ -176,8 +190,10 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
             subject=subject, context=context, state=state, verify={"slot": slot_tau, "dedup": ded_tau}, host=host,
             draft=draft, saving=None,
             depth=float(both["prompt_tokens"].mean() + both["emitted"].mean() / 2) if "prompt_tokens" in both else None,
-            regime=str(used["regime"].iloc[0]) if used["regime"].nunique() == 1 else "all rows", read_GBps=_read(both),
+            regime=str(used["regime"].iloc[0]) if used["regime"].nunique() == 1 else "all rows",
+            read_GBps=_read(both) if at_GBps is None else float(at_GBps),
             notes={"draft_cost": float(r), "runs": int(len(both)), "prompts": int(both["prompt"].nunique()),
+                   **({} if at_GBps is None else {"calibration_read_GBps": _read(both)}),
                    "draft_fit_residual_ms": {int(k): float(1e3 * (v - draft.term.values_s[int(k)]))
                                              for k, v in per_k.items()}})
     return out

@@ -42,6 +42,8 @@ PROTOCOLS = {
     "loop": "timed inside decode-loop rounds (the state a round leaves the machine in)",
     "grid": "timed in notebook 05's shuffled grid (each pass after an unrelated pass or a 256 MiB read)",
     "fit": "a least-squares fit over runs of the loop (intercept kept)",
+    "read-fit": ("timed inside decode-loop rounds, fitted over the runs as t = c + d / B on each run's "
+                 "same-round read B and evaluated at a given read (the machine state of the runs predicted)"),
     "prediction": "predicted by chain (22) from the expert-operation fits, interval of bound (17)",
     "given": "given by the user",
     "free": "taken as free (zero) by request",
@@ -121,6 +123,40 @@ class Term:
             hi.append(max(float(b), vals[-1]))
             runs.append(x.size)
         return cls(np.array(vals), np.array(lo), np.array(hi), np.array(runs), source, protocol)
+
+    @classmethod
+    def at_read(cls, samples: list, reads: list, at_GBps: float, source: str, n_boot: int = 2000, seed: int = 0,
+                level: float = 0.95) -> "Term":
+        """Each index's runs (``samples``: one time per run; ``reads``: the same runs' same-round read
+        bandwidths, GB/s) fitted by least squares as t = c + d / B, the form of paper 1's eq. (4) (a
+        fixed time and bytes over bandwidth), and evaluated at the read ``at_GBps``; a bootstrap
+        interval of that value (runs resampled, refitted). Every index needs runs at two reads or more."""
+        if not (np.isfinite(at_GBps) and at_GBps > 0):
+            raise RoundModelError(f"term ({source}): the read to evaluate at must be a positive number, found {at_GBps}")
+        rng = np.random.default_rng(seed)
+        q = ((1 - level) / 2, 1 - (1 - level) / 2)
+        vals, lo, hi, runs = [], [], [], []
+        for i, (t, b) in enumerate(zip(samples, reads)):
+            t, b = np.asarray(t, float).reshape(-1), np.asarray(b, float).reshape(-1)
+            if t.size != b.size or not (np.all(np.isfinite(t)) and np.all(np.isfinite(b)) and np.all(b > 0)):
+                raise RoundModelError(f"term ({source}): index {i} needs a finite time and a positive read per run, "
+                                      f"found times {t.tolist()} and reads {b.tolist()}")
+            if np.unique(b).size < 2:
+                raise RoundModelError(f"term ({source}): index {i} has runs at {np.unique(b).size} read(s); a fit "
+                                      f"t = c + d / B needs two or more")
+            X = np.column_stack([np.ones(t.size), 1.0 / b])
+            x0 = np.array([1.0, 1.0 / at_GBps])
+            vals.append(float(x0 @ np.linalg.lstsq(X, t, rcond=None)[0]))
+            boot = []
+            for _ in range(n_boot):
+                j = rng.integers(t.size, size=t.size)
+                if np.unique(b[j]).size >= 2:
+                    boot.append(float(x0 @ np.linalg.lstsq(X[j], t[j], rcond=None)[0]))
+            a, z = np.quantile(boot, q) if boot else (vals[-1], vals[-1])
+            lo.append(min(float(a), vals[-1]))
+            hi.append(max(float(z), vals[-1]))
+            runs.append(t.size)
+        return cls(np.array(vals), np.array(lo), np.array(hi), np.array(runs), source, "read-fit")
 
     @classmethod
     def difference(cls, a: "Term", b: "Term", source: str) -> "Term":

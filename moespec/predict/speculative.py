@@ -134,7 +134,7 @@ def median_prompt_acceptance(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     return pd.DataFrame(rows), per
 
 
-def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
+def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict | None = None) -> pd.DataFrame:
     """Per (draft cost, k >= 1) of a real-draft sweep (``runs``:
     :func:`moespec.engine.draftcost.draft_cost_sweep` rows) and ``models`` {draft cost: RoundModel}:
     the measured speedup (median over prompts, quartiles), the round model's prediction with
@@ -143,13 +143,22 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
     is the median of the per-prompt predictions, the statistic the measured speedup is), with the
     runs' pooled tokens per step (``predicted_pooled``) and with the geometric G_a(k) at the runs'
     acceptance (``predicted_geometric``), measured and predicted step times (ms), and the relative
-    error of each. Widening a draft changes no token, so E(k) and a are pooled over draft costs."""
+    error of each. Widening a draft changes no token, so E(k) and a are pooled over draft costs.
+
+    Beside them, where the error comes from: ``predicted_measured_steps`` = E(k) V_meas(0) / V_meas(k)
+    with the runs' own mean step times (what is left of the error is the tokens per step and the
+    statistic; the rest of ``rel_error`` is the step times'), and, with ``at_runs_read`` ({draft
+    cost: RoundModel} whose verify terms are at the runs' median same-round read,
+    :func:`moespec.predict.calibration.from_draft_runs` ``at_GBps``), ``predicted_at_runs_read``:
+    the same prediction in the machine state the runs met. ``read_GBps_model`` and
+    ``read_GBps_runs`` are the calibration's and the runs' median reads."""
     _check(runs, {"prompt", "k", "draft_cost", "speedup", "emitted", "steps", "accepted", "rejections",
                   "t_step_mean_s"}, "real-draft runs")
     E_pooled = tokens_per_step(runs)
     E = median_prompt_tokens_per_step(runs)
     a_k = acceptance_by_k(runs)
     plain_step = float(runs.loc[runs.k == 0, "t_step_mean_s"].mean())
+    runs_read = float(runs["ref_GBps"].median()) if "ref_GBps" in runs else float("nan")
     out = []
     for (r, k), g in runs[runs.k >= 1].groupby(["draft_cost", "k"]):
         k = int(k)
@@ -165,16 +174,27 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
         a = float(min(a_k[k], 1 - 1e-9))
         geo = float(expected_tokens(a, k)) * sp["V_s"][0] / sp["V_s"][k]
         per_prompt = g.groupby("prompt")["speedup"].median()
+        V_meas = float(g["t_step_mean_s"].mean())
+        extra = {}
+        if at_runs_read is not None:
+            V_read = at_runs_read[float(r)].step_times("dedup")
+            extra = {"predicted_at_runs_read": float(E[k]) * float(V_read[0] / V_read[k]),
+                     "V_hat_at_runs_read_ms": 1e3 * float(V_read[k]), "V0_hat_at_runs_read_ms": 1e3 * float(V_read[0])}
         out.append({"draft_cost": float(r), "k": k, "a": a, "G": float(expected_tokens(a, k)),
                     "tokens_per_step": float(E[k]), "tokens_per_step_pooled": float(E_pooled[k]),
                     "V_hat_ms": 1e3 * float(sp["V_s"][k]),
-                    "V_meas_ms": 1e3 * float(g["t_step_mean_s"].mean()), "V0_hat_ms": 1e3 * float(sp["V_s"][0]),
+                    "V_meas_ms": 1e3 * V_meas, "V0_hat_ms": 1e3 * float(sp["V_s"][0]),
                     "V0_meas_ms": 1e3 * plain_step, "predicted": float(sp["speedup"][k]),
                     "predicted_lo": float(sp["speedup_lo"][k]), "predicted_hi": float(sp["speedup_hi"][k]),
                     "predicted_pooled": pooled, "predicted_geometric": geo, "measured": float(per_prompt.median()),
                     "measured_q25": float(per_prompt.quantile(0.25)), "measured_q75": float(per_prompt.quantile(0.75)),
-                    "state": rm.state})
+                    "predicted_measured_steps": float(E[k]) * plain_step / V_meas,
+                    "read_GBps_model": rm.read_GBps if rm.read_GBps is not None else float("nan"),
+                    "read_GBps_runs": runs_read, "state": rm.state, **extra})
     df = pd.DataFrame(out)
+    df["rel_error_measured_steps"] = df["predicted_measured_steps"] / df["measured"] - 1
+    if at_runs_read is not None:
+        df["rel_error_at_runs_read"] = df["predicted_at_runs_read"] / df["measured"] - 1
     df["rel_error"] = df["predicted"] / df["measured"] - 1
     df["rel_error_pooled"] = df["predicted_pooled"] / df["measured"] - 1
     df["rel_error_geometric"] = df["predicted_geometric"] / df["measured"] - 1

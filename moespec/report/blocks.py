@@ -324,7 +324,13 @@ def round_predictions(run: RunFiles) -> str:
                      f"the measured tokens per step {pct(rr.rel_error_geometric.abs().max())}"
                      + (f"; with the runs' pooled tokens per step instead of the median prompt's: within 5 % at "
                         f"{int((rr.rel_error_pooled.abs() <= 0.05).sum())}, largest {pct(rr.rel_error_pooled.abs().max())}"
-                        if "rel_error_pooled" in rr else "; E(k) = the runs' pooled tokens per step") +
+                        if "rel_error_pooled" in rr else "; E(k) = the runs' pooled tokens per step")
+                     + (f"; with the runs' own step times: within 5 % at "
+                        f"{int((rr.rel_error_measured_steps.abs() <= 0.05).sum())}, largest "
+                        f"{pct(rr.rel_error_measured_steps.abs().max())}; with the verify terms at the runs' read "
+                        f"({num(rr.read_GBps_runs.iloc[0], 2)} GB/s, calibration {num(rr.read_GBps_model.iloc[0], 2)}): "
+                        f"within 5 % at {int((rr.rel_error_at_runs_read.abs() <= 0.05).sum())}, largest "
+                        f"{pct(rr.rel_error_at_runs_read.abs().max())}" if "rel_error_at_runs_read" in rr else "") +
                      f"); best measured median "
                      f"speedup {num(rr.measured.max())} (draft cost {rr.loc[rr.measured.idxmax(), 'draft_cost']:g}, k = "
                      f"{int(rr.loc[rr.measured.idxmax(), 'k'])})")

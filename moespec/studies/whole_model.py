@@ -42,7 +42,7 @@ from moespec.plots.predictions import oracle_figure, real_draft_figure, verify_t
 from moespec.plots.rounds import predictions_figure, protocols_figure, round_terms_figure
 from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
-from moespec.predict.round_model import RoundModels
+from moespec.predict.round_model import RoundModelError, RoundModels
 from moespec.routing import RoutingTrace
 from moespec.tables.predictions import oracle_cells
 from moespec.tables.rounds import protocol_table, round_terms_table
@@ -219,6 +219,7 @@ class WholeModelStudy:
         models = list(by_depth.values())
         by_cost = {}
         if draft_rows is not None:
+            self.results[f"draft calibration {state}"] = draft_rows
             by_cost = CAL.from_draft_runs(draft_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed)
             models += list(by_cost.values())
         self.models += models
@@ -299,7 +300,16 @@ class WholeModelStudy:
                                        reps=P["real_reps"], plain_runs=P["plain_runs"], reference=self.ref,
                                        desc=f"real draft ({state})").assign(state=state)
         models = self.results[f"models {state}"]["cost"]
-        pred = SP.real_draft_predictions(models, real)
+        read = float(np.nanmedian(real["ref_GBps"]))    # the machine state the runs met (same-round reads)
+        try:
+            matched = CAL.from_draft_runs(self.results[f"draft calibration {state}"], self.label, state,
+                                          n_boot=P["n_boot"], seed=self.seed, at_GBps=read)
+        except RoundModelError as err:                   # e.g. a fit t = c + d / B that predicts no positive time
+            matched, why = None, f"not computed ({err})"
+        pred = SP.real_draft_predictions(models, real, matched)
+        if matched is not None:
+            why = (f"within 5 % at {int((pred.rel_error_at_runs_read.abs() <= 0.05).sum())} (largest "
+                   f"{100 * pred.rel_error_at_runs_read.abs().max():.1f} %)")
         plain = SP.plain_step(models[min(models)], real, "real-draft runs (MT-Bench)")
         self.frames["real"].append(real)
         self.frames["real_pred"].append(pred)
@@ -312,6 +322,10 @@ class WholeModelStudy:
                  f"pooled tokens per step instead of the median prompt's: {100 * pred.rel_error_pooled.abs().max():.1f} %; "
                  f"geometric G_a(k): {100 * pred.rel_error_geometric.abs().max():.1f} %); "
                  f"measured inside the predicted interval at {int(pred.inside.sum())}",
+                 f"[{state}] where the error comes from: with the runs' own step times in place of the round model's, "
+                 f"within 5 % at {int((pred.rel_error_measured_steps.abs() <= 0.05).sum())} of {len(pred)} (largest "
+                 f"{100 * pred.rel_error_measured_steps.abs().max():.1f} %); with the verify terms at the runs' read "
+                 f"({read:.2f} GB/s; calibration {pred.read_GBps_model.iloc[0]:.2f} GB/s) {why}",
                  f"[{state}] draft cost {rep['draft_cost']:g}: plain decoding fastest on {rep['plain_fastest']} of "
                  f"{rep['prompts']} prompts; median speedup k=1 {rep['speedup_k1']:.3f}, k={rep['k_last']} "
                  f"{rep['speedup_k_last']:.3f}"]
