@@ -330,7 +330,8 @@ def round_predictions(run: RunFiles) -> str:
                         f"{pct(rr.rel_error_measured_steps.abs().max())}; with the verify terms at the runs' read "
                         f"({num(rr.read_GBps_runs.iloc[0], 2)} GB/s, calibration {num(rr.read_GBps_model.iloc[0], 2)}): "
                         f"within 5 % at {int((rr.rel_error_at_runs_read.abs() <= 0.05).sum())}, largest "
-                        f"{pct(rr.rel_error_at_runs_read.abs().max())}" if "rel_error_at_runs_read" in rr else "") +
+                        f"{pct(rr.rel_error_at_runs_read.abs().max())}"
+                        if "rel_error_at_runs_read" in rr and rr.rel_error_at_runs_read.notna().all() else "") +
                      f"); best measured median "
                      f"speedup {num(rr.measured.max())} (draft cost {rr.loc[rr.measured.idxmax(), 'draft_cost']:g}, k = "
                      f"{int(rr.loc[rr.measured.idxmax(), 'k'])})")
