@@ -127,7 +127,8 @@ def apply_rule(rows: pd.DataFrame, share: float = READ_DEPARTURE_SHARE,
                              f"read-bandwidth row (kind 'membw') in its run {run[i]!r} and layer")
         member[i] = g
     df["group"] = member.astype(int)
-    flags = df["flags"].fillna("").astype(str) if "flags" in df.columns else pd.Series("", index=df.index)
+    # an all-empty flags column reads back as float NaN; as objects, "" fills it (pandas refuses "" in float64)
+    flags = df["flags"].astype(object).fillna("").astype(str) if "flags" in df.columns else pd.Series("", index=df.index)
     reasons = []
     for g, r in groups.iterrows():
         why = [_flag_reason(flags[df["group"] == g])]
