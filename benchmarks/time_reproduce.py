@@ -39,6 +39,16 @@ def _iso_epoch(text: str) -> float:
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc).timestamp()
 
 
+def _timed(clone: Path, started: float, ended: float, rc: int, how: str) -> dict:
+    """What every timing record holds: the clone's commit, exit status, how it was timed, start (UTC)
+    and total seconds."""
+    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    return {"commit": commit, "rc": rc, "how": how,
+            "started_utc": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
+            "total_s": round(ended - started, 1)}
+
+
 def record(clone: Path, started: float, ended: float, rc: int, how: str) -> dict:
     """The timing record of a ``make reproduce`` in ``clone`` that ran from ``started`` to ``ended``
     (seconds since the epoch) and exited with ``rc``."""
@@ -46,11 +56,7 @@ def record(clone: Path, started: float, ended: float, rc: int, how: str) -> dict
     manifest = json.loads(manifest_path.read_text()) if rc == 0 and manifest_path.exists() else {}
     notebooks = [{"name": nb["name"], "wall_s": nb.get("wall_s")} for nb in manifest.get("notebooks", [])]
     before = _iso_epoch(manifest["started"]) - started if manifest.get("started") else None
-    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    return {"commit": commit, "rc": rc, "how": how,
-            "started_utc": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
-            "total_s": round(ended - started, 1), "before_notebooks_s": None if before is None else round(before, 1),
+    return {**_timed(clone, started, ended, rc, how), "before_notebooks_s": None if before is None else round(before, 1),
             "notebooks": notebooks, "run_started": manifest.get("started"), "run_finished": manifest.get("finished"),
             "provenance": provenance.full_record()}
 
@@ -71,11 +77,7 @@ def pytest_summary(output: str) -> dict | None:
 def record_test(clone: Path, started: float, ended: float, rc: int, output: str, how: str) -> dict:
     """The timing record of a ``make test`` in ``clone`` from ``started`` to ``ended`` with exit
     status ``rc``, pytest's summary taken from its ``output``."""
-    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    return {"target": "test", "commit": commit, "rc": rc, "how": how,
-            "started_utc": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
-            "total_s": round(ended - started, 1), "pytest": pytest_summary(output),
+    return {"target": "test", **_timed(clone, started, ended, rc, how), "pytest": pytest_summary(output),
             "provenance": provenance.full_record()}
 
 

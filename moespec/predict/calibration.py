@@ -163,6 +163,7 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
     slot_cost = sorted(slot_runs["draft_cost"].unique())
     src = f"notebook 05, round calibration: speculative runs with the real draft on {context} calibration prompts"
     every_draft = used[used["dedup"].astype(bool) & (used["k"] >= 1)]
+    pooled_tau: dict = {}      # kmax -> the deduplicating verify term, one for every draft of that kmax
     out = {}
     for i, r in enumerate(costs):
         mine = every_draft[every_draft["draft_cost"] == r]
@@ -171,9 +172,11 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
         if ks != list(range(1, kmax + 1)):
             raise ValueError(f"draft cost {r:g}: calibration runs at k = {ks}; every k = 1..{kmax} is needed")
         both = pd.concat([plain, mine])
-        pooled = pd.concat([plain, every_draft[every_draft["k"] <= kmax]])
-        ded_tau = _verify_term(pooled, kmax, f"{src}: verify passes of k + 1 tokens, deduplicating kernel, runs of "
-                                             f"every draft cost pooled (k = 0: plain runs)", n_boot, seed, at_GBps)
+        if kmax not in pooled_tau:
+            pooled_tau[kmax] = _verify_term(pd.concat([plain, every_draft[every_draft["k"] <= kmax]]), kmax,
+                                            f"{src}: verify passes of k + 1 tokens, deduplicating kernel, runs of every "
+                                            f"draft cost pooled (k = 0: plain runs)", n_boot, seed, at_GBps)
+        ded_tau = pooled_tau[kmax]
         own_slot = r in slot_cost
         sr = slot_runs[slot_runs["draft_cost"] == (r if own_slot else slot_cost[0])] if slot_cost else slot_runs
         if sr.empty:

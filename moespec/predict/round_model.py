@@ -54,6 +54,15 @@ class RoundModelError(ValueError):
     """A round model or one of its terms is malformed; the message names the term and the value."""
 
 
+def _bootstrap_ends(value: float, boot, level: float) -> tuple[float, float]:
+    """The ``level`` interval of the bootstrap values ``boot``, widened to hold ``value`` (the point
+    estimate); (value, value) when there are none."""
+    if len(boot) == 0:
+        return value, value
+    a, b = np.quantile(boot, ((1 - level) / 2, 1 - (1 - level) / 2))
+    return min(float(a), value), max(float(b), value)
+
+
 def _arr(x, what: str) -> np.ndarray:
     a = np.asarray(x, dtype=float).reshape(-1)
     if a.size == 0 or not np.all(np.isfinite(a)):
@@ -110,17 +119,15 @@ class Term:
         """The mean of each index's samples (one value per run) and a bootstrap interval of that
         mean (runs resampled with replacement). Every index needs at least one sample."""
         rng = np.random.default_rng(seed)
-        q = ((1 - level) / 2, 1 - (1 - level) / 2)
         vals, lo, hi, runs = [], [], [], []
         for i, x in enumerate(samples):
             x = np.asarray(x, float).reshape(-1)
             if x.size == 0 or not np.all(np.isfinite(x)):
                 raise RoundModelError(f"term ({source}): index {i} needs finite samples, found {x.tolist()}")
             vals.append(float(x.mean()))
-            boot = x[rng.integers(x.size, size=(n_boot, x.size))].mean(axis=1)
-            a, b = np.quantile(boot, q)
-            lo.append(min(float(a), vals[-1]))
-            hi.append(max(float(b), vals[-1]))
+            ends = _bootstrap_ends(vals[-1], x[rng.integers(x.size, size=(n_boot, x.size))].mean(axis=1), level)
+            lo.append(ends[0])
+            hi.append(ends[1])
             runs.append(x.size)
         return cls(np.array(vals), np.array(lo), np.array(hi), np.array(runs), source, protocol)
 
@@ -134,7 +141,6 @@ class Term:
         if not (np.isfinite(at_GBps) and at_GBps > 0):
             raise RoundModelError(f"term ({source}): the read to evaluate at must be a positive number, found {at_GBps}")
         rng = np.random.default_rng(seed)
-        q = ((1 - level) / 2, 1 - (1 - level) / 2)
         vals, lo, hi, runs = [], [], [], []
         for i, (t, b) in enumerate(zip(samples, reads)):
             t, b = np.asarray(t, float).reshape(-1), np.asarray(b, float).reshape(-1)
@@ -152,9 +158,9 @@ class Term:
                 j = rng.integers(t.size, size=t.size)
                 if np.unique(b[j]).size >= 2:
                     boot.append(float(x0 @ np.linalg.lstsq(X[j], t[j], rcond=None)[0]))
-            a, z = np.quantile(boot, q) if boot else (vals[-1], vals[-1])
-            lo.append(min(float(a), vals[-1]))
-            hi.append(max(float(z), vals[-1]))
+            ends = _bootstrap_ends(vals[-1], boot, level)
+            lo.append(ends[0])
+            hi.append(ends[1])
             runs.append(t.size)
         return cls(np.array(vals), np.array(lo), np.array(hi), np.array(runs), source, "read-fit")
 
