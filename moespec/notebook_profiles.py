@@ -31,7 +31,7 @@ DEFAULTS = {
                       real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3], agree_tokens=12, breakdown_reps=5,
                       ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1, cal_reps=1, draft_cal_prompts=2,
                       loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2,
-                      plain_runs=2, real_reps=1),
+                      plain_runs=2, real_reps=2),
         "full": dict(depths=None, prompts_per_depth=5, verify_reps=4, n_boot=2000, oracle_ks=list(range(9)),
                      a_values=None, n_tokens=32, oracle_prompts=2, oracle_reps=1, real_ks=list(range(1, 9)),
                      real_tokens=32, real_prompts=6, draft_costs=None, agree_tokens=48, breakdown_reps=15,

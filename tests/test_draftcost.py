@@ -370,3 +370,64 @@ def test_goals_are_decided_from_the_numbers():
     p2 = G.paper2_goals({"rows": "regime high", "eq4_r2_in": 0.93, "eq4_cv_mape_pct": 11.0},
                         {"online": 0.95, "oracle": 1.0})
     assert list(p2.met) == [True, False, True]
+
+
+def _two_rep_runs() -> pd.DataFrame:
+    """Two prompts, two repetitions, plain runs and one (draft cost 0, k = 1) cell. Repetition 0:
+    plain 10 and 10 tokens/s, drafted 12 and 14 (speedups 1.2, 1.4: median 1.3). Repetition 1: the
+    second prompt's plain runs read 20 tokens/s (a slow stretch in the other repetition would not
+    reach them), drafted 11 and 26 (1.1, 1.3: median 1.2)."""
+    rows = []
+    for rep, plain, spec in ((0, (10.0, 10.0), (12.0, 14.0)), (1, (10.0, 20.0), (11.0, 26.0))):
+        for p in (0, 1):
+            rows.append({"prompt": p, "rep": rep, "k": 0, "draft_cost": np.nan, "regime": "one", "throughput": plain[p]})
+            rows.append({"prompt": p, "rep": rep, "k": 1, "draft_cost": 0.0, "regime": "one", "throughput": spec[p]})
+    return pd.DataFrame(rows)
+
+
+def test_the_measurement_against_itself_by_hand():
+    """Each repetition's measured speedup divides by its own plain runs: 1.3 and 1.2. The relative
+    standard error of their mean is sd / (sqrt(2) mean) = (0.1 / sqrt 2) / (sqrt 2 x 1.25) = 0.04;
+    a perfect prediction misses 5 % with probability 2 (1 - Phi(1.25)) = 0.2113; half a point
+    expected outside at one point needs se = 0.05 / Phi^-1(0.75) = 0.0741, which one repetition
+    already gives; the repetitions are 8.3 % apart."""
+    by_rep = SP.measured_by_rep(_two_rep_runs())
+    assert by_rep.loc[(0.0, 1)].to_dict() == pytest.approx({"rep0": 1.3, "rep1": 1.2})
+    n = SP.measurement_noise(by_rep, 0.05)
+    assert n["se"] == pytest.approx(0.04) and n["rel_se"] == pytest.approx([0.04])
+    assert n["expected_outside"] == pytest.approx(0.21130, abs=1e-4)
+    assert n["se_needed"] == pytest.approx(0.05 / 0.67449, rel=1e-4) and n["reps_needed"] == 1
+    assert (n["apart"], n["largest_apart"]) == (1, pytest.approx(1.3 / 1.2 - 1))
+    # standard errors shrink as 1 / sqrt(R): se 0.16 from two repetitions needs 2 x (0.16 / 0.0741)^2 = 9.3 -> 10
+    wide = pd.DataFrame({"rep0": [1.45], "rep1": [1.05]})            # mean 1.25, sd 0.4 / sqrt 2: se 0.16
+    assert SP.measurement_noise(wide)["se"] == pytest.approx(0.16)
+    assert SP.measurement_noise(wide)["reps_needed"] == 10
+    with pytest.raises(ValueError, match="at least 2 repetitions"):
+        SP.measurement_noise(by_rep[["rep0"]])
+    with pytest.raises(ValueError, match="finite and positive"):
+        SP.measurement_noise(by_rep.assign(rep1=np.nan))
+    with pytest.raises(ValueError, match=r"no plain run \(k = 0\) for prompts \[1\]"):
+        DC.speedup_over_plain(_two_rep_runs()[lambda f: ~((f.prompt == 1) & (f.k == 0))])
+
+
+def test_predictions_carry_the_repetitions_and_the_goal_row():
+    from moespec.engine.goals import round_model_goals
+
+    tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
+    drafts = {0.0: (0.4e-3, 0.1e-3)}
+    models = CAL.from_draft_runs(_runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3, 4)), "synthetic", n_boot=50)
+    test = _runs(0.6, tv, drafts, h=0.5e-3)[lambda f: f.dedup]
+    one = SP.real_draft_predictions(models, test)
+    assert not SP.rep_columns(one) and "measured_rel_se" not in one          # one repetition: nothing to compare
+    again = test.assign(rep=1, throughput=test.throughput * 0.9)              # a uniformly slower repetition
+    pred = SP.real_draft_predictions(models, pd.concat([test, again], ignore_index=True).assign(regime="one"))
+    assert SP.rep_columns(pred) == ["rep0", "rep1"]
+    assert np.allclose(pred.rep0, pred.rep1) and np.allclose(pred.measured_rel_se, 0)   # speedups over own plain runs
+    assert np.allclose(pred.rep0, pred.measured)
+    plain = pd.DataFrame([{"context": "chat", "state": "quiet", "rel_error": 0.0}])
+    noisy = pred.assign(state="quiet", rep1=pred.rep0 * 1.2)
+    g = round_model_goals(plain, None, noisy).set_index("goal")
+    row = g.loc[[i for i in g.index if i.startswith("real-draft measurement resolves 5 %")][0]]
+    n = SP.measurement_noise(noisy[["rep0", "rep1"]])
+    assert not row.met and f"about {n['expected_outside']:.1f} of {len(pred)}" in row.value
+    assert SP.noise_line(noisy, "quiet").startswith("[quiet] the measurement against itself: its 2 repetitions")

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from moespec import paths, predict
+from moespec.predict import speculative as SP
 
 pytestmark = pytest.mark.notebook
 RULES = paths.data_dir() / "preregistration" / "scoring_rules_byte_faithful_all.json"   # the default subject's (Subject.rules_file)
@@ -74,7 +75,8 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     assert len(runs) == 2 * 2 * 4 * 3 and (runs.loc[runs["k"] == 0, "tokens_per_step"] == 1).all()
     real = pd.read_csv(out / "real_draft.csv")
     assert set(real["k"]) == {0, 1, 2, 3} and set(real["draft_cost"].dropna()) == {0.0, 0.3}
-    assert (real[real.k == 0].groupby(["state", "prompt"]).size() == 2).all()   # quick profile: plain_runs = 2
+    assert (real[real.k == 0].groupby(["state", "prompt", "rep"]).size() == 2).all()   # quick: plain_runs = 2
+    assert set(real["rep"]) == {0, 1}                                                    # quick: real_reps = 2
     chat = models.select(state="quiet", context="chat")     # one verify pass, pooled over the drafts' runs
     assert len(chat) == 2 and np.array_equal(chat[0].tau("dedup"), chat[1].tau("dedup"))
     assert chat[0].verify["dedup"].runs[1] == 2 * chat[0].verify["slot"].runs[1]   # two drafts, one per-slot
@@ -97,8 +99,18 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         else:
             assert re.fullmatch(r"not computed \((term|round model) .+\)", said)
             assert "predicted_at_runs_read" not in g or g.predicted_at_runs_read.isna().all()
+    # the measurement against itself: each repetition's speedups over its own plain runs, per state
+    for state, g in pred.groupby("state"):
+        runs_of = pd.read_csv(out / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv"))
+        by_rep = SP.measured_by_rep(runs_of)
+        mine = g.set_index(["draft_cost", "k"])[["rep0", "rep1"]]
+        assert np.allclose(mine.loc[by_rep.index].to_numpy(), by_rep.to_numpy())
+        n = SP.measurement_noise(by_rep)
+        assert f"[{state}] the measurement against itself: its 2 repetitions" in text
+        assert f"about {n['expected_outside']:.1f} of {len(g)} by that noise alone" in text
     goals = pd.read_csv(figs / "05_goals.csv")
     assert goals["goal"].str.contains("plain step V\\(0\\) predicted within 3 %").sum() == 2
+    assert goals["goal"].str.startswith("real-draft measurement resolves 5 %").sum() == 2
     # advise's acceptance: per state, the median over prompts of each prompt's rate (draft as trained)
     acc = pd.read_csv(figs / "05_real_draft_acceptance.csv").set_index("state")
     per = pd.read_csv(figs / "05_real_draft_acceptance_by_prompt.csv")

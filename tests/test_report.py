@@ -195,3 +195,19 @@ def test_old_module_names_are_gone():
     for name in ("moespec.models", "moespec.bench"):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(name)
+
+
+def test_round_predictions_state_the_measurement_against_itself(run_dir):
+    """The real draft's repetitions (rep0, rep1) of one point: 1.3 and 1.2, standard error 4.0 %, a
+    perfect prediction outside 5 % with probability 0.21 (tests/test_draftcost.py's hand case)."""
+    (run_dir / "05_oracle_predictions.csv").write_text(
+        "d,k,a,state,speedup_rel_error,speedup_inside\n64,1,0.8,quiet,0.01,True\n")
+    (run_dir / "05_draft_cost_predictions.csv").write_text(
+        "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric,rep0,rep1\n0.0,1,quiet,1.25,1.25,0.0,0.0,1.3,1.2\n")
+    out = report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
+    assert ("the measurement against itself: its 2 repetitions differ by more than 5 % at 1 of 1 points, standard "
+            "error of a point about 4.0 %, so a perfect prediction would fall outside 5 % at about 0.2 of 1 by that "
+            "noise alone (1 repetitions per prompt would bring that under one half)") in out
+    (run_dir / "05_draft_cost_predictions.csv").write_text(
+        "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric\n0.0,1,quiet,1.25,1.25,0.0,0.0\n")
+    assert "against itself" not in report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))

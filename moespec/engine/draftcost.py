@@ -108,12 +108,25 @@ def draft_cost_sweep(engine, drafts: dict, prompts: list, ks, n_tokens: int, rep
     engine.dedup = False
     df = pd.DataFrame(rows)
     df["regime"] = "one" if df["ref_GBps"].isna().all() else classify(df["ref_GBps"].to_numpy(float))
-    plain = df[df.k == 0]
+    df["speedup"] = speedup_over_plain(df)
+    return df
+
+
+def speedup_over_plain(runs: pd.DataFrame) -> np.ndarray:
+    """Each run's throughput over the median throughput of the same prompt's plain runs (k = 0) in
+    the same bandwidth regime (``regime`` column of :func:`draft_cost_sweep`), all of the prompt's
+    plain runs where that regime has none. Over a subset of a sweep's rows (one repetition, say) it
+    divides by that subset's plain runs only."""
+    missing = {"prompt", "k", "regime", "throughput"} - set(runs.columns)
+    if missing:
+        raise ValueError(f"draft-cost runs lack columns {sorted(missing)}")
+    plain = runs[runs.k == 0]
+    if unplain := sorted(set(runs.prompt) - set(plain.prompt)):
+        raise ValueError(f"no plain run (k = 0) for prompts {unplain}: their speedups have no denominator")
     by_regime = plain.groupby(["prompt", "regime"])["throughput"].median()
     by_prompt = plain.groupby("prompt")["throughput"].median()
-    base = [by_regime.get((p, g), by_prompt[p]) for p, g in zip(df.prompt, df.regime)]
-    df["speedup"] = df["throughput"] / np.asarray(base, float)
-    return df
+    base = [by_regime.get((p, g), by_prompt[p]) for p, g in zip(runs.prompt, runs.regime)]
+    return runs["throughput"].to_numpy(float) / np.asarray(base, float)
 
 
 def paper_references() -> dict:

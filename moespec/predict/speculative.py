@@ -11,7 +11,10 @@ the same machine state, reported with its gap.
   tokens come in runs; the median, because the measured speedup is a median over prompts), beside
   it the same with the runs' pooled tokens per step and the geometric G_a(k) at the measured acceptance;
 * :func:`plain_step` : the plain decode step V(0) predicted against the measured one;
-* :func:`stop_paying`: the first draft cost from which drafting no longer pays, measured and predicted.
+* :func:`stop_paying`: the first draft cost from which drafting no longer pays, measured and predicted;
+* :func:`measured_by_rep` and :func:`measurement_noise`: the measurement against itself, each
+  repetition's speedups over its own plain runs: how far a point's measurement moves between
+  repetitions, and how many points a perfect prediction would still miss by that noise alone.
 
 Measured speedups are medians over prompts of the runs' speedups (each run's throughput over the
 same prompt's plain runs in the same regime); measured step times are means of the runs' mean time
@@ -23,6 +26,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from statistics import NormalDist
+
+from moespec.engine.draftcost import speedup_over_plain
 from moespec.theory import expected_tokens
 
 from .round_model import RoundModel
@@ -134,6 +140,80 @@ def median_prompt_acceptance(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     return pd.DataFrame(rows), per
 
 
+def median_prompt_speedups(runs: pd.DataFrame, column: str = "speedup") -> pd.Series:
+    """Each prompt's speedup at one (draft cost, k): the median of its runs' ``column``. The measured
+    speedup of a point is the median of these over prompts (paper 1, Appendix D.3: a median over
+    prompts), its quartiles the spread between prompts."""
+    return runs.groupby("prompt")[column].median()
+
+
+def measured_by_rep(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (draft cost, k >= 1) of a real-draft sweep, the measured speedup (median over prompts of
+    :func:`median_prompt_speedups`) from each repetition alone, every run divided by the plain runs
+    of its own repetition (:func:`moespec.engine.draftcost.speedup_over_plain`): one column per
+    repetition (``rep0``, ``rep1``, ...). The repetitions run the same prompts in fresh shuffled
+    orders, so they differ only by the machine's timing noise."""
+    _check(runs, {"prompt", "k", "draft_cost", "rep", "regime", "throughput"}, "real-draft runs")
+    cols = {}
+    for rep, g in runs.groupby("rep"):
+        g = g.assign(speedup_rep=speedup_over_plain(g))
+        cols[f"rep{int(rep)}"] = (g[g.k >= 1].groupby(["draft_cost", "k"])
+                                  .apply(lambda c: float(median_prompt_speedups(c, "speedup_rep").median())))
+    return pd.DataFrame(cols)
+
+
+def measurement_noise(by_rep: pd.DataFrame, tolerance: float = 0.05) -> dict:
+    """How precisely the runs measure their points (``by_rep``: :func:`measured_by_rep`, R >= 2
+    repetitions): per point the relative standard error of the mean of its R repetition
+    measurements, sd / (sqrt(R) mean), the stand-in for the pooled point's (pooled over all runs
+    it is a median of medians, not a mean, so this is an estimate); ``se`` the root mean square of
+    these over the points; ``expected_outside``: the points a perfect prediction would still miss
+    by more than ``tolerance`` from that noise alone, sum over points of P(|N(0, se)| > tolerance);
+    ``reps_needed``: the repetitions per prompt at which that count falls under one half (standard
+    errors shrink as 1 / sqrt(R)); ``apart``: the points whose repetitions differ by more than
+    ``tolerance`` (max / min - 1)."""
+    R = by_rep.shape[1]
+    if R < 2:
+        raise ValueError(f"the measurement against itself needs at least 2 repetitions; found {R}")
+    vals = by_rep.to_numpy(float)
+    if not np.isfinite(vals).all() or (vals <= 0).any():
+        raise ValueError("measured speedups per repetition must be finite and positive")
+    rel_se = vals.std(axis=1, ddof=1) / (np.sqrt(R) * vals.mean(axis=1))
+    se = float(np.sqrt(np.mean(rel_se ** 2)))
+    M = len(vals)
+    norm = NormalDist()
+
+    def outside(s):
+        return M * 2 * (1 - norm.cdf(tolerance / s)) if s > 0 else 0.0
+
+    # the standard error at which fewer than half a point falls outside by noise alone
+    target = tolerance / norm.inv_cdf(1 - 0.25 / M)
+    return {"points": M, "reps": R, "se": se, "rel_se": rel_se, "expected_outside": float(outside(se)),
+            "apart": int((vals.max(axis=1) / vals.min(axis=1) - 1 > tolerance).sum()),
+            "largest_apart": float((vals.max(axis=1) / vals.min(axis=1) - 1).max()),
+            "se_needed": float(target), "reps_needed": int(np.ceil(R * (se / target) ** 2)) if se > 0 else R,
+            "tolerance": tolerance}
+
+
+def rep_columns(pred: pd.DataFrame) -> list[str]:
+    """The per-repetition measured speedups of a :func:`real_draft_predictions` table (``rep0``, ...)."""
+    return [c for c in pred.columns if c.startswith("rep") and c[3:].isdigit()]
+
+
+def noise_line(pred: pd.DataFrame, state: str) -> str:
+    """One sentence of :func:`measurement_noise` for one state's :func:`real_draft_predictions`
+    rows; empty where the runs had a single repetition."""
+    reps = rep_columns(pred)
+    if len(reps) < 2:
+        return ""
+    n = measurement_noise(pred[reps], 0.05)
+    return (f"[{state}] the measurement against itself: its {n['reps']} repetitions (each over its own plain runs) "
+            f"differ by more than 5 % at {n['apart']} of {n['points']} points (largest {100 * n['largest_apart']:.1f} %); "
+            f"standard error of a point about {100 * n['se']:.1f} %, so a perfect prediction would fall outside "
+            f"5 % at about {n['expected_outside']:.1f} of {n['points']} by that noise alone; {n['reps_needed']} "
+            f"repetitions per prompt would bring that under one half")
+
+
 def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict | None = None) -> pd.DataFrame:
     """Per (draft cost, k >= 1) of a real-draft sweep (``runs``:
     :func:`moespec.engine.draftcost.draft_cost_sweep` rows) and ``models`` {draft cost: RoundModel}:
@@ -151,7 +231,9 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
     cost: RoundModel} whose verify terms are at the runs' median same-round read,
     :func:`moespec.predict.calibration.from_draft_runs` ``at_GBps``), ``predicted_at_runs_read``:
     the same prediction in the machine state the runs met. ``read_GBps_model`` and
-    ``read_GBps_runs`` are the calibration's and the runs' median reads."""
+    ``read_GBps_runs`` are the calibration's and the runs' median reads. With two or more
+    repetitions, the measurement against itself: each repetition's measured speedup (``rep0``,
+    ``rep1``, ...: :func:`measured_by_rep`) and ``measured_rel_se`` (:func:`measurement_noise`)."""
     _check(runs, {"prompt", "k", "draft_cost", "speedup", "emitted", "steps", "accepted", "rejections",
                   "t_step_mean_s"}, "real-draft runs")
     E_pooled = tokens_per_step(runs)
@@ -173,7 +255,7 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
         pooled = float(E_pooled[k]) * sp["V_s"][0] / sp["V_s"][k]
         a = float(min(a_k[k], 1 - 1e-9))
         geo = float(expected_tokens(a, k)) * sp["V_s"][0] / sp["V_s"][k]
-        per_prompt = g.groupby("prompt")["speedup"].median()
+        per_prompt = median_prompt_speedups(g)
         V_meas = float(g["t_step_mean_s"].mean())
         extra = {}
         if at_runs_read is not None:
@@ -192,6 +274,11 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
                     "read_GBps_model": rm.read_GBps if rm.read_GBps is not None else float("nan"),
                     "read_GBps_runs": runs_read, "state": rm.state, **extra})
     df = pd.DataFrame(out)
+    if {"rep", "regime", "throughput"} <= set(runs.columns) and runs["rep"].nunique() >= 2:
+        by_rep = measured_by_rep(runs)
+        df = df.join(by_rep, on=["draft_cost", "k"])
+        df["measured_rel_se"] = measurement_noise(by_rep)["rel_se"][
+            [by_rep.index.get_loc((r, k)) for r, k in zip(df.draft_cost, df.k)]]
     df["rel_error_measured_steps"] = df["predicted_measured_steps"] / df["measured"] - 1
     if at_runs_read is not None:
         df["rel_error_at_runs_read"] = df["predicted_at_runs_read"] / df["measured"] - 1

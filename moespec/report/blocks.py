@@ -19,6 +19,7 @@ import pandas as pd
 from moespec import advice, theory
 from moespec.measure.overhead_fit import fit, markdown, read_rows
 from moespec.measure.regimes import classify
+from moespec.predict import speculative
 from moespec.report.run import ReportError, RunFiles
 
 #: name -> (function, run files it reads)
@@ -308,6 +309,19 @@ def grid_vs_loop(run: RunFiles, stamp: str, folder: str = "benchmarks/results/en
             + md_table(["what ran just before the timed pass"] + [f"n = {n}" for n in ns], rows))
 
 
+def _noise_clause(rr: pd.DataFrame) -> str:
+    """The real-draft measurement against itself (:func:`moespec.predict.speculative.measurement_noise`),
+    where the run kept each repetition's speedups."""
+    reps = speculative.rep_columns(rr)
+    if len(reps) < 2:
+        return ""
+    n = speculative.measurement_noise(rr[reps])
+    return (f"; the measurement against itself: its {n['reps']} repetitions differ by more than 5 % at {n['apart']} "
+            f"of {n['points']} points, standard error of a point about {pct(n['se'])}, so a perfect prediction would "
+            f"fall outside 5 % at about {n['expected_outside']:.1f} of {n['points']} by that noise alone "
+            f"({n['reps_needed']} repetitions per prompt would bring that under one half)")
+
+
 @block("round-predictions", "05_oracle_predictions.csv", "05_draft_cost_predictions.csv")
 def round_predictions(run: RunFiles) -> str:
     """The round model's predictions of the speculative runs against their measurements, per state."""
@@ -332,7 +346,7 @@ def round_predictions(run: RunFiles) -> str:
                         f"within 5 % at {int((rr.rel_error_at_runs_read.abs() <= 0.05).sum())}, largest "
                         f"{pct(rr.rel_error_at_runs_read.abs().max())}"
                         if "rel_error_at_runs_read" in rr and rr.rel_error_at_runs_read.notna().all() else "") +
-                     f"); best measured median "
+                     _noise_clause(rr) + f"); best measured median "
                      f"speedup {num(rr.measured.max())} (draft cost {rr.loc[rr.measured.idxmax(), 'draft_cost']:g}, k = "
                      f"{int(rr.loc[rr.measured.idxmax(), 'k'])})")
     return "; ".join(parts) + " (`05_oracle_predictions.csv`, `05_draft_cost_predictions.csv`)."

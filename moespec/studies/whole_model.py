@@ -326,6 +326,7 @@ class WholeModelStudy:
                  f"within 5 % at {int((pred.rel_error_measured_steps.abs() <= 0.05).sum())} of {len(pred)} (largest "
                  f"{100 * pred.rel_error_measured_steps.abs().max():.1f} %); with the verify terms at the runs' read "
                  f"({read:.2f} GB/s; calibration {pred.read_GBps_model.iloc[0]:.2f} GB/s) {why}",
+                 *([SP.noise_line(pred, state)] if SP.rep_columns(pred) else []),
                  f"[{state}] draft cost {rep['draft_cost']:g}: plain decoding fastest on {rep['plain_fastest']} of "
                  f"{rep['prompts']} prompts; median speedup k=1 {rep['speedup_k1']:.3f}, k={rep['k_last']} "
                  f"{rep['speedup_k_last']:.3f}"]
