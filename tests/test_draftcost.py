@@ -431,3 +431,36 @@ def test_predictions_carry_the_repetitions_and_the_goal_row():
     n = SP.measurement_noise(noisy[["rep0", "rep1"]])
     assert not row.met and f"about {n['expected_outside']:.1f} of {len(pred)}" in row.value
     assert SP.noise_line(noisy, "quiet").startswith("[quiet] the measurement against itself: its 2 repetitions")
+
+
+def test_interleaved_sweep_mixes_the_parts_and_changes_no_token(subject):
+    """A calibration part (one prompt, once, per-slot runs of draft 0) and a test part (another
+    prompt, twice, two plain runs) in one shuffled order: each part's rows are what its own sweep
+    would run (same cells, same tokens: the order changes no token), the parts alternate in time,
+    and each run's speedup divides by its own part's plain runs."""
+    drafts = {}
+    for r in (0.0, 0.5):
+        drafts[r] = copy.deepcopy(subject.draft)
+        widen_draft(drafts[r], subject.expert_bytes_per_token(), r)
+    prompts = [np.random.default_rng(i).integers(1, 256, size=16) for i in range(3)]
+    parts = [DC.SweepPart("calibration", prompts[:1], reps=1, slot_costs=(0.0,)),
+             DC.SweepPart("test", prompts[1:], reps=2, plain_runs=2)]
+    mixed = DC.interleaved_sweep(subject.engine, drafts, parts, [1, 2], 6, seed=3, progress=False)
+    cal, test = (mixed[mixed.part == p.name] for p in parts)
+    assert len(cal) == 1 + 2 * 2 + 2 and (~cal.dedup).sum() == 2
+    assert len(test) == 2 * 2 * (2 + 2 * 2) and set(test.prompt) == {0, 1} and set(test.rep) == {0, 1}
+    switches = int((mixed.part != mixed.part.shift()).sum()) - 1
+    assert switches >= 2                                    # not one part after the other
+    for part, rows in ((parts[0], cal), (parts[1], test)):
+        alone = DC.draft_cost_sweep(subject.engine, drafts, part.prompts, [1, 2], 6, reps=part.reps, progress=False,
+                                    slot_costs=part.slot_costs, plain_runs=part.plain_runs)
+        key = ["prompt", "draft_cost", "k", "dedup"]
+        tokens = ["emitted", "steps", "accepted", "rejections"]
+        a = rows.groupby(key, dropna=False)[tokens].sum().sort_index()
+        b = alone.groupby(key, dropna=False)[tokens].sum().sort_index()
+        assert a.equals(b)
+        assert np.allclose(rows.speedup, DC.speedup_over_plain(rows))
+    with pytest.raises(ValueError, match="distinct names"):
+        DC.interleaved_sweep(subject.engine, drafts, [parts[0], parts[0]], [1], 4, progress=False)
+    with pytest.raises(ValueError, match="at least one prompt"):
+        DC.interleaved_sweep(subject.engine, drafts, [DC.SweepPart("empty", [])], [1], 4, progress=False)

@@ -12,11 +12,16 @@ sweep proposes the same tokens and the acceptance is the same at every cost: onl
 * :func:`draft_cost_sweep`: speculative runs of every draft at every k on every prompt, and
   plain decoding (k = 0), in a seeded random order per prompt and repetition, each run after a
   same-round reference read; speedup over the same prompt's plain runs of the same regime;
+* :func:`interleaved_sweep`: several sets of turns (:class:`SweepPart`: a round calibration's and
+  the test turns it predicts) in one shuffled order, so that each meets the same mixture of the
+  machine's states (the pilot ``benchmarks/bench_interleaved_calibration.py``);
 * the predictions of these runs are the round model's (:mod:`moespec.predict.speculative`), from
   terms measured before them (:mod:`moespec.engine.calibration`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -71,44 +76,105 @@ def draft_cost_sweep(engine, drafts: dict, prompts: list, ks, n_tokens: int, rep
     per-slot kernel's verify passes as the draft runs; a round calibration's rows). Plain decoding
     runs ``plain_runs`` times in each prompt's shuffled grid per repetition, spread through it like
     any other cell: every speedup of the prompt divides by its plain throughput, so one plain run's
-    noise would enter all of them at once. One row per run: prompt, draft_cost, k, dedup, rep,
-    ref_GBps, the fields of :func:`summarize_steps`, and ``speedup``: its throughput over the median
-    throughput of the same prompt's plain runs in the same bandwidth regime
-    (:func:`moespec.measure.regimes.classify` over the run's readings; all of the prompt's plain
-    runs when that regime has none)."""
+    noise would enter all of them at once. The prompts run one after another, each prefilled once.
+    One row per run: prompt, draft_cost, k, dedup, rep, ref_GBps, the fields of
+    :func:`summarize_steps`, and ``speedup``: its throughput over the median throughput of the same
+    prompt's plain runs in the same bandwidth regime (:func:`moespec.measure.regimes.classify` over
+    the run's readings; all of the prompt's plain runs when that regime has none)."""
+    part = SweepPart("sweep", list(prompts), reps=reps, slot_costs=tuple(slot_costs), plain_runs=plain_runs)
+    drafters, ks = _checked(drafts, ks, [part])
+    rng = np.random.default_rng(seed)
+    grid = _grid(part, drafters, ks, dedup)
+    plan = [(0, pi, rep, grid[gi]) for pi in range(len(prompts)) for rep in range(reps)
+            for gi in rng.permutation(len(grid))]
+    rows = _run_plan(engine, drafters, [part], plan, n_tokens, reference, progress, desc)
+    df = _finish(rows)
+    return df.drop(columns="part")
 
+
+@dataclass(frozen=True)
+class SweepPart:
+    """One set of turns in :func:`interleaved_sweep`: its prompts, repetitions per prompt, plain
+    runs per prompt and repetition, and the drafts that also run with the per-slot kernel (as in
+    :func:`draft_cost_sweep`); ``name`` tags its rows (column ``part``)."""
+    name: str
+    prompts: list
+    reps: int = 1
+    slot_costs: tuple = ()
+    plain_runs: int = 1
+
+
+def interleaved_sweep(engine, drafts: dict, parts: list, ks, n_tokens: int, seed: int = 0, dedup: bool = True,
+                      reference=None, progress: bool = True, desc: str = "interleaved sweep") -> pd.DataFrame:
+    """The runs of several :class:`SweepPart` (a round calibration's turns and the test turns it
+    predicts, say) in one shuffled order over every part, prompt, repetition and cell, each run on a
+    freshly prefilled prompt when the one before it ran another: every part meets the same mixture
+    of the machine's states, where :func:`draft_cost_sweep` run once per part meets the stretch of
+    time it runs in. Rows as :func:`draft_cost_sweep`'s with ``part`` (the part's name); ``prompt``
+    and ``rep`` count within the part, and each run's speedup divides by its own part's plain runs
+    of the same prompt. Widening a draft changes no token, and neither does the order: the tokens
+    are those of the sweep run part by part."""
+    if len({p.name for p in parts}) != len(parts):
+        raise ValueError(f"sweep parts need distinct names; found {[p.name for p in parts]}")
+    drafters, ks = _checked(drafts, ks, parts)
+    plan = [(i, pi, rep, cell) for i, part in enumerate(parts) for cell in _grid(part, drafters, ks, dedup)
+            for pi in range(len(part.prompts)) for rep in range(part.reps)]
+    rng = np.random.default_rng(seed)
+    plan = [plan[j] for j in rng.permutation(len(plan))]
+    return _finish(_run_plan(engine, drafters, parts, plan, n_tokens, reference, progress, desc))
+
+
+def _checked(drafts: dict, ks, parts: list) -> tuple[dict, list]:
     ks = sorted({int(k) for k in ks if int(k) >= 1})
     if not ks:
         raise ValueError("ks must hold at least one draft length >= 1")
-    if int(plain_runs) < 1:
-        raise ValueError(f"plain_runs must be at least 1 (plain runs per prompt and repetition); found {plain_runs}")
-    if unknown := [r for r in slot_costs if r not in drafts]:
-        raise ValueError(f"slot_costs {unknown} name no draft of the sweep (knobs {sorted(drafts)})")
-    drafters = {r: ModelDraft(m) for r, m in drafts.items()}
-    grid = ([(None, 0, dedup)] * int(plain_runs) + [(r, k, dedup) for r in drafters for k in ks]
-            + [(r, k, False) for r in slot_costs for k in ks])
-    rng = np.random.default_rng(seed)
-    rows = []
-    bar = tqdm(total=len(prompts) * reps * len(grid), desc=desc, disable=not progress)
-    for pi, prompt in enumerate(prompts):
-        prompt = [int(t) for t in prompt]
-        first = engine.prefill(prompt)
-        for rep in range(reps):
-            for gi in rng.permutation(len(grid)):
-                r, k, dd = grid[gi]
-                engine.dedup = dd
-                bw = reference() if reference is not None else float("nan")
-                drafter = drafters[r] if r is not None else drafters[next(iter(drafters))]
-                _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first)
-                rows.append({"prompt": pi, "prompt_tokens": len(prompt),
-                             "draft_cost": float("nan") if r is None else float(r), "k": k, "dedup": dd,
-                             "rep": rep, "ref_GBps": bw, **summarize_steps(steps)})
-                bar.update()
-    bar.close()
+    for part in parts:
+        if int(part.plain_runs) < 1:
+            raise ValueError(f"plain_runs must be at least 1 (plain runs per prompt and repetition); found "
+                             f"{part.plain_runs}")
+        if unknown := [r for r in part.slot_costs if r not in drafts]:
+            raise ValueError(f"slot_costs {unknown} name no draft of the sweep (knobs {sorted(drafts)})")
+        if not part.prompts or int(part.reps) < 1:
+            raise ValueError(f"sweep part {part.name!r} needs at least one prompt and one repetition")
+    return {r: ModelDraft(m) for r, m in drafts.items()}, ks
+
+
+def _grid(part: SweepPart, drafters: dict, ks: list, dedup: bool) -> list:
+    """The cells one prompt runs per repetition: plain runs, every draft at every k, the per-slot
+    drafts at every k."""
+    return ([(None, 0, dedup)] * int(part.plain_runs) + [(r, k, dedup) for r in drafters for k in ks]
+            + [(r, k, False) for r in part.slot_costs for k in ks])
+
+
+def _run_plan(engine, drafters: dict, parts: list, plan: list, n_tokens: int, reference, progress: bool,
+              desc: str) -> list:
+    """Run ``plan`` ((part index, prompt index, repetition, cell) in order), prefilling a prompt only
+    when the run before was on another one."""
+    prompts = [[[int(t) for t in p] for p in part.prompts] for part in parts]
+    rows, held, first = [], None, None
+    for i, pi, rep, (r, k, dd) in tqdm(plan, desc=desc, disable=not progress):
+        prompt = prompts[i][pi]
+        if held != (i, pi):
+            first, held = engine.prefill(prompt), (i, pi)
+        engine.dedup = dd
+        bw = reference() if reference is not None else float("nan")
+        drafter = drafters[r] if r is not None else drafters[next(iter(drafters))]
+        _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first)
+        rows.append({"part": parts[i].name, "prompt": pi, "prompt_tokens": len(prompt),
+                     "draft_cost": float("nan") if r is None else float(r), "k": k, "dedup": dd,
+                     "rep": rep, "ref_GBps": bw, **summarize_steps(steps)})
     engine.dedup = False
+    return rows
+
+
+def _finish(rows: list) -> pd.DataFrame:
+    """The runs' bandwidth regimes (over every row: one machine) and each run's speedup over its
+    own part's plain runs."""
     df = pd.DataFrame(rows)
     df["regime"] = "one" if df["ref_GBps"].isna().all() else classify(df["ref_GBps"].to_numpy(float))
-    df["speedup"] = speedup_over_plain(df)
+    df["speedup"] = np.nan
+    for _, idx in df.groupby("part", sort=False).groups.items():
+        df.loc[idx, "speedup"] = speedup_over_plain(df.loc[idx])
     return df
 
 
