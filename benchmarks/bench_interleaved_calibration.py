@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from moespec import io, paths, predict, provenance
 from moespec.engine import draftcost as DC
@@ -55,7 +56,8 @@ def summary(pred, wall_s: float) -> dict:
             "expected_outside_by_noise": None if n is None else n["expected_outside"], "wall_s": wall_s}
 
 
-def run(profile: str, protocols_to_run, seed: int = 0, state: str = "quiet", out=None) -> dict:
+def run(profile: str, protocols_to_run, seed: int = 0, state: str = "quiet", out=None, threads: int = 1) -> dict:
+    torch.set_num_threads(int(threads))      # notebook 05's default (its parameter ``threads``)
     sub = load_subject(profile=profile, model="byte-faithful-all", layout="published", seed=seed)
     rules = predict.load_rules(sub.rules_file)
     P, _ = resolve("05", profile)
@@ -75,7 +77,8 @@ def run(profile: str, protocols_to_run, seed: int = 0, state: str = "quiet", out
     result = {"what": "real-draft round calibration before the test runs against interleaved with them",
               "profile": profile, "state": state, "seed": seed, "draft_costs": [float(r) for r in drafts],
               "calibration_prompts": len(cal_prompts), "test_prompts": len(test_prompts), "test_reps": P["real_reps"],
-              "plain_runs": P["plain_runs"], "ks": list(P["real_ks"]), "tokens": P["real_tokens"], "protocols": {},
+              "plain_runs": P["plain_runs"], "ks": list(P["real_ks"]), "tokens": P["real_tokens"],
+              "torch_threads": torch.get_num_threads(), "protocols": {},
               "subject": sub.label}
     with machine_state(state, pin=True) as ms:
         for name in protocols_to_run:
@@ -122,12 +125,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--profile", choices=("quick", "full"), default="full")
     ap.add_argument("--protocols", default=",".join(PROTOCOLS), help="comma-separated, from before, interleaved")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (notebook 05's default: 1)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     chosen = [p for p in args.protocols.split(",") if p]
     if unknown := [p for p in chosen if p not in PROTOCOLS]:
         ap.error(f"unknown protocol(s) {unknown}; choose from {list(PROTOCOLS)}")
-    return run(args.profile, chosen, seed=args.seed, out=args.out)
+    return run(args.profile, chosen, seed=args.seed, out=args.out, threads=args.threads)
 
 
 if __name__ == "__main__":

@@ -24,3 +24,19 @@ def load_benchmark(name: str) -> ModuleType:
 def load_script(name: str) -> ModuleType:
     """``scripts/<name>.py`` imported under the module name ``name``."""
     return _load("scripts", name)
+
+
+def render_record_block(tmp_path, monkeypatch, block: str, record: dict, name: str = "record.json") -> str:
+    """The report block ``block`` rendered from ``record`` written as ``name`` at a stand-in
+    repository root (``tmp_path``), with an empty run folder beside it."""
+    import json
+
+    from moespec import report
+    from moespec.report.run import RunFiles
+
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    (tmp_path / name).write_text(json.dumps(record))
+    figs = tmp_path / "figs"
+    figs.mkdir(exist_ok=True)
+    doc = f"<!-- moespec-report:{block} file={name} -->\nold\n<!-- /moespec-report:{block} -->\n"
+    return report.render_text(doc, RunFiles(figs))

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from bench_scripts import load_benchmark
+from bench_scripts import load_benchmark, render_record_block
 from moespec import paths, report
 from moespec.report.run import RunFiles
 
@@ -83,17 +83,11 @@ def test_test_record_and_its_block(tmp_path, monkeypatch):
                                      "== 1137 passed, 196 skipped in 686.12s (0:11:26) ==", "test")
     assert rec["target"] == "test" and rec["total_s"] == 810.0 and rec["pytest"]["passed"] == 1137
     rec["provenance"] = {"hardware": {"cpu": {"cpu_model": "Test CPU", "logical_cpus": 2}, "gpus": []}}
-    monkeypatch.setattr(paths, "ROOT", tmp_path)
-    (tmp_path / "t.json").write_text(json.dumps(rec))
-    figs = tmp_path / "figs"
-    figs.mkdir()
-    doc = "<!-- moespec-report:test-time file=t.json -->\nold\n<!-- /moespec-report:test-time -->\n"
-    out = report.render_text(doc, RunFiles(figs))
+    out = render_record_block(tmp_path, monkeypatch, "test-time", rec, "t.json")
     assert "exited with 0 after **13.5 min** end to end on Test CPU, 2 logical CPUs, no GPU (goal ≤ 15 min: met)" in out
     assert "pytest: 1137 passed, 196 skipped in 11.4 min" in out
     rec.update(rc=2, pytest={"passed": 5, "failed": 1, "seconds": 60.0})
-    (tmp_path / "t.json").write_text(json.dumps(rec))
-    out = report.render_text(doc, RunFiles(figs))
+    out = render_record_block(tmp_path, monkeypatch, "test-time", rec, "t.json")
     assert "exited with 2" in out and "**not met**" in out and "5 passed, 1 failed in 1.0 min" in out
 
 

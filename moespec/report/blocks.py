@@ -419,6 +419,33 @@ def test_time(run: RunFiles, file: str, limit_min: str = "15") -> str:
             + f" (`{file}`; {rec['how']}).")
 
 
+@block("interleaved-pilot")
+def interleaved_pilot(run: RunFiles, file: str) -> str:
+    """benchmarks/bench_interleaved_calibration.py's record: the real draft's round calibration
+    before its test runs against interleaved with them, in one session on one machine."""
+    rec = _bench_record(run, file)
+    parts = []
+    for name, p in rec["protocols"].items():
+        if "error" in p:
+            parts.append(f"{name}: no prediction ({p['error']})")
+            continue
+        se = ("" if p.get("measurement_se") is None else
+              f"; the measurement's standard error {pct(p['measurement_se'])}, a perfect prediction outside 5 % at "
+              f"about {p['expected_outside_by_noise']:.1f} by its noise alone")
+        parts.append(f"{name}: within 5 % at {p['within_5pct']} of {p['points']} points (largest |error| "
+                     f"{pct(p['largest_abs_error'])}, mean {100 * p['mean_error']:+.1f} %, measured inside the predicted "
+                     f"interval at {p['inside_interval']}); with the runs' own step times within 5 % at "
+                     f"{p['within_5pct_measured_steps']}; V(0) predicted {num(p['V0_hat_ms'], 2)} ms, measured "
+                     f"{num(p['V0_meas_ms'], 2)} ms; reads {num(p['read_GBps_model'], 2)} GB/s (calibration), "
+                     f"{num(p['read_GBps_runs'], 2)} GB/s (test){se}; {p['wall_s'] / 60:.1f} min")
+    return (f"Real draft, {rec['state']} machine, {rec['profile']} profile's sizes ({rec['calibration_prompts']} "
+            f"calibration turns, {rec['test_prompts']} test turns x {rec['test_reps']}, draft costs "
+            f"{', '.join(f'{r:g}' for r in rec['draft_costs'])}, k = {min(rec['ks'])}..{max(rec['ks'])}), both protocols "
+            f"in one session on {machine(rec['provenance'])}, the measuring process pinned to one CPU, torch threads "
+            f"{rec.get('torch_threads', 'not set (torch default; the record predates the setting)')}: "
+            + "; ".join(parts) + f" (`{file}`).")
+
+
 @block("routing-speed")
 def routing_speed(run: RunFiles, file: str) -> str:
     """benchmarks/bench_routing_stats.py's record: statistics and bootstrap times."""

@@ -1,0 +1,51 @@
+"""benchmarks/bench_interleaved_calibration.py: its summary of a protocol's predictions, its
+refusals, and the report block that renders its record (the sweep itself:
+tests/test_draftcost.py::test_interleaved_sweep_mixes_the_parts_and_changes_no_token)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from bench_scripts import load_benchmark, render_record_block
+
+bench = load_benchmark("bench_interleaved_calibration")
+
+
+def _pred() -> pd.DataFrame:
+    """Three points: errors +2 %, -6 %, +1 %; the runs' own step times +1 %, +1 %, -7 %."""
+    return pd.DataFrame({"rel_error": [0.02, -0.06, 0.01], "rel_error_measured_steps": [0.01, 0.01, -0.07],
+                         "inside": [True, False, True], "V0_hat_ms": 26.0, "V0_meas_ms": 25.0,
+                         "read_GBps_model": 14.0, "read_GBps_runs": 14.5,
+                         "rep0": [1.3, 1.2, 1.1], "rep1": [1.2, 1.2, 1.1]})
+
+
+def test_summary_counts_by_hand():
+    s = bench.summary(_pred(), 120.0)
+    assert (s["points"], s["within_5pct"], s["inside_interval"], s["within_5pct_measured_steps"]) == (3, 2, 2, 2)
+    assert s["largest_abs_error"] == pytest.approx(0.06) and s["mean_error"] == pytest.approx(-0.01)
+    # one point's repetitions 1.3 and 1.2 (relative se 0.04), two agree (0): rms sqrt(0.04^2 / 3)
+    assert s["measurement_se"] == pytest.approx(0.04 / 3 ** 0.5)
+    assert s["wall_s"] == 120.0 and s["V0_hat_ms"] == 26.0
+    one = bench.summary(_pred().drop(columns="rep1"), 1.0)
+    assert one["measurement_se"] is None and one["expected_outside_by_noise"] is None
+
+
+def test_unknown_protocols_are_refused():
+    with pytest.raises(SystemExit):
+        bench.main(["--protocols", "before,afterwards"])
+
+
+def test_block_renders_the_record(tmp_path, monkeypatch):
+    rec = {"state": "quiet", "profile": "full", "calibration_prompts": 5, "test_prompts": 6, "test_reps": 2,
+           "draft_costs": [0.0, 0.4], "ks": [1, 2, 3],
+           "protocols": {"before": bench.summary(_pred(), 600.0),
+                         "interleaved": {"error": "draft 'x': t_draft(k) must be a finite time", "wall_s": 1.0}},
+           "provenance": {"hardware": {"cpu": {"cpu_model": "Test CPU", "logical_cpus": 2}, "gpus": []}}}
+    out = render_record_block(tmp_path, monkeypatch, "interleaved-pilot", rec)
+    assert ("Real draft, quiet machine, full profile's sizes (5 calibration turns, 6 test turns x 2, draft costs 0, "
+            "0.4, k = 1..3), both protocols in one session on Test CPU, 2 logical CPUs, no GPU, the measuring process "
+            "pinned to one CPU, torch threads not set") in out
+    assert ("before: within 5 % at 2 of 3 points (largest |error| 6.0 %, mean -1.0 %, measured inside the predicted "
+            "interval at 2); with the runs' own step times within 5 % at 2; V(0) predicted 26.00 ms, measured 25.00 ms") in out
+    assert "10.0 min" in out and "interleaved: no prediction (draft 'x': t_draft(k) must be a finite time)" in out
