@@ -200,18 +200,24 @@ def rep_columns(pred: pd.DataFrame) -> list[str]:
     return [c for c in pred.columns if c.startswith("rep") and c[3:].isdigit()]
 
 
+def noise_phrase(n: dict) -> str:
+    """:func:`measurement_noise`'s result in words (notebook 05's line and the report block say it
+    alike)."""
+    tol = 100 * n["tolerance"]
+    return (f"the measurement against itself: its {n['reps']} repetitions differ by more than {tol:.0f} % at "
+            f"{n['apart']} of {n['points']} points, standard error of a point about {100 * n['se']:.1f} %, so a "
+            f"perfect prediction would fall outside {tol:.0f} % at about {n['expected_outside']:.1f} of {n['points']} "
+            f"by that noise alone ({n['reps_needed']} repetitions per prompt would bring that under one half)")
+
+
 def noise_line(pred: pd.DataFrame, state: str) -> str:
-    """One sentence of :func:`measurement_noise` for one state's :func:`real_draft_predictions`
-    rows; empty where the runs had a single repetition."""
+    """:func:`noise_phrase` for one state's :func:`real_draft_predictions` rows, with the largest
+    difference between repetitions; empty where the runs had a single repetition."""
     reps = rep_columns(pred)
     if len(reps) < 2:
         return ""
     n = measurement_noise(pred[reps], 0.05)
-    return (f"[{state}] the measurement against itself: its {n['reps']} repetitions (each over its own plain runs) "
-            f"differ by more than 5 % at {n['apart']} of {n['points']} points (largest {100 * n['largest_apart']:.1f} %); "
-            f"standard error of a point about {100 * n['se']:.1f} %, so a perfect prediction would fall outside "
-            f"5 % at about {n['expected_outside']:.1f} of {n['points']} by that noise alone; {n['reps_needed']} "
-            f"repetitions per prompt would bring that under one half")
+    return f"[{state}] {noise_phrase(n)}; largest difference between repetitions {100 * n['largest_apart']:.1f} %"
 
 
 def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict | None = None) -> pd.DataFrame:
@@ -276,9 +282,8 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
     df = pd.DataFrame(out)
     if {"rep", "regime", "throughput"} <= set(runs.columns) and runs["rep"].nunique() >= 2:
         by_rep = measured_by_rep(runs)
+        by_rep["measured_rel_se"] = measurement_noise(by_rep)["rel_se"]
         df = df.join(by_rep, on=["draft_cost", "k"])
-        df["measured_rel_se"] = measurement_noise(by_rep)["rel_se"][
-            [by_rep.index.get_loc((r, k)) for r, k in zip(df.draft_cost, df.k)]]
     df["rel_error_measured_steps"] = df["predicted_measured_steps"] / df["measured"] - 1
     if at_runs_read is not None:
         df["rel_error_at_runs_read"] = df["predicted_at_runs_read"] / df["measured"] - 1

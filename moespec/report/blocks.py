@@ -315,11 +315,7 @@ def _noise_clause(rr: pd.DataFrame) -> str:
     reps = speculative.rep_columns(rr)
     if len(reps) < 2:
         return ""
-    n = speculative.measurement_noise(rr[reps])
-    return (f"; the measurement against itself: its {n['reps']} repetitions differ by more than 5 % at {n['apart']} "
-            f"of {n['points']} points, standard error of a point about {pct(n['se'])}, so a perfect prediction would "
-            f"fall outside 5 % at about {n['expected_outside']:.1f} of {n['points']} by that noise alone "
-            f"({n['reps_needed']} repetitions per prompt would bring that under one half)")
+    return "; " + speculative.noise_phrase(speculative.measurement_noise(rr[reps]))
 
 
 @block("round-predictions", "05_oracle_predictions.csv", "05_draft_cost_predictions.csv")
