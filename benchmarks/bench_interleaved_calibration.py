@@ -39,6 +39,7 @@ from moespec.notebook_profiles import resolve
 from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
 from moespec.predict.round_model import RoundModelError
+from moespec.studies.whole_model import real_draft_parts
 
 PROTOCOLS = ("before", "interleaved")
 
@@ -66,17 +67,13 @@ def run(profile: str, protocols_to_run, seed: int = 0, state: str = "quiet", out
     for r in map(float, costs):
         drafts[r] = copy.deepcopy(sub.draft)
         widen_draft(drafts[r], sub.expert_bytes_per_token(), r, seed=seed + 1)
-    room = sub.context - P["real_tokens"] - 10
-    test_prompts = sub.chat_prompts(P["real_prompts"], max_tokens=room, seed=seed)
-    cal_prompts = sub.calibration_chat_prompts(P["draft_cal_prompts"], room, P["real_prompts"], seed=seed)
-    cal = DC.SweepPart("calibration", cal_prompts, reps=1, slot_costs=(min(drafts),), plain_runs=P["plain_runs"])
-    test = DC.SweepPart("test", test_prompts, reps=P["real_reps"], plain_runs=P["plain_runs"])
+    cal, test = real_draft_parts(sub, {**P, "draft_costs": list(drafts)}, seed)
     ref = ReferenceRead(device="cpu")
     out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "interleaved")
     stamp = protocols.stamp()
     result = {"what": "real-draft round calibration before the test runs against interleaved with them",
               "profile": profile, "state": state, "seed": seed, "draft_costs": [float(r) for r in drafts],
-              "calibration_prompts": len(cal_prompts), "test_prompts": len(test_prompts), "test_reps": P["real_reps"],
+              "calibration_prompts": len(cal.prompts), "test_prompts": len(test.prompts), "test_reps": P["real_reps"],
               "plain_runs": P["plain_runs"], "ks": list(P["real_ks"]), "tokens": P["real_tokens"],
               "torch_threads": torch.get_num_threads(), "protocols": {},
               "subject": sub.label}

@@ -11,7 +11,10 @@ documents) and the oracle's text (07: 40 tokens per question) were cut so that `
 stays within 75 minutes. The real draft's precision (amendment of 2026-12-05, after the run of
 2026-12-04): plain decoding runs ``plain_runs`` times per prompt and repetition of the real-draft
 sweeps (every speedup of a prompt divides by its plain throughput), the test runs repeat
-``real_reps`` times, and the draft's round calibration uses 5 MT-Bench turns instead of 3.
+``real_reps`` times, and the draft's round calibration uses 5 MT-Bench turns instead of 3. Where
+the real draft's calibration runs (amendment of 2026-12-05 evening): ``draft_calibration =
+"interleaved"`` runs its turns in one shuffled sweep with the test turns, ``"before"`` (the earlier
+protocol, selectable) in a sweep of their own before the oracle runs.
 """
 
 from __future__ import annotations
@@ -31,13 +34,13 @@ DEFAULTS = {
                       real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3], agree_tokens=12, breakdown_reps=5,
                       ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1, cal_reps=1, draft_cal_prompts=2,
                       loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2,
-                      plain_runs=2, real_reps=2),
+                      plain_runs=2, real_reps=2, draft_calibration="interleaved"),
         "full": dict(depths=None, prompts_per_depth=5, verify_reps=4, n_boot=2000, oracle_ks=list(range(9)),
                      a_values=None, n_tokens=32, oracle_prompts=2, oracle_reps=1, real_ks=list(range(1, 9)),
                      real_tokens=32, real_prompts=6, draft_costs=None, agree_tokens=48, breakdown_reps=15,
                      ratio_reps=10, states=["quiet", "loaded"], cal_prompts=3, cal_reps=1, draft_cal_prompts=5,
                      loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0, 0.2],
-                     loaded_real_prompts=4, plain_runs=4, real_reps=2),
+                     loaded_real_prompts=4, plain_runs=4, real_reps=2, draft_calibration="interleaved"),
     },
     "06": {
         "quick": dict(wiki_docs=3, context=32, bench_reps=2, u_count=3, windows_per_n=2, flush_bytes=2**20,

@@ -91,6 +91,7 @@ loaded_draft_costs = None
 loaded_real_prompts = None
 plain_runs = None        # real-draft sweeps: plain decoding runs per prompt and repetition (the speedups' denominator)
 real_reps = None         # real-draft test runs: repetitions per prompt
+draft_calibration = None # the real draft's round calibration: "interleaved" with its test runs in one sweep, or "before" them
 out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
 
 # %%
@@ -113,7 +114,7 @@ P, from_profile = resolve("05", profile, depths=depths, prompts_per_depth=prompt
                           states=states, cal_prompts=cal_prompts, cal_reps=cal_reps, draft_cal_prompts=draft_cal_prompts,
                           loaded_oracle_prompts=loaded_oracle_prompts, loaded_oracle_reps=loaded_oracle_reps,
                           loaded_draft_costs=loaded_draft_costs, loaded_real_prompts=loaded_real_prompts,
-                          plain_runs=plain_runs, real_reps=real_reps)
+                          plain_runs=plain_runs, real_reps=real_reps, draft_calibration=draft_calibration)
 P["a_values"] = P["a_values"] or rules["acceptance_values"]
 P["draft_costs"] = P["draft_costs"] if P["draft_costs"] is not None else rules.get("draft_cost_grid", {}).get("values", [0.0])
 P["depths"] = P["depths"] or default_depths(sub.context, P["n_tokens"])
@@ -154,15 +155,19 @@ study.verify_grid()
 #
 # **a. Round calibration.** Teacher-forced decode loops (the oracle draft at acceptance 1 and
 # k = n - 1: every verify pass holds n tokens and follows the previous round's) at each depth, on
-# prompts the oracle runs do not use; and the real draft at every cost and k, with the per-slot
-# kernel for the draft as trained, on MT-Bench turns the test runs do not use. They give each
-# term of V(k) = t_draft(k) + tau_p(k + 1) + h(k) with a 95 % interval.
+# prompts the oracle runs do not use. They give each term of V(k) = t_draft(k) + tau_p(k + 1) + h(k)
+# with a 95 % interval.
 #
 # **b. The oracle draft** (every k x acceptance value, dedup on): measured against G_a(k) / V(k).
 #
-# **c. The real draft** on the test MT-Bench turns at every draft cost: measured speedup against
-# E(k) V(0) / V(k), E(k) the tokens per step the runs measured (a real draft's acceptance is not
-# geometric; the geometric G_a(k) is shown beside it).
+# **c. The real draft** at every draft cost and k. Its round model comes from MT-Bench turns the
+# test turns do not use (with the per-slot kernel too, for the draft as trained); with
+# `draft_calibration = "interleaved"` (the default since the amendment of 2026-12-05 evening) those
+# calibration turns and the test turns run in one shuffled sweep, so both meet the same stretch of
+# the machine, and the round model is fitted from the calibration turns alone; `"before"` runs them
+# in a sweep of their own in step a. Measured speedup against E(k) V(0) / V(k), E(k) the tokens per
+# step the runs measured (a real draft's acceptance is not geometric; the geometric G_a(k) is shown
+# beside it).
 
 # %%
 from IPython.display import display

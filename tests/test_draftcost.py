@@ -433,6 +433,14 @@ def test_predictions_carry_the_repetitions_and_the_goal_row():
     assert SP.noise_line(noisy, "quiet").startswith("[quiet] the measurement against itself: its 2 repetitions")
 
 
+def test_notebook_05_refuses_an_unknown_draft_calibration():
+    from moespec.studies.whole_model import DRAFT_CALIBRATION, WholeModelStudy
+    assert [WholeModelStudy._draft_protocol({"draft_calibration": p}) for p in DRAFT_CALIBRATION] == ["interleaved",
+                                                                                                   "before"]
+    with pytest.raises(ValueError, match=r"draft_calibration must be one of \['interleaved', 'before'\]; found 'after'"):
+        WholeModelStudy._draft_protocol({"draft_calibration": "after"})
+
+
 def test_interleaved_sweep_mixes_the_parts_and_changes_no_token(subject):
     """A calibration part (one prompt, once, per-slot runs of draft 0) and a test part (another
     prompt, twice, two plain runs) in one shuffled order: each part's rows are what its own sweep
@@ -451,6 +459,7 @@ def test_interleaved_sweep_mixes_the_parts_and_changes_no_token(subject):
     assert len(test) == 2 * 2 * (2 + 2 * 2) and set(test.prompt) == {0, 1} and set(test.rep) == {0, 1}
     switches = int((mixed.part != mixed.part.shift()).sum()) - 1
     assert switches >= 2                                    # not one part after the other
+    assert list(mixed.seq) == list(range(len(mixed)))      # each run's place in the sweep
     for part, rows in ((parts[0], cal), (parts[1], test)):
         alone = DC.draft_cost_sweep(subject.engine, drafts, part.prompts, [1, 2], 6, reps=part.reps, progress=False,
                                     slot_costs=part.slot_costs, plain_runs=part.plain_runs)

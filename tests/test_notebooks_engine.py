@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from moespec import paths, predict
+from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
 
 pytestmark = pytest.mark.notebook
@@ -77,6 +78,19 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     assert set(real["k"]) == {0, 1, 2, 3} and set(real["draft_cost"].dropna()) == {0.0, 0.3}
     assert (real[real.k == 0].groupby(["state", "prompt", "rep"]).size() == 2).all()   # quick: plain_runs = 2
     assert set(real["rep"]) == {0, 1}                                                    # quick: real_reps = 2
+    # the real draft's round calibration ran in one shuffled sweep with its test runs (draft_calibration
+    # "interleaved", the default), and its round models are fitted from the calibration turns alone
+    assert "[quiet] the real draft's round calibration runs interleaved with its test runs (step c)" in text
+    cal_rows = pd.read_csv(out / "draft_calibration.csv")
+    for state in ("quiet", "loaded"):
+        c = cal_rows[cal_rows.state == state]
+        t = pd.read_csv(out / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv"))
+        assert c.seq.min() < t.seq.max() and t.seq.min() < c.seq.max()     # the parts overlap in time
+        assert sorted([*c.seq, *t.seq]) == list(range(len(c) + len(t)))    # one sweep held both
+        refit = CAL.from_draft_runs(c, label, state, n_boot=200, seed=0)
+        for fitted in refit.values():
+            saved = models.get(state, "chat", fitted.draft.name)
+            assert np.allclose(saved.step_times("dedup"), fitted.step_times("dedup"))
     chat = models.select(state="quiet", context="chat")     # one verify pass, pooled over the drafts' runs
     assert len(chat) == 2 and np.array_equal(chat[0].tau("dedup"), chat[1].tau("dedup"))
     assert chat[0].verify["dedup"].runs[1] == 2 * chat[0].verify["slot"].runs[1]   # two drafts, one per-slot
@@ -176,8 +190,15 @@ def test_byte_faithful_all_subject_through_05(run_notebook, tmp_path):
     """The subject with attention and LM head padded too runs notebook 05 by name: its own
     pre-registered rules, its function check against the unpadded model in the format (attention
     and head included), and the breakdown's attention and LM-head components."""
-    _, figs, text = run_notebook("05_whole_model", out_dir=str(tmp_path / "engine"), model="byte-faithful-all")
+    out = tmp_path / "engine"
+    _, figs, text = run_notebook("05_whole_model", out_dir=str(out), model="byte-faithful-all",
+                                 draft_calibration="before")
     assert re.search(r"^subject: .*byte-faithful-all", text, re.M)
+    # the earlier protocol, kept selectable: the real draft's calibration sweep ran in step a, on its own
+    assert "runs interleaved with its test runs" not in text
+    cal_rows, real = pd.read_csv(out / "draft_calibration.csv"), pd.read_csv(out / "real_draft.csv")
+    assert set(cal_rows.state) == {"quiet", "loaded"} and "part" not in cal_rows and "part" not in real
+    assert list(cal_rows[cal_rows.state == "quiet"].seq) == list(range((cal_rows.state == "quiet").sum()))
     assert "scoring_rules_byte_faithful_all.json" in text and "pre-registered for this subject: True" in text
     w = re.search(r"greedy tokens equal to the unwidened model in int8_b32: (\d+) of (\d+)", text)
     assert w and w.group(1) == w.group(2)

@@ -8,9 +8,11 @@ runs that test the predictions made from them (paper 1's protocol: inputs first,
   round, and the cache grows as in decoding (over the same ``n_tokens`` positions as the runs it
   predicts). Each loop is preceded by a same-round reference read. Gives tau_p(n) for both kernels,
   the host time h(k) and the oracle draft's own time per round.
-* the draft's time as it runs comes from :func:`moespec.engine.draftcost.draft_cost_sweep` on
-  calibration prompts (other MT-Bench turns than the runs it predicts), with the per-slot kernel
-  for the draft as trained (``slot_costs``).
+* the draft's time as it runs comes from the real-draft runs on calibration prompts (other MT-Bench
+  turns than the runs it predicts), with the per-slot kernel for the draft as trained
+  (``slot_costs``): in notebook 05 one :func:`moespec.engine.draftcost.interleaved_sweep` with the
+  test turns (amendment of 2026-12-05 evening), or :func:`moespec.engine.draftcost.draft_cost_sweep`
+  before them (``draft_calibration = "before"``).
 
 Nothing here computes a prediction; the rows go to :mod:`moespec.predict.calibration`.
 """

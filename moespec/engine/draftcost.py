@@ -77,7 +77,7 @@ def draft_cost_sweep(engine, drafts: dict, prompts: list, ks, n_tokens: int, rep
     runs ``plain_runs`` times in each prompt's shuffled grid per repetition, spread through it like
     any other cell: every speedup of the prompt divides by its plain throughput, so one plain run's
     noise would enter all of them at once. The prompts run one after another, each prefilled once.
-    One row per run: prompt, draft_cost, k, dedup, rep, ref_GBps, the fields of
+    One row per run: prompt, draft_cost, k, dedup, rep, seq (its place in the sweep), ref_GBps, the fields of
     :func:`summarize_steps`, and ``speedup``: its throughput over the median throughput of the same
     prompt's plain runs in the same bandwidth regime (:func:`moespec.measure.regimes.classify` over
     the run's readings; all of the prompt's plain runs when that regime has none)."""
@@ -149,10 +149,10 @@ def _grid(part: SweepPart, drafters: dict, ks: list, dedup: bool) -> list:
 def _run_plan(engine, drafters: dict, parts: list, plan: list, n_tokens: int, reference, progress: bool,
               desc: str) -> list:
     """Run ``plan`` ((part index, prompt index, repetition, cell) in order), prefilling a prompt only
-    when the run before was on another one."""
+    when the run before was on another one; ``seq`` is each run's place in the plan."""
     prompts = [[[int(t) for t in p] for p in part.prompts] for part in parts]
     rows, held, first = [], None, None
-    for i, pi, rep, (r, k, dd) in tqdm(plan, desc=desc, disable=not progress):
+    for seq, (i, pi, rep, (r, k, dd)) in enumerate(tqdm(plan, desc=desc, disable=not progress)):
         prompt = prompts[i][pi]
         if held != (i, pi):
             first, held = engine.prefill(prompt), (i, pi)
@@ -162,7 +162,7 @@ def _run_plan(engine, drafters: dict, parts: list, plan: list, n_tokens: int, re
         _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first)
         rows.append({"part": parts[i].name, "prompt": pi, "prompt_tokens": len(prompt),
                      "draft_cost": float("nan") if r is None else float(r), "k": k, "dedup": dd,
-                     "rep": rep, "ref_GBps": bw, **summarize_steps(steps)})
+                     "rep": rep, "seq": seq, "ref_GBps": bw, **summarize_steps(steps)})
     engine.dedup = False
     return rows
 

@@ -9,10 +9,15 @@ that every input of a prediction was measured before the runs that test it):
 2. the verify grid: tau_p(n) in the shuffled grid (the earlier protocol, kept beside the loop's);
 3. per machine state (``quiet``, then ``loaded``: :func:`moespec.measure.load.machine_state`):
    a. round calibration: teacher-forced decode loops at each depth on prompts the oracle runs do
-      not use, and the real draft at every cost and k on MT-Bench turns the test runs do not use;
-      the round models of the state (:mod:`moespec.predict.calibration`);
+      not use; the depths' round models (:mod:`moespec.predict.calibration`);
    b. the oracle-draft grid, against the depth's round model (:func:`moespec.predict.speculative.oracle_predictions`);
-   c. the real draft on the test MT-Bench turns at every draft cost, against each draft's round model;
+   c. the real draft on the test MT-Bench turns at every draft cost, against each draft's round
+      model, fitted from the real draft at every cost and k on MT-Bench turns the test runs do not
+      use. Where those calibration turns run is ``P["draft_calibration"]``: ``"interleaved"`` (the
+      default, amendment of 2026-12-05 evening) in one shuffled sweep with the test turns
+      (:func:`moespec.engine.draftcost.interleaved_sweep`), so that both meet the same stretch of a
+      shared machine, the round model fitted from the calibration turns alone; ``"before"`` (the
+      earlier protocol) in a sweep of their own in step a;
 4. the two verify protocols side by side; the goals; the round-model file ``05_round_model.json``.
 """
 
@@ -50,6 +55,21 @@ from moespec.tables.rounds import protocol_table, round_terms_table
 from .result import Result, table
 
 ROUND_MODEL_FILE = "05_round_model.json"
+DRAFT_CALIBRATION = ("interleaved", "before")      # where the real draft's round calibration runs
+
+
+def real_draft_parts(sub, P: dict, seed: int = 0) -> tuple:
+    """The real draft's two sets of turns (:class:`moespec.engine.draftcost.SweepPart`): the round
+    calibration's (``draft_cal_prompts`` MT-Bench turns the test does not use, once each, the lowest
+    draft cost with the per-slot kernel too) and the test's (``real_prompts`` turns, ``real_reps``
+    times), each with ``plain_runs`` plain runs per prompt and repetition."""
+    room = sub.context - P["real_tokens"] - 10
+    cal = DC.SweepPart("calibration", sub.calibration_chat_prompts(P["draft_cal_prompts"], room, P["real_prompts"],
+                                                                   seed=seed),
+                       reps=1, slot_costs=(min(map(float, P["draft_costs"])),), plain_runs=P["plain_runs"])
+    test = DC.SweepPart("test", sub.chat_prompts(P["real_prompts"], max_tokens=room, seed=seed),
+                        reps=P["real_reps"], plain_runs=P["plain_runs"])
+    return cal, test
 
 
 def _now() -> str:
@@ -66,6 +86,7 @@ class WholeModelStudy:
         self.sub, self.P, self.out, self.fig_dir = sub, P, out, fig_dir
         self.profile, self.device, self.seed, self.backend, self.dtype = profile, device, seed, backend, dtype
         self.label = sub.label
+        self._draft_protocol(P)                 # refused before anything is measured
         self.ref = ReferenceRead(device=device)
         self.prompts_by_depth = {d: sub.depth_prompts(d, P["prompts_per_depth"], seed) for d in P["depths"]}
         self.order: dict = {}
@@ -183,9 +204,11 @@ class WholeModelStudy:
 
     # --- 3a. round calibration ----------------------------------------------------------------
     def calibrate(self, state: str) -> Result:
-        """Round calibration in ``state``: verify loops at each depth, the real draft at every cost
-        and k on calibration prompts; the state's round models."""
+        """Round calibration in ``state``: verify loops at each depth and, with ``draft_calibration =
+        "before"``, the real draft at every cost and k on calibration turns; the state's round models
+        (the real draft's, with ``"interleaved"``, come with its test runs: :meth:`real_draft`)."""
         P = self.sizes(state)
+        protocol = self._draft_protocol(P)
         self.order[f"calibration {state}"] = _now()
         n_oracle = self.P["oracle_prompts"]
         with machine_state(state, pin=self.device == "cpu") as ms:
@@ -200,33 +223,48 @@ class WholeModelStudy:
                                           first_prompt=n_oracle).assign(state=state))
             loops = pd.concat(loops, ignore_index=True)
             draft_rows = None
-            if self.sub.draft is not None:
-                cal_prompts = self.sub.calibration_chat_prompts(P["draft_cal_prompts"],
-                                                                self.sub.context - P["real_tokens"] - 10,
-                                                                P["real_prompts"], seed=self.seed)
-                drafts = self._drafts(P["draft_costs"])
-                draft_rows = DC.draft_cost_sweep(self.sub.engine, drafts, cal_prompts, P["real_ks"], P["real_tokens"],
-                                                 seed=self.seed + 11, reference=self.ref, slot_costs=[min(drafts)],
-                                                 plain_runs=P["plain_runs"],
+            if self.sub.draft is not None and protocol == "before":
+                cal = real_draft_parts(self.sub, P, self.seed)[0]
+                draft_rows = DC.draft_cost_sweep(self.sub.engine, self._drafts(P["draft_costs"]), cal.prompts,
+                                                 P["real_ks"], P["real_tokens"], seed=self.seed + 11,
+                                                 reference=self.ref, slot_costs=cal.slot_costs,
+                                                 plain_runs=cal.plain_runs,
                                                  desc=f"draft calibration ({state})").assign(state=state)
         self.states[state] = ms.describe()
         self.frames["verify_loops"].append(loops)       # the rows are written before anything is built from them
         io.write_dataframe(self.out / "verify_loops.csv", pd.concat(self.frames["verify_loops"], ignore_index=True))
-        if draft_rows is not None:
-            self.frames["draft_cal"].append(draft_rows)
-            io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
         by_depth = CAL.from_verify_loops(loops, self.label, state, n_boot=P["n_boot"], seed=self.seed)
-        models = list(by_depth.values())
-        by_cost = {}
-        if draft_rows is not None:
-            self.results[f"draft calibration {state}"] = draft_rows
-            by_cost = CAL.from_draft_runs(draft_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed)
-            models += list(by_cost.values())
-        self.models += models
-        self.results[f"models {state}"] = {"depth": by_depth, "cost": by_cost}
-        terms = round_terms_table(models)
+        self.models += list(by_depth.values())
+        self.results[f"models {state}"] = {"depth": by_depth, "cost": {}}
         lines = [f"[{state}] {ms.describe()['what']}; read {np.nanmedian(loops['ref_GBps']):.2f} GB/s (median of the "
                  f"loops' same-round reads)"]
+        if self.sub.draft is not None and protocol == "interleaved":
+            lines.append(f"[{state}] the real draft's round calibration runs interleaved with its test runs (step c)")
+        return self._models_result(state, list(by_depth.values()) + self._draft_models(state, draft_rows, P), lines)
+
+    @staticmethod
+    def _draft_protocol(P: dict) -> str:
+        """Where the real draft's round calibration runs (``P["draft_calibration"]``), checked."""
+        protocol = P.get("draft_calibration", "interleaved")
+        if protocol not in DRAFT_CALIBRATION:
+            raise ValueError(f"draft_calibration must be one of {list(DRAFT_CALIBRATION)}; found {protocol!r}")
+        return protocol
+
+    def _draft_models(self, state: str, draft_rows, P: dict) -> list:
+        """The real draft's round models of ``state`` from its calibration rows (written first)."""
+        if draft_rows is None:
+            return []
+        self.frames["draft_cal"].append(draft_rows)
+        io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
+        self.results[f"draft calibration {state}"] = draft_rows
+        by_cost = CAL.from_draft_runs(draft_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed)
+        self.models += list(by_cost.values())
+        self.results[f"models {state}"]["cost"] = by_cost
+        return list(by_cost.values())
+
+    @staticmethod
+    def _models_result(state: str, models: list, lines: list) -> Result:
+        """Each round model's V(0), V(1), V(kmax) and draft fit, and their terms as a table."""
         for rm in models:
             V = rm.step_times("dedup")
             lo, hi = rm.step_interval("dedup")
@@ -235,9 +273,9 @@ class WholeModelStudy:
             lines.append(f"[{state}] {rm.context}, {rm.draft.name}: V(0) = {1e3 * V[0]:.3f} ms "
                          f"[{1e3 * lo[0]:.3f}, {1e3 * hi[0]:.3f}], V(1) = {1e3 * V[1]:.3f} ms, V({rm.kmax}) = "
                          f"{1e3 * V[-1]:.3f} ms{fit}")
-        return Result(lines, {f"round model terms ({state})": table(terms, ["context", "draft", "k", "t_draft_ms",
-                                                                           "tau_dedup_ms", "tau_slot_ms", "host_ms",
-                                                                           "V_ms", "V_lo_ms", "V_hi_ms", "delta"])})
+        return Result(lines, {f"round model terms ({state})": table(round_terms_table(models), [
+            "context", "draft", "k", "t_draft_ms", "tau_dedup_ms", "tau_slot_ms", "host_ms", "V_ms", "V_lo_ms",
+            "V_hi_ms", "delta"])} if models else {})
 
     # --- 3b. the oracle-draft grid ------------------------------------------------------------
     def oracle_runs(self, state: str) -> Result:
@@ -289,16 +327,25 @@ class WholeModelStudy:
         if self.sub.draft is None:
             return Result([f"no real draft for this subject ({self.sub.description['real']}); section skipped"])
         P = self.sizes(state)
+        protocol = self._draft_protocol(P)
         self.order[f"real-draft runs {state}"] = _now()
         drafts = self._drafts(P["draft_costs"])
-        prompts = self.sub.chat_prompts(P["real_prompts"], max_tokens=self.sub.context - P["real_tokens"] - 10,
-                                        seed=self.seed)
+        cal, test = real_draft_parts(self.sub, P, self.seed)
         with machine_state(state, pin=self.device == "cpu"):
-            ratios = (DC.draft_cost_ratios(self.sub.engine, drafts, prompts[0], reps=P["ratio_reps"], reference=self.ref)
-                      if state == "quiet" else None)
-            real = DC.draft_cost_sweep(self.sub.engine, drafts, prompts, P["real_ks"], P["real_tokens"], seed=self.seed,
-                                       reps=P["real_reps"], plain_runs=P["plain_runs"], reference=self.ref,
-                                       desc=f"real draft ({state})").assign(state=state)
+            ratios = (DC.draft_cost_ratios(self.sub.engine, drafts, test.prompts[0], reps=P["ratio_reps"],
+                                           reference=self.ref) if state == "quiet" else None)
+            if protocol == "interleaved":
+                rows = DC.interleaved_sweep(self.sub.engine, drafts, [cal, test], P["real_ks"], P["real_tokens"],
+                                            seed=self.seed, reference=self.ref,
+                                            desc=f"real draft with its calibration ({state})").assign(state=state)
+                draft_rows, real = (rows[rows.part == p].drop(columns="part").reset_index(drop=True)
+                                    for p in (cal.name, test.name))
+            else:
+                real = DC.draft_cost_sweep(self.sub.engine, drafts, test.prompts, P["real_ks"], P["real_tokens"],
+                                           seed=self.seed, reps=test.reps, plain_runs=test.plain_runs,
+                                           reference=self.ref, desc=f"real draft ({state})").assign(state=state)
+        calibrated = (self._models_result(state, self._draft_models(state, draft_rows, P), [])
+                      if protocol == "interleaved" else Result([]))
         models = self.results[f"models {state}"]["cost"]
         read = float(np.nanmedian(real["ref_GBps"]))    # the machine state the runs met (same-round reads)
         try:
@@ -352,7 +399,7 @@ class WholeModelStudy:
                          f"ratios {np.round(stop['cost_ratio'], 3).tolist()}")
         else:
             io.write_dataframe(self.out / f"real_draft_{state}.csv", real)
-        return Result(lines, {f"real draft: predicted vs measured ({state})": table(
+        return Result(calibrated.lines + lines, {**calibrated.tables, f"real draft: predicted vs measured ({state})": table(
             pred, ["draft_cost", "k", "tokens_per_step", "V_hat_ms", "V_meas_ms", "predicted", "predicted_lo",
                    "predicted_hi", "measured", "rel_error", "predicted_pooled", "predicted_geometric"])})
 
