@@ -2,7 +2,8 @@
 subject, and the round model that predicts them (issue 24).
 
 Order of a run (recorded in ``run.json`` and in the round-model file, so that a reader can check
-that every input of a prediction was measured before the runs that test it):
+that every input of a prediction was measured before the runs that test it, or, for the real
+draft's interleaved calibration, in the same sweep on other turns, its rows apart from the test's):
 
 0. where a decode step's time goes (one interleaved run);
 1. the output checks (dedup off/on, and a widened subject against the unwidened model);
