@@ -85,3 +85,42 @@ def real_draft_report(runs: pd.DataFrame, draft_cost: float | None = None) -> tu
                                        "plain_fastest": int((best_k == 0).sum()),
                                        "speedup_k1": float(med.get(1, np.nan)), "k_last": int(max(ks)),
                                        "speedup_k_last": float(med[max(ks)])}
+
+
+def verify_by_turn(calibration: pd.DataFrame, test: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """How the deduplicating verify pass varies with the MT-Bench turn it verifies, from a real-draft
+    calibration's rows and its test runs' (:func:`moespec.engine.draftcost.draft_cost_sweep` /
+    ``interleaved_sweep`` rows of one machine state; k = 0: the plain step, a one-token pass).
+
+    Returns (``turns``, ``by_k``). ``turns``: per part, turn and k, the turn's prompt length, its runs
+    with deduplication on (every draft cost) and the mean of their ``t_verify_mean_s`` (ms). ``by_k``:
+    per k, the calibration's mean over runs (the point estimate of the round model's pooled
+    tau_dedup(k + 1), :func:`moespec.predict.calibration.from_draft_runs`) against the test runs' mean,
+    their ratio, the range of the turns' means in each part, and the calibration's mean with each of
+    its turns left out in turn (lowest and highest): how much one turn moves the term."""
+    parts = []
+    for name, rows in (("calibration", calibration), ("test", test)):
+        missing = {"prompt", "prompt_tokens", "k", "dedup", "t_verify_mean_s"} - set(rows.columns)
+        if missing:
+            raise ValueError(f"{name} rows lack column(s) {sorted(missing)}")
+        used = rows[rows["dedup"].astype(bool) | (rows["k"] == 0)]
+        if used.empty:
+            raise ValueError(f"{name} rows hold no run with deduplication on or plain")
+        parts.append(used.assign(part=name, verify_ms=1e3 * used["t_verify_mean_s"].astype(float)))
+    runs = pd.concat(parts, ignore_index=True)
+    turns = (runs.groupby(["part", "prompt", "k"])
+             .agg(prompt_tokens=("prompt_tokens", "first"), runs=("verify_ms", "size"), verify_ms=("verify_ms", "mean"))
+             .reset_index())
+    rows = []
+    cal_runs, test_runs = (runs[runs["part"] == p] for p in ("calibration", "test"))
+    for k in sorted(set(cal_runs["k"]) & set(test_runs["k"])):
+        c, t = cal_runs[cal_runs["k"] == k], test_runs[test_runs["k"] == k]
+        left_out = [c[c["prompt"] != p]["verify_ms"].mean() for p in sorted(c["prompt"].unique())]
+        left_out = [v for v in left_out if np.isfinite(v)] or [float("nan")]
+        ct, tt = (turns[(turns["part"] == p) & (turns["k"] == k)]["verify_ms"] for p in ("calibration", "test"))
+        rows.append({"k": int(k), "calibration_ms": float(c["verify_ms"].mean()), "test_ms": float(t["verify_ms"].mean()),
+                     "ratio": float(c["verify_ms"].mean() / t["verify_ms"].mean()),
+                     "calibration_turn_min_ms": float(ct.min()), "calibration_turn_max_ms": float(ct.max()),
+                     "test_turn_min_ms": float(tt.min()), "test_turn_max_ms": float(tt.max()),
+                     "leave_one_turn_out_min_ms": float(min(left_out)), "leave_one_turn_out_max_ms": float(max(left_out))})
+    return turns, pd.DataFrame(rows)
