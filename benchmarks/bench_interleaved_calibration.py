@@ -21,7 +21,6 @@ amendment.
 from __future__ import annotations
 
 import argparse
-import copy
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import torch
 
 from moespec import io, paths, predict, provenance
 from moespec.engine import draftcost as DC
-from moespec.engine.subject import load_subject, widen_draft
+from moespec.engine.subject import load_subject
 from moespec.measure import protocols
 from moespec.measure.load import machine_state
 from moespec.measure.regimes import ReferenceRead
@@ -63,10 +62,7 @@ def run(profile: str, protocols_to_run, seed: int = 0, state: str = "quiet", out
     rules = predict.load_rules(sub.rules_file)
     P, _ = resolve("05", profile)
     costs = P["draft_costs"] if P["draft_costs"] is not None else rules.get("draft_cost_grid", {}).get("values", [0.0])
-    drafts = {}
-    for r in map(float, costs):
-        drafts[r] = copy.deepcopy(sub.draft)
-        widen_draft(drafts[r], sub.expert_bytes_per_token(), r, seed=seed + 1)
+    drafts = {float(r): sub.widened_draft(r, seed=seed + 1) for r in costs}
     cal, test = real_draft_parts(sub, {**P, "draft_costs": list(drafts)}, seed)
     ref = ReferenceRead(device="cpu")
     out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "interleaved")
@@ -90,7 +86,7 @@ def run(profile: str, protocols_to_run, seed: int = 0, state: str = "quiet", out
             else:
                 rows = DC.interleaved_sweep(sub.engine, drafts, [cal, test], P["real_ks"], P["real_tokens"], seed=seed,
                                             reference=ref, desc="interleaved")
-                cal_rows, test_rows = (rows[rows.part == p].drop(columns="part") for p in ("calibration", "test"))
+                cal_rows, test_rows = DC.split_parts(rows, [cal, test])
             wall = time.perf_counter() - t0
             io.write_dataframe(out / f"{stamp}_{name}_runs.csv",
                                pd.concat([cal_rows.assign(role="calibration"), test_rows.assign(role="test")]))

@@ -3,7 +3,6 @@ profile defaults and the package functions notebooks 05/06/07 call (issue 16).""
 
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import pandas as pd
@@ -12,7 +11,7 @@ import torch
 
 from moespec.engine import draftcost as DC
 from moespec.engine.breakdown import decode_breakdown, shares
-from moespec.engine.subject import load_subject, widen_draft
+from moespec.engine.subject import load_subject
 from moespec.engine.verify import measure_verify_times, regime_summaries
 from moespec.measure.regimes import ReferenceRead, classify, dominant, regime_summary, split_point
 from moespec.notebook_profiles import DEFAULTS, default_depths, resolve
@@ -220,10 +219,7 @@ def test_stop_paying_counts_grid_steps_and_never():
 
 
 def test_draft_cost_sweep_on_the_engine(subject):
-    drafts = {}
-    for r in (0.0, 0.5):
-        drafts[r] = copy.deepcopy(subject.draft)
-        widen_draft(drafts[r], subject.expert_bytes_per_token(), r)
+    drafts = {r: subject.widened_draft(r) for r in (0.0, 0.5)}
     prompts = [np.random.default_rng(i).integers(1, 256, size=16) for i in range(2)]
     ratios = DC.draft_cost_ratios(subject.engine, drafts, prompts[0], reps=3, warmup=0, reference=ReferenceRead(2**20))
     assert list(ratios.draft_cost) == [0.0, 0.5] and (ratios.cost_ratio > 0).all() and (ratios.ref_GBps > 0).all()
@@ -446,15 +442,12 @@ def test_interleaved_sweep_mixes_the_parts_and_changes_no_token(subject):
     prompt, twice, two plain runs) in one shuffled order: each part's rows are what its own sweep
     would run (same cells, same tokens: the order changes no token), the parts alternate in time,
     and each run's speedup divides by its own part's plain runs."""
-    drafts = {}
-    for r in (0.0, 0.5):
-        drafts[r] = copy.deepcopy(subject.draft)
-        widen_draft(drafts[r], subject.expert_bytes_per_token(), r)
+    drafts = {r: subject.widened_draft(r) for r in (0.0, 0.5)}
     prompts = [np.random.default_rng(i).integers(1, 256, size=16) for i in range(3)]
     parts = [DC.SweepPart("calibration", prompts[:1], reps=1, slot_costs=(0.0,)),
              DC.SweepPart("test", prompts[1:], reps=2, plain_runs=2)]
     mixed = DC.interleaved_sweep(subject.engine, drafts, parts, [1, 2], 6, seed=3, progress=False)
-    cal, test = (mixed[mixed.part == p.name] for p in parts)
+    cal, test = DC.split_parts(mixed, parts)
     assert len(cal) == 1 + 2 * 2 + 2 and (~cal.dedup).sum() == 2
     assert len(test) == 2 * 2 * (2 + 2 * 2) and set(test.prompt) == {0, 1} and set(test.rep) == {0, 1}
     switches = int((mixed.part != mixed.part.shift()).sum()) - 1

@@ -124,6 +124,12 @@ def interleaved_sweep(engine, drafts: dict, parts: list, ks, n_tokens: int, seed
     return _finish(_run_plan(engine, drafters, parts, plan, n_tokens, reference, progress, desc))
 
 
+def split_parts(rows: pd.DataFrame, parts: list) -> tuple:
+    """:func:`interleaved_sweep`'s rows as one frame per part, in the order of ``parts``, without
+    the ``part`` column (each as :func:`draft_cost_sweep` would give it)."""
+    return tuple(rows[rows["part"] == p.name].drop(columns="part").reset_index(drop=True) for p in parts)
+
+
 def _checked(drafts: dict, ks, parts: list) -> tuple[dict, list]:
     ks = sorted({int(k) for k in ks if int(k) >= 1})
     if not ks:

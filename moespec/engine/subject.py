@@ -25,6 +25,7 @@ what is padding.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,6 +173,13 @@ class Subject:
 
         m = int(self.target.config.num_experts_per_tok)
         return float(sum(m * w.bytes_per_expert for w in layer_weights(self.engine).values()))
+
+    def widened_draft(self, draft_cost: float, seed: int = 0) -> torch.nn.Module:
+        """A copy of the subject's draft widened to ``draft_cost`` (:func:`widen_draft`; the subject's
+        own draft is left as it is)."""
+        draft = copy.deepcopy(self.draft)
+        widen_draft(draft, self.expert_bytes_per_token(), float(draft_cost), seed=seed)
+        return draft
 
 
 def _spread(total: int, count: int) -> np.ndarray:

@@ -24,7 +24,6 @@ draft's interleaved calibration, in the same sweep on other turns, its rows apar
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 
 import numpy as np
@@ -38,7 +37,7 @@ from moespec.engine import goals as G
 from moespec.engine import summaries as SM
 from moespec.engine.calibration import verify_loops
 from moespec.engine.runs import greedy_agreement, oracle_sweep
-from moespec.engine.subject import load_subject, widen_draft
+from moespec.engine.subject import load_subject
 from moespec.engine.verify import measure_verify_times, regime_summaries
 from moespec.engine.widen import attention_and_head_in_format
 from moespec.measure.load import machine_state
@@ -87,7 +86,7 @@ class WholeModelStudy:
         self.sub, self.P, self.out, self.fig_dir = sub, P, out, fig_dir
         self.profile, self.device, self.seed, self.backend, self.dtype = profile, device, seed, backend, dtype
         self.label = sub.label
-        self._draft_protocol(P)                 # refused before anything is measured
+        self.draft_protocol = self._draft_protocol(P)     # refused before anything is measured
         self.ref = ReferenceRead(device=device)
         self.prompts_by_depth = {d: sub.depth_prompts(d, P["prompts_per_depth"], seed) for d in P["depths"]}
         self.order: dict = {}
@@ -110,8 +109,7 @@ class WholeModelStudy:
         the runs of every state draft with the same models)."""
         for r in map(float, costs):
             if r not in self.widened:
-                self.widened[r] = copy.deepcopy(self.sub.draft)
-                widen_draft(self.widened[r], self.sub.expert_bytes_per_token(), r, seed=self.seed + 1)
+                self.widened[r] = self.sub.widened_draft(r, seed=self.seed + 1)
         return {float(r): self.widened[float(r)] for r in costs}
 
     def sizes(self, state: str) -> dict:
@@ -209,7 +207,6 @@ class WholeModelStudy:
         "before"``, the real draft at every cost and k on calibration turns; the state's round models
         (the real draft's, with ``"interleaved"``, come with its test runs: :meth:`real_draft`)."""
         P = self.sizes(state)
-        protocol = self._draft_protocol(P)
         self.order[f"calibration {state}"] = _now()
         n_oracle = self.P["oracle_prompts"]
         with machine_state(state, pin=self.device == "cpu") as ms:
@@ -224,7 +221,7 @@ class WholeModelStudy:
                                           first_prompt=n_oracle).assign(state=state))
             loops = pd.concat(loops, ignore_index=True)
             draft_rows = None
-            if self.sub.draft is not None and protocol == "before":
+            if self.sub.draft is not None and self.draft_protocol == "before":
                 cal = real_draft_parts(self.sub, P, self.seed)[0]
                 draft_rows = DC.draft_cost_sweep(self.sub.engine, self._drafts(P["draft_costs"]), cal.prompts,
                                                  P["real_ks"], P["real_tokens"], seed=self.seed + 11,
@@ -239,7 +236,7 @@ class WholeModelStudy:
         self.results[f"models {state}"] = {"depth": by_depth, "cost": {}}
         lines = [f"[{state}] {ms.describe()['what']}; read {np.nanmedian(loops['ref_GBps']):.2f} GB/s (median of the "
                  f"loops' same-round reads)"]
-        if self.sub.draft is not None and protocol == "interleaved":
+        if self.sub.draft is not None and self.draft_protocol == "interleaved":
             lines.append(f"[{state}] the real draft's round calibration runs interleaved with its test runs (step c)")
         return self._models_result(state, list(by_depth.values()) + self._draft_models(state, draft_rows, P), lines)
 
@@ -328,25 +325,23 @@ class WholeModelStudy:
         if self.sub.draft is None:
             return Result([f"no real draft for this subject ({self.sub.description['real']}); section skipped"])
         P = self.sizes(state)
-        protocol = self._draft_protocol(P)
         self.order[f"real-draft runs {state}"] = _now()
         drafts = self._drafts(P["draft_costs"])
         cal, test = real_draft_parts(self.sub, P, self.seed)
         with machine_state(state, pin=self.device == "cpu"):
             ratios = (DC.draft_cost_ratios(self.sub.engine, drafts, test.prompts[0], reps=P["ratio_reps"],
                                            reference=self.ref) if state == "quiet" else None)
-            if protocol == "interleaved":
+            if self.draft_protocol == "interleaved":
                 rows = DC.interleaved_sweep(self.sub.engine, drafts, [cal, test], P["real_ks"], P["real_tokens"],
                                             seed=self.seed, reference=self.ref,
                                             desc=f"real draft with its calibration ({state})").assign(state=state)
-                draft_rows, real = (rows[rows.part == p].drop(columns="part").reset_index(drop=True)
-                                    for p in (cal.name, test.name))
-            else:
+                draft_rows, real = DC.split_parts(rows, [cal, test])
+            else:                                        # calibrated in step a
+                draft_rows = None
                 real = DC.draft_cost_sweep(self.sub.engine, drafts, test.prompts, P["real_ks"], P["real_tokens"],
                                            seed=self.seed, reps=test.reps, plain_runs=test.plain_runs,
                                            reference=self.ref, desc=f"real draft ({state})").assign(state=state)
-        calibrated = (self._models_result(state, self._draft_models(state, draft_rows, P), [])
-                      if protocol == "interleaved" else Result([]))
+        calibrated = self._models_result(state, self._draft_models(state, draft_rows, P), [])
         models = self.results[f"models {state}"]["cost"]
         read = float(np.nanmedian(real["ref_GBps"]))    # the machine state the runs met (same-round reads)
         try:
