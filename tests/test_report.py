@@ -211,3 +211,19 @@ def test_round_predictions_state_the_measurement_against_itself(run_dir):
     (run_dir / "05_draft_cost_predictions.csv").write_text(
         "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric\n0.0,1,quiet,1.25,1.25,0.0,0.0\n")
     assert "against itself" not in report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
+
+
+def test_round_predictions_state_the_routing_term(run_dir):
+    """Routed real-draft predictions: the block names the cost of one distinct pair, the prompts'
+    and the calibration's pairs per pass at the longest k, and the unrouted score beside (one of two
+    points within 5 % at the calibration's mean routing: errors 3 % and -8 %)."""
+    (run_dir / "05_oracle_predictions.csv").write_text(
+        "d,k,a,state,speedup_rel_error,speedup_inside\n64,1,0.8,quiet,0.01,True\n")
+    (run_dir / "05_draft_cost_predictions.csv").write_text(
+        "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric,rel_error_unrouted,"
+        "ms_per_distinct_expert,distinct_test,distinct_calibration\n"
+        "0.0,1,quiet,1.2,1.2,0.0,0.0,0.03,0.38,57.0,56.5\n0.0,2,quiet,1.3,1.3,0.0,0.0,-0.08,0.38,80.25,76.0\n")
+    out = report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
+    assert ("the scored prediction puts each prompt's verify pass at its own routing (one distinct (expert, layer) "
+            "pair 0.380 ms; at k = 2 the test prompts' median pass reads 80.2 pairs, the calibration's mean pass "
+            "76.0); at the calibration's mean routing instead: within 5 % at 1, largest 8.0 %") in out

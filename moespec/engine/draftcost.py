@@ -21,6 +21,7 @@ sweep proposes the same tokens and the acceptance is the same at every cost: onl
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,7 +79,9 @@ def draft_cost_sweep(engine, drafts: dict, prompts: list, ks, n_tokens: int, rep
     any other cell: every speedup of the prompt divides by its plain throughput, so one plain run's
     noise would enter all of them at once. The prompts run one after another, each prefilled once.
     One row per run: prompt, draft_cost, k, dedup, rep, seq (its place in the sweep), ref_GBps, the fields of
-    :func:`summarize_steps`, and ``speedup``: its throughput over the median throughput of the same
+    :func:`summarize_steps`, ``distinct_experts`` (the mean over the run's verify passes of the
+    distinct (expert, layer) pairs each reads, :meth:`moespec.engine.target.Engine.routing_tap`;
+    NaN for a target without routing), and ``speedup``: its throughput over the median throughput of the same
     prompt's plain runs in the same bandwidth regime (:func:`moespec.measure.regimes.classify` over
     the run's readings; all of the prompt's plain runs when that regime has none)."""
     part = SweepPart("sweep", list(prompts), reps=reps, slot_costs=tuple(slot_costs), plain_runs=plain_runs)
@@ -165,12 +168,35 @@ def _run_plan(engine, drafters: dict, parts: list, plan: list, n_tokens: int, re
         engine.dedup = dd
         bw = reference() if reference is not None else float("nan")
         drafter = drafters[r] if r is not None else drafters[next(iter(drafters))]
-        _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first)
+        with _routing_tap(engine) as distinct:
+            _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first)
         rows.append({"part": parts[i].name, "prompt": pi, "prompt_tokens": len(prompt),
                      "draft_cost": float("nan") if r is None else float(r), "k": k, "dedup": dd,
-                     "rep": rep, "seq": seq, "ref_GBps": bw, **summarize_steps(steps)})
+                     "rep": rep, "seq": seq, "ref_GBps": bw, **summarize_steps(steps),
+                     "distinct_experts": _per_pass_mean(distinct, len(steps))})
     engine.dedup = False
     return rows
+
+
+@contextmanager
+def _routing_tap(engine):
+    """The engine's :meth:`~moespec.engine.target.Engine.routing_tap`; None for a target without
+    routing (a test's stand-in)."""
+    if hasattr(engine, "routing_tap"):
+        with engine.routing_tap() as counts:
+            yield counts
+    else:
+        yield None
+
+
+def _per_pass_mean(counts, steps: int) -> float:
+    """A run's mean distinct (expert, layer) pairs per verify pass (one pass per step); NaN without
+    a routing tap."""
+    if counts is None:
+        return float("nan")
+    if len(counts) != steps:
+        raise RuntimeError(f"routing tap counted {len(counts)} passes for a run of {steps} steps")
+    return float(np.mean(counts))
 
 
 def _finish(rows: list) -> pd.DataFrame:

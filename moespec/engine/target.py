@@ -7,6 +7,8 @@ members (``prefill``, ``forward``, ``crop``, ``length``); the tests' stand-in is
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 
@@ -115,6 +117,34 @@ class Engine:
             tok = self.forward([tok])[0]
             out.append(tok)
         return out
+
+    @contextmanager
+    def routing_tap(self):
+        """Within the block, count each pass's distinct (expert, layer) pairs: the experts the
+        deduplicating kernel reads, summed over the MoE layers (paper 1's u(n) per layer, times
+        L). Yields a list that holds one count per pass once the block ends. The taps add one
+        copy of each layer's ``[n, m]`` expert ids per pass (microseconds against a pass of
+        milliseconds); the counting happens after the block."""
+        if self.switch is None:
+            raise ValueError("routing is recorded by the kernel switch; build the engine with install_kernels=True")
+        if self.switch.record is not None:
+            raise ValueError("a routing record is already open on this engine")
+        counts: list[int] = []
+        starts: list[int] = []
+        record: list = []
+
+        def mark(start, ids):
+            starts.append(len(record))
+
+        self.switch.record = record
+        self.pass_listeners.append(mark)
+        try:
+            yield counts
+        finally:
+            self.pass_listeners.remove(mark)
+            self.switch.record = None
+        for a, b in zip(starts, starts[1:] + [len(record)]):
+            counts.append(int(sum(len(np.unique(ids)) for _, ids in record[a:b])))
 
     def record_routing(self, ids) -> np.ndarray:
         """Teacher-force ``ids`` in one pass and return the experts each token chose,

@@ -16,11 +16,11 @@ the engine imports it.
 from moespec.theory import crossover, crossover_distance
 
 from .chain import KERNELS, Chain, calibrate, chain, fitted_layer_times, layer_times, saving_band
-from .round_model import DraftTime, RoundModel, RoundModelError, RoundModels, Term, fit_draft_time
+from .round_model import DraftTime, RoundModel, RoundModelError, RoundModels, RoutingTerm, Term, fit_draft_time
 from .rules import load_rules, rules_path, rules_provenance, score
 from .scoring import Measured, bench_regimes, curves, evaluate, evaluate_depths, in_regime, measured_at
 
 __all__ = ["KERNELS", "Chain", "chain", "calibrate", "layer_times", "fitted_layer_times", "saving_band",
            "crossover", "crossover_distance", "Measured", "evaluate", "curves", "measured_at", "evaluate_depths",
            "bench_regimes", "in_regime", "load_rules", "rules_path", "rules_provenance", "score",
-           "Term", "DraftTime", "RoundModel", "RoundModels", "RoundModelError", "fit_draft_time"]
+           "Term", "DraftTime", "RoundModel", "RoundModels", "RoundModelError", "RoutingTerm", "fit_draft_time"]

@@ -11,7 +11,9 @@ decode loops timed before the speculative runs, turned into :class:`RoundModel` 
   target runs the same verify pass after it: pooling them times that pass over six times as many
   rounds; amendment of 2026-12-05, ``data/preregistration/amendments_byte_faithful_all.json``);
   tau_slot(k + 1) from the per-slot runs of the draft as trained, the one-token pass from the plain
-  runs (k = 0).
+  runs (k = 0); where the runs recorded their verify passes' routing (``distinct_experts``), the
+  deduplicating term's dependence on it (:class:`moespec.predict.round_model.RoutingTerm`; amendment
+  of 2026-12-05 night).
 
 Each value is the mean over runs of a run's mean time per round (a run's throughput is its tokens
 over its total time, so the expected round time is a mean), with a bootstrap interval of that mean
@@ -26,7 +28,7 @@ import pandas as pd
 
 from moespec.measure.regimes import classify, dominant, split_point
 
-from .round_model import DraftTime, RoundModel, Term, fit_draft_time
+from .round_model import DraftTime, RoundModel, RoutingTerm, Term, fit_draft_time
 
 ORACLE_DRAFT = "oracle draft"
 
@@ -66,6 +68,20 @@ def _verify_term(rows: pd.DataFrame, kmax: int, source: str, n_boot: int, seed: 
         return Term.from_samples(samples, source, "loop", n_boot, seed)
     return Term.at_read(samples, _per_run(rows, "k", "ref_GBps", range(kmax + 1)), at_GBps,
                         f"{source}; at a read of {at_GBps:.2f} GB/s", n_boot, seed)
+
+
+def _routing_term(rows: pd.DataFrame, source: str) -> RoutingTerm | None:
+    """The deduplicating verify term's routing dependence (:meth:`RoutingTerm.fit`) over ``rows``
+    (plain and deduplicating runs); None where the rows carry no ``distinct_experts`` (a sweep
+    without a routing tap, or one recorded before it existed). Partly recorded rows are refused."""
+    if "distinct_experts" not in rows:
+        return None
+    u = rows["distinct_experts"].to_numpy(float)
+    if np.isnan(u).all():
+        return None
+    if np.isnan(u).any():
+        raise ValueError(f"draft calibration rows: distinct_experts missing in {int(np.isnan(u).sum())} of {u.size} runs")
+    return RoutingTerm.fit(rows["k"].to_numpy(int), u, rows["t_verify_mean_s"].to_numpy(float), source)
 
 
 def _read(rows: pd.DataFrame) -> float | None:
@@ -164,6 +180,7 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
     src = f"notebook 05, round calibration: speculative runs with the real draft on {context} calibration prompts"
     every_draft = used[used["dedup"].astype(bool) & (used["k"] >= 1)]
     pooled_tau: dict = {}      # kmax -> the deduplicating verify term, one for every draft of that kmax
+    pooled_routing: dict = {}  # kmax -> its routing term (None where the runs recorded no routing)
     out = {}
     for i, r in enumerate(costs):
         mine = every_draft[every_draft["draft_cost"] == r]
@@ -177,6 +194,10 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
                                             f"{src}: verify passes of k + 1 tokens, deduplicating kernel, runs of every "
                                             f"draft cost pooled (k = 0: plain runs)", n_boot, seed, at_GBps)
         ded_tau = pooled_tau[kmax]
+        if kmax not in pooled_routing:
+            pooled_routing[kmax] = _routing_term(pd.concat([plain, every_draft[every_draft["k"] <= kmax]]),
+                                                 f"{src}: verify times on each run's mean distinct (expert, layer) "
+                                                 f"pairs per pass, one intercept per k, runs of every draft cost pooled")
         own_slot = r in slot_cost
         sr = slot_runs[slot_runs["draft_cost"] == (r if own_slot else slot_cost[0])] if slot_cost else slot_runs
         if sr.empty:
@@ -194,6 +215,7 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
             draft=draft, saving=None,
             depth=float(both["prompt_tokens"].mean() + both["emitted"].mean() / 2) if "prompt_tokens" in both else None,
             regime=str(used["regime"].iloc[0]) if used["regime"].nunique() == 1 else "all rows",
+            routing=pooled_routing[kmax],
             read_GBps=_read(both) if at_GBps is None else float(at_GBps),
             notes={"draft_cost": float(r), "runs": int(len(both)), "prompts": int(both["prompt"].nunique()),
                    **({} if at_GBps is None else {"calibration_read_GBps": _read(both)}),

@@ -257,12 +257,86 @@ def fit_draft_time(k, t_s, name: str, kmax: int, source: str, n_boot: int = 2000
 
 
 @dataclass(frozen=True)
+class RoutingTerm:
+    """How the deduplicating verify pass depends on the routing of the tokens it verifies (paper 1,
+    Section 3: the deduplicating kernel reads each distinct expert once, so its bytes, and at a
+    steady bandwidth its time, grow with u(n), the distinct experts a pass of n tokens touches per
+    layer). ``distinct`` per k = 0..kmax: the calibration runs' mean distinct (expert, layer) pairs
+    per verify pass of k + 1 tokens (u summed over the L layers); ``s_per_expert``: the seconds one
+    more distinct pair costs, fitted over the calibration runs with one intercept per k
+    (:meth:`fit`). With an intercept per k, least squares passes through each k's means, so
+
+        tau_dedup(k + 1 | u) = tau_dedup(k + 1) + s_per_expert (u - distinct[k])
+
+    is the fit's own value at u and equals the pooled term at the calibration's mean routing
+    (:meth:`RoundModel.step_times_routed`)."""
+
+    s_per_expert: float
+    distinct: np.ndarray
+    runs: int
+    source: str
+
+    def __post_init__(self):
+        d = _arr(self.distinct, "routing term: distinct experts per pass")
+        object.__setattr__(self, "distinct", d)
+        if not np.isfinite(self.s_per_expert):
+            raise RoundModelError(f"routing term: seconds per distinct expert must be finite, found {self.s_per_expert}")
+        if np.any(d <= 0):
+            raise RoundModelError(f"routing term: distinct experts per pass must be positive, found {d.tolist()}")
+
+    @classmethod
+    def fit(cls, k, distinct, t_s, source: str) -> "RoutingTerm":
+        """Least squares of verify times ``t_s`` (one per run) on one intercept per draft length
+        ``k`` and a common slope in ``distinct`` (each run's mean distinct (expert, layer) pairs per
+        pass); every k = 0..max(k) needs a run. Where the counts never vary within a k (one
+        calibration prompt, say) the runs hold no slope: it is 0 (the term changes nothing) and the
+        source says so."""
+        k = np.asarray(k, int).reshape(-1)
+        u = np.asarray(distinct, float).reshape(-1)
+        t = np.asarray(t_s, float).reshape(-1)
+        if not (k.size == u.size == t.size) or k.size == 0:
+            raise RoundModelError(f"routing fit: k, distinct and times need one value per run; found sizes "
+                                  f"{k.size}, {u.size}, {t.size}")
+        if not (np.isfinite(u).all() and np.isfinite(t).all()):
+            raise RoundModelError("routing fit: every run needs a finite distinct count and verify time")
+        ks = np.arange(int(k.max()) + 1)
+        if missing := sorted(set(ks.tolist()) - set(k.tolist())):
+            raise RoundModelError(f"routing fit: no run at k = {missing}")
+        centred = u - np.array([u[k == j].mean() for j in ks])[k]
+        spread = float(centred @ centred)
+        t_centred = t - np.array([t[k == j].mean() for j in ks])[k]
+        if spread <= 0:
+            slope, source = 0.0, f"{source} (the distinct counts never vary within a k: no slope, taken as 0)"
+        else:
+            slope = float(centred @ t_centred / spread)   # within-k least squares (one intercept per k)
+        return cls(slope, np.array([u[k == j].mean() for j in ks]), int(k.size), source)
+
+    def shift_s(self, k: int, distinct: float) -> float:
+        """tau_dedup(k + 1 | u) - tau_dedup(k + 1): the verify term's change at ``distinct`` pairs per pass."""
+        if not 0 <= int(k) < len(self.distinct):
+            raise RoundModelError(f"routing term covers k = 0..{len(self.distinct) - 1}, asked k = {k}")
+        return self.s_per_expert * (float(distinct) - float(self.distinct[int(k)]))
+
+    def to_dict(self) -> dict:
+        return {"s_per_expert": self.s_per_expert, "distinct": self.distinct.tolist(), "runs": self.runs,
+                "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RoutingTerm":
+        try:
+            return cls(float(d["s_per_expert"]), np.asarray(d["distinct"], float), int(d["runs"]), str(d["source"]))
+        except KeyError as err:
+            raise RoundModelError(f"routing term: missing field {err}") from None
+
+
+@dataclass(frozen=True)
 class RoundModel:
     """One context's round: ``verify[p]`` (tau_p(n), n = 1..n_max), ``saving`` (S(n) = tau_slot -
     tau_dedup with an interval of its own, paired where it was measured paired; None when the
     kernels were not both measured), ``host`` (h(k)), ``draft`` (:class:`DraftTime`); what it is
     of (``subject``, ``context``, ``depth``: mean cache positions, ``state``: machine state,
-    ``regime``, ``read_GBps``: median same-round read) and ``notes`` (anything the consumer prints)."""
+    ``regime``, ``read_GBps``: median same-round read), ``routing`` (:class:`RoutingTerm`, where the
+    calibration recorded its passes' routing; None otherwise) and ``notes`` (anything the consumer prints)."""
 
     subject: str
     context: str
@@ -275,6 +349,7 @@ class RoundModel:
     regime: str = "one"
     read_GBps: float | None = None
     notes: dict = field(default_factory=dict)
+    routing: RoutingTerm | None = None
 
     def __post_init__(self):
         if set(self.verify) != set(KERNELS):
@@ -289,6 +364,9 @@ class RoundModel:
             raise RoundModelError(f"round model {self.context!r}: verify times must be positive")
         if np.any(self.host.values_s < 0) or np.any(self.draft.term.values_s < 0):
             raise RoundModelError(f"round model {self.context!r}: host and draft times must be >= 0")
+        if self.routing is not None and len(self.routing.distinct) != n["slot"]:
+            raise RoundModelError(f"round model {self.context!r}: routing term covers {len(self.routing.distinct)} "
+                                  f"draft lengths, verify {n['slot']} pass sizes")
 
     # --- sizes ----------------------------------------------------------------------------
     @property
@@ -365,6 +443,20 @@ class RoundModel:
         lo, hi = speedup_interval_by_k(self.delta_by_k(engine, n_switch))
         return {"V_s": V, "speedup": sp, "speedup_lo": sp * lo, "speedup_hi": sp * hi, "tokens_per_step": E}
 
+    def step_times_routed(self, k: int, distinct: float) -> tuple[float, float]:
+        """(V(0), V(k)) with the deduplicating verify pass of k + 1 tokens at ``distinct`` (expert,
+        layer) pairs per pass instead of the calibration's mean (:class:`RoutingTerm`); V(0) is
+        unchanged (a one-token pass touches m experts per layer whatever the token)."""
+        if self.routing is None:
+            raise RoundModelError(f"round model {self.context!r}: no routing term (its calibration recorded no routing)")
+        V = self.step_times("dedup")
+        if not 0 <= int(k) <= self.kmax:
+            raise RoundModelError(f"round model {self.context!r} covers k = 0..{self.kmax}, asked k = {k}")
+        Vk = float(V[int(k)]) + (self.routing.shift_s(int(k), distinct) if k else 0.0)
+        if Vk <= 0:
+            raise RoundModelError(f"round model {self.context!r}: V({k}) at {distinct:g} distinct pairs is not positive")
+        return float(V[0]), Vk
+
     # --- variants ---------------------------------------------------------------------------
     def with_verify(self, tau: dict, source: str, protocol: str = "prediction", half_width: dict | None = None,
                     saving_half_width=None) -> "RoundModel":
@@ -393,7 +485,8 @@ class RoundModel:
                 "regime": self.regime, "read_GBps": self.read_GBps,
                 "verify": {p: t.to_dict() for p, t in self.verify.items()},
                 "saving": None if self.saving is None else self.saving.to_dict(), "host": self.host.to_dict(),
-                "draft": self.draft.to_dict(), "notes": self.notes}
+                "draft": self.draft.to_dict(), "notes": self.notes,
+                "routing": None if self.routing is None else self.routing.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RoundModel":
@@ -404,7 +497,8 @@ class RoundModel:
                        host=Term.from_dict(d["host"], f"round model {ctx!r} host"), draft=DraftTime.from_dict(d["draft"]),
                        saving=None if d.get("saving") is None else Term.from_dict(d["saving"], f"round model {ctx!r} saving"),
                        depth=d.get("depth"), regime=str(d.get("regime", "one")), read_GBps=d.get("read_GBps"),
-                       notes=dict(d.get("notes") or {}))
+                       notes=dict(d.get("notes") or {}),
+                       routing=None if d.get("routing") is None else RoutingTerm.from_dict(d["routing"]))
         except KeyError as err:
             raise RoundModelError(f"round model: missing field {err}") from None
 

@@ -10,6 +10,8 @@ the same machine state, reported with its gap.
   prompt's measured tokens per step at k (a real draft's acceptance is not geometric: its accepted
   tokens come in runs; the median, because the measured speedup is a median over prompts), beside
   it the same with the runs' pooled tokens per step and the geometric G_a(k) at the measured acceptance;
+  where the round model carries a routing term, each prompt's verify pass at its own distinct
+  experts (:func:`routed_prompt_speedups`) and the median of the prompts' predictions;
 * :func:`plain_step` : the plain decode step V(0) predicted against the measured one;
 * :func:`stop_paying`: the first draft cost from which drafting no longer pays, measured and predicted;
 * :func:`measured_by_rep` and :func:`measurement_noise`: the measurement against itself, each
@@ -98,13 +100,45 @@ def tokens_per_step(runs: pd.DataFrame) -> pd.Series:
     return g["emitted"] / g["steps"]
 
 
-def median_prompt_tokens_per_step(runs: pd.DataFrame) -> pd.Series:
-    """Per k: the median over prompts of each prompt's tokens per step (emitted over steps, pooled
-    over its repetitions and draft costs: widening a draft changes no token). Where one prompt's
-    draft is rarely accepted it takes many more steps than the others, so the pooled ratio
-    (:func:`tokens_per_step`) leans towards it while a median over prompts does not."""
+def prompt_tokens_per_step(runs: pd.DataFrame) -> pd.Series:
+    """Per (k, prompt): the prompt's tokens per step (emitted over steps, pooled over its
+    repetitions and draft costs: widening a draft changes no token)."""
     g = runs.groupby(["k", "prompt"])[["emitted", "steps"]].sum()
-    return (g["emitted"] / g["steps"]).groupby(level="k").median()
+    return g["emitted"] / g["steps"]
+
+
+def median_prompt_tokens_per_step(runs: pd.DataFrame) -> pd.Series:
+    """Per k: the median over prompts of each prompt's tokens per step (:func:`prompt_tokens_per_step`).
+    Where one prompt's draft is rarely accepted it takes many more steps than the others, so the
+    pooled ratio (:func:`tokens_per_step`) leans towards it while a median over prompts does not."""
+    return prompt_tokens_per_step(runs).groupby(level="k").median()
+
+
+def prompt_distinct_experts(runs: pd.DataFrame) -> pd.Series:
+    """Per (k, prompt): the mean over the prompt's runs (repetitions and draft costs: widening a
+    draft changes no token, so every run verifies the same passes) of a run's mean distinct
+    (expert, layer) pairs per verify pass (``distinct_experts``, :func:`moespec.engine.draftcost.draft_cost_sweep`)."""
+    _check(runs, {"k", "prompt", "distinct_experts"}, "real-draft runs")
+    u = runs["distinct_experts"].to_numpy(float)
+    if not np.isfinite(u).all():
+        raise ValueError(f"real-draft runs: distinct_experts missing in {int((~np.isfinite(u)).sum())} of {u.size} "
+                         f"runs (the routing term needs every run's routing)")
+    return runs.groupby(["k", "prompt"])["distinct_experts"].mean()
+
+
+def routed_prompt_speedups(model: RoundModel, k: int, tokens: pd.Series, distinct: pd.Series) -> pd.Series:
+    """Each prompt's predicted speedup at draft length ``k``, E_p(k) V(0) / V_p(k), with V_p(k) the
+    round model's step with the verify pass at the prompt's own routing
+    (:meth:`RoundModel.step_times_routed`): ``tokens`` and ``distinct`` per prompt (the prompt's
+    tokens per step and distinct (expert, layer) pairs per pass at k). Their median over prompts is
+    the prediction of the measured speedup, itself a median over prompts of each prompt's speedup."""
+    if set(tokens.index) != set(distinct.index):
+        raise ValueError(f"tokens per step for prompts {sorted(tokens.index)}, routing for {sorted(distinct.index)}")
+    out = {}
+    for p, E in tokens.items():
+        V0, Vk = model.step_times_routed(k, float(distinct[p]))
+        out[p] = float(E) * V0 / Vk
+    return pd.Series(out, dtype=float)
 
 
 def acceptance_by_k(runs: pd.DataFrame) -> pd.Series:
@@ -220,6 +254,19 @@ def noise_line(pred: pd.DataFrame, state: str) -> str:
     return f"[{state}] {noise_phrase(n)}; largest difference between repetitions {100 * n['largest_apart']:.1f} %"
 
 
+def routing_line(pred: pd.DataFrame, state: str) -> str:
+    """What the routing term did to one state's :func:`real_draft_predictions` rows (routed ones):
+    the cost of one distinct (expert, layer) pair, the prompts' and the calibration's distinct pairs
+    per pass at the longest k, and the unrouted prediction's score beside the routed one's."""
+    last = pred[pred["k"] == pred["k"].max()].iloc[0]
+    inside = lambda col: int((pred[col].abs() <= 0.05).sum())   # noqa: E731
+    return (f"[{state}] routing: one distinct (expert, layer) pair costs {last['ms_per_distinct_expert']:.3f} ms of a "
+            f"verify pass; at k = {int(last['k'])} the test prompts' median pass reads {last['distinct_test']:.1f} "
+            f"pairs, the calibration's mean pass {last['distinct_calibration']:.1f}; with every prompt's verify pass "
+            f"at its own routing within 5 % at {inside('rel_error')} of {len(pred)}, at the calibration's mean "
+            f"routing (unrouted) {inside('rel_error_unrouted')} (largest {100 * pred['rel_error_unrouted'].abs().max():.1f} %)")
+
+
 def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict | None = None) -> pd.DataFrame:
     """Per (draft cost, k >= 1) of a real-draft sweep (``runs``:
     :func:`moespec.engine.draftcost.draft_cost_sweep` rows) and ``models`` {draft cost: RoundModel}:
@@ -230,6 +277,14 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
     runs' pooled tokens per step (``predicted_pooled``) and with the geometric G_a(k) at the runs'
     acceptance (``predicted_geometric``), measured and predicted step times (ms), and the relative
     error of each. Widening a draft changes no token, so E(k) and a are pooled over draft costs.
+
+    Where the round models carry a routing term (their calibration recorded each verify pass's
+    distinct experts; amendment of 2026-12-05 night), ``predicted`` is instead the median over
+    prompts of :func:`routed_prompt_speedups`: each prompt's E_p(k) V(0) / V_p(k) with its verify
+    pass at its own routing (the runs' ``distinct_experts``), the band scaled alike; the unrouted
+    prediction stays beside it (``predicted_unrouted``, ``rel_error_unrouted``) with the prompts'
+    median and the calibration's mean distinct pairs per pass (``distinct_test``,
+    ``distinct_calibration``) and the fitted cost of one pair (``ms_per_distinct_expert``).
 
     Beside them, where the error comes from: ``predicted_measured_steps`` = E(k) V_meas(0) / V_meas(k)
     with the runs' own mean step times (what is left of the error is the tokens per step and the
@@ -244,6 +299,11 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
                   "t_step_mean_s"}, "real-draft runs")
     E_pooled = tokens_per_step(runs)
     E = median_prompt_tokens_per_step(runs)
+    routed = any(m.routing is not None for m in models.values())
+    if routed:
+        if unrouted := sorted(r for r, m in models.items() if m.routing is None):
+            raise ValueError(f"round models for draft costs {unrouted} have no routing term and others have one")
+        E_by_prompt, u_by_prompt = prompt_tokens_per_step(runs), prompt_distinct_experts(runs)
     a_k = acceptance_by_k(runs)
     plain_step = float(runs.loc[runs.k == 0, "t_step_mean_s"].mean())
     runs_read = float(runs["ref_GBps"].median()) if "ref_GBps" in runs else float("nan")
@@ -266,14 +326,22 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
         extra = {}
         if at_runs_read is not None:
             V_read = at_runs_read[float(r)].step_times("dedup")
-            extra = {"predicted_at_runs_read": float(E[k]) * float(V_read[0] / V_read[k]),
+            extra = {"predicted_at_runs_read": (float(routed_prompt_speedups(at_runs_read[float(r)], k, E_by_prompt[k],
+                                                                             u_by_prompt[k]).median()) if routed else
+                                                float(E[k]) * float(V_read[0] / V_read[k])),
                      "V_hat_at_runs_read_ms": 1e3 * float(V_read[k]), "V0_hat_at_runs_read_ms": 1e3 * float(V_read[0])}
+        point, lo, hi = float(sp["speedup"][k]), float(sp["speedup_lo"][k]), float(sp["speedup_hi"][k])
+        if routed:   # each prompt's verify pass at its own routing; the band's relative width from delta_k
+            extra |= {"predicted_unrouted": point, "distinct_test": float(u_by_prompt[k].median()),
+                      "distinct_calibration": float(rm.routing.distinct[k]),
+                      "ms_per_distinct_expert": 1e3 * rm.routing.s_per_expert}
+            routed_point = float(routed_prompt_speedups(rm, k, E_by_prompt[k], u_by_prompt[k]).median())
+            point, lo, hi = routed_point, lo * routed_point / point, hi * routed_point / point
         out.append({"draft_cost": float(r), "k": k, "a": a, "G": float(expected_tokens(a, k)),
                     "tokens_per_step": float(E[k]), "tokens_per_step_pooled": float(E_pooled[k]),
                     "V_hat_ms": 1e3 * float(sp["V_s"][k]),
                     "V_meas_ms": 1e3 * V_meas, "V0_hat_ms": 1e3 * float(sp["V_s"][0]),
-                    "V0_meas_ms": 1e3 * plain_step, "predicted": float(sp["speedup"][k]),
-                    "predicted_lo": float(sp["speedup_lo"][k]), "predicted_hi": float(sp["speedup_hi"][k]),
+                    "V0_meas_ms": 1e3 * plain_step, "predicted": point, "predicted_lo": lo, "predicted_hi": hi,
                     "predicted_pooled": pooled, "predicted_geometric": geo, "measured": float(per_prompt.median()),
                     "measured_q25": float(per_prompt.quantile(0.25)), "measured_q75": float(per_prompt.quantile(0.75)),
                     "predicted_measured_steps": float(E[k]) * plain_step / V_meas,
@@ -288,6 +356,8 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
     if at_runs_read is not None:
         df["rel_error_at_runs_read"] = df["predicted_at_runs_read"] / df["measured"] - 1
     df["rel_error"] = df["predicted"] / df["measured"] - 1
+    if routed:
+        df["rel_error_unrouted"] = df["predicted_unrouted"] / df["measured"] - 1
     df["rel_error_pooled"] = df["predicted_pooled"] / df["measured"] - 1
     df["rel_error_geometric"] = df["predicted_geometric"] / df["measured"] - 1
     df["inside"] = inside_band(df["measured"], df["predicted_lo"], df["predicted_hi"])

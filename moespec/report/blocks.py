@@ -318,6 +318,18 @@ def _noise_clause(rr: pd.DataFrame) -> str:
     return "; " + speculative.noise_phrase(speculative.measurement_noise(rr[reps]))
 
 
+def _routing_clause(rr: pd.DataFrame) -> str:
+    """The routing term's part of a state's real-draft predictions (routed runs only)."""
+    if "rel_error_unrouted" not in rr:
+        return ""
+    last = rr[rr.k == rr.k.max()].iloc[0]
+    return (f"; the scored prediction puts each prompt's verify pass at its own routing (one distinct (expert, layer) "
+            f"pair {num(last.ms_per_distinct_expert)} ms; at k = {int(last.k)} the test prompts' median pass reads "
+            f"{num(last.distinct_test, 1)} pairs, the calibration's mean pass {num(last.distinct_calibration, 1)}); at "
+            f"the calibration's mean routing instead: within 5 % at {int((rr.rel_error_unrouted.abs() <= 0.05).sum())}, "
+            f"largest {pct(rr.rel_error_unrouted.abs().max())}")
+
+
 @block("round-predictions", "05_oracle_predictions.csv", "05_draft_cost_predictions.csv")
 def round_predictions(run: RunFiles) -> str:
     """The round model's predictions of the speculative runs against their measurements, per state."""
@@ -342,7 +354,7 @@ def round_predictions(run: RunFiles) -> str:
                         f"within 5 % at {int((rr.rel_error_at_runs_read.abs() <= 0.05).sum())}, largest "
                         f"{pct(rr.rel_error_at_runs_read.abs().max())}"
                         if "rel_error_at_runs_read" in rr and rr.rel_error_at_runs_read.notna().all() else "") +
-                     _noise_clause(rr) + f"); best measured median "
+                     _routing_clause(rr) + _noise_clause(rr) + f"); best measured median "
                      f"speedup {num(rr.measured.max())} (draft cost {rr.loc[rr.measured.idxmax(), 'draft_cost']:g}, k = "
                      f"{int(rr.loc[rr.measured.idxmax(), 'k'])})")
     return "; ".join(parts) + " (`05_oracle_predictions.csv`, `05_draft_cost_predictions.csv`)."

@@ -18,7 +18,9 @@ draft's interleaved calibration, in the same sweep on other turns, its rows apar
       default, amendment of 2026-12-05 evening) in one shuffled sweep with the test turns
       (:func:`moespec.engine.draftcost.interleaved_sweep`), so that both meet the same stretch of a
       shared machine, the round model fitted from the calibration turns alone; ``"before"`` (the
-      earlier protocol) in a sweep of their own in step a;
+      earlier protocol) in a sweep of their own in step a. Every run records its verify passes'
+      routing; each prompt's prediction puts its verify pass at its own distinct experts (the round
+      model's routing term, fitted from the calibration turns; amendment of 2026-12-05 night);
 4. the two verify protocols side by side; the goals; the round-model file ``05_round_model.json``.
 """
 
@@ -369,6 +371,7 @@ class WholeModelStudy:
                  f"within 5 % at {int((pred.rel_error_measured_steps.abs() <= 0.05).sum())} of {len(pred)} (largest "
                  f"{100 * pred.rel_error_measured_steps.abs().max():.1f} %); with the verify terms at the runs' read "
                  f"({read:.2f} GB/s; calibration {pred.read_GBps_model.iloc[0]:.2f} GB/s) {why}",
+                 *([SP.routing_line(pred, state)] if "predicted_unrouted" in pred else []),
                  *([SP.noise_line(pred, state)] if SP.rep_columns(pred) else []),
                  f"[{state}] draft cost {rep['draft_cost']:g}: plain decoding fastest on {rep['plain_fastest']} of "
                  f"{rep['prompts']} prompts; median speedup k=1 {rep['speedup_k1']:.3f}, k={rep['k_last']} "
@@ -397,7 +400,8 @@ class WholeModelStudy:
             io.write_dataframe(self.out / f"real_draft_{state}.csv", real)
         return Result(calibrated.lines + lines, {**calibrated.tables, f"real draft: predicted vs measured ({state})": table(
             pred, ["draft_cost", "k", "tokens_per_step", "V_hat_ms", "V_meas_ms", "predicted", "predicted_lo",
-                   "predicted_hi", "measured", "rel_error", "predicted_pooled", "predicted_geometric"])})
+                   "predicted_hi", "measured", "rel_error", "predicted_unrouted", "predicted_pooled",
+                   "predicted_geometric"])})
 
     # --- 4. side by side, goals, files ----------------------------------------------------------
     def finish(self, rules_prov: dict, **record_fields) -> Result:
