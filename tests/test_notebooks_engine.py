@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench_scripts import load_benchmark
 from moespec import paths, predict
 from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
@@ -212,6 +213,14 @@ def test_byte_faithful_all_subject_through_05(run_notebook, tmp_path):
     assert sum(bd[f"{c}_share_published"] for c in parts) == pytest.approx(1)
     assert bd.experts_GBps == pytest.approx(bd.experts_MB / bd.experts_ms)
     assert re.search(r"experts: [\d.]+ MB per step, share [\d.]+ \([^)]+: [\d.]+\); [\d.]+ ms alone", text)
+    # the routing each run recorded as it was timed is the routing of its tokens replayed untimed
+    # (benchmarks/replay_routing.py, the amendment's retrospective), and the rescoring runs on it
+    res = load_benchmark("replay_routing").run(out, tmp_path / "replay")
+    replayed = pd.read_csv(next((tmp_path / "replay").glob("*_routing_replay_distinct.csv")))
+    recorded = pd.concat([cal_rows.assign(part="calibration"), real.assign(part="test", state="quiet")])
+    both = recorded.merge(replayed, on=["state", "part", "prompt", "k"], suffixes=("", "_replayed"))
+    assert len(both) == len(recorded) and np.allclose(both.distinct_experts, both.distinct_experts_replayed)
+    assert res["by_state"]["quiet"]["points"] == len(real.loc[real.k >= 1, ["draft_cost", "k"]].drop_duplicates())
 
 
 def test_replayed_published_shape_through_05_06_07(run_notebook, tmp_path):

@@ -74,6 +74,17 @@ def real_draft_parts(sub, P: dict, seed: int = 0) -> tuple:
     return cal, test
 
 
+def state_sizes(P: dict, state: str) -> dict:
+    """The run sizes of machine state ``state``: ``P``'s (a notebook-05 profile's, resolved), with
+    the loaded state's own (``loaded_<key>``) where it has them."""
+    P = dict(P)
+    if state != "quiet":
+        for key in ("oracle_prompts", "oracle_reps", "draft_costs", "real_prompts"):
+            if P.get(f"loaded_{key}") is not None:
+                P[key] = P[f"loaded_{key}"]
+    return P
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat()
 
@@ -115,13 +126,8 @@ class WholeModelStudy:
         return {float(r): self.widened[float(r)] for r in costs}
 
     def sizes(self, state: str) -> dict:
-        """The run sizes of ``state``: the profile's, with the loaded state's own where it has them."""
-        P = dict(self.P)
-        if state != "quiet":
-            for key in ("oracle_prompts", "oracle_reps", "draft_costs", "real_prompts"):
-                if P.get(f"loaded_{key}") is not None:
-                    P[key] = P[f"loaded_{key}"]
-        return P
+        """The run sizes of ``state`` (:func:`state_sizes`)."""
+        return state_sizes(self.P, state)
 
     # --- 0. breakdown -------------------------------------------------------------------------
     def breakdown(self) -> Result:
