@@ -189,15 +189,15 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
         if ks != list(range(1, kmax + 1)):
             raise ValueError(f"draft cost {r:g}: calibration runs at k = {ks}; every k = 1..{kmax} is needed")
         both = pd.concat([plain, mine])
-        if kmax not in pooled_tau:
-            pooled_tau[kmax] = _verify_term(pd.concat([plain, every_draft[every_draft["k"] <= kmax]]), kmax,
-                                            f"{src}: verify passes of k + 1 tokens, deduplicating kernel, runs of every "
-                                            f"draft cost pooled (k = 0: plain runs)", n_boot, seed, at_GBps)
+        if kmax not in pooled_tau:     # the verify term and its routing term from the same pooled runs
+            pooled = pd.concat([plain, every_draft[every_draft["k"] <= kmax]])
+            pooled_tau[kmax] = _verify_term(pooled, kmax, f"{src}: verify passes of k + 1 tokens, deduplicating "
+                                            f"kernel, runs of every draft cost pooled (k = 0: plain runs)", n_boot,
+                                            seed, at_GBps)
+            pooled_routing[kmax] = _routing_term(pooled, f"{src}: verify times on each run's mean distinct (expert, "
+                                                 f"layer) pairs per pass, one intercept per k, runs of every draft "
+                                                 f"cost pooled")
         ded_tau = pooled_tau[kmax]
-        if kmax not in pooled_routing:
-            pooled_routing[kmax] = _routing_term(pd.concat([plain, every_draft[every_draft["k"] <= kmax]]),
-                                                 f"{src}: verify times on each run's mean distinct (expert, layer) "
-                                                 f"pairs per pass, one intercept per k, runs of every draft cost pooled")
         own_slot = r in slot_cost
         sr = slot_runs[slot_runs["draft_cost"] == (r if own_slot else slot_cost[0])] if slot_cost else slot_runs
         if sr.empty:
