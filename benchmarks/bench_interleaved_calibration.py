@@ -5,7 +5,7 @@ runs it predicts (``before``); on a shared VM the one-token and the long passes 
 percent between the two stretches of time (docs/engine.md, "Results of the committed run"). This
 script runs, on one machine in one session and in the quiet state, that protocol and the
 alternative (``interleaved``): the calibration turns and the test turns in one shuffled sweep
-(:func:`moespec.engine.draftcost.interleaved_sweep`, every run on a freshly prefilled prompt), so
+(:func:`moespec.engine.draftcost.interleaved_sweep`, every run on its prompt's own prefill), so
 both meet the same mixture of machine states; the round model still comes from the calibration
 turns only (:func:`moespec.predict.calibration.from_draft_runs`), the predictions from
 :func:`moespec.predict.speculative.real_draft_predictions`. Sizes are notebook 05's profile's.

@@ -39,6 +39,14 @@ class FakeTarget:
             raise ValueError(f"cannot crop a cache of {len(self.tokens)} positions to {length}")
         del self.tokens[length:]
 
+    def hold(self, first: int) -> tuple:
+        held, self.tokens = (list(self.tokens), int(first)), []
+        return held
+
+    def resume(self, held: tuple) -> int:
+        self.tokens = list(held[0])
+        return held[1]
+
     def greedy(self, first: int, count: int) -> list[int]:
         out, tok = [], int(first)
         for _ in range(count):

@@ -466,3 +466,45 @@ def test_interleaved_sweep_mixes_the_parts_and_changes_no_token(subject):
         DC.interleaved_sweep(subject.engine, drafts, [parts[0], parts[0]], [1], 4, progress=False)
     with pytest.raises(ValueError, match="at least one prompt"):
         DC.interleaved_sweep(subject.engine, drafts, [DC.SweepPart("empty", [])], [1], 4, progress=False)
+
+
+def test_a_held_prompt_resumes_as_its_prefill(subject):
+    """Engine.hold / resume (the interleaved sweep's switch between prompts): a prompt set aside
+    while another runs, then resumed, gives the same logits, value for value, as prefilling it
+    again; positions a run left past the prompt are dropped on resume; misuse is refused."""
+    eng = subject.engine
+    a, b = ([int(t) for t in np.random.default_rng(i).integers(1, 256, size=12)] for i in (5, 6))
+    first = eng.prefill(a)
+    eng.forward([first, 7, 9])
+    fresh = eng.last_logits.clone()
+    eng.crop(len(a))
+    held = eng.hold(first)
+    assert eng.length == 0 and eng.cache is None
+    other = eng.prefill(b)
+    eng.forward([other, 3])
+    assert eng.resume(held) == first and eng.length == len(a)
+    eng.forward([first, 7, 9])
+    assert torch.equal(eng.last_logits, fresh)
+    assert eng.resume(held) == first and eng.length == len(a)   # a run left three positions past it
+    assert eng.hold(first).length == len(a)
+    with pytest.raises(ValueError, match="no sequence to hold"):
+        eng.hold(first)
+    with pytest.raises(TypeError, match="what hold\\(\\) returned"):
+        eng.resume((a, first))
+
+
+def test_a_draft_holding_its_prompts_drafts_as_one_that_feeds_them(subject):
+    """ModelDraft(held_prompts=...): runs that return to a prompt in a shuffled order start from its
+    kept cache and draft exactly what a draft feeding every prompt afresh drafts; at most
+    ``held_prompts`` caches are kept (the oldest dropped)."""
+    from moespec.engine.speculative import ModelDraft, speculative_generate
+
+    eng = subject.engine
+    prompts = [[int(t) for t in np.random.default_rng(i).integers(1, 256, size=10 + i)] for i in range(3)]
+    fresh, holding = ModelDraft(subject.draft), ModelDraft(subject.draft, held_prompts=2)
+    for pi in [0, 1, 0, 2, 1, 0, 0]:
+        a = [s.accepted for s in speculative_generate(eng, fresh, prompts[pi], 3, 10)[1]]
+        b = [s.accepted for s in speculative_generate(eng, holding, prompts[pi], 3, 10)[1]]
+        assert a == b and holding.cache.get_seq_length() >= len(prompts[pi])
+        assert len(holding._held) <= 2
+    assert set(holding._held) == {tuple(prompts[2]), tuple(prompts[0])} and not fresh._held   # 0 dropped, fed again

@@ -110,9 +110,9 @@ class SweepPart:
 def interleaved_sweep(engine, drafts: dict, parts: list, ks, n_tokens: int, seed: int = 0, dedup: bool = True,
                       reference=None, progress: bool = True, desc: str = "interleaved sweep") -> pd.DataFrame:
     """The runs of several :class:`SweepPart` (a round calibration's turns and the test turns it
-    predicts, say) in one shuffled order over every part, prompt, repetition and cell, each run on a
-    freshly prefilled prompt when the one before it ran another: every part meets the same mixture
-    of the machine's states, where :func:`draft_cost_sweep` run once per part meets the stretch of
+    predicts, say) in one shuffled order over every part, prompt, repetition and cell, each prompt
+    prefilled once and resumed from its prefill whenever a run returns to it: every part meets the
+    same mixture of the machine's states, where :func:`draft_cost_sweep` run once per part meets the stretch of
     time it runs in. Rows as :func:`draft_cost_sweep`'s with ``part`` (the part's name); ``prompt``
     and ``rep`` count within the part, and each run's speedup divides by its own part's plain runs
     of the same prompt. Widening a draft changes no token, and neither does the order: the tokens
@@ -145,7 +145,8 @@ def _checked(drafts: dict, ks, parts: list) -> tuple[dict, list]:
             raise ValueError(f"slot_costs {unknown} name no draft of the sweep (knobs {sorted(drafts)})")
         if not part.prompts or int(part.reps) < 1:
             raise ValueError(f"sweep part {part.name!r} needs at least one prompt and one repetition")
-    return {r: ModelDraft(m) for r, m in drafts.items()}, ks
+    prompts = sum(len(part.prompts) for part in parts)
+    return {r: ModelDraft(m, held_prompts=prompts) for r, m in drafts.items()}, ks
 
 
 def _grid(part: SweepPart, drafters: dict, ks: list, dedup: bool) -> list:
@@ -157,14 +158,20 @@ def _grid(part: SweepPart, drafters: dict, ks: list, dedup: bool) -> list:
 
 def _run_plan(engine, drafters: dict, parts: list, plan: list, n_tokens: int, reference, progress: bool,
               desc: str) -> list:
-    """Run ``plan`` ((part index, prompt index, repetition, cell) in order), prefilling a prompt only
-    when the run before was on another one; ``seq`` is each run's place in the plan."""
+    """Run ``plan`` ((part index, prompt index, repetition, cell) in order), each prompt prefilled
+    once: when the run before was on another prompt, that one is set aside (the target's ``hold``)
+    and this one resumed from its own prefill (``resume``; amendment of 2026-12-06: the same cache,
+    value for value, as prefilling it again, a pass over the whole prompt that measured nothing);
+    ``seq`` is each run's place in the plan."""
     prompts = [[[int(t) for t in p] for p in part.prompts] for part in parts]
-    rows, held, first = [], None, None
+    rows, current, first, held = [], None, None, {}
     for seq, (i, pi, rep, (r, k, dd)) in enumerate(tqdm(plan, desc=desc, disable=not progress)):
         prompt = prompts[i][pi]
-        if held != (i, pi):
-            first, held = engine.prefill(prompt), (i, pi)
+        if current != (i, pi):
+            if current is not None:
+                held[current] = engine.hold(first)
+            first = engine.resume(held.pop((i, pi))) if (i, pi) in held else engine.prefill(prompt)
+            current = (i, pi)
         engine.dedup = dd
         bw = reference() if reference is not None else float("nan")
         drafter = drafters[r] if r is not None else drafters[next(iter(drafters))]

@@ -80,14 +80,21 @@ class OracleDraft:
 
 class ModelDraft:
     """A small causal LM drafting k greedy tokens, with its own KV cache kept in step with the
-    emitted text (cropped to the longest prefix it shares with it after every step)."""
+    emitted text (cropped to the longest prefix it shares with it after every step).
 
-    def __init__(self, model: torch.nn.Module):
+    ``held_prompts``: how many prompts' caches :meth:`begin` keeps (0: none, every run feeds its
+    prompt afresh). A run that begins on a kept prompt starts from that prompt's cache cropped back
+    to the prompt: the values the prompt's own pass wrote, which no later pass rewrites (a sweep
+    that returns to its prompts in a shuffled order feeds each once; amendment of 2026-12-06)."""
+
+    def __init__(self, model: torch.nn.Module, held_prompts: int = 0):
         self.model = model.eval()
         self.device = model.get_input_embeddings().weight.device  # token ids are built there
         self.cache = None
         self.cached: list[int] = []  # the tokens the draft cache holds
         self.last_corrupted: list[bool] = []
+        self.held_prompts = int(held_prompts)
+        self._held: dict[tuple, object] = {}     # prompt -> its cache, oldest first
 
     @torch.inference_mode()
     def _feed(self, ids: list[int]) -> int:
@@ -99,10 +106,22 @@ class ModelDraft:
     def begin(self, prompt, first: int, reference=None) -> None:
         from transformers import DynamicCache
 
+        self.prompt = [int(t) for t in prompt]
+        key = tuple(self.prompt)
+        if key in self._held:
+            self.cache = self._held[key]
+            extra = int(self.cache.get_seq_length()) - len(self.prompt)   # what the last run on it fed
+            if extra > 0:
+                self.cache.crop(-extra)
+            self.cached = list(self.prompt)
+            return
         self.cache = DynamicCache(config=self.model.config)
         self.cached = []
-        self.prompt = [int(t) for t in prompt]
         self._feed(self.prompt)
+        if self.held_prompts > 0:
+            if len(self._held) >= self.held_prompts:
+                del self._held[next(iter(self._held))]
+            self._held[key] = self.cache
 
     def prepare(self, generated, current, k) -> None:
         return None

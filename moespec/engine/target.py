@@ -2,17 +2,29 @@
 
 :class:`Engine` wraps an ``OlmoeForCausalLM`` whose experts run through :mod:`moespec.kernels`
 (see :mod:`moespec.engine.switch`). The speculative loop talks to any object with the same four
-members (``prefill``, ``forward``, ``crop``, ``length``); the tests' stand-in is ``tests/fakes.py``'s ``FakeTarget``.
+members (``prefill``, ``forward``, ``crop``, ``length``; the sweeps that switch between prompts also
+``hold`` and ``resume``); the tests' stand-in is ``tests/fakes.py``'s ``FakeTarget``.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from moespec.engine.switch import install, moe_layers
+
+
+@dataclass
+class HeldPrompt:
+    """A prefilled prompt set aside by :meth:`Engine.hold`: its KV cache (the object itself, not a
+    copy), the prompt's length, its greedy next token and the logits that chose it."""
+    cache: object
+    length: int
+    first: int
+    last_logits: torch.Tensor | None
 
 
 class Engine:
@@ -99,6 +111,29 @@ class Engine:
             logits = self._run(ids[start:start + self.prefill_chunk])
         self.last_logits = logits[-1]
         return int(logits[-1].argmax())
+
+    def hold(self, first: int) -> HeldPrompt:
+        """Set the current sequence aside (a prefilled prompt, ``first`` its greedy next token) to
+        go on with it later by :meth:`resume` instead of prefilling it again; the engine is left
+        with no sequence. No tensor is copied: a run on the resumed prompt appends to the same cache
+        and crops back to the prompt, and positions before the prompt's end are never written
+        after its prefill, so the resumed cache is the prefill's, value for value."""
+        if self.cache is None:
+            raise ValueError("no sequence to hold: call prefill() first")
+        held = HeldPrompt(self.cache, self.length, int(first), self.last_logits)
+        self.cache, self.last_logits = None, None
+        return held
+
+    def resume(self, held: HeldPrompt) -> int:
+        """Go on with a prompt :meth:`hold` set aside (positions a run left beyond the prompt are
+        dropped); returns the prompt's greedy next token."""
+        if not isinstance(held, HeldPrompt):
+            raise TypeError(f"resume() takes what hold() returned, not {type(held).__name__}")
+        self.cache, self.last_logits = held.cache, held.last_logits
+        if self.length < held.length:
+            raise ValueError(f"held prompt of {held.length} positions has only {self.length} left in its cache")
+        self.crop(held.length)
+        return held.first
 
     @torch.inference_mode()
     def forward(self, ids) -> list[int]:
