@@ -69,13 +69,16 @@ def _attach(rows: pd.DataFrame, counts: pd.DataFrame, part: str) -> pd.DataFrame
     return out.drop(columns="replayed_steps")
 
 
-def run(data: Path, out: Path | None = None, seed: int = 0) -> dict:
+def run(data: Path, out: Path | None = None, seed: int | None = None) -> dict:
+    """Replay ``data``'s sweeps with notebook 05's ``seed`` (None: the one its run.json records;
+    runs before it recorded one used the default, 0)."""
     data = Path(data)
     for name in ("draft_calibration.csv", "real_draft.csv", "run.json"):
         if not (data / name).exists():
             raise FileNotFoundError(f"{data} holds no {name}: not a notebook-05 results folder with a real draft")
     record = json.loads((data / "run.json").read_text())
     P = record["sizes"]
+    seed = int(record.get("seed", 0)) if seed is None else int(seed)
     torch.set_num_threads(int(record.get("threads", 1)))
     sub = load_subject(profile=record["profile"], device="cpu", backend=record.get("backend", "auto"), seed=seed,
                        **record["subject_args"])
@@ -122,7 +125,8 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="a notebook-05 results folder (data/engine/full)")
     ap.add_argument("--out", type=Path, default=None, help="where to write (default benchmarks/results/routing)")
-    ap.add_argument("--seed", type=int, default=0, help="notebook 05's seed (its default: 0)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="notebook 05's seed (default: the one run.json records, else 0)")
     args = ap.parse_args(argv)
     return run(args.data, args.out, args.seed)
 

@@ -449,7 +449,8 @@ class WholeModelStudy:
         self._write("05_goals.csv", goals)
         record = {"profile": self.profile, "subject": self.label, "subject_kind": self.sub.kind,
                   "description": self.sub.description, "depths": self.P["depths"], "sizes": self.P,
-                  "device": self.device, "backend": self.backend, "started": self.order, "finished": _now(),
+                  "device": self.device, "backend": self.backend, "seed": self.seed, "started": self.order,
+                  "finished": _now(),
                   "rules": rules_prov, "regimes": self.regimes, "verify_argmax": self.argmax,
                   "machine_states": self.states, "n_tokens": self.P["n_tokens"], "ks": self.P["oracle_ks"],
                   "a_values": list(self.P["a_values"]), "provenance": provenance.full_record(), **record_fields}
