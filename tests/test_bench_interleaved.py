@@ -49,3 +49,32 @@ def test_block_renders_the_record(tmp_path, monkeypatch):
     assert ("before: within 5 % at 2 of 3 points (largest |error| 6.0 %, mean -1.0 %, measured inside the predicted "
             "interval at 2); with the runs' own step times within 5 % at 2; V(0) predicted 26.00 ms, measured 25.00 ms") in out
     assert "10.0 min" in out and "interleaved: no prediction (draft 'x': t_draft(k) must be a finite time)" in out
+
+
+def test_sweep_overhead_reads_a_phase_wall_against_its_timed_steps(tmp_path):
+    """benchmarks/sweep_overhead.py on a hand-made results folder: the quiet phase runs from 10:00:00
+    to the loaded calibration's start 10:01:40 (100 s), its 2 calibration and 3 test runs time
+    10 s each (50 s), so 10 s per run are untimed; the loaded phase ends with the run (60 s, 4 runs
+    of 5 s: 10 s per run). A folder without the sweep's files is refused by name."""
+    import json
+
+    overhead = load_benchmark("sweep_overhead")
+    data = tmp_path / "full"
+    data.mkdir()
+    pd.DataFrame({"state": ["quiet"] * 2 + ["loaded"] * 2, "time_s": [10.0, 10.0, 5.0, 5.0]}).to_csv(
+        data / "draft_calibration.csv", index=False)
+    pd.DataFrame({"time_s": [10.0] * 3}).to_csv(data / "real_draft.csv", index=False)
+    pd.DataFrame({"time_s": [5.0] * 2}).to_csv(data / "real_draft_loaded.csv", index=False)
+    (data / "run.json").write_text(json.dumps({
+        "started": {"real-draft runs quiet": "2026-12-06T10:00:00+00:00",
+                    "calibration loaded": "2026-12-06T10:01:40+00:00",
+                    "real-draft runs loaded": "2026-12-06T10:02:00+00:00", "verify_grid": "2026-12-06T09:50:00+00:00"},
+        "finished": "2026-12-06T10:03:00+00:00", "provenance": {"git_commit": "abc"}}))
+    rows = {r["state"]: r for r in overhead.run([data], tmp_path / "out")["rows"]}
+    assert rows["quiet"]["runs"] == 5 and rows["quiet"]["phase_wall_min"] * 60 == pytest.approx(100)
+    assert rows["quiet"]["untimed_per_run_ms"] == pytest.approx(10_000)
+    assert rows["loaded"]["runs"] == 4 and rows["loaded"]["untimed_per_run_ms"] == pytest.approx(10_000)
+    assert len(list((tmp_path / "out").glob("20261206T095000Z_sweep_overhead.*"))) == 2
+    (data / "real_draft.csv").unlink()
+    with pytest.raises(FileNotFoundError, match="no real_draft.csv"):
+        overhead.run([data], tmp_path / "out")
