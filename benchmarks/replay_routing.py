@@ -23,8 +23,6 @@ run's start.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from moespec import io, paths
+from moespec.engine.results_folder import read_real_draft_folder
 from moespec.engine.speculative import ModelDraft, speculative_generate
 from moespec.engine.subject import load_subject
 from moespec.predict import calibration as CAL
@@ -72,27 +71,21 @@ def _attach(rows: pd.DataFrame, counts: pd.DataFrame, part: str) -> pd.DataFrame
 def run(data: Path, out: Path | None = None, seed: int | None = None) -> dict:
     """Replay ``data``'s sweeps with notebook 05's ``seed`` (None: the one its run.json records;
     runs before it recorded one used the default, 0)."""
-    data = Path(data)
-    for name in ("draft_calibration.csv", "real_draft.csv", "run.json"):
-        if not (data / name).exists():
-            raise FileNotFoundError(f"{data} holds no {name}: not a notebook-05 results folder with a real draft")
-    record = json.loads((data / "run.json").read_text())
+    folder = read_real_draft_folder(data)
+    record = folder.record
     P = record["sizes"]
     seed = int(record.get("seed", 0)) if seed is None else int(seed)
     torch.set_num_threads(int(record.get("threads", 1)))
     sub = load_subject(profile=record["profile"], device="cpu", backend=record.get("backend", "auto"), seed=seed,
                        **record["subject_args"])
-    cal_all = pd.read_csv(data / "draft_calibration.csv")
-    started = min(record["started"].values())
-    stamp = dt.datetime.fromisoformat(started).strftime("%Y%m%dT%H%M%SZ")
+    stamp = folder.stamp
     out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "routing")
     summary, points, distinct = {}, [], []
-    for state in sorted(set(cal_all["state"]), key=["quiet", "loaded"].index):
+    for state in folder.states:
         counts = replay_counts(sub, P, state, seed)
         distinct.append(counts)
-        test_file = data / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv")
-        cal = _attach(cal_all[cal_all["state"] == state], counts, "calibration")
-        test = _attach(pd.read_csv(test_file), counts, "test")
+        cal, test = folder.sweep(state)
+        cal, test = _attach(cal, counts, "calibration"), _attach(test, counts, "test")
         models = CAL.from_draft_runs(cal, record["subject"], state, n_boot=P["n_boot"], seed=seed)
         pred = SP.real_draft_predictions(models, test)
         points.append(pred[["state", "draft_cost", "k", "measured", "predicted", "predicted_unrouted", "rel_error",
@@ -111,10 +104,7 @@ def run(data: Path, out: Path | None = None, seed: int | None = None) -> dict:
     result = {"what": "a notebook-05 run's real-draft sweeps replayed to count each verify pass's distinct (expert, "
                       "layer) pairs, and its predictions rescored with the routing term (a retrospective: the "
                       "round models are refitted from the run's calibration rows; nothing is timed)",
-              "source": {"commit": record["provenance"].get("git_commit"), "started": started,
-                         "finished": record.get("finished"), "subject": record.get("subject"),
-                         "draft_calibration": P.get("draft_calibration"),
-                         "hardware": record["provenance"].get("hardware")},
+              "source": folder.source(),
               "seed": seed, "by_state": summary}
     path = io.write_json(out / f"{stamp}_routing_replay.json", result)
     print(f"wrote {path}")

@@ -15,30 +15,22 @@ run's commit, start and end, the machine, and the per-k table) and the two table
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from moespec import io, paths
+from moespec.engine.results_folder import read_real_draft_folder
 from moespec.engine.summaries import verify_by_turn
 
 
 def run(data: Path, out: Path | None = None) -> dict:
-    data = Path(data)
-    for name in ("draft_calibration.csv", "real_draft.csv", "run.json"):
-        if not (data / name).exists():
-            raise FileNotFoundError(f"{data} holds no {name}: not a notebook-05 results folder with a real draft")
-    record = json.loads((data / "run.json").read_text())
-    cal = pd.read_csv(data / "draft_calibration.csv")
-    started = min(record["started"].values())
-    stamp = dt.datetime.fromisoformat(started).strftime("%Y%m%dT%H%M%SZ")
+    folder = read_real_draft_folder(data)
+    stamp = folder.stamp
     out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "interleaved")
     turns_all, by_k_all = [], []
-    for state in sorted(set(cal["state"]), key=["quiet", "loaded"].index):
-        test_file = data / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv")
-        turns, by_k = verify_by_turn(cal[cal["state"] == state], pd.read_csv(test_file))
+    for state in folder.states:
+        turns, by_k = verify_by_turn(*folder.sweep(state))
         turns_all.append(turns.assign(state=state))
         by_k_all.append(by_k.assign(state=state))
     turns, by_k = pd.concat(turns_all, ignore_index=True), pd.concat(by_k_all, ignore_index=True)
@@ -46,10 +38,7 @@ def run(data: Path, out: Path | None = None) -> dict:
     io.write_dataframe(out / f"{stamp}_verify_by_turn_by_k.csv", by_k)
     result = {"what": "the real draft's deduplicating verify time per MT-Bench turn, calibration against test, "
                       "from a notebook-05 run's rows (moespec.engine.summaries.verify_by_turn)",
-              "source": {"commit": record["provenance"].get("git_commit"), "started": started,
-                         "finished": record.get("finished"), "subject": record.get("subject"),
-                         "draft_calibration": record.get("sizes", {}).get("draft_calibration"),
-                         "hardware": record["provenance"].get("hardware")},
+              "source": folder.source(),
               "by_k": by_k.to_dict(orient="records")}
     path = io.write_json(out / f"{stamp}_verify_by_turn.json", result)
     print(by_k.round(2).to_string(index=False))

@@ -4,6 +4,7 @@ tests/test_draftcost.py::test_interleaved_sweep_mixes_the_parts_and_changes_no_t
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -51,20 +52,21 @@ def test_block_renders_the_record(tmp_path, monkeypatch):
     assert "10.0 min" in out and "interleaved: no prediction (draft 'x': t_draft(k) must be a finite time)" in out
 
 
-def test_sweep_overhead_reads_a_phase_wall_against_its_timed_steps(tmp_path):
-    """benchmarks/sweep_overhead.py on a hand-made results folder: the quiet phase runs from 10:00:00
+def test_sweep_timing_reads_a_phase_wall_against_its_timed_steps(tmp_path):
+    """benchmarks/sweep_timing.py's phase wall on a hand-made results folder: the quiet phase runs from 10:00:00
     to the loaded calibration's start 10:01:40 (100 s), its 2 calibration and 3 test runs time
-    10 s each (50 s), so 10 s per run are untimed; the loaded phase ends with the run (60 s, 4 runs
-    of 5 s: 10 s per run). A folder without the sweep's files is refused by name."""
+    50 s together, so 10 s per run are untimed; the loaded phase ends with the run (60 s, 4 runs
+    timing 20 s: 10 s per run). A folder without the sweep's files is refused by name."""
     import json
 
-    overhead = load_benchmark("sweep_overhead")
+    overhead = load_benchmark("sweep_timing")
     data = tmp_path / "full"
     data.mkdir()
-    pd.DataFrame({"state": ["quiet"] * 2 + ["loaded"] * 2, "time_s": [10.0, 10.0, 5.0, 5.0]}).to_csv(
-        data / "draft_calibration.csv", index=False)
-    pd.DataFrame({"time_s": [10.0] * 3}).to_csv(data / "real_draft.csv", index=False)
-    pd.DataFrame({"time_s": [5.0] * 2}).to_csv(data / "real_draft_loaded.csv", index=False)
+    cell = {"prompt": 0, "draft_cost": 0.0, "k": 1, "dedup": True, "ref_GBps": 10.0}
+    pd.DataFrame({"state": ["quiet"] * 2 + ["loaded"] * 2, "time_s": [9.0, 11.0, 4.0, 6.0], "seq": [0, 1, 0, 1],
+                  **cell}).to_csv(data / "draft_calibration.csv", index=False)
+    pd.DataFrame({"time_s": [8.0, 10.0, 12.0], "seq": [2, 3, 4], **cell}).to_csv(data / "real_draft.csv", index=False)
+    pd.DataFrame({"time_s": [4.0, 6.0], "seq": [2, 3], **cell}).to_csv(data / "real_draft_loaded.csv", index=False)
     (data / "run.json").write_text(json.dumps({
         "started": {"real-draft runs quiet": "2026-12-06T10:00:00+00:00",
                     "calibration loaded": "2026-12-06T10:01:40+00:00",
@@ -74,7 +76,27 @@ def test_sweep_overhead_reads_a_phase_wall_against_its_timed_steps(tmp_path):
     assert rows["quiet"]["runs"] == 5 and rows["quiet"]["phase_wall_min"] * 60 == pytest.approx(100)
     assert rows["quiet"]["untimed_per_run_ms"] == pytest.approx(10_000)
     assert rows["loaded"]["runs"] == 4 and rows["loaded"]["untimed_per_run_ms"] == pytest.approx(10_000)
-    assert len(list((tmp_path / "out").glob("20261206T095000Z_sweep_overhead.*"))) == 2
+    assert len(list((tmp_path / "out").glob("20261206T095000Z_sweep_timing.*"))) == 2
     (data / "real_draft.csv").unlink()
     with pytest.raises(FileNotFoundError, match="no real_draft.csv"):
         overhead.run([data], tmp_path / "out")
+
+
+def test_sweep_timing_noise_by_hand():
+    """benchmarks/sweep_timing.py's noise measures on four runs of two cells, each cell once at time 1 and
+    once at e^0.2: residuals of log time -0.1, +0.1 about each cell's mean, scaled by sqrt(2) for
+    cells of two runs; in sweep order they alternate (lag-1 autocorrelation -1); a reference read
+    whose log is minus the residual explains all of it. A cell run once does not count; a run
+    without a positive time is refused."""
+    noise = load_benchmark("sweep_timing").noise
+    r = 0.1 * np.sqrt(2)
+    runs = pd.DataFrame({"part": "test", "prompt": [0, 0, 1, 1, 2], "draft_cost": [0.0, 0.0, np.nan, np.nan, 0.0],
+                         "k": [1, 1, 0, 0, 1], "dedup": True, "seq": [0, 1, 2, 3, 4],
+                         "time_s": [1.0, np.exp(0.2), 1.0, np.exp(0.2), 5.0],
+                         "ref_GBps": np.exp([r, -r, r, -r, 0.0])})
+    got = noise(runs)
+    assert got["repeated_runs"] == 4 and got["cells"] == 2
+    assert got["run_sd"] == pytest.approx(r) and got["lag1_autocorr"] == pytest.approx(-1)
+    assert got["ref_r2"] == pytest.approx(1) and got["run_sd_after_ref"] == pytest.approx(0, abs=1e-12)
+    with pytest.raises(ValueError, match="positive, finite time_s"):
+        noise(runs.assign(time_s=[1.0, 0.0, 1.0, 1.0, 1.0]))

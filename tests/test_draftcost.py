@@ -508,3 +508,30 @@ def test_a_draft_holding_its_prompts_drafts_as_one_that_feeds_them(subject):
         assert a == b and holding.cache.get_seq_length() >= len(prompts[pi])
         assert len(holding._held) <= 2
     assert set(holding._held) == {tuple(prompts[2]), tuple(prompts[0])} and not fresh._held   # 0 dropped, fed again
+
+
+def test_a_results_folder_read_back(tmp_path):
+    """moespec.engine.results_folder: a notebook-05 folder's states (quiet first), each state's
+    calibration and test rows, its stamp and source; refusals name what is missing."""
+    import json
+
+    from moespec.engine.results_folder import read_real_draft_folder
+
+    pd.DataFrame({"state": ["loaded", "quiet", "quiet"], "time_s": [3.0, 1.0, 2.0]}).to_csv(
+        tmp_path / "draft_calibration.csv", index=False)
+    pd.DataFrame({"time_s": [5.0]}).to_csv(tmp_path / "real_draft.csv", index=False)
+    (tmp_path / "run.json").write_text(json.dumps({
+        "started": {"b": "2026-12-06T10:00:00+00:00", "a": "2026-12-06T09:59:58+00:00"}, "finished": "x",
+        "subject": "s", "sizes": {"draft_calibration": "interleaved"}, "provenance": {"git_commit": "abc"}}))
+    folder = read_real_draft_folder(tmp_path)
+    assert folder.states == ["quiet", "loaded"] and folder.stamp == "20261206T095958Z"
+    cal, test = folder.sweep("quiet")
+    assert list(cal.time_s) == [1.0, 2.0] and list(test.time_s) == [5.0]
+    assert folder.source()["commit"] == "abc" and folder.source()["draft_calibration"] == "interleaved"
+    with pytest.raises(FileNotFoundError, match="no real_draft_loaded.csv"):
+        folder.sweep("loaded")
+    with pytest.raises(ValueError, match="no real-draft runs in state 'busy'"):
+        folder.sweep("busy")
+    (tmp_path / "run.json").unlink()
+    with pytest.raises(FileNotFoundError, match="holds no run.json"):
+        read_real_draft_folder(tmp_path)

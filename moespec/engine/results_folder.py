@@ -1,0 +1,76 @@
+"""A notebook-05 results folder read back: what the scripts that reread a run's real-draft sweeps
+(``benchmarks/verify_by_turn.py``, ``replay_routing.py``, ``sweep_overhead.py``, ``sweep_noise.py``)
+share.
+
+The folder is ``<run data>/engine/<profile>`` of a ``make reproduce`` clone (or a notebook's
+``out_dir``): ``run.json`` (sizes, seed, the phases' start times, provenance),
+``draft_calibration.csv`` (the round calibration's runs of every machine state, column ``state``)
+and ``real_draft.csv`` / ``real_draft_<state>.csv`` (the test runs of the quiet and other states).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+STATE_ORDER = ("quiet", "loaded")
+NEEDED = ("draft_calibration.csv", "real_draft.csv", "run.json")
+
+
+@dataclass
+class RealDraftFolder:
+    """A notebook-05 results folder with a real draft: ``record`` (its run.json) and
+    ``calibration`` (every state's calibration rows)."""
+    path: Path
+    record: dict
+    calibration: pd.DataFrame
+
+    @property
+    def states(self) -> list[str]:
+        """The machine states the calibration ran in, quiet first."""
+        found = set(self.calibration["state"])
+        return sorted(found, key=lambda s: (STATE_ORDER.index(s) if s in STATE_ORDER else len(STATE_ORDER), s))
+
+    def sweep(self, state: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(calibration rows, test rows) of machine state ``state``."""
+        if state not in self.states:
+            raise ValueError(f"{self.path} has no real-draft runs in state {state!r}; it has {self.states}")
+        test = self.path / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv")
+        if not test.exists():
+            raise FileNotFoundError(f"{self.path} holds calibration rows of state {state!r} but no {test.name}")
+        cal = self.calibration[self.calibration["state"] == state].reset_index(drop=True)
+        return cal, pd.read_csv(test)
+
+    @property
+    def started(self) -> str:
+        """When the run's first phase started (ISO time)."""
+        return min(self.record["started"].values())
+
+    @property
+    def stamp(self) -> str:
+        """:attr:`started` as ``YYYYmmddTHHMMSSZ``, the name of the records written from the folder."""
+        return dt.datetime.fromisoformat(self.started).strftime("%Y%m%dT%H%M%SZ")
+
+    def source(self) -> dict:
+        """The run a record written from the folder comes from: commit, start and end, subject,
+        where its calibration ran, hardware."""
+        prov = self.record.get("provenance", {})
+        return {"commit": prov.get("git_commit"), "started": self.started, "finished": self.record.get("finished"),
+                "subject": self.record.get("subject"),
+                "draft_calibration": self.record.get("sizes", {}).get("draft_calibration"),
+                "hardware": prov.get("hardware")}
+
+
+def read_real_draft_folder(data) -> RealDraftFolder:
+    """The notebook-05 results folder ``data`` (module docstring); a folder without a real draft's
+    files is refused by the name of the first one missing."""
+    data = Path(data)
+    for name in NEEDED:
+        if not (data / name).exists():
+            raise FileNotFoundError(f"{data} holds no {name}: not a notebook-05 results folder with a real draft")
+    return RealDraftFolder(data, json.loads((data / "run.json").read_text()),
+                           pd.read_csv(data / "draft_calibration.csv"))
