@@ -47,7 +47,7 @@ def test_step_time_is_draft_plus_verify_plus_host_by_hand():
     assert rm.step_times_for(np.array([1, 2, -3, 4]) * MS)[2] / MS == pytest.approx(1.3 - 3 + 0.3)
 
 
-def test_draft_fit_keeps_the_intercept_and_its_interval_holds_it():
+def test_draft_fit_keeps_the_intercept_and_its_interval_holds_it_and_is_never_negative():
     rng = np.random.default_rng(0)
     k = np.repeat(np.arange(1, 9), 6)
     t = (0.284 * k + 0.745) * MS + rng.normal(0, 0.01 * MS, k.size)
@@ -58,6 +58,11 @@ def test_draft_fit_keeps_the_intercept_and_its_interval_holds_it():
     assert np.all(d.term.lo_s <= d.term.values_s) and np.all(d.term.values_s <= d.term.hi_s)
     exact = fit_draft_time([1, 2, 3], np.array([2, 3, 4]) * MS, "x", kmax=3, source="hand", n_boot=10)
     assert (exact.a_s / MS, exact.b_s / MS) == pytest.approx((1, 1)) and exact.term.values_s / MS == pytest.approx([0, 2, 3, 4])
+    # times 1, 3, 5 ms at k = 1, 2, 3: least squares says 2 k - 1 ms, negative intercept; with a, b >= 0
+    # the optimum is on b = 0: a = sum(k t) / sum(k^2) = 22/14 ms (SSE 0.43 against 8 on a = 0)
+    tilted = fit_draft_time([1, 2, 3], np.array([1, 3, 5]) * MS, "x", kmax=3, source="hand", n_boot=50)
+    assert (tilted.a_s / MS, tilted.b_s / MS) == pytest.approx((22 / 14, 0))
+    assert np.all(tilted.term.lo_s >= 0) and np.all(tilted.term.lo_s <= tilted.term.values_s)
     with pytest.raises(RoundModelError, match="two draft lengths"):
         fit_draft_time([2, 2], [1e-3, 1e-3], "x", kmax=3, source="hand")
     with pytest.raises(RoundModelError, match="time >= 0 at every k = 1..3"):
@@ -97,8 +102,14 @@ def test_per_k_band_is_bound_21_with_delta_k():
     # a hand case with different deltas: [(1 - d_k)/(1 + d_0), (1 + d_k)/(1 - d_0)]
     lo, hi = th.speedup_interval_by_k([0.1, 0.2])
     assert lo == pytest.approx([1, 0.8 / 1.1]) and hi == pytest.approx([1, 1.2 / 0.9])
-    with pytest.raises(ValueError, match="delta"):
-        th.speedup_interval_by_k([0.1, 1.0])
+    # delta >= 1 bounds from one side only: no lower bound at that k, no upper bound when delta_0 >= 1
+    lo, hi = th.speedup_interval_by_k([0.1, 1.5])
+    assert lo == pytest.approx([1, 0]) and hi == pytest.approx([1, 2.5 / 0.9])
+    lo, hi = th.speedup_interval_by_k([1.2, 0.3])
+    assert lo == pytest.approx([1, 0.7 / 2.2]) and hi[0] == 1 and hi[1] == np.inf
+    for bad in ([0.1, -0.1], [0.1, np.nan], []):
+        with pytest.raises(ValueError, match="delta: one finite value >= 0 per k"):
+            th.speedup_interval_by_k(bad)
 
 
 def test_with_verify_replaces_only_the_verify_term():

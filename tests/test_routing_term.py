@@ -34,6 +34,14 @@ def test_routing_fit_by_hand():
         assert mean_k + term.shift_s(int(j), x) == pytest.approx(tj)
     assert term.shift_s(2, 75.0) == 0.0
     assert RoutingTerm.from_dict(term.to_dict()).to_dict() == term.to_dict()
+    # a slope a pass cannot have is clipped: below 0 (k = 1: 10 more pairs, 10 ms faster: -1 ms per
+    # pair) to 0; above the smallest mean time per mean pair (min(10/32, 20/55) ms) to that ceiling,
+    # where the routed pass stays positive even at no pair at all
+    down = RoutingTerm.fit([0, 0, 1, 1], [32, 32, 50, 60], np.array([10, 10, 30, 20]) * 1e-3, "noisy")
+    assert down.s_per_expert == 0.0 and "gave -1 ms per pair" in down.source
+    up = RoutingTerm.fit([0, 0, 1, 1], [32, 32, 50, 60], np.array([10, 10, 10, 30]) * 1e-3, "noisy")
+    assert up.s_per_expert == pytest.approx(10e-3 / 32) and "gave 2 ms per pair" in up.source
+    assert 20e-3 + up.shift_s(1, 0.0) > 0
     flat = RoutingTerm.fit([0, 1, 1], [32, 50, 50], [10e-3, 20e-3, 22e-3], "one prompt")
     assert flat.s_per_expert == 0.0 and "no slope" in flat.source
     with pytest.raises(RoundModelError, match="no run at k"):

@@ -229,8 +229,10 @@ class DraftTime:
 def fit_draft_time(k, t_s, name: str, kmax: int, source: str, n_boot: int = 2000, seed: int = 0,
                    level: float = 0.95) -> DraftTime:
     """t_draft(k) = a k + b by least squares over runs (one mean draft time per round per run at
-    its k >= 1; paper 2, eq. (A4), intercept kept), with a bootstrap interval of the fitted value at
-    each k (runs resampled within each k)."""
+    its k >= 1; paper 2, eq. (A4), intercept kept) with a, b >= 0 (a draft's time is not negative:
+    where the unconstrained fit has a, b >= 0, as on every full run so far, this is that fit; where a
+    few noisy runs tilt it below zero, the constrained optimum on the boundary instead of a refusal),
+    with a bootstrap interval of the fitted value at each k (runs resampled within each k)."""
     k = np.asarray(k, float)
     t = np.asarray(t_s, float)
     ok = k >= 1
@@ -240,20 +242,28 @@ def fit_draft_time(k, t_s, name: str, kmax: int, source: str, n_boot: int = 2000
                               f"found k = {sorted(set(k.astype(int).tolist()))}")
     if not np.all(np.isfinite(t)):
         raise RoundModelError(f"draft {name!r}: non-finite draft times")
-    a, b = np.polyfit(k, t, 1)
+    a, b = _nonnegative_line(k, t)
     rng = np.random.default_rng(seed)
     groups = {int(x): np.flatnonzero(k == x) for x in np.unique(k)}
     ks = np.arange(kmax + 1, dtype=float)
     boot = np.empty((n_boot, kmax + 1))
     for i in range(n_boot):
         idx = np.concatenate([g[rng.integers(g.size, size=g.size)] for g in groups.values()])
-        ab = np.polyfit(k[idx], t[idx], 1)
+        ab = _nonnegative_line(k[idx], t[idx])
         boot[i] = np.where(ks > 0, ab[0] * ks + ab[1], 0.0)
     q = ((1 - level) / 2, 1 - (1 - level) / 2)
     v = np.where(ks > 0, a * ks + b, 0.0)
     lo, hi = np.minimum(np.quantile(boot, q[0], axis=0), v), np.maximum(np.quantile(boot, q[1], axis=0), v)
     runs = np.array([0] + [int(sum(g.size for g in groups.values()))] * kmax)
     return DraftTime.from_fit(name, float(a), float(b), kmax, source, "fit", lo, hi, runs)
+
+
+def _nonnegative_line(x, y) -> tuple[float, float]:
+    """(a, b) minimizing sum (a x + b - y)^2 subject to a, b >= 0 (non-negative least squares)."""
+    from scipy.optimize import nnls
+
+    (a, b), _ = nnls(np.column_stack([x, np.ones_like(x)]), y)
+    return float(a), float(b)
 
 
 @dataclass(frozen=True)
@@ -290,7 +300,11 @@ class RoutingTerm:
         ``k`` and a common slope in ``distinct`` (each run's mean distinct (expert, layer) pairs per
         pass); every k = 0..max(k) needs a run. Where the counts never vary within a k (one
         calibration prompt, say) the runs hold no slope: it is 0 (the term changes nothing) and the
-        source says so."""
+        source says so. The slope is kept within what a pass can spend on its distinct pairs: at
+        least 0 (a pass reading more experts is not faster) and at most the smallest mean verify
+        time per mean distinct pair over the k (a pass cannot spend more on its pairs than its whole
+        time), so that the routed pass stays positive at any routing; a slope outside, which only
+        a few noisy runs give, is clipped and the source says so."""
         k = np.asarray(k, int).reshape(-1)
         u = np.asarray(distinct, float).reshape(-1)
         t = np.asarray(t_s, float).reshape(-1)
@@ -305,11 +319,18 @@ class RoutingTerm:
         centred = u - np.array([u[k == j].mean() for j in ks])[k]
         spread = float(centred @ centred)
         t_centred = t - np.array([t[k == j].mean() for j in ks])[k]
+        means_u = np.array([u[k == j].mean() for j in ks])
         if spread <= 0:
             slope, source = 0.0, f"{source} (the distinct counts never vary within a k: no slope, taken as 0)"
         else:
             slope = float(centred @ t_centred / spread)   # within-k least squares (one intercept per k)
-        return cls(slope, np.array([u[k == j].mean() for j in ks]), int(k.size), source)
+            ceiling = float(np.min(np.array([t[k == j].mean() for j in ks]) / means_u))
+            if not 0.0 <= slope <= ceiling:
+                clipped = min(max(slope, 0.0), ceiling)
+                source = (f"{source} (least squares gave {slope * 1e3:.4g} ms per pair, outside [0, {ceiling * 1e3:.4g}]: "
+                          f"taken as {clipped * 1e3:.4g})")
+                slope = clipped
+        return cls(slope, means_u, int(k.size), source)
 
     def shift_s(self, k: int, distinct: float) -> float:
         """tau_dedup(k + 1 | u) - tau_dedup(k + 1): the verify term's change at ``distinct`` pairs per pass."""

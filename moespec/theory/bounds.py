@@ -123,12 +123,16 @@ def speedup_interval_by_k(delta):
     (1 - delta_j) V(j) <= V_hat(j) <= (1 + delta_j) V(j) (``delta`` one value per k = 0..kmax):
     lo[k] = (1 - delta_k)/(1 + delta_0), hi[k] = (1 + delta_k)/(1 - delta_0). With one delta for
     every k this is bound (21)'s interval (paper 1, eq. (21); eq. C.6) for any k, not only the best;
-    at k = 0 the ratio is exactly 1 (the same V(0) above and below)."""
+    at k = 0 the ratio is exactly 1 (the same V(0) above and below). A delta of 1 or more (a step
+    whose interval reaches down to half its point estimate or below, e.g. a calibration of one
+    prompt) bounds the prediction from one side only: delta_k >= 1 leaves no lower bound on
+    V_hat(k) / V(k) beyond its being positive, so lo[k] = 0; delta_0 >= 1 leaves no upper bound on
+    V(0) / V_hat(0), so hi = inf for every k >= 1."""
     d = np.asarray(delta, dtype=float).reshape(-1)
-    if d.size == 0 or np.any(~np.isfinite(d)) or np.any(d < 0) or np.any(d >= 1):
-        raise ValueError(f"delta: one value in [0, 1) per k needed; found {d.tolist()}")
-    lo = (1 - d) / (1 + d[0])
-    hi = (1 + d) / (1 - d[0])
+    if d.size == 0 or np.any(~np.isfinite(d)) or np.any(d < 0):
+        raise ValueError(f"delta: one finite value >= 0 per k needed; found {d.tolist()}")
+    lo = np.maximum(1 - d, 0.0) / (1 + d[0])
+    hi = (1 + d) / (1 - d[0]) if d[0] < 1 else np.full(d.shape, np.inf)
     lo[0] = hi[0] = 1.0
     return lo, hi
 
