@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from moespec import io, paths
-from moespec.engine.results_folder import read_real_draft_folder
+from moespec.engine.results_folder import RealDraftFolder, read_real_draft_folder
 
 PHASE = "real-draft runs {state}"
 CELL = ["part", "prompt", "draft_cost", "k", "dedup"]
@@ -82,9 +82,8 @@ def noise(runs: pd.DataFrame) -> dict:
             "ref_r2": ref_r2, "run_sd_after_ref": after}
 
 
-def folder_rows(data: Path) -> list[dict]:
-    """One row per machine state of the notebook-05 results folder ``data``."""
-    folder = read_real_draft_folder(data)
+def folder_rows(folder: RealDraftFolder) -> list[dict]:
+    """One row per machine state of the notebook-05 results folder ``folder``."""
     source = folder.source()
     machine = (source["hardware"] or {}).get("cpu", {}).get("cpu_model", "")
     rows = []
@@ -98,13 +97,14 @@ def folder_rows(data: Path) -> list[dict]:
     return rows
 
 
-def run(folders: list, out: Path | None = None) -> dict:
-    rows = pd.DataFrame([r for data in folders for r in folder_rows(data)])
-    stamp = max(read_real_draft_folder(f).stamp for f in folders)
+def run(data: list, out: Path | None = None) -> dict:
+    folders = [read_real_draft_folder(d) for d in data]
+    rows = pd.DataFrame([r for folder in folders for r in folder_rows(folder)])
+    stamp = max(folder.stamp for folder in folders)
     out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "sweep_timing")
     io.write_dataframe(out / f"{stamp}_sweep_timing.csv", rows)
     record = {"how": "benchmarks/sweep_timing.py over notebook-05 results folders of make reproduce clones",
-              "sources": [read_real_draft_folder(f).source() for f in folders], "rows": rows.to_dict("records")}
+              "sources": [folder.source() for folder in folders], "rows": rows.to_dict("records")}
     io.write_json(out / f"{stamp}_sweep_timing.json", record)
     print(rows.drop(columns=["commit", "machine"]).round(3).to_string(index=False))
     return record

@@ -13,6 +13,7 @@ import pytest
 
 from bench_scripts import load_benchmark
 from moespec import paths, predict
+from moespec.engine.results_folder import real_draft_file
 from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
 
@@ -85,7 +86,7 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     cal_rows = pd.read_csv(out / "draft_calibration.csv")
     for state in ("quiet", "loaded"):
         c = cal_rows[cal_rows.state == state]
-        t = pd.read_csv(out / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv"))
+        t = pd.read_csv(out / real_draft_file(state))
         assert c.seq.min() < t.seq.max() and t.seq.min() < c.seq.max()     # the parts overlap in time
         assert sorted([*c.seq, *t.seq]) == list(range(len(c) + len(t)))    # one sweep held both
         refit = CAL.from_draft_runs(c, label, state, n_boot=200, seed=0)
@@ -101,7 +102,7 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     assert pred.predicted_measured_steps.to_numpy() == pytest.approx(
         (pred.tokens_per_step * pred.V0_meas_ms / pred.V_meas_ms).to_numpy())
     for state, g in pred.groupby("state"):
-        runs_of = pd.read_csv(out / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv"))
+        runs_of = pd.read_csv(out / real_draft_file(state))
         assert g.read_GBps_runs.iloc[0] == pytest.approx(runs_of.ref_GBps.median())
     lines = re.findall(r"\[(\w+)\] where the error comes from: with the runs' own step times in place of the "
                        r"round model's, within 5 % at \d+ of \d+ .*with the verify terms at the runs' read "
@@ -116,7 +117,7 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
             assert "predicted_at_runs_read" not in g or g.predicted_at_runs_read.isna().all()
     # the measurement against itself: each repetition's speedups over its own plain runs, per state
     for state, g in pred.groupby("state"):
-        runs_of = pd.read_csv(out / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv"))
+        runs_of = pd.read_csv(out / real_draft_file(state))
         by_rep = SP.measured_by_rep(runs_of)
         mine = g.set_index(["draft_cost", "k"])[["rep0", "rep1"]]
         assert np.allclose(mine.loc[by_rep.index].to_numpy(), by_rep.to_numpy())

@@ -113,8 +113,8 @@ def interleaved_sweep(engine, drafts: dict, parts: list, ks, n_tokens: int, seed
     predicts, say) in one shuffled order over every part, prompt, repetition and cell, each prompt
     prefilled once and resumed from its prefill whenever a run returns to it: every part meets the
     same mixture of the machine's states, where :func:`draft_cost_sweep` run once per part meets
-    the stretch of time it runs in. Rows as :func:`draft_cost_sweep`'s with ``part`` (the part's name); ``prompt``
-    and ``rep`` count within the part, and each run's speedup divides by its own part's plain runs
+    the stretch of time it runs in. Rows as :func:`draft_cost_sweep`'s with ``part`` (the part's
+    name); ``prompt`` and ``rep`` count within the part, and each run's speedup divides by its own part's plain runs
     of the same prompt. Widening a draft changes no token, and neither does the order: the tokens
     are those of the sweep run part by part."""
     if len({p.name for p in parts}) != len(parts):

@@ -1,6 +1,6 @@
 """A notebook-05 results folder read back: what the scripts that reread a run's real-draft sweeps
-(``benchmarks/verify_by_turn.py``, ``replay_routing.py``, ``sweep_overhead.py``, ``sweep_noise.py``)
-share.
+(``benchmarks/verify_by_turn.py``, ``replay_routing.py``, ``sweep_timing.py``) share, and the
+name notebook 05 writes a state's test runs under (:func:`real_draft_file`).
 
 The folder is ``<run data>/engine/<profile>`` of a ``make reproduce`` clone (or a notebook's
 ``out_dir``): ``run.json`` (sizes, seed, the phases' start times, provenance),
@@ -21,6 +21,11 @@ STATE_ORDER = ("quiet", "loaded")
 NEEDED = ("draft_calibration.csv", "real_draft.csv", "run.json")
 
 
+def real_draft_file(state: str) -> str:
+    """The file of machine state ``state``'s real-draft test runs in a results folder."""
+    return "real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv"
+
+
 @dataclass
 class RealDraftFolder:
     """A notebook-05 results folder with a real draft: ``record`` (its run.json) and
@@ -39,7 +44,7 @@ class RealDraftFolder:
         """(calibration rows, test rows) of machine state ``state``."""
         if state not in self.states:
             raise ValueError(f"{self.path} has no real-draft runs in state {state!r}; it has {self.states}")
-        test = self.path / ("real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv")
+        test = self.path / real_draft_file(state)
         if not test.exists():
             raise FileNotFoundError(f"{self.path} holds calibration rows of state {state!r} but no {test.name}")
         cal = self.calibration[self.calibration["state"] == state].reset_index(drop=True)

@@ -316,15 +316,16 @@ class RoutingTerm:
         ks = np.arange(int(k.max()) + 1)
         if missing := sorted(set(ks.tolist()) - set(k.tolist())):
             raise RoundModelError(f"routing fit: no run at k = {missing}")
-        centred = u - np.array([u[k == j].mean() for j in ks])[k]
-        spread = float(centred @ centred)
-        t_centred = t - np.array([t[k == j].mean() for j in ks])[k]
         means_u = np.array([u[k == j].mean() for j in ks])
+        means_t = np.array([t[k == j].mean() for j in ks])
+        centred = u - means_u[k]
+        spread = float(centred @ centred)
+        t_centred = t - means_t[k]
         if spread <= 0:
             slope, source = 0.0, f"{source} (the distinct counts never vary within a k: no slope, taken as 0)"
         else:
             slope = float(centred @ t_centred / spread)   # within-k least squares (one intercept per k)
-            ceiling = float(np.min(np.array([t[k == j].mean() for j in ks]) / means_u))
+            ceiling = float(np.min(means_t / means_u))
             if not 0.0 <= slope <= ceiling:
                 clipped = min(max(slope, 0.0), ceiling)
                 source = (f"{source} (least squares gave {slope * 1e3:.4g} ms per pair, outside [0, {ceiling * 1e3:.4g}]: "

@@ -38,6 +38,7 @@ from moespec.engine import draftcost as DC
 from moespec.engine import goals as G
 from moespec.engine import summaries as SM
 from moespec.engine.calibration import verify_loops
+from moespec.engine.results_folder import real_draft_file
 from moespec.engine.runs import greedy_agreement, oracle_sweep
 from moespec.engine.subject import load_subject
 from moespec.engine.verify import measure_verify_times, regime_summaries
@@ -384,7 +385,7 @@ class WholeModelStudy:
                  f"{rep['speedup_k_last']:.3f}"]
         if state == "quiet":
             stop = SP.stop_paying(pred, ratios)
-            io.write_dataframe(self.out / "real_draft.csv", real)
+            io.write_dataframe(self.out / real_draft_file(state), real)
             io.write_dataframe(self.out / "draft_cost_ratios.csv", ratios)
             self._write("05_draft_cost_ratios.csv", ratios)
             io.write_json(self._fig("05_draft_cost_stop.json"), {**stop, "subject": self.label})
@@ -403,7 +404,7 @@ class WholeModelStudy:
                          f"{stop['stop_cost_predicted']} (predicted): {stop['grid_steps_apart']} grid steps apart; cost "
                          f"ratios {np.round(stop['cost_ratio'], 3).tolist()}")
         else:
-            io.write_dataframe(self.out / f"real_draft_{state}.csv", real)
+            io.write_dataframe(self.out / real_draft_file(state), real)
         return Result(calibrated.lines + lines, {**calibrated.tables, f"real draft: predicted vs measured ({state})": table(
             pred, ["draft_cost", "k", "tokens_per_step", "V_hat_ms", "V_meas_ms", "predicted", "predicted_lo",
                    "predicted_hi", "measured", "rel_error", "predicted_unrouted", "predicted_pooled",
