@@ -96,12 +96,13 @@ from moespec.engine import OracleDraft
 from moespec.engine import goals as G
 from moespec.notebook_profiles import resolve, setup
 from moespec.threads import untimed_threads as untimed
-from moespec.engine.subject import load_subject
+from moespec.engine.subject import load_subject, routing_twin
 from moespec.oracle import analysis as A
 from moespec.oracle import appendix_a as appendix
 from moespec.oracle.bellman import NegativeCostError
 from moespec.oracle import regression as R
-from moespec.oracle.junk import junk_tails, load_inputs, replayed_inputs, save_inputs
+from moespec.oracle.junk import (junk_tails_summary, load_inputs, replayed_inputs, save_inputs,
+                                 sequences_junk_tails)
 from moespec.oracle.kernel_cost import bench_bandwidths, kernel_models
 from moespec.oracle.record import (check_reused, load_questions, load_rounds, record_rounds, reference_sequences,
                                    save_rounds)
@@ -282,12 +283,13 @@ elif sub.replay is not None:
 else:
     t0 = time.perf_counter()
     refs = reference_sequences(sub.engine, oracle_prompts, P["oracle_tokens"], threads=untimed(untimed_threads))
-    items = [junk_tails(sub.target, sub.draft, p["ids"], refs[p["question_id"]], lmax=P["lmax"], seed=seed + s,
-                        seq_id=str(p["question_id"]), category=p["category"], threads=untimed(untimed_threads))
-             for s, p in enumerate(oracle_prompts)]
+    twin = routing_twin(model, profile=profile, device=device, backend=backend, fmt=fmt, dtype=dtype, seed=seed)
+    items, agreement = sequences_junk_tails(sub.target, sub.draft, oracle_prompts, refs, lmax=P["lmax"], seed=seed,
+                                            threads=untimed(untimed_threads), twin=twin)
     save_inputs(items, inputs_path)
-    print(f"junk tails: {sum(it.n for it in items)} positions in {time.perf_counter() - t0:.0f} s on "
-          f"{untimed(untimed_threads)} torch thread(s) (not timed)")
+    io.write_json(out / "junk_tails_provenance.json", {**provenance.full_record(), "subject": label,
+                                                       "wall_s": time.perf_counter() - t0, "twin_agreement": agreement})
+    print(junk_tails_summary(items, agreement, time.perf_counter() - t0, untimed(untimed_threads)))
 train, test = A.split_sequences(items, test_share=test_share, seed=seed)
 print(f"{len(items)} sequences, {sum(it.n for it in items)} positions; mean draft confidence p = "
       f"{np.mean(np.concatenate([it.p for it in items])):.3f} (surrogate), share of positions where the draft's "

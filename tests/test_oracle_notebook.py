@@ -47,6 +47,10 @@ def test_notebook_07_quick(run_notebook, tmp_path):
     assert not (item_map.verdict == "missing").any(), item_map[item_map.verdict == "missing"]["paper 2 item"].tolist()
     assert list(dict.fromkeys(sweeps.transitions)) == ["surrogate", "greedy"]
     assert re.search(r"^subject: .*byte-faithful", text, re.M)
+    # the junk tails ran on the subject's narrow twin, after it agreed with the target cell for cell
+    twin = json.loads((tmp_path / "oracle" / "junk_tails_provenance.json").read_text())["twin_agreement"]
+    assert twin["used"] == "twin" and twin["union_cells_equal"] == twin["union_cells"] > 0
+    assert f"on its narrow twin; twin against target over {twin['states']} positions" in text
     assert (sweeps.subject == sweeps.subject.iloc[0]).all() and "byte-faithful" in sweeps.subject.iloc[0]
     online = json.loads((figures / "07_online_policy_info.json").read_text())
     cf = json.loads((figures / "07_cf_online_policy_info.json").read_text())

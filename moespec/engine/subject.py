@@ -38,9 +38,9 @@ from moespec.engine import prompts as P
 from moespec.engine.operation import layer_weights
 from moespec.engine.replay import published_model, replay_engine
 from moespec.engine.target import Engine
-from moespec.engine.widen import (dense_mlp_bytes, dense_mlps, draft_intermediate, embed_expert_weights,
-                                  widen_attention_and_head, widen_dense_mlps, widen_expert_weights,
-                                  widened_intermediate)
+from moespec.engine.widen import (attention_and_head_in_format, dense_mlp_bytes, dense_mlps, draft_intermediate,
+                                  embed_expert_weights, widen_attention_and_head, widen_dense_mlps,
+                                  widen_expert_weights, widened_intermediate)
 from moespec.model_shapes import MoESpec, get_spec, register
 from moespec.routing import RoutingTrace, synthetic
 
@@ -193,6 +193,29 @@ def _dtype(dtype: str):
     except KeyError:
         raise ValueError(f"dtype must be one of {sorted(k for k in _DTYPES if k)} or '' (the default); "
                          f"got {dtype!r}") from None
+
+
+def routing_twin(model: str = "byte-faithful-all", profile: str = "full", device: str = "cpu", backend: str = "auto",
+                 fmt: str = "", dtype: str = "", seed: int = 0) -> torch.nn.Module | None:
+    """The target a byte-faithful subject was widened from, in the subject's storage format: the
+    trained model's experts (and, for ``"byte-faithful-all"``, its attention projections and LM
+    head) quantized as the widened ones are, unpadded. The widening is function-preserving, so
+    this narrow model computes what the subject's target computes (the same greedy tokens, logits
+    within 1e-5: tests/test_widen_dense.py) and routes every token to the same experts, reading
+    its own few bytes instead of OLMoE's: what an untimed computation of the subject's routing
+    (paper 2's counterfactual junk tails, :func:`moespec.oracle.junk.junk_tails`) may run on;
+    :func:`moespec.oracle.junk.twin_agreement` checks it against the subject's own target. The
+    arguments are :func:`load_subject`'s. None for a subject that is not widened (default, replay,
+    a checkpoint): its own target is the narrow one."""
+
+    if model not in ("byte-faithful", "byte-faithful-all"):
+        return None
+    fmt = fmt or "int8_b32"
+    twin = load_subject("default", profile=profile, device=device, backend=backend, fmt=fmt, dtype=dtype,
+                        seed=seed).target
+    if model == "byte-faithful-all":
+        attention_and_head_in_format(twin, fmt, backend="auto" if backend == "cuda" else backend)
+    return twin
 
 
 def _trained_or_tiny(profile: str, device: str, dtype):

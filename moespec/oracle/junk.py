@@ -139,6 +139,62 @@ def junk_tails(target, draft, prompt, reference, lmax: int = 12, seed: int = 0, 
         return _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, progress)
 
 
+def twin_agreement(target, twin, draft, prompt, reference, states: int = 4, lmax: int = 12, seed: int = 0,
+                   threads: int | None = 1) -> dict:
+    """:func:`junk_tails` over the first ``states`` reference positions of one sequence, once on
+    ``target`` and once on its narrow ``twin`` (:func:`moespec.engine.subject.routing_twin`), same
+    draft and seed: what the twin's counterfactual routing is worth in place of the target's. Returns
+    the positions compared, the union cells (i, k, a) compared and how many are equal, the largest
+    union difference, and the largest difference of the draft confidences p and q (the draft is the
+    same, so these are 0 unless the target's choices feed back into the draws: they do not)."""
+    ref = [int(t) for t in reference][:max(int(states), 1)]
+    a = junk_tails(target, draft, prompt, ref, lmax=lmax, seed=seed, threads=threads)
+    b = junk_tails(twin, draft, prompt, ref, lmax=lmax, seed=seed, threads=threads)
+    cells = ~np.isnan(a.U)
+    if not np.array_equal(cells, ~np.isnan(b.U)):
+        raise RuntimeError("target and twin filled different union cells; they do not run the same simulation")
+    diff = np.abs(a.U[cells] - b.U[cells])
+    return {"states": len(ref), "lmax": int(lmax), "union_cells": int(cells.sum()),
+            "union_cells_equal": int((diff == 0).sum()), "union_max_abs_diff": float(diff.max(initial=0.0)),
+            "p_max_abs_diff": float(np.abs(a.p - b.p).max(initial=0.0)),
+            "q_max_abs_diff": float(np.abs(a.q - b.q).max(initial=0.0))}
+
+
+def sequences_junk_tails(target, draft, prompts: list, references: dict, lmax: int = 12, seed: int = 0,
+                         threads: int | None = 1, twin=None, check_states: int = 8,
+                         progress: bool = True) -> tuple[list[OracleInputs], dict | None]:
+    """:func:`junk_tails` of every prompt (dicts with ``ids``, ``question_id``, ``category``; its
+    reference in ``references[question_id]``; prompt s drawn with seed ``seed + s``). With a
+    ``twin`` (:func:`moespec.engine.subject.routing_twin`) the tails run on it once
+    :func:`twin_agreement` over the first prompt's first ``check_states`` positions finds every
+    union cell equal; otherwise, or without a twin, on ``target``. Returns (inputs, the agreement
+    with ``"used"``: ``"twin"`` or ``"target"``; None without a twin)."""
+    agreement, runner = None, target
+    if twin is not None:
+        first = prompts[0]
+        agreement = twin_agreement(target, twin, draft, first["ids"], references[first["question_id"]],
+                                   states=check_states, lmax=lmax, seed=seed, threads=threads)
+        same = agreement["union_cells_equal"] == agreement["union_cells"]
+        runner = twin if same else target
+        agreement["used"] = "twin" if same else "target"
+    items = [junk_tails(runner, draft, p["ids"], references[p["question_id"]], lmax=lmax, seed=seed + s,
+                        seq_id=str(p["question_id"]), category=p["category"], threads=threads)
+             for s, p in enumerate(tqdm(prompts, desc="junk tails", disable=not progress))]
+    return items, agreement
+
+
+def junk_tails_summary(items: list[OracleInputs], agreement: dict | None, seconds: float, threads: int) -> str:
+    """One line on :func:`sequences_junk_tails`' work: positions, time, threads, the model they ran
+    on and the twin's agreement with the target."""
+    on = "the subject's target" if agreement is None or agreement["used"] == "target" else "its narrow twin"
+    line = (f"junk tails: {sum(it.n for it in items)} positions in {seconds:.0f} s on {threads} torch thread(s) "
+            f"(not timed), on {on}")
+    if agreement is not None:
+        line += (f"; twin against target over {agreement['states']} positions: {agreement['union_cells_equal']} of "
+                 f"{agreement['union_cells']} union cells equal (largest difference {agreement['union_max_abs_diff']:g})")
+    return line
+
+
 @torch.inference_mode()
 def _junk_tails(target, draft, prompt, reference, lmax, seed, seq_id, category, progress) -> OracleInputs:
     prompt = [int(t) for t in prompt]
