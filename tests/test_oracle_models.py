@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -109,6 +110,25 @@ def test_record_rounds_reproduces_greedy_text(models):
         assert toks == expect[qid]
     with pytest.raises(ValueError, match="max_position_embeddings"):
         record_rounds(target, draft, prompts[:1], ks=[1], n_tokens=500, repeats=1, backend="torch", progress=False)
+
+
+def test_record_rounds_resumes_each_prompt_as_a_fresh_prefill(models):
+    """The runs of one prompt after its first resume its prefill (Engine.hold / resume, the draft's
+    held cache): every round's tokens, acceptance and routing are those of runs that each prefill."""
+    from moespec.oracle.record import record_rounds
+
+    target, draft = zoo.tiny_moe(seed=0, vocab_size=V), zoo.tiny_draft(seed=1, vocab_size=V)
+    prompts = [{"question_id": 1, "category": "a", "ids": [5, 17, 33, 2]},
+               {"question_id": 2, "category": "b", "ids": [9, 8, 7, 6, 5]}]
+    ks = [1, 2, 4]
+    together, _ = record_rounds(target, draft, prompts, ks=ks, n_tokens=10, repeats=1, backend="torch",
+                                progress=False)
+    apart = pd.concat([record_rounds(zoo.tiny_moe(seed=0, vocab_size=V), zoo.tiny_draft(seed=1, vocab_size=V), [p],
+                                     ks=[k], n_tokens=10, repeats=1, backend="torch", progress=False)[0]
+                       for p in prompts for k in ks], ignore_index=True)
+    cols = ["gen_id", "round_idx", "K", "L", "accepted", "ubar", "umax"]
+    assert len(together) == len(apart) > len(prompts) * len(ks)
+    pd.testing.assert_frame_equal(together[cols].reset_index(drop=True), apart[cols])
 
 
 def test_load_questions(tmp_path):

@@ -101,7 +101,11 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     sets torch's intra-op threads for the run (1 is the most stable under contention). ``dedup``
     sets the engine's switch: on (default), passes of 2..9 tokens run the deduplicating kernel, which
     reads each selected expert once (as fused MoE kernels do), so verification time can follow the union.
-    ``target_model`` may be a model or an existing ``moespec.engine.Engine``.
+    ``target_model`` may be a model or an existing ``moespec.engine.Engine``. A prompt is prefilled
+    once for all its K (the runs of one prompt follow each other): each later run crops the cache
+    back to the prompt, as ``speculative_generate`` does with ``first`` (the draft keeps its prompt's
+    cache likewise), the same cache value for value, without a pass over the whole prompt that
+    nothing times.
 
     ``reference``: a :class:`moespec.measure.regimes.ReferenceRead` timed before each generation;
     its rounds carry the reading (``ref_GBps``), from which the bandwidth regime follows.
@@ -117,9 +121,9 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
     engine = _engine(target_model, backend)
     engine.dedup = dedup
     target_model = engine.model
-    drafter = drafter if drafter is not None else ModelDraft(draft_model)
+    drafter = drafter if drafter is not None else ModelDraft(draft_model, held_prompts=1)
     max_pos = int(getattr(target_model.config, "max_position_embeddings", 0) or 0)
-    records, outputs = [], {}
+    records, outputs, last = [], {}, None
     with torch_threads(threads):
         with RouterTap(target_model) as tap:
             jobs = [(p, K) for p in prompts for K in ks]
@@ -129,7 +133,12 @@ def record_rounds(target_model, draft_model, prompts, ks=range(1, 11), n_tokens:
                     raise ValueError(f"question {p['question_id']}: prompt {len(prompt)} + {n_tokens} tokens "
                                      f"exceeds max_position_embeddings={max_pos}")
                 bw = reference() if reference is not None else None
-                current = engine.prefill(prompt)
+                if last is not None and last[0] == p["question_id"]:    # the same prompt at the next K
+                    engine.crop(len(prompt))
+                    current = last[1]
+                else:
+                    current = engine.prefill(prompt)
+                last = (p["question_id"], current)
                 drafter.begin(prompt, current)
                 generated: list[int] = []
                 r = 0
