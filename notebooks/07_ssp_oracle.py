@@ -283,9 +283,9 @@ elif sub.replay is not None:
 else:
     t0 = time.perf_counter()
     refs = reference_sequences(sub.engine, oracle_prompts, P["oracle_tokens"], threads=untimed(untimed_threads))
-    twin = routing_twin(model, profile=profile, device=device, backend=backend, fmt=fmt, dtype=dtype, seed=seed)
+    twin = routing_twin(sub, profile, backend=backend)
     items, agreement = sequences_junk_tails(sub.target, sub.draft, oracle_prompts, refs, lmax=P["lmax"], seed=seed,
-                                            threads=untimed(untimed_threads), twin=twin)
+                                            threads=untimed(untimed_threads), twin=None if twin is None else twin.model)
     save_inputs(items, inputs_path)
     io.write_json(out / "junk_tails_provenance.json", {**provenance.full_record(), "subject": label,
                                                        "wall_s": time.perf_counter() - t0, "twin_agreement": agreement})

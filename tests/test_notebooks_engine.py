@@ -14,6 +14,7 @@ import pytest
 from bench_scripts import load_benchmark
 from moespec import paths, predict
 from moespec.engine.results_folder import real_draft_file
+from moespec.engine.subject import load_subject
 from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
 
@@ -147,8 +148,13 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     for f in ("06_fig4_saving.png", "06_fig5_kstar_bounds.png", "06_fig6_preregistered.png", "06_fits.csv",
               "06_curves.csv", "06_curves_loaded.csv", "06_epsilon.csv", "06_epsilon_loaded.csv"):
         assert (figs / f).stat().st_size > 0, f
-    # Figure 3 (right): the verified text's distinct share against the WikiText routing, per depth and n
+    # the fits' WikiText routing ran on the subject's narrow twin, with the subject's expert bytes
+    assert "recorded by the engine (on its narrow twin, whose routing of the first segment is the engine's" in text
     from moespec.routing import RoutingTrace, distinct_share
+    wiki = RoutingTrace.load(out / "routing_wikitext.npz")
+    assert wiki.expert_bytes[0] == load_subject("byte-faithful-all", profile="quick").expert_bytes_per_token() / (
+        wiki.num_layers * wiki.top_k)
+    # Figure 3 (right): the verified text's distinct share against the WikiText routing, per depth and n
     shares = pd.read_csv(figs / "06_fig3_right.csv")
     assert (figs / "06_fig3_right.png").stat().st_size > 0
     assert set(shares["label"]) == {"verified at d=24", "verified at d=48"} and set(shares["n"]) == {2, 4, 6, 8}

@@ -1,6 +1,7 @@
-"""The routing twin (moespec.engine.subject.routing_twin) that notebook 07's junk tails run on: the
-byte-faithful subjects' narrow model gives the subject's counterfactual routing cell for cell, and
-the tails fall back to the subject's own target when a twin disagrees."""
+"""The routing twin (moespec.engine.subject.routing_twin) that notebook 07's junk tails and notebook
+06's WikiText routing run on: the byte-faithful subjects' narrow model gives the subject's routing
+(counterfactual unions cell for cell, recorded traces expert for expert), and both fall back to the
+subject's own target when a twin disagrees."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from moespec import zoo
+from moespec.engine.operation import layer_weights, record_trace, record_trace_on_twin
 from moespec.engine.subject import load_subject, routing_twin
 from moespec.oracle.junk import junk_tails, junk_tails_summary, sequences_junk_tails, twin_agreement
 
@@ -31,7 +33,7 @@ def _references(sub, prompts, length=5):
 @pytest.mark.parametrize("kind", ["byte-faithful", "byte-faithful-all"])
 def test_twin_routes_as_the_widened_target(kind):
     sub = load_subject(kind, profile="quick")
-    twin = routing_twin(kind, profile="quick")
+    twin = routing_twin(sub, "quick").model
     assert twin is not sub.target
     prompts = _prompts(sub, 1)
     got = twin_agreement(sub.target, twin, sub.draft, prompts[0]["ids"], _references(sub, prompts)["q0"], states=4,
@@ -43,12 +45,12 @@ def test_twin_routes_as_the_widened_target(kind):
 
 
 def test_no_twin_for_unwidened_subjects():
-    assert routing_twin("default", profile="quick") is None
-    assert routing_twin("replay", profile="quick") is None
+    assert routing_twin(load_subject("default", profile="quick"), "quick") is None
+    assert routing_twin(load_subject("replay", profile="quick", trace_file="synthetic"), "quick") is None
 
 
 def test_tails_on_the_twin_equal_the_targets(wide):
-    twin = routing_twin("byte-faithful-all", profile="quick")
+    twin = routing_twin(wide, "quick").model
     prompts = _prompts(wide)
     refs = _references(wide, prompts)
     on_twin, agreement = sequences_junk_tails(wide.target, wide.draft, prompts, refs, lmax=3, seed=5, twin=twin,
@@ -74,3 +76,25 @@ def test_a_twin_that_routes_otherwise_is_not_used(wide):
     np.testing.assert_array_equal(items[0].U, own.U)
     assert "the subject's target" in junk_tails_summary(items, agreement, 1.0, 1)
     assert sequences_junk_tails(wide.target, wide.draft, prompts, refs, lmax=3, progress=False)[1] is None
+
+
+def test_fits_routing_on_the_twin_is_the_engines(wide):
+    """Notebook 06's WikiText routing (record_trace_on_twin): recorded on the twin, every document's
+    routing and the expert bytes are those recorded on the subject's engine; a twin that routes
+    otherwise is not used."""
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(1, wide.vocab_size, size=n) for n in (40, 25, 70)]
+    own = record_trace(wide.engine, docs, 32, source="t")
+    on_twin, ran = record_trace_on_twin(wide.engine, routing_twin(wide, "quick"), docs, 32, source="t")
+    assert ran == "twin" and on_twin.num_docs == own.num_docs == 2 + 1 + 3
+    for a, b in zip(on_twin.docs, own.docs):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(on_twin.expert_bytes, own.expert_bytes)
+    assert on_twin.expert_bytes[0] > layer_weights(routing_twin(wide, "quick"))[0].bytes_per_expert   # the wide bytes
+    other = load_subject("default", profile="quick", fmt="int8_b32")
+    other.engine.model.model.layers[0].mlp.gate.weight.data.mul_(-1.0)         # routes otherwise
+    fallback, ran = record_trace_on_twin(wide.engine, other.engine, docs, 32, source="t")
+    assert ran == "engine"
+    for a, b in zip(fallback.docs, own.docs):
+        np.testing.assert_array_equal(a, b)
+    assert record_trace_on_twin(wide.engine, None, docs, 32, source="t")[1] is None

@@ -50,10 +50,11 @@ def layer_weights(engine) -> dict:
     return out
 
 
-def record_trace(engine, docs: list, context: int, source: str):
+def record_trace(engine, docs: list, context: int, source: str, bytes_of=None):
     """Routing of ``docs`` (token arrays) recorded by teacher forcing through the engine, each
     document in consecutive segments of at most ``context`` tokens (each segment its own
-    document, as :func:`moespec.corpus.segments`); returns a RoutingTrace."""
+    document, as :func:`moespec.corpus.segments`); returns a RoutingTrace whose expert bytes are
+    ``bytes_of``'s (an engine; default ``engine``'s own)."""
 
     out = []
     for doc in docs:
@@ -62,9 +63,26 @@ def record_trace(engine, docs: list, context: int, source: str):
                 continue
             engine.reset()
             out.append(engine.record_routing(seg))
-    weights = layer_weights(engine)
+    weights = layer_weights(bytes_of if bytes_of is not None else engine)
     b = [w.bytes_per_expert for w in weights.values()]
     return RoutingTrace(out, num_experts=weights[0].num_experts, expert_bytes=b, source=source)
+
+
+def record_trace_on_twin(engine, twin, docs: list, context: int, source: str):
+    """:func:`record_trace` of ``engine``'s routing, run on its narrow ``twin``
+    (:func:`moespec.engine.subject.routing_twin`) when the first segment's routing is the same on
+    both, expert for expert, else on ``engine`` itself; the trace carries ``engine``'s expert bytes.
+    Returns (trace, what ran it: ``"twin"``, ``"engine"`` (the twin disagreed) or ``None`` (no twin))."""
+
+    if twin is None:
+        return record_trace(engine, docs, context, source), None
+    first = next((seg for doc in docs for seg in segments(np.asarray(doc), context) if len(seg) >= 2), None)
+    if first is None:
+        raise ValueError("no document segment of at least 2 tokens to record")
+    engine.reset()
+    twin.reset()
+    same = np.array_equal(engine.record_routing(first), twin.record_routing(first))
+    return record_trace(twin if same else engine, docs, context, source, bytes_of=engine), ("twin" if same else "engine")
 
 
 def bench_engine(engine, name: str, trace, out_dir=None, progress: bool = True, **config):

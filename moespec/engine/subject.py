@@ -195,26 +195,26 @@ def _dtype(dtype: str):
                          f"got {dtype!r}") from None
 
 
-def routing_twin(model: str = "byte-faithful-all", profile: str = "full", device: str = "cpu", backend: str = "auto",
-                 fmt: str = "", dtype: str = "", seed: int = 0) -> torch.nn.Module | None:
-    """The target a byte-faithful subject was widened from, in the subject's storage format: the
-    trained model's experts (and, for ``"byte-faithful-all"``, its attention projections and LM
-    head) quantized as the widened ones are, unpadded. The widening is function-preserving, so
-    this narrow model computes what the subject's target computes (the same greedy tokens, logits
-    within 1e-5: tests/test_widen_dense.py) and routes every token to the same experts, reading
-    its own few bytes instead of OLMoE's: what an untimed computation of the subject's routing
-    (paper 2's counterfactual junk tails, :func:`moespec.oracle.junk.junk_tails`) may run on;
-    :func:`moespec.oracle.junk.twin_agreement` checks it against the subject's own target. The
-    arguments are :func:`load_subject`'s. None for a subject that is not widened (default, replay,
-    a checkpoint): its own target is the narrow one."""
+def routing_twin(sub: Subject, profile: str, backend: str = "auto") -> Engine | None:
+    """An engine on the model a byte-faithful subject was widened from, in the subject's storage
+    format: the trained model's experts (and, for ``"byte-faithful-all"``, its attention projections
+    and LM head) quantized as the widened ones are, unpadded, on the subject's device and in its
+    precision. The widening is function-preserving, so this narrow twin computes what the subject's
+    target computes (the same greedy tokens, logits within 1e-5: tests/test_widen_dense.py) and
+    routes every token to the same experts, reading its own few bytes instead of OLMoE's: what an
+    untimed computation of the subject's routing may run on (paper 2's counterfactual junk tails,
+    :func:`moespec.oracle.junk.sequences_junk_tails`; the fits' WikiText routing,
+    :func:`moespec.engine.operation.record_trace_on_twin`), each checking it against the subject
+    first. ``profile``: the subject's (the trained models, or the quick profile's tiny ones). None
+    for a subject that is not widened (default, replay, a checkpoint): its own engine is the narrow one."""
 
-    if model not in ("byte-faithful", "byte-faithful-all"):
+    if sub.kind not in ("byte-faithful", "byte-faithful-all"):
         return None
-    fmt = fmt or "int8_b32"
-    twin = load_subject("default", profile=profile, device=device, backend=backend, fmt=fmt, dtype=dtype,
-                        seed=seed).target
-    if model == "byte-faithful-all":
-        attention_and_head_in_format(twin, fmt, backend="auto" if backend == "cuda" else backend)
+    fmt = _first_weights(sub.engine).fmt
+    dtype = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[next(sub.draft.parameters()).dtype]
+    twin = load_subject("default", profile=profile, device=sub.device, backend=backend, fmt=fmt, dtype=dtype).engine
+    if sub.kind == "byte-faithful-all":
+        attention_and_head_in_format(twin.model, fmt, backend="auto" if backend == "cuda" else backend)
     return twin
 
 

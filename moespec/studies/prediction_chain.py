@@ -18,7 +18,8 @@ import pandas as pd
 
 from moespec import corpus, fit, io, predict
 from moespec.engine import goals as G
-from moespec.engine.operation import bench_engine, record_trace
+from moespec.engine.operation import bench_engine, record_trace_on_twin
+from moespec.engine.subject import routing_twin
 from moespec.measure import discard
 from moespec.measure.expert_op import load_rows
 from moespec.measure.load import machine_state
@@ -67,10 +68,14 @@ class PredictionChainStudy:
                 rng = np.random.default_rng(self.seed + 1)
                 docs = [rng.integers(1, self.sub.vocab_size, size=60) for _ in range(self.P["wiki_docs"])]
             with torch_threads(self.untimed_threads):
-                self.wiki = record_trace(self.sub.engine, docs, self.P["context"] or self.sub.context,
-                                         source="WikiText test fit documents, recorded by the engine")
-            line = (f"routing of the fits: {self.wiki.num_docs} WikiText test fit documents recorded by the engine "
-                    f"on {self.untimed_threads} torch thread(s) (not timed)")
+                twin = routing_twin(self.sub, self.profile, self.backend)
+                self.wiki, ran = record_trace_on_twin(self.sub.engine, twin, docs, self.P["context"] or self.sub.context,
+                                                      source="WikiText test fit documents, recorded by the engine")
+            on = {"twin": " (on its narrow twin, whose routing of the first segment is the engine's, expert for "
+                          "expert)", "engine": " (its narrow twin routed the first segment otherwise: not used)",
+                  None: ""}[ran]
+            line = (f"routing of the fits: {self.wiki.num_docs} WikiText test fit documents recorded by the engine"
+                    f"{on} on {self.untimed_threads} torch thread(s) (not timed)")
         self.wiki.save(self.out / "routing_wikitext.npz")
         return Result([line])
 
