@@ -1,0 +1,137 @@
+"""Where notebook 05's real-draft step predictions part from the runs, term by term (issue 27: the
+quiet machine's points outside 5 %).
+
+Reads a notebook-05 results folder (:mod:`moespec.engine.results_folder`) and the run's figures
+(``05_round_terms.csv``, ``05_draft_cost_predictions.csv``). Per machine state, draft cost and
+k >= 1 (the deduplicating kernel), the test runs' mean verify, draft and host time per step beside
+the round model's terms for that draft:
+
+* verify: tau_dedup(k) moved by the routing term to the test runs' routing,
+  tau + s (distinct_test - distinct_calibration), with s the run's ``ms_per_distinct_expert`` and the
+  distinct (expert, layer) pairs per pass the means over the test and the calibration runs at k;
+* draft: t_draft(k) = a k + b of the draft's round terms;
+* host: the terms' host time;
+
+and the plain step (k = 0): the terms' V(0) against the test runs' mean step.
+
+The draft widening is function-preserving, so at one k every draft cost runs the same tokens and
+routing: the spread of the measured verify time over the draft costs (``verify_spread``, largest
+over smallest minus 1) is the machine's alone.
+
+Writes ``<out>/<stamp>_step_terms.csv`` (one row per state, draft cost and k) and ``.json``: per
+state, each term's mean measured/model ratio (the draft's at k = 1 and at k >= 2 apart), the verify
+spread's median and largest over k, the plain step's ratio, and the run it comes from. Measures
+nothing: it reads what the run measured and what its round model said.
+
+Run: ``.venv/bin/python benchmarks/step_terms.py --data <clone>/data/engine/full --figures <clone>/figures``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from moespec import io, paths
+from moespec.engine.results_folder import read_real_draft_folder
+
+TRAINED = "the run's own draft (as trained)"
+
+
+def draft_cost_of(label: str) -> float:
+    """The draft cost a round-terms ``draft`` label names: 0 for the draft as trained, c for "... widened
+    to cost c"; another label is refused."""
+    if label == TRAINED:
+        return 0.0
+    m = re.search(r"widened to cost ([0-9.]+)$", label)
+    if not m:
+        raise ValueError(f"round terms: draft {label!r} is neither {TRAINED!r} nor a draft widened to a cost")
+    return float(m.group(1))
+
+
+def _means(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (draft cost, k >= 1), the deduplicating runs' mean verify, draft, host and step time (ms) and
+    distinct pairs per pass."""
+    runs = runs[(runs["k"] >= 1) & runs["dedup"].astype(bool)]
+    return runs.groupby(["draft_cost", "k"]).agg(
+        verify_ms=("t_verify_mean_s", "mean"), draft_ms=("t_draft_mean_s", "mean"), host_ms=("t_host_mean_s", "mean"),
+        step_ms=("t_step_mean_s", "mean"), distinct=("distinct_experts", "mean")).mul(
+        [1e3, 1e3, 1e3, 1e3, 1.0]).reset_index()
+
+
+def state_rows(cal: pd.DataFrame, test: pd.DataFrame, terms: pd.DataFrame, slope_ms: float) -> pd.DataFrame:
+    """The rows of one state (module docstring): ``cal`` and ``test`` its calibration and test runs,
+    ``terms`` its chat round terms (``draft``, ``k``, ``tau_dedup_ms``, ``t_draft_ms``, ``host_ms``),
+    ``slope_ms`` the routing term's ms per distinct pair."""
+    terms = terms.assign(draft_cost=terms["draft"].map(draft_cost_of))
+    got, calib = _means(test), _means(cal)[["draft_cost", "k", "distinct"]]
+    rows = got.merge(calib, on=["draft_cost", "k"], suffixes=("", "_calibration"), how="left")
+    model = terms[["draft_cost", "k", "tau_dedup_ms", "t_draft_ms", "host_ms"]].rename(
+        columns={"t_draft_ms": "draft_model_ms", "host_ms": "host_model_ms"})
+    rows = rows.merge(model, on=["draft_cost", "k"], how="left", validate="one_to_one")
+    if rows[["distinct_calibration", "tau_dedup_ms"]].isna().any().any():
+        lost = rows[rows[["distinct_calibration", "tau_dedup_ms"]].isna().any(axis=1)][["draft_cost", "k"]]
+        raise ValueError(f"no calibration runs or round terms for (draft cost, k) {lost.values.tolist()[:4]}")
+    rows["verify_model_ms"] = rows["tau_dedup_ms"] + slope_ms * (rows["distinct"] - rows["distinct_calibration"])
+    rows["step_model_ms"] = rows["verify_model_ms"] + rows["draft_model_ms"] + rows["host_model_ms"]
+    for term in ("verify", "draft", "host", "step"):
+        rows[f"{term}_ratio"] = rows[f"{term}_ms"] / rows[f"{term}_model_ms"]
+    spread = rows.groupby("k")["verify_ms"].agg(lambda v: v.max() / v.min() - 1.0)
+    rows["verify_spread"] = rows["k"].map(spread)
+    return rows.drop(columns=["tau_dedup_ms"])
+
+
+def summary(rows: pd.DataFrame, plain_ratio: float) -> dict:
+    """One state's ratios (module docstring)."""
+    k1 = rows["k"] == 1
+    spread = rows.groupby("k")["verify_spread"].first()
+    return {"verify_ratio": float(rows["verify_ratio"].mean()), "draft_ratio_k1": float(rows.loc[k1, "draft_ratio"].mean()),
+            "draft_ratio_k2_up": float(rows.loc[~k1, "draft_ratio"].mean()), "host_ratio": float(rows["host_ratio"].mean()),
+            "step_ratio": float(rows["step_ratio"].mean()), "plain_step_ratio": float(plain_ratio),
+            "verify_spread_median": float(spread.median()), "verify_spread_largest": float(spread.max()),
+            "verify_spread_largest_k": int(spread.idxmax())}
+
+
+def run(data: Path, figures: Path, out: Path | None = None) -> dict:
+    folder = read_real_draft_folder(data)
+    terms = pd.read_csv(Path(figures) / "05_round_terms.csv")
+    predictions = pd.read_csv(Path(figures) / "05_draft_cost_predictions.csv")
+    tables, states = [], {}
+    for state in folder.states:
+        cal, test = folder.sweep(state)
+        mine = terms[(terms["state"] == state) & (terms["context"] == "chat")]
+        slope = predictions.loc[predictions["state"] == state, "ms_per_distinct_expert"].dropna().unique()
+        if len(slope) != 1:
+            raise ValueError(f"state {state}: expected one ms_per_distinct_expert in 05_draft_cost_predictions.csv, "
+                             f"found {slope.tolist()}")
+        rows = state_rows(cal, test, mine[mine["k"] >= 1], float(slope[0])).assign(state=state)
+        v0 = mine[(mine["k"] == 0) & (mine["draft"] == TRAINED)]["V_ms"]
+        if len(v0) != 1:
+            raise ValueError(f"state {state}: expected one plain-step round term of {TRAINED!r}; found {len(v0)}")
+        plain = float(test.loc[test["k"] == 0, "t_step_mean_s"].mean() * 1e3) / float(v0.iloc[0])
+        tables.append(rows)
+        states[state] = summary(rows, plain)
+    rows = pd.concat(tables, ignore_index=True)
+    out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "step_terms")
+    io.write_dataframe(out / f"{folder.stamp}_step_terms.csv", rows)
+    record = {"how": "benchmarks/step_terms.py over a notebook-05 results folder and its run's figures",
+              "source": folder.source(), "states": states}
+    io.write_json(out / f"{folder.stamp}_step_terms.json", record)
+    print(pd.DataFrame(states).round(3).to_string())
+    return record
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, type=Path, help="a notebook-05 results folder")
+    ap.add_argument("--figures", required=True, type=Path, help="the same run's figures folder")
+    ap.add_argument("--out", type=Path, default=None, help="where to write (default benchmarks/results/step_terms)")
+    args = ap.parse_args()
+    run(args.data, args.figures, args.out)
+
+
+if __name__ == "__main__":
+    main()
