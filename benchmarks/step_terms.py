@@ -2,9 +2,9 @@
 quiet machine's points outside 5 %).
 
 Reads a notebook-05 results folder (:mod:`moespec.engine.results_folder`) and the run's figures
-(``05_round_terms.csv``, ``05_draft_cost_predictions.csv``). Per machine state, draft cost and
+(``05_round_terms.csv``, ``05_draft_cost_predictions.csv``, ``05_plain_step.csv``). Per machine state, draft cost and
 k >= 1 (the deduplicating kernel), the test runs' mean verify, draft and host time per step beside
-the round model's terms for that draft:
+the round model's terms for that draft (named by :func:`moespec.predict.calibration.draft_name`):
 
 * verify: tau_dedup(k) moved by the routing term to the test runs' routing,
   tau + s (distinct_test - distinct_calibration), with s the run's ``ms_per_distinct_expert`` and the
@@ -12,7 +12,8 @@ the round model's terms for that draft:
 * draft: t_draft(k) = a k + b of the draft's round terms;
 * host: the terms' host time;
 
-and the plain step (k = 0): the terms' V(0) against the test runs' mean step.
+and the plain step (k = 0) as notebook 05 scored it: ``05_plain_step.csv``'s measured V(0) of the
+real-draft runs over its predicted one.
 
 The draft widening is function-preserving, so at one k every draft cost runs the same tokens and
 routing: the spread of the measured verify time over the draft costs (``verify_spread``, largest
@@ -29,7 +30,6 @@ Run: ``.venv/bin/python benchmarks/step_terms.py --data <clone>/data/engine/full
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import numpy as np
@@ -37,19 +37,7 @@ import pandas as pd
 
 from moespec import io, paths
 from moespec.engine.results_folder import read_real_draft_folder
-
-TRAINED = "the run's own draft (as trained)"
-
-
-def draft_cost_of(label: str) -> float:
-    """The draft cost a round-terms ``draft`` label names: 0 for the draft as trained, c for "... widened
-    to cost c"; another label is refused."""
-    if label == TRAINED:
-        return 0.0
-    m = re.search(r"widened to cost ([0-9.]+)$", label)
-    if not m:
-        raise ValueError(f"round terms: draft {label!r} is neither {TRAINED!r} nor a draft widened to a cost")
-    return float(m.group(1))
+from moespec.predict.calibration import draft_name
 
 
 def _means(runs: pd.DataFrame) -> pd.DataFrame:
@@ -66,8 +54,10 @@ def state_rows(cal: pd.DataFrame, test: pd.DataFrame, terms: pd.DataFrame, slope
     """The rows of one state (module docstring): ``cal`` and ``test`` its calibration and test runs,
     ``terms`` its chat round terms (``draft``, ``k``, ``tau_dedup_ms``, ``t_draft_ms``, ``host_ms``),
     ``slope_ms`` the routing term's ms per distinct pair."""
-    terms = terms.assign(draft_cost=terms["draft"].map(draft_cost_of))
     got, calib = _means(test), _means(cal)[["draft_cost", "k", "distinct"]]
+    names = {draft_name(c): c for c in got["draft_cost"].unique()}
+    terms = terms[terms["draft"].isin(names)]
+    terms = terms.assign(draft_cost=terms["draft"].map(names))
     rows = got.merge(calib, on=["draft_cost", "k"], suffixes=("", "_calibration"), how="left")
     model = terms[["draft_cost", "k", "tau_dedup_ms", "t_draft_ms", "host_ms"]].rename(
         columns={"t_draft_ms": "draft_model_ms", "host_ms": "host_model_ms"})
@@ -99,6 +89,7 @@ def run(data: Path, figures: Path, out: Path | None = None) -> dict:
     folder = read_real_draft_folder(data)
     terms = pd.read_csv(Path(figures) / "05_round_terms.csv")
     predictions = pd.read_csv(Path(figures) / "05_draft_cost_predictions.csv")
+    plain = pd.read_csv(Path(figures) / "05_plain_step.csv")
     tables, states = [], {}
     for state in folder.states:
         cal, test = folder.sweep(state)
@@ -108,12 +99,11 @@ def run(data: Path, figures: Path, out: Path | None = None) -> dict:
             raise ValueError(f"state {state}: expected one ms_per_distinct_expert in 05_draft_cost_predictions.csv, "
                              f"found {slope.tolist()}")
         rows = state_rows(cal, test, mine[mine["k"] >= 1], float(slope[0])).assign(state=state)
-        v0 = mine[(mine["k"] == 0) & (mine["draft"] == TRAINED)]["V_ms"]
+        v0 = plain[(plain["state"] == state) & (plain["context"] == "chat")]
         if len(v0) != 1:
-            raise ValueError(f"state {state}: expected one plain-step round term of {TRAINED!r}; found {len(v0)}")
-        plain = float(test.loc[test["k"] == 0, "t_step_mean_s"].mean() * 1e3) / float(v0.iloc[0])
+            raise ValueError(f"state {state}: expected one chat row in 05_plain_step.csv; found {len(v0)}")
         tables.append(rows)
-        states[state] = summary(rows, plain)
+        states[state] = summary(rows, float(v0["V0_meas_ms"].iloc[0] / v0["V0_hat_ms"].iloc[0]))
     rows = pd.concat(tables, ignore_index=True)
     out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "step_terms")
     io.write_dataframe(out / f"{folder.stamp}_step_terms.csv", rows)

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from bench_scripts import load_benchmark
+from moespec.predict.calibration import draft_name
 
 steps = load_benchmark("step_terms")
-WIDE = "the run's draft widened to cost 0.1"
 
 
 def _runs(verify, draft, distinct, costs=(0.0, 0.1)) -> pd.DataFrame:
@@ -26,7 +26,7 @@ def _runs(verify, draft, distinct, costs=(0.0, 0.1)) -> pd.DataFrame:
 
 
 def _terms() -> pd.DataFrame:
-    return pd.DataFrame({"draft": [steps.TRAINED, WIDE], "k": [1, 1], "tau_dedup_ms": [10.0, 10.0],
+    return pd.DataFrame({"draft": [draft_name(0.0), draft_name(0.1)], "k": [1, 1], "tau_dedup_ms": [10.0, 10.0],
                          "t_draft_ms": [2.0, 2.5], "host_ms": [0.3, 0.3]})
 
 
@@ -50,9 +50,12 @@ def test_terms_by_hand():
 
 
 def test_refusals():
-    assert steps.draft_cost_of(steps.TRAINED) == 0.0 and steps.draft_cost_of(WIDE) == 0.1
-    with pytest.raises(ValueError, match="neither"):
-        steps.draft_cost_of("oracle draft")
+    # round terms of another draft than the runs' are not theirs
+    cal = _runs([0.010, 0.010], [0.002, 0.0025], [10, 10])
+    test = _runs([0.0105, 0.011], [0.002, 0.003], [12, 12])
+    other = _terms().assign(draft=[draft_name(0.0), "oracle draft"])
+    with pytest.raises(ValueError, match=r"no calibration runs or round terms for \(draft cost, k\) \[\[0.1, 1"):
+        steps.state_rows(cal, test, other, slope_ms=0.25)
     cal = _runs([0.010], [0.002], [10], costs=(0.0,))
     test = _runs([0.0105, 0.011], [0.002, 0.003], [12, 12])
     with pytest.raises(ValueError, match=r"no calibration runs or round terms for \(draft cost, k\) \[\[0.1, 1"):

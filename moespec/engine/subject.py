@@ -211,7 +211,7 @@ def routing_twin(sub: Subject, profile: str, backend: str = "auto") -> Engine | 
     if sub.kind not in ("byte-faithful", "byte-faithful-all"):
         return None
     fmt = _first_weights(sub.engine).fmt
-    dtype = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[next(sub.draft.parameters()).dtype]
+    dtype = next(name for name in ("f32", "bf16", "f16") if _DTYPES[name] == next(sub.draft.parameters()).dtype)
     twin = load_subject("default", profile=profile, device=sub.device, backend=backend, fmt=fmt, dtype=dtype).engine
     if sub.kind == "byte-faithful-all":
         attention_and_head_in_format(twin.model, fmt, backend="auto" if backend == "cuda" else backend)
