@@ -14,7 +14,10 @@ sweeps (every speedup of a prompt divides by its plain throughput), the test run
 ``real_reps`` times, and the draft's round calibration uses 5 MT-Bench turns instead of 3. Where
 the real draft's calibration runs (amendment of 2026-12-05 evening): ``draft_calibration =
 "interleaved"`` runs its turns in one shuffled sweep with the test turns, ``"before"`` (the earlier
-protocol, selectable) in a sweep of their own before the oracle runs.
+protocol, selectable) in a sweep of their own before the oracle runs. The real draft's precision on
+the quiet machine (amendment of 2026-12-06 c): the calibration turns run ``draft_cal_plain_runs``
+plain runs each (V(0), which enters every point's prediction, rests on them) and the quiet test
+runs repeat ``real_reps`` = 3 times (the loaded ones ``loaded_real_reps`` = 2).
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ DEFAULTS = {
                       real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3], agree_tokens=12, breakdown_reps=5,
                       ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1, cal_reps=1, draft_cal_prompts=2,
                       loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2,
-                      plain_runs=2, real_reps=2, draft_calibration="interleaved"),
+                      plain_runs=2, real_reps=3, draft_calibration="interleaved", draft_cal_plain_runs=3,
+                      loaded_real_reps=2),
         "full": dict(depths=None, prompts_per_depth=5, verify_reps=4, n_boot=2000, oracle_ks=list(range(9)),
                      a_values=None, n_tokens=32, oracle_prompts=2, oracle_reps=1, real_ks=list(range(1, 9)),
                      real_tokens=32, real_prompts=6, draft_costs=None, agree_tokens=48, breakdown_reps=15,
                      ratio_reps=10, states=["quiet", "loaded"], cal_prompts=3, cal_reps=1, draft_cal_prompts=5,
                      loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0, 0.2],
-                     loaded_real_prompts=4, plain_runs=4, real_reps=2, draft_calibration="interleaved"),
+                     loaded_real_prompts=4, plain_runs=4, real_reps=3, draft_calibration="interleaved",
+                     draft_cal_plain_runs=12, loaded_real_reps=2),
     },
     "06": {
         "quick": dict(wiki_docs=3, context=32, bench_reps=2, u_count=3, windows_per_n=2, flush_bytes=2**20,

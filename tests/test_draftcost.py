@@ -61,6 +61,11 @@ def test_profiles_keep_what_the_caller_set():
     with pytest.raises(ValueError, match="profile"):
         resolve("05", "medium")
     assert default_depths(256, 48) == [64, 198]
+    # the loaded state takes its own sizes where the profile has them (full: 3 quiet repetitions, 2 loaded)
+    from moespec.studies.whole_model import state_sizes
+    full = resolve("05", "full")[0]
+    assert (state_sizes(full, "quiet")["real_reps"], state_sizes(full, "loaded")["real_reps"]) == (3, 2)
+    assert state_sizes(full, "loaded")["real_prompts"] == full["loaded_real_prompts"] != full["real_prompts"]
     with pytest.raises(ValueError, match="no room"):
         default_depths(64, 48)
 
@@ -427,6 +432,14 @@ def test_predictions_carry_the_repetitions_and_the_goal_row():
     n = SP.measurement_noise(noisy[["rep0", "rep1"]])
     assert not row.met and f"about {n['expected_outside']:.1f} of {len(pred)}" in row.value
     assert SP.noise_line(noisy, "quiet").startswith("[quiet] the measurement against itself: its 2 repetitions")
+    # two states' rows with 3 and 2 repetitions: the second's rep2 is empty and not one of its repetitions
+    third = pred.assign(state="quiet", rep2=pred.rep0 * 1.1)
+    both = pd.concat([third, pred.assign(state="loaded")], ignore_index=True)
+    assert SP.rep_columns(both) == ["rep0", "rep1", "rep2"]
+    assert SP.rep_columns(both[both.state == "loaded"]) == ["rep0", "rep1"]
+    assert SP.measurement_noise(both[both.state == "loaded"][SP.rep_columns(both[both.state == "loaded"])])["reps"] == 2
+    with pytest.raises(ValueError, match="finite and positive"):          # a partly empty repetition is refused
+        SP.measurement_noise(both[["rep0", "rep1", "rep2"]])
 
 
 def test_notebook_05_refuses_an_unknown_draft_calibration():

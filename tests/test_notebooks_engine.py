@@ -80,11 +80,14 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     real = pd.read_csv(out / "real_draft.csv")
     assert set(real["k"]) == {0, 1, 2, 3} and set(real["draft_cost"].dropna()) == {0.0, 0.3}
     assert (real[real.k == 0].groupby(["state", "prompt", "rep"]).size() == 2).all()   # quick: plain_runs = 2
-    assert set(real["rep"]) == {0, 1}                                                    # quick: real_reps = 2
+    # quick: real_reps = 3 quiet, loaded_real_reps = 2 (amendment of 2026-12-06 c)
+    assert {s: set(pd.read_csv(out / real_draft_file(s))["rep"]) for s in ("quiet", "loaded")} == {
+        "quiet": {0, 1, 2}, "loaded": {0, 1}}
     # the real draft's round calibration ran in one shuffled sweep with its test runs (draft_calibration
     # "interleaved", the default), and its round models are fitted from the calibration turns alone
     assert "[quiet] the real draft's round calibration runs interleaved with its test runs (step c)" in text
     cal_rows = pd.read_csv(out / "draft_calibration.csv")
+    assert (cal_rows[cal_rows.k == 0].groupby(["state", "prompt"]).size() == 3).all()    # draft_cal_plain_runs = 3
     for state in ("quiet", "loaded"):
         c = cal_rows[cal_rows.state == state]
         t = pd.read_csv(out / real_draft_file(state))
@@ -120,10 +123,11 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     for state, g in pred.groupby("state"):
         runs_of = pd.read_csv(out / real_draft_file(state))
         by_rep = SP.measured_by_rep(runs_of)
-        mine = g.set_index(["draft_cost", "k"])[["rep0", "rep1"]]
+        assert SP.rep_columns(g) == list(by_rep.columns) == [f"rep{r}" for r in range(3 if state == "quiet" else 2)]
+        mine = g.set_index(["draft_cost", "k"])[SP.rep_columns(g)]
         assert np.allclose(mine.loc[by_rep.index].to_numpy(), by_rep.to_numpy())
         n = SP.measurement_noise(by_rep)
-        assert f"[{state}] the measurement against itself: its 2 repetitions" in text
+        assert f"[{state}] the measurement against itself: its {by_rep.shape[1]} repetitions" in text
         assert f"about {n['expected_outside']:.1f} of {len(g)} by that noise alone" in text
     goals = pd.read_csv(figs / "05_goals.csv")
     assert goals["goal"].str.contains("plain step V\\(0\\) predicted within 3 %").sum() == 2

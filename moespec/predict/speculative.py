@@ -230,8 +230,10 @@ def measurement_noise(by_rep: pd.DataFrame, tolerance: float = 0.05) -> dict:
 
 
 def rep_columns(pred: pd.DataFrame) -> list[str]:
-    """The per-repetition measured speedups of a :func:`real_draft_predictions` table (``rep0``, ...)."""
-    return [c for c in pred.columns if c.startswith("rep") and c[3:].isdigit()]
+    """The per-repetition measured speedups of a :func:`real_draft_predictions` table (``rep0``, ...)
+    that hold a value: a table of two machine states with 3 and 2 repetitions has a ``rep2`` column
+    that is empty in the second state's rows, which are then of 2 repetitions."""
+    return [c for c in pred.columns if c.startswith("rep") and c[3:].isdigit() and pred[c].notna().any()]
 
 
 def noise_phrase(n: dict) -> str:

@@ -65,11 +65,13 @@ def real_draft_parts(sub, P: dict, seed: int = 0) -> tuple:
     """The real draft's two sets of turns (:class:`moespec.engine.draftcost.SweepPart`): the round
     calibration's (``draft_cal_prompts`` MT-Bench turns the test does not use, once each, the lowest
     draft cost with the per-slot kernel too) and the test's (``real_prompts`` turns, ``real_reps``
-    times), each with ``plain_runs`` plain runs per prompt and repetition."""
+    times), the calibration's with ``draft_cal_plain_runs`` plain runs per turn (``plain_runs`` where
+    that is absent), the test's with ``plain_runs`` per prompt and repetition."""
     room = sub.context - P["real_tokens"] - 10
     cal = DC.SweepPart("calibration", sub.calibration_chat_prompts(P["draft_cal_prompts"], room, P["real_prompts"],
                                                                    seed=seed),
-                       reps=1, slot_costs=(min(map(float, P["draft_costs"])),), plain_runs=P["plain_runs"])
+                       reps=1, slot_costs=(min(map(float, P["draft_costs"])),),
+                       plain_runs=P.get("draft_cal_plain_runs") or P["plain_runs"])
     test = DC.SweepPart("test", sub.chat_prompts(P["real_prompts"], max_tokens=room, seed=seed),
                         reps=P["real_reps"], plain_runs=P["plain_runs"])
     return cal, test
@@ -80,7 +82,7 @@ def state_sizes(P: dict, state: str) -> dict:
     the loaded state's own (``loaded_<key>``) where it has them."""
     P = dict(P)
     if state != "quiet":
-        for key in ("oracle_prompts", "oracle_reps", "draft_costs", "real_prompts"):
+        for key in ("oracle_prompts", "oracle_reps", "draft_costs", "real_prompts", "real_reps"):
             if P.get(f"loaded_{key}") is not None:
                 P[key] = P[f"loaded_{key}"]
     return P
