@@ -61,13 +61,13 @@ def test_profiles_keep_what_the_caller_set():
     with pytest.raises(ValueError, match="profile"):
         resolve("05", "medium")
     assert default_depths(256, 48) == [64, 198]
+    with pytest.raises(ValueError, match="no room"):
+        default_depths(64, 48)
     # the loaded state takes its own sizes where the profile has them (full: 3 quiet repetitions, 2 loaded)
     from moespec.studies.whole_model import state_sizes
     full = resolve("05", "full")[0]
     assert (state_sizes(full, "quiet")["real_reps"], state_sizes(full, "loaded")["real_reps"]) == (3, 2)
     assert state_sizes(full, "loaded")["real_prompts"] == full["loaded_real_prompts"] != full["real_prompts"]
-    with pytest.raises(ValueError, match="no room"):
-        default_depths(64, 48)
 
 
 def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3, slot: float = 1.2,

@@ -65,8 +65,9 @@ def real_draft_parts(sub, P: dict, seed: int = 0) -> tuple:
     """The real draft's two sets of turns (:class:`moespec.engine.draftcost.SweepPart`): the round
     calibration's (``draft_cal_prompts`` MT-Bench turns the test does not use, once each, the lowest
     draft cost with the per-slot kernel too) and the test's (``real_prompts`` turns, ``real_reps``
-    times), the calibration's with ``draft_cal_plain_runs`` plain runs per turn (``plain_runs`` where
-    that is absent), the test's with ``plain_runs`` per prompt and repetition."""
+    times), the calibration's with ``draft_cal_plain_runs`` plain runs per turn, the test's with
+    ``plain_runs`` per prompt and repetition. A run recorded before ``draft_cal_plain_runs`` existed
+    (its ``run.json`` sizes, read back by ``benchmarks/replay_routing.py``) ran ``plain_runs`` in both."""
     room = sub.context - P["real_tokens"] - 10
     cal = DC.SweepPart("calibration", sub.calibration_chat_prompts(P["draft_cal_prompts"], room, P["real_prompts"],
                                                                    seed=seed),
