@@ -8,7 +8,8 @@ greedy proposals; widening a draft changes no token, so one replay per (state, p
 stands for every draft cost and repetition): this script rebuilds the run's subject and turns from
 its ``run.json``, generates each (part, prompt, k) once with the tap on, checks that the replay
 took the recorded number of steps, attaches the counts to the recorded rows and fits the round
-models again from the calibration rows (now with their routing term). It sets the recorded
+models again from the calibration rows (now with their routing term; the rows as notebook 05 analysed
+them: adjusted by their machine factors where the run has them). It sets the recorded
 (unrouted) predictions beside the routed ones for the same measurements. Nothing is timed; the
 replay takes a few minutes of CPU.
 
@@ -84,7 +85,7 @@ def run(data: Path, out: Path | None = None, seed: int | None = None) -> dict:
     for state in folder.states:
         counts = replay_counts(sub, P, state, seed)
         distinct.append(counts)
-        cal, test = folder.sweep(state)
+        cal, test = folder.sweep(state, analysed=True)
         cal, test = _attach(cal, counts, "calibration"), _attach(test, counts, "test")
         models = CAL.from_draft_runs(cal, record["subject"], state, n_boot=P["n_boot"], seed=seed)
         pred = SP.real_draft_predictions(models, test)

@@ -3,7 +3,8 @@ quiet machine's points outside 5 %).
 
 Reads a notebook-05 results folder (:mod:`moespec.engine.results_folder`) and the run's figures
 (``05_round_terms.csv``, ``05_draft_cost_predictions.csv``, ``05_plain_step.csv``). Per machine state, draft cost and
-k >= 1 (the deduplicating kernel), the test runs' mean verify, draft and host time per step beside
+k >= 1 (the deduplicating kernel), the test runs' mean verify, draft and host time per step (as notebook 05
+analysed them: adjusted by their machine factors where the run has them, :mod:`moespec.engine.machine_adjust`) beside
 the round model's terms for that draft (named by :func:`moespec.predict.calibration.draft_name`):
 
 * verify: tau_dedup(k) moved by the routing term to the test runs' routing,
@@ -92,7 +93,7 @@ def run(data: Path, figures: Path, out: Path | None = None) -> dict:
     plain = pd.read_csv(Path(figures) / "05_plain_step.csv")
     tables, states = [], {}
     for state in folder.states:
-        cal, test = folder.sweep(state)
+        cal, test = folder.sweep(state, analysed=True)
         mine = terms[(terms["state"] == state) & (terms["context"] == "chat")]
         slope = predictions.loc[predictions["state"] == state, "ms_per_distinct_expert"].dropna().unique()
         if len(slope) != 1:

@@ -41,10 +41,11 @@ import numpy as np
 import pandas as pd
 
 from moespec import io, paths
+from moespec.engine import machine_adjust as MA
 from moespec.engine.results_folder import RealDraftFolder, read_real_draft_folder
 
 PHASE = "real-draft runs {state}"
-CELL = ["part", "prompt", "draft_cost", "k", "dedup"]
+CELL = MA.CELL
 
 
 def phase_wall_s(record: dict, phase: str) -> float:

@@ -5,7 +5,8 @@ Reads a notebook-05 results folder (``<run data>/engine/full`` of a ``make repro
 notebook's ``out_dir``): ``draft_calibration.csv``, ``real_draft.csv`` / ``real_draft_<state>.csv``
 and ``run.json``. Per machine state, :func:`moespec.engine.summaries.verify_by_turn` sets the
 calibration turns' deduplicating verify times beside the test turns', per k, with the calibration
-mean when each of its turns is left out. Writes ``<out>/<stamp>_verify_by_turn.json`` (the source
+mean when each of its turns is left out (the rows as notebook 05 analysed them: adjusted by their
+machine factors where the run has them). Writes ``<out>/<stamp>_verify_by_turn.json`` (the source
 run's commit, start and end, the machine, and the per-k table) and the two tables beside it as CSV;
 ``<stamp>`` is the source run's start. Measures nothing: it reads what the run measured.
 
@@ -30,7 +31,7 @@ def run(data: Path, out: Path | None = None) -> dict:
     out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "interleaved")
     turns_all, by_k_all = [], []
     for state in folder.states:
-        turns, by_k = verify_by_turn(*folder.sweep(state))
+        turns, by_k = verify_by_turn(*folder.sweep(state, analysed=True))
         turns_all.append(turns.assign(state=state))
         by_k_all.append(by_k.assign(state=state))
     turns, by_k = pd.concat(turns_all, ignore_index=True), pd.concat(by_k_all, ignore_index=True)

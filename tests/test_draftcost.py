@@ -540,6 +540,11 @@ def test_a_results_folder_read_back(tmp_path):
     assert folder.states == ["quiet", "loaded"] and folder.stamp == "20261206T095958Z"
     cal, test = folder.sweep("quiet")
     assert list(cal.time_s) == [1.0, 2.0] and list(test.time_s) == [5.0]
+    assert folder.sweep("quiet", analysed=True)[0].equals(cal)      # no machine factors: as measured
+    pd.DataFrame({"time_s": [5.0], "throughput": [6.4], "machine_factor": [0.8]}).to_csv(
+        tmp_path / "real_draft.csv", index=False)
+    test = folder.sweep("quiet", analysed=True)[1]                   # as notebook 05 analysed it
+    assert list(test.time_s) == [4.0] and list(test.throughput) == [8.0]
     assert folder.source()["commit"] == "abc" and folder.source()["draft_calibration"] == "interleaved"
     with pytest.raises(FileNotFoundError, match="no real_draft_loaded.csv"):
         folder.sweep("loaded")

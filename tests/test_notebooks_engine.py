@@ -13,6 +13,7 @@ import pytest
 
 from bench_scripts import load_benchmark
 from moespec import paths, predict
+from moespec.engine import machine_adjust as MA
 from moespec.engine.results_folder import real_draft_file
 from moespec.engine.subject import load_subject
 from moespec.predict import calibration as CAL
@@ -93,7 +94,13 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         t = pd.read_csv(out / real_draft_file(state))
         assert c.seq.min() < t.seq.max() and t.seq.min() < c.seq.max()     # the parts overlap in time
         assert sorted([*c.seq, *t.seq]) == list(range(len(c) + len(t)))    # one sweep held both
-        refit = CAL.from_draft_runs(c, label, state, n_boot=200, seed=0)
+        # the files hold the runs as measured with each run's machine factor over the whole sweep, and
+        # the round models are fitted to the calibration runs adjusted by them (amendment 2026-12-06 d)
+        both = pd.concat([c.assign(part="calibration"), t.assign(part="test")], ignore_index=True)
+        refactored = MA.machine_factors(both.drop(columns=MA.FACTOR))
+        assert np.allclose(refactored.factor.to_numpy(), both[MA.FACTOR].to_numpy())
+        assert (both[MA.FACTOR] != 1).any()
+        refit = CAL.from_draft_runs(MA.adjusted(c), label, state, n_boot=200, seed=0)
         for fitted in refit.values():
             saved = models.get(state, "chat", fitted.draft.name)
             assert np.allclose(saved.step_times("dedup"), fitted.step_times("dedup"))
@@ -108,20 +115,27 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     for state, g in pred.groupby("state"):
         runs_of = pd.read_csv(out / real_draft_file(state))
         assert g.read_GBps_runs.iloc[0] == pytest.approx(runs_of.ref_GBps.median())
-    lines = re.findall(r"\[(\w+)\] where the error comes from: with the runs' own step times in place of the "
-                       r"round model's, within 5 % at \d+ of \d+ .*with the verify terms at the runs' read "
-                       r"\([\d.]+ GB/s; calibration [\d.]+ GB/s\) (within 5 % at \d+|not computed \(.+\))", text)
-    assert [state for state, _ in lines] == ["quiet", "loaded"]
-    for state, said in lines:          # a tiny model's few runs at close reads may fit no positive time: it says why
+    assert re.findall(r"\[(\w+)\] where the error comes from: with the runs' own step times in place of the "
+                      r"round model's, within 5 % at \d+ of \d+", text) == ["quiet", "loaded"]
+    lines = re.findall(r"\[(\w+)\] machine adjustment: .* Against the runs as measured: within 5 % at (\d+) of \d+ "
+                       r".*with the verify terms at the runs' read \([\d.]+ GB/s; calibration [\d.]+ GB/s\) "
+                       r"(within 5 % at \d+|not computed \(.+\))", text)
+    assert [state for state, _, _ in lines] == ["quiet", "loaded"]
+    for state, inside, said in lines:  # a tiny model's few runs at close reads may fit no positive time: it says so
         g = pred[pred.state == state]
+        assert int(inside) == int((g.rel_error_as_measured.abs() <= 0.05).sum())
         if said.startswith("within"):
-            assert g.predicted_at_runs_read.notna().all()
+            assert g.predicted_at_runs_read_as_measured.notna().all()
         else:
-            assert re.fullmatch(r"not computed \((term|round model) .+\)", said)
-            assert "predicted_at_runs_read" not in g or g.predicted_at_runs_read.isna().all()
+            assert "predicted_at_runs_read_as_measured" not in g or g.predicted_at_runs_read_as_measured.isna().all()
+        # the as-measured columns are the predictions from the runs as measured
+        runs_of = pd.read_csv(out / real_draft_file(state))
+        cal_of = pd.read_csv(out / "draft_calibration.csv").query("state == @state")
+        raw = SP.real_draft_predictions(CAL.from_draft_runs(cal_of, label, state, n_boot=200, seed=0), runs_of)
+        assert np.allclose(g.measured_as_measured.to_numpy(), raw.measured.to_numpy())
     # the measurement against itself: each repetition's speedups over its own plain runs, per state
     for state, g in pred.groupby("state"):
-        runs_of = pd.read_csv(out / real_draft_file(state))
+        runs_of = MA.adjusted(pd.read_csv(out / real_draft_file(state)))
         by_rep = SP.measured_by_rep(runs_of)
         assert SP.rep_columns(g) == list(by_rep.columns) == [f"rep{r}" for r in range(3 if state == "quiet" else 2)]
         mine = g.set_index(["draft_cost", "k"])[SP.rep_columns(g)]

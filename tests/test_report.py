@@ -213,17 +213,36 @@ def test_round_predictions_state_the_measurement_against_itself(run_dir):
     assert "against itself" not in report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
 
 
+def _round_predictions(run_dir, columns: str, rows: list) -> str:
+    """The round-predictions block over one quiet oracle cell and real-draft points at k = 1, 2
+    (measured 1.2, 1.3, predicted alike), ``rows`` giving each point's rel_error and ``columns``."""
+    (run_dir / "05_oracle_predictions.csv").write_text(
+        "d,k,a,state,speedup_rel_error,speedup_inside\n64,1,0.8,quiet,0.01,True\n")
+    lines = [f"0.0,{k},quiet,{m},{m},{r.split(',', 1)[0]},0.0,{r.split(',', 1)[1]}"
+             for k, m, r in zip((1, 2), (1.2, 1.3), rows)]
+    (run_dir / "05_draft_cost_predictions.csv").write_text(
+        f"draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric,{columns}\n" + "\n".join(lines) + "\n")
+    return report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
+
+
 def test_round_predictions_state_the_routing_term(run_dir):
     """Routed real-draft predictions: the block names the cost of one distinct pair, the prompts'
     and the calibration's pairs per pass at the longest k, and the unrouted score beside (one of two
     points within 5 % at the calibration's mean routing: errors 3 % and -8 %)."""
-    (run_dir / "05_oracle_predictions.csv").write_text(
-        "d,k,a,state,speedup_rel_error,speedup_inside\n64,1,0.8,quiet,0.01,True\n")
-    (run_dir / "05_draft_cost_predictions.csv").write_text(
-        "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric,rel_error_unrouted,"
-        "ms_per_distinct_expert,distinct_test,distinct_calibration\n"
-        "0.0,1,quiet,1.2,1.2,0.0,0.0,0.03,0.38,57.0,56.5\n0.0,2,quiet,1.3,1.3,0.0,0.0,-0.08,0.38,80.25,76.0\n")
-    out = report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
+    out = _round_predictions(run_dir, "rel_error_unrouted,ms_per_distinct_expert,distinct_test,distinct_calibration",
+                             ["0.0,0.03,0.38,57.0,56.5", "0.0,-0.08,0.38,80.25,76.0"])
     assert ("the scored prediction puts each prompt's verify pass at its own routing (one distinct (expert, layer) "
             "pair 0.380 ms; at k = 2 the test prompts' median pass reads 80.2 pairs, the calibration's mean pass "
             "76.0); at the calibration's mean routing instead: within 5 % at 1, largest 8.0 %") in out
+
+
+def test_round_predictions_state_the_runs_as_measured(run_dir):
+    """A run with the machine adjustment (amendment of 2026-12-06 d): the block scores the adjusted
+    runs and says the score against the runs as measured (errors 2 % and -6 %: one of two within
+    5 %) and with the verify terms at the runs' read on the runs as measured."""
+    out = _round_predictions(run_dir, "rel_error_as_measured,rel_error_at_runs_read_as_measured,read_GBps_runs,"
+                                      "read_GBps_model", ["0.01,0.02,0.01,14.5,15.25", "-0.03,-0.06,0.07,14.5,15.25"])
+    assert "real draft within 5 % at 2 of 2 (draft cost, k) points (largest |error| 3.0 %" in out
+    assert ("against the runs as measured (no machine adjustment): within 5 % at 1, largest 6.0 %; with the verify "
+            "terms at the runs' read (14.50 GB/s, calibration 15.25, runs as measured): within 5 % at 1, largest "
+            "7.0 %") in out

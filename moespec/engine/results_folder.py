@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from moespec.engine.machine_adjust import as_analysed
+
 STATE_ORDER = ("quiet", "loaded")
 NEEDED = ("draft_calibration.csv", "real_draft.csv", "run.json")
 
@@ -40,15 +42,18 @@ class RealDraftFolder:
         found = set(self.calibration["state"])
         return sorted(found, key=lambda s: (STATE_ORDER.index(s) if s in STATE_ORDER else len(STATE_ORDER), s))
 
-    def sweep(self, state: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(calibration rows, test rows) of machine state ``state``."""
+    def sweep(self, state: str, analysed: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(calibration rows, test rows) of machine state ``state``: as measured, or with ``analysed``
+        as notebook 05 analysed them (:func:`moespec.engine.machine_adjust.as_analysed`: at the sweep's
+        typical machine state where the rows carry machine factors)."""
         if state not in self.states:
             raise ValueError(f"{self.path} has no real-draft runs in state {state!r}; it has {self.states}")
         test = self.path / real_draft_file(state)
         if not test.exists():
             raise FileNotFoundError(f"{self.path} holds calibration rows of state {state!r} but no {test.name}")
         cal = self.calibration[self.calibration["state"] == state].reset_index(drop=True)
-        return cal, pd.read_csv(test)
+        test = pd.read_csv(test)
+        return (as_analysed(cal), as_analysed(test)) if analysed else (cal, test)
 
     @property
     def started(self) -> str:

@@ -256,6 +256,25 @@ def noise_line(pred: pd.DataFrame, state: str) -> str:
     return f"[{state}] {noise_phrase(n)}; largest difference between repetitions {100 * n['largest_apart']:.1f} %"
 
 
+def as_measured_line(pred: pd.DataFrame, adjustment: dict, state: str) -> str:
+    """One state's real-draft predictions against the runs as measured (the ``*_as_measured``
+    columns notebook 05 joins to :func:`real_draft_predictions`' rows), beside what the machine
+    adjustment did (``adjustment``: :func:`moespec.engine.machine_adjust.factor_summary`)."""
+    a, e = adjustment, pred["rel_error_as_measured"].abs()
+    at_read = pred.get("rel_error_at_runs_read_as_measured")
+    read = (f"within 5 % at {int((at_read.abs() <= 0.05).sum())} (largest {100 * at_read.abs().max():.1f} %)"
+            if at_read is not None and at_read.notna().all() else "not computed (no positive time at that read)")
+    reps = [c for c in pred.columns if c.startswith("rep") and c.endswith("_as_measured") and pred[c].notna().any()]
+    se = (f"; standard error of a point {100 * measurement_noise(pred[reps])['se']:.1f} % as measured"
+          if len(reps) >= 2 else "")
+    return (f"[{state}] machine adjustment: read slope {a['slope']:.2f}, {a['neighbours']} neighbours a side, factors "
+            f"{a['q05']:.3f} to {a['q95']:.3f} (5th to 95th percentile over {a['runs']} runs); the noise of one run "
+            f"{100 * a['noise_measured']:.1f} % as measured, {100 * a['noise_adjusted']:.1f} % adjusted{se}. Against the runs "
+            f"as measured: within 5 % at {int((e <= 0.05).sum())} of {len(pred)} (largest {100 * e.max():.1f} %); with "
+            f"the verify terms at the runs' read ({pred['read_GBps_runs'].iloc[0]:.2f} GB/s; calibration "
+            f"{pred['read_GBps_model'].iloc[0]:.2f} GB/s) {read}")
+
+
 def routing_line(pred: pd.DataFrame, state: str) -> str:
     """What the routing term did to one state's :func:`real_draft_predictions` rows (routed ones):
     the cost of one distinct (expert, layer) pair, the prompts' and the calibration's distinct pairs

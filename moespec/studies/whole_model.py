@@ -20,7 +20,11 @@ draft's interleaved calibration, in the same sweep on other turns, its rows apar
       shared machine, the round model fitted from the calibration turns alone; ``"before"`` (the
       earlier protocol) in a sweep of their own in step a. Every run records its verify passes'
       routing; each prompt's prediction puts its verify pass at its own distinct experts (the round
-      model's routing term, fitted from the calibration turns; amendment of 2026-12-05 night);
+      model's routing term, fitted from the calibration turns; amendment of 2026-12-05 night).
+      Every run of the sweep gets its machine factor (:mod:`moespec.engine.machine_adjust`; amendment
+      of 2026-12-06 d): the round models and the measured speedups are the runs' at the sweep's
+      typical machine state, the files keep them as measured, and the predictions against the runs
+      as measured stand beside the scored ones (``*_as_measured``);
 4. the two verify protocols side by side; the goals; the round-model file ``05_round_model.json``.
 """
 
@@ -36,6 +40,7 @@ from moespec.engine import breakdown as B
 from moespec.engine.byte_shares import byte_shares
 from moespec.engine import draftcost as DC
 from moespec.engine import goals as G
+from moespec.engine import machine_adjust as MA
 from moespec.engine import summaries as SM
 from moespec.engine.calibration import verify_loops
 from moespec.engine.results_folder import real_draft_file
@@ -261,16 +266,38 @@ class WholeModelStudy:
         return protocol
 
     def _draft_models(self, state: str, draft_rows, P: dict) -> list:
-        """The real draft's round models of ``state`` from its calibration rows (written first)."""
+        """The real draft's round models of ``state`` from its calibration rows (written first, as
+        measured with their machine factors; the models from the runs adjusted by them,
+        :mod:`moespec.engine.machine_adjust`)."""
         if draft_rows is None:
             return []
+        if MA.FACTOR not in draft_rows:                  # the protocol "before": its own sweep, its own factors
+            draft_rows = MA.with_machine_factors(draft_rows)[0]
         self.frames["draft_cal"].append(draft_rows)
         io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
         self.results[f"draft calibration {state}"] = draft_rows
-        by_cost = CAL.from_draft_runs(draft_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed)
+        by_cost = CAL.from_draft_runs(MA.adjusted(draft_rows), self.label, state, n_boot=P["n_boot"], seed=self.seed)
         self.models += list(by_cost.values())
         self.results[f"models {state}"]["cost"] = by_cost
         return list(by_cost.values())
+
+    def _as_measured(self, state: str, measured: pd.DataFrame, P: dict) -> pd.DataFrame:
+        """The real-draft predictions against the runs as measured (no machine adjustment), from
+        round models fitted to the calibration runs as measured, with the verify terms also at the
+        runs' median read (:func:`moespec.predict.calibration.from_draft_runs` ``at_GBps``): per
+        (draft cost, k) the measured and predicted speedups, errors and repetition noise, suffixed
+        ``_as_measured``; beside the adjusted ones (amendment of 2026-12-06 d)."""
+        cal_rows = self.results[f"draft calibration {state}"]
+        models = CAL.from_draft_runs(cal_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed)
+        try:
+            matched = CAL.from_draft_runs(cal_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed,
+                                          at_GBps=float(np.nanmedian(measured["ref_GBps"])))
+        except RoundModelError:                           # e.g. a fit t = c + d / B that predicts no positive time
+            matched = None
+        raw = SP.real_draft_predictions(models, measured, matched)
+        keep = [c for c in ("measured", "predicted", "rel_error", "predicted_at_runs_read", "rel_error_at_runs_read",
+                            "measured_rel_se", *SP.rep_columns(raw)) if c in raw]
+        return raw[["draft_cost", "k", *keep]].rename(columns={c: f"{c}_as_measured" for c in keep})
 
     @staticmethod
     def _models_result(state: str, models: list, lines: list) -> Result:
@@ -347,24 +374,19 @@ class WholeModelStudy:
                 rows = DC.interleaved_sweep(self.sub.engine, drafts, [cal, test], P["real_ks"], P["real_tokens"],
                                             seed=self.seed, reference=self.ref,
                                             desc=f"real draft with its calibration ({state})").assign(state=state)
-                draft_rows, real = DC.split_parts(rows, [cal, test])
+                rows, factors = MA.with_machine_factors(rows)
+                draft_rows, measured = DC.split_parts(rows, [cal, test])
             else:                                        # calibrated in step a
                 draft_rows = None
-                real = DC.draft_cost_sweep(self.sub.engine, drafts, test.prompts, P["real_ks"], P["real_tokens"],
-                                           seed=self.seed, reps=test.reps, plain_runs=test.plain_runs,
-                                           reference=self.ref, desc=f"real draft ({state})").assign(state=state)
+                measured, factors = MA.with_machine_factors(DC.draft_cost_sweep(
+                    self.sub.engine, drafts, test.prompts, P["real_ks"], P["real_tokens"], seed=self.seed,
+                    reps=test.reps, plain_runs=test.plain_runs, reference=self.ref,
+                    desc=f"real draft ({state})").assign(state=state))
         calibrated = self._models_result(state, self._draft_models(state, draft_rows, P), [])
         models = self.results[f"models {state}"]["cost"]
-        read = float(np.nanmedian(real["ref_GBps"]))    # the machine state the runs met (same-round reads)
-        try:
-            matched = CAL.from_draft_runs(self.results[f"draft calibration {state}"], self.label, state,
-                                          n_boot=P["n_boot"], seed=self.seed, at_GBps=read)
-        except RoundModelError as err:                   # e.g. a fit t = c + d / B that predicts no positive time
-            matched, why = None, f"not computed ({err})"
-        pred = SP.real_draft_predictions(models, real, matched)
-        if matched is not None:
-            why = (f"within 5 % at {int((pred.rel_error_at_runs_read.abs() <= 0.05).sum())} (largest "
-                   f"{100 * pred.rel_error_at_runs_read.abs().max():.1f} %)")
+        real = MA.adjusted(measured)                      # the runs at the sweep's typical machine state
+        pred = SP.real_draft_predictions(models, real).join(
+            self._as_measured(state, measured, P).set_index(["draft_cost", "k"]), on=["draft_cost", "k"])
         plain = SP.plain_step(models[min(models)], real, "real-draft runs (MT-Bench)")
         self.frames["real"].append(real)
         self.frames["real_pred"].append(pred)
@@ -379,8 +401,8 @@ class WholeModelStudy:
                  f"measured inside the predicted interval at {int(pred.inside.sum())}",
                  f"[{state}] where the error comes from: with the runs' own step times in place of the round model's, "
                  f"within 5 % at {int((pred.rel_error_measured_steps.abs() <= 0.05).sum())} of {len(pred)} (largest "
-                 f"{100 * pred.rel_error_measured_steps.abs().max():.1f} %); with the verify terms at the runs' read "
-                 f"({read:.2f} GB/s; calibration {pred.read_GBps_model.iloc[0]:.2f} GB/s) {why}",
+                 f"{100 * pred.rel_error_measured_steps.abs().max():.1f} %)",
+                 SP.as_measured_line(pred, MA.factor_summary(factors, measured), state),
                  *([SP.routing_line(pred, state)] if "predicted_unrouted" in pred else []),
                  *([SP.noise_line(pred, state)] if SP.rep_columns(pred) else []),
                  f"[{state}] draft cost {rep['draft_cost']:g}: plain decoding fastest on {rep['plain_fastest']} of "
@@ -388,7 +410,7 @@ class WholeModelStudy:
                  f"{rep['speedup_k_last']:.3f}"]
         if state == "quiet":
             stop = SP.stop_paying(pred, ratios)
-            io.write_dataframe(self.out / real_draft_file(state), real)
+            io.write_dataframe(self.out / real_draft_file(state), measured)
             io.write_dataframe(self.out / "draft_cost_ratios.csv", ratios)
             self._write("05_draft_cost_ratios.csv", ratios)
             io.write_json(self._fig("05_draft_cost_stop.json"), {**stop, "subject": self.label})
@@ -407,7 +429,7 @@ class WholeModelStudy:
                          f"{stop['stop_cost_predicted']} (predicted): {stop['grid_steps_apart']} grid steps apart; cost "
                          f"ratios {np.round(stop['cost_ratio'], 3).tolist()}")
         else:
-            io.write_dataframe(self.out / real_draft_file(state), real)
+            io.write_dataframe(self.out / real_draft_file(state), measured)
         return Result(calibrated.lines + lines, {**calibrated.tables, f"real draft: predicted vs measured ({state})": table(
             pred, ["draft_cost", "k", "tokens_per_step", "V_hat_ms", "V_meas_ms", "predicted", "predicted_lo",
                    "predicted_hi", "measured", "rel_error", "predicted_unrouted", "predicted_pooled",

@@ -1,0 +1,187 @@
+"""The real-draft sweep's runs at the sweep's typical machine state (amendment of 2026-12-06 d).
+
+A real-draft sweep (:func:`moespec.engine.draftcost.interleaved_sweep`) runs every cell (part,
+prompt, draft cost, k, kernel) in one shuffled order, so every cell meets the same mixture of the
+machine's moments. On this 2-core VM those moments move a run's time by several percent, and they
+are not independent from run to run: over the five published runs the residuals of consecutive
+runs correlate by 0.39-0.50, and the same-round reference read (:class:`moespec.measure.regimes.ReferenceRead`,
+timed just before each run) explains 27-48 % of their variance on the quiet machine
+(``benchmarks/results/sweep_timing``). Both are measured beside each run, so part of each run's
+noise can be taken out before any statistic is formed.
+
+A run's *residual* is its log throughput minus the mean of its cell's (cells of one run have none
+and take no part in the estimates). Each run gets a *machine factor* ``f`` from two parts:
+
+1. its read: the residuals of the repeated cells regressed on the log of the run's read about its
+   cell's mean (the within-cell regression: the raw log read would attenuate the slope by the
+   share of the read's variance that lies within cells), one slope ``b`` per sweep (the machine
+   state's), each run's read term ``b (log B - median log B)``;
+2. its neighbours in time: after step 1, the median residual of the ``neighbours`` nearest runs of
+   repeated cells before it and after it in the sweep's order (``seq``), the run itself left out
+   (``iterations`` passes, each on what the passes before left; one by default).
+
+``f = exp(read term + neighbour term)``, above 1 for a run that met a faster moment than typical.
+A run *adjusted* to the typical state has its times multiplied by ``f`` and its throughput divided
+by it (:func:`adjusted`); its speedup is recomputed over its own part's adjusted plain runs. In a
+shuffled order the factor's distribution is the same for every cell, so the adjustment moves no
+cell's expectation: it takes out noise and nothing else (the covariate adjustment of a randomized
+experiment). The runs' files keep the times as measured, with ``machine_factor`` beside them;
+notebook 05 reports the predictions against the runs as measured beside those against the
+adjusted runs, and its goals read the adjusted ones (pre-registered in the amendment).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from moespec.engine.draftcost import speedup_over_plain
+
+#: The columns that name a cell of a real-draft sweep (one setting run several times).
+CELL = ["part", "prompt", "draft_cost", "k", "dedup"]
+#: A run's time columns (:func:`moespec.engine.speculative.summarize_steps`): scaled by the factor.
+TIME_COLUMNS = ("time_s", "t_step_median_s", "t_verify_median_s", "t_draft_median_s", "t_step_mean_s",
+                "t_verify_mean_s", "t_draft_mean_s", "h_median_s", "t_host_mean_s")
+#: Runs on each side whose residuals estimate a run's neighbour term, and the passes over them: the
+#: settings of the amendment of 2026-12-06 d, chosen on the per-run noise that is left (the spread
+#: of the adjusted runs about their cells' means) of the run published in b77d5a7, never on a
+#: prediction: 2 or 4 neighbours left the least (4 taken: its median rests on twice the runs);
+#: a second pass left more than one.
+NEIGHBOURS, ITERATIONS = 4, 1
+FACTOR = "machine_factor"
+
+
+@dataclass(frozen=True)
+class MachineFactors:
+    """:func:`machine_factors`' result: ``factor`` per row (the rows' index), the read ``slope``
+    (d log throughput / d log read; 0 where the rows carry no reads), the settings, and the runs
+    of repeated cells the estimates rest on."""
+    factor: pd.Series
+    slope: float
+    neighbours: int
+    iterations: int
+    repeated_runs: int
+
+
+def _checked(rows: pd.DataFrame) -> pd.DataFrame:
+    cell = [c for c in CELL if c != "part" or c in rows.columns]
+    if missing := sorted({*cell, "seq", "throughput"} - set(rows.columns)):
+        raise ValueError(f"real-draft runs lack column(s) {missing} (machine adjustment)")
+    thr = rows["throughput"].to_numpy(float)
+    if not (np.isfinite(thr) & (thr > 0)).all():
+        raise ValueError(f"real-draft runs: throughput must be positive and finite in every run; "
+                         f"{int((~(np.isfinite(thr) & (thr > 0))).sum())} of {len(thr)} are not")
+    if rows["seq"].duplicated().any():
+        raise ValueError("real-draft runs: seq (a run's place in the sweep) repeats; one sweep's rows are needed")
+    return rows
+
+
+def _cells(rows: pd.DataFrame) -> pd.Series:
+    keys = [c for c in CELL if c in rows.columns]
+    return rows[keys].assign(draft_cost=rows["draft_cost"].fillna(-1.0)).astype(str).agg("|".join, axis=1)
+
+
+def _residuals(log_t: np.ndarray, cells: pd.Series) -> np.ndarray:
+    s = pd.Series(log_t, index=cells.index)
+    return (s - s.groupby(cells).transform("mean")).to_numpy()
+
+
+def _neighbour_medians(r: np.ndarray, repeated: np.ndarray, h: int) -> np.ndarray:
+    """Per run (rows in sweep order), the median of ``r`` over the ``h`` nearest repeated runs
+    before it and the ``h`` after it, itself left out; 0 where it has none."""
+    pos = np.flatnonzero(repeated)
+    out = np.zeros(len(r))
+    for i in range(len(r)):
+        j = np.searchsorted(pos, i)
+        before = pos[max(0, j - h):j]
+        after = pos[j + (j < len(pos) and pos[j] == i):][:h]
+        near = np.r_[before, after]
+        if near.size:
+            out[i] = float(np.median(r[near]))
+    return out
+
+
+def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations: int = ITERATIONS) -> MachineFactors:
+    """Each run's machine factor (module docstring) over the runs of one sweep in one machine state
+    (columns :data:`CELL` (``part`` optional), ``seq``, ``throughput``, ``ref_GBps`` optional)."""
+    if int(neighbours) < 1 or int(iterations) < 0:
+        raise ValueError(f"neighbours must be >= 1 and iterations >= 0; found {neighbours}, {iterations}")
+    rows = _checked(rows)
+    order = rows.sort_values("seq")
+    cells = _cells(order)
+    repeated = (cells.groupby(cells).transform("size") >= 2).to_numpy()
+    log_t = np.log(order["throughput"].to_numpy(float))
+    r = _residuals(log_t, cells)
+    read = np.log(order["ref_GBps"].to_numpy(float)) if "ref_GBps" in order else np.full(len(order), np.nan)
+    slope, read_term = 0.0, np.zeros(len(order))
+    if repeated.sum() >= 3 and np.isfinite(read).all():
+        within = _residuals(read, cells)[repeated]         # the read about its cell's mean, as r is
+        if np.ptp(within) > 0:
+            slope = float(np.sum(within * r[repeated]) / np.sum(within ** 2))
+            read_term = slope * (read - np.median(read))
+    drift = np.zeros(len(order))
+    if repeated.any():
+        for _ in range(int(iterations)):
+            drift += _neighbour_medians(_residuals(log_t - read_term - drift, cells), repeated, int(neighbours))
+    factor = pd.Series(np.exp(read_term + drift), index=order.index).reindex(rows.index)
+    return MachineFactors(factor, slope, int(neighbours), int(iterations), int(repeated.sum()))
+
+
+def with_machine_factors(rows: pd.DataFrame, **settings) -> tuple[pd.DataFrame, MachineFactors]:
+    """(``rows`` with column ``machine_factor``, the :class:`MachineFactors`): the runs as
+    measured, each with its factor, as notebook 05 writes them."""
+    mf = machine_factors(rows, **settings)
+    return rows.assign(**{FACTOR: mf.factor}), mf
+
+
+def adjusted(rows: pd.DataFrame) -> pd.DataFrame:
+    """The runs at the sweep's typical machine state: every time column times the run's
+    ``machine_factor``, the throughput over it, and the speedups recomputed over the adjusted plain
+    runs of the same part (:func:`moespec.engine.draftcost.speedup_over_plain`)."""
+    if FACTOR not in rows.columns:
+        raise ValueError(f"real-draft runs carry no {FACTOR} column: adjust them with with_machine_factors first")
+    f = rows[FACTOR].to_numpy(float)
+    if not (np.isfinite(f) & (f > 0)).all():
+        raise ValueError(f"{FACTOR} must be positive and finite in every run")
+    out = rows.copy()
+    out["throughput"] = rows["throughput"] / f
+    for col in TIME_COLUMNS:
+        if col in out:
+            out[col] = rows[col] * f
+    if "speedup" in out:
+        parts = out.groupby("part", sort=False).groups.values() if "part" in out else [out.index]
+        for idx in parts:
+            out.loc[idx, "speedup"] = speedup_over_plain(out.loc[idx])
+    return out
+
+
+def as_analysed(rows: pd.DataFrame) -> pd.DataFrame:
+    """The runs as notebook 05 analysed them: :func:`adjusted` where they carry machine factors,
+    as measured where they do not (runs recorded before the amendment of 2026-12-06 d)."""
+    return adjusted(rows) if FACTOR in rows.columns else rows
+
+
+def factor_summary(mf: MachineFactors, rows: pd.DataFrame) -> dict:
+    """The adjustment in numbers (notebook 05's line): the read slope, the 5th and 95th percentiles
+    of the factors, the runs the estimates rest on, and the noise of one run (:func:`run_noise`) of
+    ``rows`` (the runs as measured, with their factors) as measured and adjusted."""
+    f = mf.factor.to_numpy(float)
+    return {"slope": mf.slope, "q05": float(np.quantile(f, 0.05)), "q95": float(np.quantile(f, 0.95)),
+            "runs": int(f.size), "repeated_runs": mf.repeated_runs, "neighbours": mf.neighbours,
+            "iterations": mf.iterations, "noise_measured": run_noise(rows), "noise_adjusted": run_noise(adjusted(rows))}
+
+
+def run_noise(rows: pd.DataFrame) -> float:
+    """The noise of one run: the root mean square over runs of repeated cells of the residual (log
+    throughput about its cell's mean), each scaled by sqrt(n / (n - 1)) for a cell of n runs. Over
+    :func:`adjusted` rows it is the noise the adjustment left: the measure its settings were chosen on."""
+    rows = _checked(rows)
+    cells = _cells(rows)
+    n = cells.groupby(cells).transform("size").to_numpy()
+    keep = n >= 2
+    if not keep.any():
+        raise ValueError("run noise needs cells run at least twice; every cell of these runs ran once")
+    r = _residuals(np.log(rows["throughput"].to_numpy(float)), cells)[keep]
+    return float(np.sqrt(np.mean((r * np.sqrt(n[keep] / (n[keep] - 1))) ** 2)))

@@ -1,0 +1,110 @@
+"""The machine adjustment of a real-draft sweep's runs (moespec.engine.machine_adjust, amendment of
+2026-12-06 d): the read slope and the neighbour term on hand-checkable sweeps, the run itself left
+out, no cell moved in expectation under a shuffled order, and clear refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from moespec.engine import machine_adjust as MA
+from moespec.engine.draftcost import speedup_over_plain
+
+
+def sweep(throughput, cells, ref=None) -> pd.DataFrame:
+    """Rows in sweep order: ``cells`` (prompt, k) per run, plain runs k = 0."""
+    n = len(throughput)
+    rows = pd.DataFrame({"part": "test", "prompt": [c[0] for c in cells], "k": [c[1] for c in cells],
+                         "draft_cost": [np.nan if c[1] == 0 else 0.1 for c in cells], "dedup": True,
+                         "seq": np.arange(n), "throughput": np.asarray(throughput, float),
+                         "ref_GBps": np.nan if ref is None else np.asarray(ref, float), "regime": "one",
+                         "time_s": 32 / np.asarray(throughput, float), "t_verify_mean_s": 1 / np.asarray(throughput, float)})
+    rows["speedup"] = speedup_over_plain(rows)
+    return rows
+
+
+def test_read_slope_recovered_and_taken_out_exactly():
+    rng = np.random.default_rng(1)
+    cells = [(0, 0), (0, 1), (1, 0), (1, 1)] * 6
+    base = {(0, 0): 30.0, (0, 1): 45.0, (1, 0): 28.0, (1, 1): 40.0}
+    ref = rng.uniform(10, 20, len(cells))
+    x = np.log(ref) - np.median(np.log(ref))
+    thr = np.array([base[c] for c in cells]) * np.exp(0.5 * x)
+    mf = MA.machine_factors(sweep(thr, cells, ref))
+    assert mf.slope == pytest.approx(0.5)
+    assert mf.factor.to_numpy() == pytest.approx(np.exp(0.5 * x))      # nothing left for the neighbours
+    adj = MA.adjusted(sweep(thr, cells, ref).assign(machine_factor=mf.factor))
+    assert adj["throughput"].to_numpy() == pytest.approx([base[c] for c in cells])
+    assert adj["time_s"].to_numpy() == pytest.approx(32 / np.array([base[c] for c in cells]))
+    # speedups recomputed over the adjusted plain runs: every k = 1 run at its cell's exact ratio
+    assert adj.loc[adj.k == 1, "speedup"].to_numpy() == pytest.approx(
+        [base[(p, 1)] / base[(p, 0)] for p, k in cells if k == 1])
+
+
+def test_neighbour_term_takes_out_a_step_in_the_machine():
+    cells = [(0, 0), (0, 1)] * 20                          # two cells alternating, 40 runs
+    base = np.array([30.0 if k == 0 else 45.0 for _, k in cells])
+    step = np.where(np.arange(40) >= 20, 1.1, 1.0)          # the machine 10 % faster from run 20 on
+    rows = sweep(base * step, cells)
+    mf = MA.machine_factors(rows, neighbours=2)
+    assert mf.slope == 0.0 and mf.repeated_runs == 40       # no reads: the neighbour term only
+    adj = MA.adjusted(rows.assign(machine_factor=mf.factor))["throughput"].to_numpy()
+    # each cell's mean sits halfway (log) between the two stretches: away from the step every run is
+    # taken exactly to it, base x sqrt(1.1)
+    interior = np.r_[0:18, 22:40]
+    assert adj[interior] == pytest.approx(base[interior] * np.sqrt(1.1))
+    assert MA.run_noise(rows.assign(machine_factor=mf.factor)) > 0.04
+    assert MA.run_noise(MA.adjusted(rows.assign(machine_factor=mf.factor))) < 0.02
+
+
+def test_a_run_is_not_adjusted_by_itself():
+    cells = [(0, 0), (0, 1)] * 10
+    thr = np.array([30.0 if k == 0 else 45.0 for _, k in cells])
+    thr[9] *= 2.0                                           # one run twice as fast, its neighbours not
+    mf = MA.machine_factors(sweep(thr, cells), neighbours=4)
+    # its factor is the median of its 8 neighbours' residuals, none of them its own: 4 runs of the
+    # other cell at 0, and 4 of its own cell at -log 2 / 10 (the fast run lifted their cell's mean)
+    assert mf.factor.iloc[9] == pytest.approx(np.exp(-np.log(2) / 20))
+    assert MA.adjusted(sweep(thr, cells).assign(machine_factor=mf.factor))["throughput"].iloc[9] > 1.9 * 45
+
+
+def test_no_cell_moved_in_expectation_under_a_shuffled_order():
+    rng = np.random.default_rng(7)
+    grid = [(p, k) for p in range(4) for k in range(5)] * 12          # 20 cells x 12 runs, shuffled
+    cells = [grid[i] for i in rng.permutation(len(grid))]
+    n = len(cells)
+    drift = np.zeros(n)
+    for i in range(1, n):                                    # the machine's slow moments: AR(1)
+        drift[i] = 0.9 * drift[i - 1] + rng.normal(0, 0.03)
+    ref = np.exp(-0.8 * drift + rng.normal(0, 0.02, n)) * 15  # the read sees part of it
+    base = np.array([20.0 + 3 * p + 5 * k for p, k in cells])
+    thr = base * np.exp(drift + rng.normal(0, 0.03, n))
+    rows, mf = MA.with_machine_factors(sweep(thr, cells, ref))
+    adj = MA.adjusted(rows)
+    assert MA.run_noise(adj) < 0.75 * MA.run_noise(rows)
+    # per cell, the mean log factor is small against the spread of one run: the cells stay where they were
+    logf = pd.Series(np.log(mf.factor.to_numpy()), index=[str(c) for c in cells])
+    per_cell = logf.groupby(level=0).mean()
+    assert per_cell.abs().max() < 3 * logf.std() / np.sqrt(12)
+    assert abs(float(logf.mean())) < 0.01
+
+
+def test_as_analysed_and_refusals():
+    cells = [(0, 0), (0, 1)] * 3
+    rows = sweep([30, 45, 31, 44, 29, 46], cells)
+    assert MA.as_analysed(rows) is rows                       # a run recorded before the amendment
+    with pytest.raises(ValueError, match="no machine_factor column"):
+        MA.adjusted(rows)
+    with pytest.raises(ValueError, match="positive and finite"):
+        MA.adjusted(rows.assign(machine_factor=[1, 1, 0, 1, 1, 1]))
+    with pytest.raises(ValueError, match=r"lack column\(s\) \['seq'\]"):
+        MA.machine_factors(rows.drop(columns="seq"))
+    with pytest.raises(ValueError, match="throughput must be positive and finite in every run; 1 of 6"):
+        MA.machine_factors(rows.assign(throughput=[30, 45, np.nan, 44, 29, 46]))
+    with pytest.raises(ValueError, match="seq .* repeats"):
+        MA.machine_factors(rows.assign(seq=[0, 1, 1, 2, 3, 4]))
+    with pytest.raises(ValueError, match="neighbours must be >= 1"):
+        MA.machine_factors(rows, neighbours=0)
+    with pytest.raises(ValueError, match="cells run at least twice"):
+        MA.run_noise(rows.assign(prompt=range(6)))
