@@ -23,7 +23,10 @@ cell's times is the machine's alone; over the runs of cells that ran more than o
   near 0 for noise that changes from run to run, larger for a machine that drifts over many runs;
 * ``ref_r2``: the share of the residuals' variance that the log of the reference read timed just
   before each run (``ref_GBps``) explains linearly, and ``run_sd_after_ref`` what is left: how much a
-  correction by that read could take out.
+  correction by that read could take out;
+* ``run_sd_adjusted``: for a run with machine factors (amendment of 2026-12-06 d), the noise of one
+  run left after notebook 05's machine adjustment (:func:`moespec.engine.machine_adjust.run_noise`
+  over the adjusted runs; NaN for a run recorded before it).
 
 Writes ``<out>/<stamp>_sweep_timing.csv`` and ``.json`` (each folder's source run), ``<stamp>`` the
 latest folder's start. Measures nothing: it reads what the runs measured.
@@ -94,7 +97,8 @@ def folder_rows(folder: RealDraftFolder) -> list[dict]:
         timed, wall = float(runs["time_s"].sum()), phase_wall_s(folder.record, PHASE.format(state=state))
         rows.append({"commit": source["commit"], "machine": machine, "run_started": folder.started, "state": state,
                      "runs": len(runs), "timed_min": timed / 60, "phase_wall_min": wall / 60,
-                     "untimed_per_run_ms": 1e3 * (wall - timed) / len(runs), **noise(runs)})
+                     "untimed_per_run_ms": 1e3 * (wall - timed) / len(runs), **noise(runs),
+                     "run_sd_adjusted": (MA.run_noise(MA.adjusted(runs)) if MA.FACTOR in runs else float("nan"))})
     return rows
 
 

@@ -77,6 +77,16 @@ def test_sweep_timing_reads_a_phase_wall_against_its_timed_steps(tmp_path):
     assert rows["quiet"]["untimed_per_run_ms"] == pytest.approx(10_000)
     assert rows["loaded"]["runs"] == 4 and rows["loaded"]["untimed_per_run_ms"] == pytest.approx(10_000)
     assert len(list((tmp_path / "out").glob("20261206T095000Z_sweep_timing.*"))) == 2
+    assert all(np.isnan(r["run_sd_adjusted"]) for r in rows.values())     # recorded before machine factors
+    # with machine factors that take every run of a state to one time, no noise is left after them
+    for name, typical in (("draft_calibration.csv", None), ("real_draft.csv", 10.0), ("real_draft_loaded.csv", 5.0)):
+        df = pd.read_csv(data / name)
+        t = df.get("state", pd.Series(["quiet"] * len(df))).map({"quiet": 10.0, "loaded": 5.0}) if typical is None \
+            else typical
+        df.assign(throughput=32 / df.time_s, machine_factor=t / df.time_s).to_csv(data / name, index=False)
+    rows = {r["state"]: r for r in overhead.run([data], tmp_path / "out")["rows"]}
+    assert rows["quiet"]["run_sd"] > 0.1 and rows["quiet"]["run_sd_adjusted"] == pytest.approx(0, abs=1e-12)
+    assert rows["loaded"]["run_sd_adjusted"] == pytest.approx(0, abs=1e-12)
     (data / "real_draft.csv").unlink()
     with pytest.raises(FileNotFoundError, match="no real_draft.csv"):
         overhead.run([data], tmp_path / "out")
