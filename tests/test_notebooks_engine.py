@@ -100,6 +100,10 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         refactored = MA.machine_factors(both.drop(columns=MA.FACTOR))
         assert np.allclose(refactored.factor.to_numpy(), both[MA.FACTOR].to_numpy())
         assert (both[MA.FACTOR] != 1).any()
+        said = pd.read_csv(figs / "05_machine_adjustment.csv").set_index("state").loc[state]
+        assert said.slope == pytest.approx(refactored.slope) and said.runs == len(both)
+        assert said.noise_measured == pytest.approx(MA.run_noise(both))
+        assert said.noise_adjusted == pytest.approx(MA.run_noise(MA.adjusted(both)))
         refit = CAL.from_draft_runs(MA.adjusted(c), label, state, n_boot=200, seed=0)
         for fitted in refit.values():
             saved = models.get(state, "chat", fitted.draft.name)

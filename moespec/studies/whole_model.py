@@ -115,7 +115,7 @@ class WholeModelStudy:
         self.models: list = []
         self.states: dict = {}
         self.frames: dict = {"oracle_pred": [], "real_pred": [], "plain": [], "verify_loops": [], "real": [],
-                             "draft_cal": [], "oracle": []}
+                             "draft_cal": [], "oracle": [], "adjustment": []}
         self.results: dict = {}
         self.widened: dict = {}
 
@@ -374,20 +374,23 @@ class WholeModelStudy:
                 rows = DC.interleaved_sweep(self.sub.engine, drafts, [cal, test], P["real_ks"], P["real_tokens"],
                                             seed=self.seed, reference=self.ref,
                                             desc=f"real draft with its calibration ({state})").assign(state=state)
-                rows, factors = MA.with_machine_factors(rows)
-                draft_rows, measured = DC.split_parts(rows, [cal, test])
+                swept, factors = MA.with_machine_factors(rows)
+                draft_rows, measured = DC.split_parts(swept, [cal, test])
             else:                                        # calibrated in step a
                 draft_rows = None
                 measured, factors = MA.with_machine_factors(DC.draft_cost_sweep(
                     self.sub.engine, drafts, test.prompts, P["real_ks"], P["real_tokens"], seed=self.seed,
                     reps=test.reps, plain_runs=test.plain_runs, reference=self.ref,
                     desc=f"real draft ({state})").assign(state=state))
+                swept = measured
         calibrated = self._models_result(state, self._draft_models(state, draft_rows, P), [])
         models = self.results[f"models {state}"]["cost"]
         real = MA.adjusted(measured)                      # the runs at the sweep's typical machine state
         pred = SP.real_draft_predictions(models, real).join(
             self._as_measured(state, measured, P).set_index(["draft_cost", "k"]), on=["draft_cost", "k"])
         plain = SP.plain_step(models[min(models)], real, "real-draft runs (MT-Bench)")
+        adjustment = {"state": state, **MA.factor_summary(factors, swept)}     # over the whole sweep
+        self.frames["adjustment"].append(adjustment)
         self.frames["real"].append(real)
         self.frames["real_pred"].append(pred)
         self.frames["plain"].append(plain)
@@ -402,7 +405,7 @@ class WholeModelStudy:
                  f"[{state}] where the error comes from: with the runs' own step times in place of the round model's, "
                  f"within 5 % at {int((pred.rel_error_measured_steps.abs() <= 0.05).sum())} of {len(pred)} (largest "
                  f"{100 * pred.rel_error_measured_steps.abs().max():.1f} %)",
-                 SP.as_measured_line(pred, MA.factor_summary(factors, measured), state),
+                 SP.as_measured_line(pred, adjustment, state),
                  *([SP.routing_line(pred, state)] if "predicted_unrouted" in pred else []),
                  *([SP.noise_line(pred, state)] if SP.rep_columns(pred) else []),
                  f"[{state}] draft cost {rep['draft_cost']:g}: plain decoding fastest on {rep['plain_fastest']} of "
@@ -458,6 +461,7 @@ class WholeModelStudy:
         self._write("05_plain_step.csv", plain)
         if real_pred is not None:
             self._write("05_draft_cost_predictions.csv", real_pred)
+            self._write("05_machine_adjustment.csv", pd.DataFrame(self.frames["adjustment"]))
             real = pd.concat(self.frames["real"], ignore_index=True)
             own = real[(real.k >= 1) & (real.draft_cost == real.loc[real.k >= 1, "draft_cost"].min())]
             acc, per_prompt = SP.median_prompt_acceptance(own)
