@@ -48,7 +48,6 @@ from moespec.engine import machine_adjust as MA
 from moespec.engine.results_folder import RealDraftFolder, read_real_draft_folder
 
 PHASE = "real-draft runs {state}"
-CELL = MA.CELL
 
 
 def phase_wall_s(record: dict, phase: str) -> float:
@@ -67,13 +66,11 @@ def noise(runs: pd.DataFrame) -> dict:
     t = runs["time_s"].astype(float).to_numpy()
     if not (np.isfinite(t) & (t > 0)).all():
         raise ValueError("every run needs a positive, finite time_s")
-    runs = runs.assign(draft_cost=runs["draft_cost"].fillna(-1.0), log_t=np.log(t))
-    size = runs.groupby(CELL)["log_t"].transform("size")
-    runs = runs[size >= 2].sort_values("seq")
-    if len(runs) < 3:
-        raise ValueError(f"need at least 3 runs of repeated cells; found {len(runs)}")
-    n = runs.groupby(CELL)["log_t"].transform("size")
-    r = ((runs["log_t"] - runs.groupby(CELL)["log_t"].transform("mean")) * np.sqrt(n / (n - 1))).to_numpy()
+    runs = runs.sort_values("seq")
+    resid = MA.repeated_residuals(np.log(runs["time_s"].astype(float).to_numpy()), runs)
+    if len(resid) < 3:
+        raise ValueError(f"need at least 3 runs of repeated cells; found {len(resid)}")
+    runs, r = runs.loc[resid.index], resid.to_numpy()
     ref = np.log(runs["ref_GBps"].astype(float).to_numpy())
     ref_r2, after = float("nan"), float("nan")
     if np.isfinite(ref).all() and np.std(ref) > 0:
@@ -81,7 +78,7 @@ def noise(runs: pd.DataFrame) -> dict:
         rest = r - (slope * ref + icpt)
         ref_r2 = float(1 - np.var(rest) / np.var(r))
         after = float(np.sqrt(np.mean(rest ** 2)))
-    return {"repeated_runs": int(len(r)), "cells": int(runs.groupby(CELL).ngroups),
+    return {"repeated_runs": int(len(r)), "cells": int(MA.cell_keys(runs).nunique()),
             "run_sd": float(np.sqrt(np.mean(r ** 2))), "lag1_autocorr": float(np.corrcoef(r[:-1], r[1:])[0, 1]),
             "ref_r2": ref_r2, "run_sd_after_ref": after}
 

@@ -211,10 +211,18 @@ def _finish(rows: list) -> pd.DataFrame:
     own part's plain runs."""
     df = pd.DataFrame(rows)
     df["regime"] = "one" if df["ref_GBps"].isna().all() else classify(df["ref_GBps"].to_numpy(float))
-    df["speedup"] = np.nan
-    for _, idx in df.groupby("part", sort=False).groups.items():
-        df.loc[idx, "speedup"] = speedup_over_plain(df.loc[idx])
+    df["speedup"] = speedups_by_part(df)
     return df
+
+
+def speedups_by_part(runs: pd.DataFrame) -> pd.Series:
+    """Each run's :func:`speedup_over_plain` over the plain runs of its own part (column ``part``;
+    all the rows one part where there is none), on the rows' index."""
+    parts = runs.groupby("part", sort=False).groups.values() if "part" in runs else [runs.index]
+    out = pd.Series(np.nan, index=runs.index)
+    for idx in parts:
+        out.loc[idx] = speedup_over_plain(runs.loc[idx])
+    return out
 
 
 def speedup_over_plain(runs: pd.DataFrame) -> np.ndarray:

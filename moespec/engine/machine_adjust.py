@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from moespec.engine.draftcost import speedup_over_plain
+from moespec.engine.draftcost import speedups_by_part
 
 #: The columns that name a cell of a real-draft sweep (one setting run several times).
 CELL = ["part", "prompt", "draft_cost", "k", "dedup"]
@@ -78,7 +78,9 @@ def _checked(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def _cells(rows: pd.DataFrame) -> pd.Series:
+def cell_keys(rows: pd.DataFrame) -> pd.Series:
+    """Each run's cell (:data:`CELL`, ``part`` where present) as one key; a plain run's missing draft
+    cost counts as one value."""
     keys = [c for c in CELL if c in rows.columns]
     return rows[keys].assign(draft_cost=rows["draft_cost"].fillna(-1.0)).astype(str).agg("|".join, axis=1)
 
@@ -110,7 +112,7 @@ def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations
         raise ValueError(f"neighbours must be >= 1 and iterations >= 0; found {neighbours}, {iterations}")
     rows = _checked(rows)
     order = rows.sort_values("seq")
-    cells = _cells(order)
+    cells = cell_keys(order)
     repeated = (cells.groupby(cells).transform("size") >= 2).to_numpy()
     log_t = np.log(order["throughput"].to_numpy(float))
     r = _residuals(log_t, cells)
@@ -139,7 +141,7 @@ def with_machine_factors(rows: pd.DataFrame, **settings) -> tuple[pd.DataFrame, 
 def adjusted(rows: pd.DataFrame) -> pd.DataFrame:
     """The runs at the sweep's typical machine state: every time column times the run's
     ``machine_factor``, the throughput over it, and the speedups recomputed over the adjusted plain
-    runs of the same part (:func:`moespec.engine.draftcost.speedup_over_plain`)."""
+    runs of the same part (:func:`moespec.engine.draftcost.speedups_by_part`)."""
     if FACTOR not in rows.columns:
         raise ValueError(f"real-draft runs carry no {FACTOR} column: adjust them with with_machine_factors first")
     f = rows[FACTOR].to_numpy(float)
@@ -151,9 +153,7 @@ def adjusted(rows: pd.DataFrame) -> pd.DataFrame:
         if col in out:
             out[col] = rows[col] * f
     if "speedup" in out:
-        parts = out.groupby("part", sort=False).groups.values() if "part" in out else [out.index]
-        for idx in parts:
-            out.loc[idx, "speedup"] = speedup_over_plain(out.loc[idx])
+        out["speedup"] = speedups_by_part(out)
     return out
 
 
@@ -173,15 +173,24 @@ def factor_summary(mf: MachineFactors, rows: pd.DataFrame) -> dict:
             "iterations": mf.iterations, "noise_measured": run_noise(rows), "noise_adjusted": run_noise(adjusted(rows))}
 
 
-def run_noise(rows: pd.DataFrame) -> float:
-    """The noise of one run: the root mean square over runs of repeated cells of the residual (log
-    throughput about its cell's mean), each scaled by sqrt(n / (n - 1)) for a cell of n runs. Over
-    :func:`adjusted` rows it is the noise the adjustment left: the measure its settings were chosen on."""
-    rows = _checked(rows)
-    cells = _cells(rows)
+def repeated_residuals(log_values, rows: pd.DataFrame) -> pd.Series:
+    """Over the runs of cells run at least twice, each run's ``log_values`` (one per row, e.g. log
+    throughput or log time) about its cell's mean, scaled by sqrt(n / (n - 1)) for a cell of n
+    runs so that its mean square estimates one run's variance; on those rows' index, in the rows'
+    order."""
+    cells = cell_keys(rows)
     n = cells.groupby(cells).transform("size").to_numpy()
     keep = n >= 2
-    if not keep.any():
+    r = _residuals(np.asarray(log_values, float), cells)
+    return pd.Series((r * np.sqrt(n / np.maximum(n - 1, 1)))[keep], index=rows.index[keep])
+
+
+def run_noise(rows: pd.DataFrame) -> float:
+    """The noise of one run: the root mean square of the runs' :func:`repeated_residuals` of log
+    throughput. Over :func:`adjusted` rows it is the noise the adjustment left: the measure its
+    settings were chosen on."""
+    rows = _checked(rows)
+    r = repeated_residuals(np.log(rows["throughput"].to_numpy(float)), rows)
+    if r.empty:
         raise ValueError("run noise needs cells run at least twice; every cell of these runs ran once")
-    r = _residuals(np.log(rows["throughput"].to_numpy(float)), cells)[keep]
-    return float(np.sqrt(np.mean((r * np.sqrt(n[keep] / (n[keep] - 1))) ** 2)))
+    return float(np.sqrt(np.mean(r.to_numpy() ** 2)))
