@@ -17,7 +17,8 @@ the real draft's calibration runs (amendment of 2026-12-05 evening): ``draft_cal
 protocol, selectable) in a sweep of their own before the oracle runs. The real draft's precision on
 the quiet machine (amendment of 2026-12-06 c): the calibration turns run ``draft_cal_plain_runs``
 plain runs each (V(0), which enters every point's prediction, rests on them) and the quiet test
-runs repeat ``real_reps`` = 3 times (the loaded ones ``loaded_real_reps`` = 2).
+runs repeat ``real_reps`` = 3 times (the loaded ones ``loaded_real_reps`` = 2). The loaded test runs
+(amendment of 2026-12-06 e) use as many prompts as the quiet ones, ``loaded_real_prompts`` = 6.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ DEFAULTS = {
                      real_tokens=32, real_prompts=6, draft_costs=None, agree_tokens=48, breakdown_reps=15,
                      ratio_reps=10, states=["quiet", "loaded"], cal_prompts=3, cal_reps=1, draft_cal_prompts=5,
                      loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0, 0.2],
-                     loaded_real_prompts=4, plain_runs=4, real_reps=3, draft_calibration="interleaved",
+                     loaded_real_prompts=6, plain_runs=4, real_reps=3, draft_calibration="interleaved",
                      draft_cal_plain_runs=12, loaded_real_reps=2),
     },
     "06": {

@@ -67,7 +67,9 @@ def test_profiles_keep_what_the_caller_set():
     from moespec.studies.whole_model import state_sizes
     full = resolve("05", "full")[0]
     assert (state_sizes(full, "quiet")["real_reps"], state_sizes(full, "loaded")["real_reps"]) == (3, 2)
-    assert state_sizes(full, "loaded")["real_prompts"] == full["loaded_real_prompts"] != full["real_prompts"]
+    assert state_sizes(full, "loaded")["real_prompts"] == full["loaded_real_prompts"] == 6
+    own = dict(full, loaded_real_prompts=5)        # a loaded size of its own is the loaded state's, not the quiet one's
+    assert (state_sizes(own, "loaded")["real_prompts"], state_sizes(own, "quiet")["real_prompts"]) == (5, 6)
 
 
 def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3, slot: float = 1.2,
