@@ -98,6 +98,25 @@ def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3, s
     return pd.DataFrame(rows)
 
 
+def test_round_model_on_every_run_or_on_the_dominant_read_regime():
+    """Amendment 2026-12-06 f: runs taken to their sweep's typical machine state are fitted whole
+    (by_regime=False); runs as measured keep the rule of the dominant read regime (by_regime=True)."""
+    tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
+    drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3)}
+    fast = _runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3, 4))
+    slow = fast.assign(ref_GBps=5.0, rep=1)                       # the same cells in a slow read regime, 30 % slower
+    for col in ("t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s", "t_step_mean_s"):
+        slow[col] = slow[col] * 1.3
+    rows = pd.concat([fast, fast.assign(rep=2), slow], ignore_index=True)   # the fast regime dominates, 2 : 1
+    regime = CAL.from_draft_runs(rows, "synthetic", n_boot=50)[0.2]
+    whole = CAL.from_draft_runs(rows, "synthetic", n_boot=50, by_regime=False)[0.2]
+    assert regime.verify["dedup"].values_s[0] == pytest.approx(10e-3)                    # the fast runs alone
+    assert whole.verify["dedup"].values_s[0] == pytest.approx((2 * 10e-3 + 13e-3) / 3)  # every run
+    assert whole.verify["dedup"].values_s[3] == pytest.approx((2 * 18e-3 + 1.3 * 18e-3) / 3)
+    assert whole.host.values_s[0] == pytest.approx((2 * 0.5e-3 + 0.65e-3) / 3)
+    assert regime.regime == "high" and whole.regime == "all rows"
+
+
 def test_prediction_equals_the_theory_on_runs_that_follow_it():
     tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
     drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3), 0.4: (4e-3, 0.1e-3)}

@@ -104,7 +104,7 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         assert said.slope == pytest.approx(refactored.slope) and said.runs == len(both)
         assert said.noise_measured == pytest.approx(MA.run_noise(both))
         assert said.noise_adjusted == pytest.approx(MA.run_noise(MA.adjusted(both)))
-        refit = CAL.from_draft_runs(MA.adjusted(c), label, state, n_boot=200, seed=0)
+        refit = CAL.from_draft_runs(MA.adjusted(c), label, state, n_boot=200, seed=0, by_regime=False)
         for fitted in refit.values():
             saved = models.get(state, "chat", fitted.draft.name)
             assert np.allclose(saved.step_times("dedup"), fitted.step_times("dedup"))

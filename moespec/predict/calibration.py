@@ -156,7 +156,8 @@ def draft_name(cost: float) -> str:
 
 
 def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", context: str = "chat",
-                    n_boot: int = 2000, seed: int = 0, threshold="auto", at_GBps: float | None = None) -> dict:
+                    n_boot: int = 2000, seed: int = 0, threshold="auto", at_GBps: float | None = None,
+                    by_regime: bool = True) -> dict:
     """{draft cost: RoundModel} from a calibration sweep (:func:`moespec.engine.draftcost.draft_cost_sweep`
     with ``slot_costs``), every term measured as the draft runs, the deduplicating verify pass
     pooled over the drafts (module docstring; every model of the sweep holds the same tau_dedup).
@@ -165,12 +166,17 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
     bandwidth instead of averaged over the runs: each fitted over the runs as t = c + d / B on the
     run's same-round read (:meth:`Term.at_read`), e.g. at the read of the runs predicted, measured
     minutes later in another machine state. The draft and host terms (little of them is reads)
-    stay averages; the model's ``read_GBps`` is ``at_GBps``."""
+    stay averages; the model's ``read_GBps`` is ``at_GBps``.
+
+    ``by_regime``: fit on the runs of the dominant read regime alone where it covers every cell
+    (:func:`_in_regime`, the rule for runs as measured); ``False``: on every run, for runs already
+    taken to their sweep's typical machine state (:mod:`moespec.engine.machine_adjust`), whose
+    measured speedups are over every test run of both regimes (amendment of 2026-12-06 f)."""
     need = {"prompt", "rep", "k", "draft_cost", "dedup", "t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s"}
     if missing := need - set(rows.columns):
         raise ValueError(f"draft calibration rows lack column(s) {sorted(missing)}")
     tagged, main, _ = tag_regimes(rows, threshold)
-    used = _in_regime(tagged, main, ["draft_cost", "k", "dedup"])
+    used = _in_regime(tagged, main, ["draft_cost", "k", "dedup"]) if by_regime else tagged
     plain = used[used["k"] == 0]
     slot_runs = used[(used["k"] >= 1) & ~used["dedup"].astype(bool)]
     if plain.empty:

@@ -267,8 +267,9 @@ class WholeModelStudy:
 
     def _draft_models(self, state: str, draft_rows, P: dict) -> list:
         """The real draft's round models of ``state`` from its calibration rows (written first, as
-        measured with their machine factors; the models from the runs adjusted by them,
-        :mod:`moespec.engine.machine_adjust`)."""
+        measured with their machine factors; the models from every run adjusted by them,
+        :mod:`moespec.engine.machine_adjust`, both read regimes, as the measured speedups are over
+        every test run: amendment of 2026-12-06 f)."""
         if draft_rows is None:
             return []
         if MA.FACTOR not in draft_rows:                  # the protocol "before": its own sweep, its own factors
@@ -276,7 +277,8 @@ class WholeModelStudy:
         self.frames["draft_cal"].append(draft_rows)
         io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
         self.results[f"draft calibration {state}"] = draft_rows
-        by_cost = CAL.from_draft_runs(MA.adjusted(draft_rows), self.label, state, n_boot=P["n_boot"], seed=self.seed)
+        by_cost = CAL.from_draft_runs(MA.adjusted(draft_rows), self.label, state, n_boot=P["n_boot"], seed=self.seed,
+                                      by_regime=False)     # every adjusted run, as the measured side (amendment f)
         self.models += list(by_cost.values())
         self.results[f"models {state}"]["cost"] = by_cost
         return list(by_cost.values())
