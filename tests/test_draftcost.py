@@ -117,6 +117,33 @@ def test_round_model_on_every_run_or_on_the_dominant_read_regime():
     assert regime.regime == "high" and whole.regime == "all rows"
 
 
+def test_verify_term_per_draft_cost():
+    """Amendment 2026-12-06 g: where the target's pass is slower after a costlier draft, each draft's
+    verify term is the pooled runs moved along each k's slope on the cost (or its own runs); pooled,
+    one term for all. Runs whose verify time is exactly t_k + c_k r recover it exactly."""
+    tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3}
+    slope = {1: 5e-3, 2: 2e-3, 3: 0.0}                        # seconds per unit of draft cost, per k
+    drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3), 0.4: (4e-3, 0.1e-3)}
+    rows = _runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3))
+    spec = rows["k"] >= 1
+    rows.loc[spec, "t_verify_mean_s"] += rows.loc[spec, "k"].map(slope) * rows.loc[spec, "draft_cost"]
+    ded = CAL.verify_at_cost(rows[spec & rows.dedup], 0.4)         # every deduplicating run moved to cost 0.4
+    assert np.allclose(ded["t_verify_mean_s"], [tv[k] + slope[k] * 0.4 for k in ded["k"]])
+    one_cost = rows[spec & rows.dedup & (rows.draft_cost == 0.2)]
+    assert CAL.verify_at_cost(one_cost, 0.4).equals(one_cost)      # one cost: no slope, times kept
+    for how in ("linear", "own"):
+        models = CAL.from_draft_runs(rows, "synthetic", n_boot=50, verify_by_cost=how)
+        for r, model in models.items():
+            want = [tv[0]] + [tv[k] + slope[k] * r for k in (1, 2, 3)]
+            assert np.allclose(model.verify["dedup"].values_s, want), (how, r)
+    pooled = CAL.from_draft_runs(rows, "synthetic", n_boot=50)
+    mean_cost = np.mean(list(drafts))
+    assert np.allclose(pooled[0.0].verify["dedup"].values_s, pooled[0.4].verify["dedup"].values_s)
+    assert pooled[0.0].verify["dedup"].values_s[1] == pytest.approx(tv[1] + slope[1] * mean_cost)
+    with pytest.raises(ValueError, match="verify_by_cost"):
+        CAL.from_draft_runs(rows, "synthetic", n_boot=50, verify_by_cost="per draft")
+
+
 def test_prediction_equals_the_theory_on_runs_that_follow_it():
     tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
     drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3), 0.4: (4e-3, 0.1e-3)}

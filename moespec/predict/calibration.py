@@ -9,7 +9,10 @@ decode loops timed before the speculative runs, turned into :class:`RoundModel` 
   kept) and h(k) from its runs at each k; tau_dedup(k + 1) from the runs of every draft at k
   (widening a draft changes no token, so every draft of the sweep proposes the same tokens and the
   target runs the same verify pass after it: pooling them times that pass over six times as many
-  rounds; amendment of 2026-12-05, ``data/preregistration/amendments_byte_faithful_all.json``);
+  rounds; amendment of 2026-12-05, ``data/preregistration/amendments_byte_faithful_all.json``;
+  on a machine where the target's pass is slower after a costlier draft, the pooled runs moved to
+  each draft's cost along each k's slope on the cost, ``verify_by_cost="linear"``, amendment of
+  2026-12-06 g, which notebook 05 uses);
   tau_slot(k + 1) from the per-slot runs of the draft as trained, the one-token pass from the plain
   runs (k = 0); where the runs recorded their verify passes' routing (``distinct_experts``), the
   deduplicating term's dependence on it (:class:`moespec.predict.round_model.RoutingTerm`; amendment
@@ -150,6 +153,23 @@ def from_verify_loops(rows: pd.DataFrame, subject: str, state: str = "quiet", n_
     return out
 
 
+VERIFY_BY_COST = ("pooled", "own", "linear")
+
+
+def verify_at_cost(runs: pd.DataFrame, cost: float) -> pd.DataFrame:
+    """Speculative runs (k >= 1, several draft costs) with each run's verify time moved to draft cost
+    ``cost`` along its k's least-squares slope of ``t_verify_mean_s`` on ``draft_cost``:
+    t + c_k (cost - r_run). A k whose runs have one draft cost keeps its times."""
+    out = runs.copy()
+    for k, g in runs.groupby("k"):
+        r = g["draft_cost"].to_numpy(float)
+        if np.ptp(r) == 0:
+            continue
+        slope = np.polyfit(r, g["t_verify_mean_s"].to_numpy(float), 1)[0]
+        out.loc[g.index, "t_verify_mean_s"] = g["t_verify_mean_s"].to_numpy(float) + slope * (float(cost) - r)
+    return out
+
+
 def draft_name(cost: float) -> str:
     """The name of the real draft widened to draft cost ``cost`` (0: the draft as trained)."""
     return "the run's own draft (as trained)" if float(cost) == 0 else f"the run's draft widened to cost {cost:g}"
@@ -157,10 +177,11 @@ def draft_name(cost: float) -> str:
 
 def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", context: str = "chat",
                     n_boot: int = 2000, seed: int = 0, threshold="auto", at_GBps: float | None = None,
-                    by_regime: bool = True) -> dict:
+                    by_regime: bool = True, verify_by_cost: str = "pooled") -> dict:
     """{draft cost: RoundModel} from a calibration sweep (:func:`moespec.engine.draftcost.draft_cost_sweep`
     with ``slot_costs``), every term measured as the draft runs, the deduplicating verify pass
-    pooled over the drafts (module docstring; every model of the sweep holds the same tau_dedup).
+    pooled over the drafts (module docstring; with ``verify_by_cost="pooled"`` every model of the
+    sweep holds the same tau_dedup).
 
     ``at_GBps``: the verify terms (both kernels, the one-token pass included) at that read
     bandwidth instead of averaged over the runs: each fitted over the runs as t = c + d / B on the
@@ -171,10 +192,20 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
     ``by_regime``: fit on the runs of the dominant read regime alone where it covers every cell
     (:func:`_in_regime`, the rule for runs as measured); ``False``: on every run, for runs already
     taken to their sweep's typical machine state (:mod:`moespec.engine.machine_adjust`), whose
-    measured speedups are over every test run of both regimes (amendment of 2026-12-06 f)."""
+    measured speedups are over every test run of both regimes (amendment of 2026-12-06 f).
+
+    ``verify_by_cost``: how the deduplicating verify term (and its routing term) of each draft is
+    formed. ``"pooled"``: one for every draft, from the runs of every draft cost pooled (widening a
+    draft changes no token and no routing); ``"own"``: each draft's from its own runs and the plain
+    runs; ``"linear"``: from the pooled runs, each moved to the draft's cost along the within-k
+    least-squares slope of the verify time on the draft cost, t + c_k (r - r_run)
+    (:func:`verify_at_cost`), for a machine where the target's pass also depends on the draft run
+    before it (amendment of 2026-12-06 g)."""
     need = {"prompt", "rep", "k", "draft_cost", "dedup", "t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s"}
     if missing := need - set(rows.columns):
         raise ValueError(f"draft calibration rows lack column(s) {sorted(missing)}")
+    if verify_by_cost not in VERIFY_BY_COST:
+        raise ValueError(f"verify_by_cost must be one of {list(VERIFY_BY_COST)}; found {verify_by_cost!r}")
     tagged, main, _ = tag_regimes(rows, threshold)
     used = _in_regime(tagged, main, ["draft_cost", "k", "dedup"]) if by_regime else tagged
     plain = used[used["k"] == 0]
@@ -203,7 +234,15 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
             pooled_routing[kmax] = _routing_term(pooled, f"{src}: verify times on each run's mean distinct (expert, "
                                                  f"layer) pairs per pass, one intercept per k, runs of every draft "
                                                  f"cost pooled")
-        ded_tau = pooled_tau[kmax]
+        ded_tau, routing = pooled_tau[kmax], pooled_routing[kmax]
+        if verify_by_cost != "pooled":
+            runs, how = ((both, "this draft's runs") if verify_by_cost == "own" else
+                         (pd.concat([plain, verify_at_cost(every_draft[every_draft["k"] <= kmax], r)]),
+                          f"runs of every draft cost moved to cost {r:g} along each k's slope on the cost"))
+            ded_tau = _verify_term(runs, kmax, f"{src}: verify passes of k + 1 tokens, deduplicating kernel, {how} "
+                                   f"(k = 0: plain runs)", n_boot, seed + 10 * i + 4, at_GBps)
+            routing = _routing_term(runs, f"{src}: verify times on each run's mean distinct (expert, layer) pairs "
+                                    f"per pass, one intercept per k, {how}")
         own_slot = r in slot_cost
         sr = slot_runs[slot_runs["draft_cost"] == (r if own_slot else slot_cost[0])] if slot_cost else slot_runs
         if sr.empty:
@@ -221,7 +260,7 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
             draft=draft, saving=None,
             depth=float(both["prompt_tokens"].mean() + both["emitted"].mean() / 2) if "prompt_tokens" in both else None,
             regime=str(used["regime"].iloc[0]) if used["regime"].nunique() == 1 else "all rows",
-            routing=pooled_routing[kmax],
+            routing=routing,
             read_GBps=_read(both) if at_GBps is None else float(at_GBps),
             notes={"draft_cost": float(r), "runs": int(len(both)), "prompts": int(both["prompt"].nunique()),
                    **({} if at_GBps is None else {"calibration_read_GBps": _read(both)}),

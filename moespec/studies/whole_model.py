@@ -269,7 +269,8 @@ class WholeModelStudy:
         """The real draft's round models of ``state`` from its calibration rows (written first, as
         measured with their machine factors; the models from every run adjusted by them,
         :mod:`moespec.engine.machine_adjust`, both read regimes, as the measured speedups are over
-        every test run: amendment of 2026-12-06 f)."""
+        every test run: amendment of 2026-12-06 f; each draft's verify term moved to its cost along each
+        k's slope of the verify time on the draft cost: amendment of 2026-12-06 g)."""
         if draft_rows is None:
             return []
         if MA.FACTOR not in draft_rows:                  # the protocol "before": its own sweep, its own factors
@@ -278,7 +279,8 @@ class WholeModelStudy:
         io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
         self.results[f"draft calibration {state}"] = draft_rows
         by_cost = CAL.from_draft_runs(MA.adjusted(draft_rows), self.label, state, n_boot=P["n_boot"], seed=self.seed,
-                                      by_regime=False)     # every adjusted run, as the measured side (amendment f)
+                                      by_regime=False,      # every adjusted run, as the measured side (amendment f)
+                                      verify_by_cost="linear")  # the verify pass after each draft (amendment g)
         self.models += list(by_cost.values())
         self.results[f"models {state}"]["cost"] = by_cost
         return list(by_cost.values())
