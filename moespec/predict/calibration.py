@@ -216,8 +216,7 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
     slot_cost = sorted(slot_runs["draft_cost"].unique())
     src = f"notebook 05, round calibration: speculative runs with the real draft on {context} calibration prompts"
     every_draft = used[used["dedup"].astype(bool) & (used["k"] >= 1)]
-    pooled_tau: dict = {}      # kmax -> the deduplicating verify term, one for every draft of that kmax
-    pooled_routing: dict = {}  # kmax -> its routing term (None where the runs recorded no routing)
+    dedup_terms: dict = {}     # (draft cost or None when pooled, kmax) -> (verify term, routing term), deduplicating
     out = {}
     for i, r in enumerate(costs):
         mine = every_draft[every_draft["draft_cost"] == r]
@@ -226,23 +225,22 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
         if ks != list(range(1, kmax + 1)):
             raise ValueError(f"draft cost {r:g}: calibration runs at k = {ks}; every k = 1..{kmax} is needed")
         both = pd.concat([plain, mine])
-        if kmax not in pooled_tau:     # the verify term and its routing term from the same pooled runs
-            pooled = pd.concat([plain, every_draft[every_draft["k"] <= kmax]])
-            pooled_tau[kmax] = _verify_term(pooled, kmax, f"{src}: verify passes of k + 1 tokens, deduplicating "
-                                            f"kernel, runs of every draft cost pooled (k = 0: plain runs)", n_boot,
-                                            seed, at_GBps)
-            pooled_routing[kmax] = _routing_term(pooled, f"{src}: verify times on each run's mean distinct (expert, "
-                                                 f"layer) pairs per pass, one intercept per k, runs of every draft "
-                                                 f"cost pooled")
-        ded_tau, routing = pooled_tau[kmax], pooled_routing[kmax]
-        if verify_by_cost != "pooled":
-            runs, how = ((both, "this draft's runs") if verify_by_cost == "own" else
-                         (pd.concat([plain, verify_at_cost(every_draft[every_draft["k"] <= kmax], r)]),
-                          f"runs of every draft cost moved to cost {r:g} along each k's slope on the cost"))
-            ded_tau = _verify_term(runs, kmax, f"{src}: verify passes of k + 1 tokens, deduplicating kernel, {how} "
-                                   f"(k = 0: plain runs)", n_boot, seed + 10 * i + 4, at_GBps)
-            routing = _routing_term(runs, f"{src}: verify times on each run's mean distinct (expert, layer) pairs "
-                                    f"per pass, one intercept per k, {how}")
+        key = (None if verify_by_cost == "pooled" else r, kmax)
+        if key not in dedup_terms:     # the verify term and its routing term from the same runs
+            spec = every_draft[every_draft["k"] <= kmax]
+            if verify_by_cost == "own":
+                runs, how = both, "this draft's runs"
+            elif verify_by_cost == "linear":
+                runs = pd.concat([plain, verify_at_cost(spec, r)])
+                how = f"runs of every draft cost moved to cost {r:g} along each k's slope on the cost"
+            else:
+                runs, how = pd.concat([plain, spec]), "runs of every draft cost pooled"
+            dedup_terms[key] = (
+                _verify_term(runs, kmax, f"{src}: verify passes of k + 1 tokens, deduplicating kernel, {how} "
+                             f"(k = 0: plain runs)", n_boot, seed if key[0] is None else seed + 10 * i + 4, at_GBps),
+                _routing_term(runs, f"{src}: verify times on each run's mean distinct (expert, layer) pairs per pass, "
+                              f"one intercept per k, {how}"))
+        ded_tau, routing = dedup_terms[key]
         own_slot = r in slot_cost
         sr = slot_runs[slot_runs["draft_cost"] == (r if own_slot else slot_cost[0])] if slot_cost else slot_runs
         if sr.empty:
