@@ -17,8 +17,10 @@ the real draft's calibration runs (amendment of 2026-12-05 evening): ``draft_cal
 protocol, selectable) in a sweep of their own before the oracle runs. The real draft's precision on
 the quiet machine (amendment of 2026-12-06 c): the calibration turns run ``draft_cal_plain_runs``
 plain runs each (V(0), which enters every point's prediction, rests on them) and the quiet test
-runs repeat ``real_reps`` = 3 times (the loaded ones ``loaded_real_reps`` = 2). The loaded test runs
-(amendment of 2026-12-06 e) use as many prompts as the quiet ones, ``loaded_real_prompts`` = 6.
+runs repeat ``real_reps`` = 3 times (the loaded ones ``loaded_real_reps`` = 2 then). The loaded test
+runs use as many prompts as the quiet ones, ``loaded_real_prompts`` = 6 (amendment of 2026-12-06 e),
+and as many repetitions, ``loaded_real_reps`` = 3 (amendment of 2026-12-06 h: the number the loaded
+noise row of the run published in 0a0f20f named).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ DEFAULTS = {
                      ratio_reps=10, states=["quiet", "loaded"], cal_prompts=3, cal_reps=1, draft_cal_prompts=5,
                      loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0, 0.2],
                      loaded_real_prompts=6, plain_runs=4, real_reps=3, draft_calibration="interleaved",
-                     draft_cal_plain_runs=12, loaded_real_reps=2),
+                     draft_cal_plain_runs=12, loaded_real_reps=3),
     },
     "06": {
         "quick": dict(wiki_docs=3, context=32, bench_reps=2, u_count=3, windows_per_n=2, flush_bytes=2**20,

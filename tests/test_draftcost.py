@@ -63,10 +63,13 @@ def test_profiles_keep_what_the_caller_set():
     assert default_depths(256, 48) == [64, 198]
     with pytest.raises(ValueError, match="no room"):
         default_depths(64, 48)
-    # the loaded state takes its own sizes where the profile has them (full: 3 quiet repetitions, 2 loaded)
+    # the loaded state takes its own sizes where the profile has them (full: 3 repetitions in each state
+    # since amendment 2026-12-06 h; the quick profile keeps 2 loaded, so the two keys stay distinct)
     from moespec.studies.whole_model import state_sizes
     full = resolve("05", "full")[0]
-    assert (state_sizes(full, "quiet")["real_reps"], state_sizes(full, "loaded")["real_reps"]) == (3, 2)
+    assert (state_sizes(full, "quiet")["real_reps"], state_sizes(full, "loaded")["real_reps"]) == (3, 3)
+    quick = resolve("05", "quick")[0]
+    assert (state_sizes(quick, "quiet")["real_reps"], state_sizes(quick, "loaded")["real_reps"]) == (3, 2)
     assert state_sizes(full, "loaded")["real_prompts"] == full["loaded_real_prompts"] == 6
     own = dict(full, loaded_real_prompts=5)        # a loaded size of its own is the loaded state's, not the quiet one's
     assert (state_sizes(own, "loaded")["real_prompts"], state_sizes(own, "quiet")["real_prompts"]) == (5, 6)
