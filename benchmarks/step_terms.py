@@ -8,7 +8,8 @@ analysed them: adjusted by their machine factors where the run has them, :mod:`m
 the round model's terms for that draft (named by :func:`moespec.predict.calibration.draft_name`):
 
 * verify: tau_dedup(k) moved by the routing term to the test runs' routing,
-  tau + s (distinct_test - distinct_calibration), with s the run's ``ms_per_distinct_expert`` and the
+  tau + s (distinct_test - distinct_calibration), with s the draft's ``ms_per_distinct_expert`` (one
+  per draft since each draft has its own verify term, amendment of 2026-12-06 g) and the
   distinct (expert, layer) pairs per pass the means over the test and the calibration runs at k;
 * draft: t_draft(k) = a k + b of the draft's round terms;
 * host: the terms' host time;
@@ -51,10 +52,10 @@ def _means(runs: pd.DataFrame) -> pd.DataFrame:
         [1e3, 1e3, 1e3, 1e3, 1.0]).reset_index()
 
 
-def state_rows(cal: pd.DataFrame, test: pd.DataFrame, terms: pd.DataFrame, slope_ms: float) -> pd.DataFrame:
+def state_rows(cal: pd.DataFrame, test: pd.DataFrame, terms: pd.DataFrame, slope_ms: float | dict) -> pd.DataFrame:
     """The rows of one state (module docstring): ``cal`` and ``test`` its calibration and test runs,
     ``terms`` its chat round terms (``draft``, ``k``, ``tau_dedup_ms``, ``t_draft_ms``, ``host_ms``),
-    ``slope_ms`` the routing term's ms per distinct pair."""
+    ``slope_ms`` the routing term's ms per distinct pair: one for every draft, or per draft cost."""
     got, calib = _means(test), _means(cal)[["draft_cost", "k", "distinct"]]
     names = {draft_name(c): c for c in got["draft_cost"].unique()}
     terms = terms[terms["draft"].isin(names)]
@@ -66,6 +67,10 @@ def state_rows(cal: pd.DataFrame, test: pd.DataFrame, terms: pd.DataFrame, slope
     if rows[["distinct_calibration", "tau_dedup_ms"]].isna().any().any():
         lost = rows[rows[["distinct_calibration", "tau_dedup_ms"]].isna().any(axis=1)][["draft_cost", "k"]]
         raise ValueError(f"no calibration runs or round terms for (draft cost, k) {lost.values.tolist()[:4]}")
+    if isinstance(slope_ms, dict):
+        if missing := sorted(set(rows["draft_cost"]) - set(slope_ms)):
+            raise ValueError(f"no routing slope for draft cost(s) {missing}")
+        slope_ms = rows["draft_cost"].map(slope_ms)
     rows["verify_model_ms"] = rows["tau_dedup_ms"] + slope_ms * (rows["distinct"] - rows["distinct_calibration"])
     rows["step_model_ms"] = rows["verify_model_ms"] + rows["draft_model_ms"] + rows["host_model_ms"]
     for term in ("verify", "draft", "host", "step"):
@@ -95,11 +100,12 @@ def run(data: Path, figures: Path, out: Path | None = None) -> dict:
     for state in folder.states:
         cal, test = folder.sweep(state, analysed=True)
         mine = terms[(terms["state"] == state) & (terms["context"] == "chat")]
-        slope = predictions.loc[predictions["state"] == state, "ms_per_distinct_expert"].dropna().unique()
-        if len(slope) != 1:
-            raise ValueError(f"state {state}: expected one ms_per_distinct_expert in 05_draft_cost_predictions.csv, "
-                             f"found {slope.tolist()}")
-        rows = state_rows(cal, test, mine[mine["k"] >= 1], float(slope[0])).assign(state=state)
+        slopes = predictions[predictions["state"] == state].dropna(subset=["ms_per_distinct_expert"]).groupby(
+            "draft_cost")["ms_per_distinct_expert"].unique()
+        if (several := slopes[slopes.map(len) != 1]).size:
+            raise ValueError(f"state {state}: expected one ms_per_distinct_expert per draft cost in "
+                             f"05_draft_cost_predictions.csv; draft cost {several.index[0]} has {several.iloc[0].tolist()}")
+        rows = state_rows(cal, test, mine[mine["k"] >= 1], {c: float(v[0]) for c, v in slopes.items()}).assign(state=state)
         v0 = plain[(plain["state"] == state) & (plain["context"] == "chat")]
         if len(v0) != 1:
             raise ValueError(f"state {state}: expected one chat row in 05_plain_step.csv; found {len(v0)}")

@@ -47,6 +47,10 @@ def test_terms_by_hand():
     assert s["verify_ratio"] == pytest.approx((1.0 + 11.0 / 10.5) / 2) and s["draft_ratio_k1"] == pytest.approx(1.1)
     assert math.isnan(s["draft_ratio_k2_up"]) and s["plain_step_ratio"] == 0.99
     assert s["verify_spread_largest"] == pytest.approx(0.5 / 10.5) and s["verify_spread_largest_k"] == 1
+    # one routing slope per draft (amendment 2026-12-06 g: each draft its own verify term)
+    own = steps.state_rows(cal, test, _terms(), slope_ms={0.0: 0.25, 0.1: 0.5}).set_index("draft_cost")
+    assert own["verify_model_ms"].tolist() == pytest.approx([10.5, 11.0])
+    assert own.loc[0.1, "verify_ratio"] == pytest.approx(1.0)
 
 
 def test_refusals():
@@ -56,6 +60,8 @@ def test_refusals():
     other = _terms().assign(draft=[draft_name(0.0), "oracle draft"])
     with pytest.raises(ValueError, match=r"no calibration runs or round terms for \(draft cost, k\) \[\[0.1, 1"):
         steps.state_rows(cal, test, other, slope_ms=0.25)
+    with pytest.raises(ValueError, match=r"no routing slope for draft cost\(s\) \[0.1\]"):
+        steps.state_rows(cal, test, _terms(), slope_ms={0.0: 0.25})
     cal = _runs([0.010], [0.002], [10], costs=(0.0,))
     test = _runs([0.0105, 0.011], [0.002, 0.003], [12, 12])
     with pytest.raises(ValueError, match=r"no calibration runs or round terms for \(draft cost, k\) \[\[0.1, 1"):

@@ -1,0 +1,73 @@
+"""notebook 05's real-draft predictions rescored with each way of forming the deduplicating verify
+term per draft (``moespec.predict.calibration.from_draft_runs``, ``verify_by_cost``): ``pooled``
+(one term from every draft's runs), ``own`` (each draft's runs alone) and ``linear`` (the pooled runs
+moved to each draft's cost along each k's slope; amendment of 2026-12-06 g, what notebook 05 uses).
+
+Reads a notebook-05 results folder (:mod:`moespec.engine.results_folder`) and, per machine state,
+fits the round models to the calibration runs as notebook 05 analysed them (at the sweep's typical
+machine state, every run: amendments of 2026-12-06 d and f) with each option, predicts the test
+runs (:func:`moespec.predict.speculative.real_draft_predictions`) and counts the (draft cost, k >= 1)
+points within the 5 % goal: how much of the real draft's agreement the verify term's form carries,
+on a run that was not used to choose it. The option notebook 05 used reproduces its published
+``05_draft_cost_predictions.csv`` (the point predictions do not depend on the bootstrap).
+
+Writes ``<out>/<stamp>_verify_by_cost.csv`` (one row per state and option) and ``.json`` with the
+run it comes from. Measures nothing.
+
+Run: ``.venv/bin/python benchmarks/verify_by_cost.py --data <clone>/data/engine/full``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from moespec import io, paths
+from moespec.engine.results_folder import read_real_draft_folder
+from moespec.predict import calibration as CAL
+from moespec.predict import speculative as SP
+
+
+def rescore(cal: pd.DataFrame, test: pd.DataFrame, state: str, how: str, tolerance: float = 0.05,
+            n_boot: int = 200, seed: int = 0) -> dict:
+    """One state's real-draft predictions with the verify term formed as ``how``: the points
+    (draft cost, k >= 1), how many are within ``tolerance``, the largest and root-mean-square error."""
+    models = CAL.from_draft_runs(cal, "rescored", state, n_boot=n_boot, seed=seed, by_regime=False,
+                                 verify_by_cost=how)
+    pred = SP.real_draft_predictions(models, test)
+    err = pred.loc[pred["k"] >= 1, "rel_error"].to_numpy(float)
+    return {"state": state, "verify_by_cost": how, "points": int(err.size),
+            "within": int((np.abs(err) <= tolerance).sum()), "largest_abs_error": float(np.abs(err).max()),
+            "rms_error": float(np.sqrt(np.mean(err ** 2))), "mean_error": float(err.mean())}
+
+
+def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
+    folder = read_real_draft_folder(data)
+    rows = []
+    for state in folder.states:
+        cal, test = folder.sweep(state, analysed=True)
+        rows += [rescore(cal, test, state, how, n_boot=n_boot) for how in CAL.VERIFY_BY_COST]
+    rows = pd.DataFrame(rows)
+    out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "verify_by_cost")
+    io.write_dataframe(out / f"{folder.stamp}_verify_by_cost.csv", rows)
+    io.write_json(out / f"{folder.stamp}_verify_by_cost.json",
+                  {"how": "benchmarks/verify_by_cost.py over a notebook-05 results folder", "n_boot": n_boot,
+                   "source": folder.source(), "rows": rows.to_dict(orient="records")})
+    print(rows.round(4).to_string(index=False))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, type=Path, help="a notebook-05 results folder")
+    ap.add_argument("--out", type=Path, default=None, help="where to write (default benchmarks/results/verify_by_cost)")
+    ap.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples of each term (intervals only)")
+    args = ap.parse_args()
+    run(args.data, args.out, args.n_boot)
+
+
+if __name__ == "__main__":
+    main()
