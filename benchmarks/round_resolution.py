@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moespec import io, paths
 from moespec.engine.results_folder import read_real_draft_folder
 
 
@@ -58,11 +57,7 @@ def run(data: Path, out: Path | None = None) -> pd.DataFrame:
     folder = read_real_draft_folder(data)
     table = pd.concat([resolution(folder.sweep(state)[1]).assign(state=state) for state in folder.states],
                       ignore_index=True)
-    out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "round_resolution")
-    io.write_dataframe(out / f"{folder.stamp}_round_resolution.csv", table)
-    io.write_json(out / f"{folder.stamp}_round_resolution.json",
-                  {"how": "benchmarks/round_resolution.py over a notebook-05 results folder", "source": folder.source(),
-                   "rows": table.to_dict(orient="records")})
+    folder.write_record("round_resolution", table, {"rows": table.to_dict(orient="records")}, out)
     print(table[table["draft_cost"] == table["draft_cost"].min()].round(3).to_string(index=False))
     return table
 

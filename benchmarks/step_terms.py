@@ -37,7 +37,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moespec import io, paths
 from moespec.engine.results_folder import read_real_draft_folder
 from moespec.predict.calibration import draft_name
 
@@ -112,11 +111,7 @@ def run(data: Path, figures: Path, out: Path | None = None) -> dict:
         tables.append(rows)
         states[state] = summary(rows, float(v0["V0_meas_ms"].iloc[0] / v0["V0_hat_ms"].iloc[0]))
     rows = pd.concat(tables, ignore_index=True)
-    out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "step_terms")
-    io.write_dataframe(out / f"{folder.stamp}_step_terms.csv", rows)
-    record = {"how": "benchmarks/step_terms.py over a notebook-05 results folder and its run's figures",
-              "source": folder.source(), "states": states}
-    io.write_json(out / f"{folder.stamp}_step_terms.json", record)
+    record = folder.write_record("step_terms", rows, {"figures": "the run's figures folder", "states": states}, out)
     print(pd.DataFrame(states).round(3).to_string())
     return record
 

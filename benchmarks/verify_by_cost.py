@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moespec import io, paths
 from moespec.engine.results_folder import read_real_draft_folder
 from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
@@ -51,11 +50,7 @@ def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
         cal, test = folder.sweep(state, analysed=True)
         rows += [rescore(cal, test, state, how, n_boot=n_boot) for how in CAL.VERIFY_BY_COST]
     rows = pd.DataFrame(rows)
-    out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / "verify_by_cost")
-    io.write_dataframe(out / f"{folder.stamp}_verify_by_cost.csv", rows)
-    io.write_json(out / f"{folder.stamp}_verify_by_cost.json",
-                  {"how": "benchmarks/verify_by_cost.py over a notebook-05 results folder", "n_boot": n_boot,
-                   "source": folder.source(), "rows": rows.to_dict(orient="records")})
+    folder.write_record("verify_by_cost", rows, {"n_boot": n_boot, "rows": rows.to_dict(orient="records")}, out)
     print(rows.round(4).to_string(index=False))
     return rows
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from bench_scripts import load_benchmark
+from moespec.engine.results_folder import RealDraftFolder
 from test_draftcost import _runs
 
 vbc = load_benchmark("verify_by_cost")
@@ -48,18 +49,19 @@ def test_record(tmp_path, monkeypatch):
 
     class Folder:                                              # a stand-in results folder of one state
         states, stamp = ["quiet"], "20260101T000000Z"
+        write_record = RealDraftFolder.write_record
 
-        @staticmethod
-        def sweep(state, analysed=False):
+        def sweep(self, state, analysed=False):
             return rows, rows[rows.dedup]
 
-        @staticmethod
-        def source():
+        def source(self):
             return {"commit": "abc"}
 
-    monkeypatch.setattr(vbc, "read_real_draft_folder", lambda data: Folder)
+    monkeypatch.setattr(vbc, "read_real_draft_folder", lambda data: Folder())
     table = vbc.run(tmp_path / "data", out=tmp_path, n_boot=20)
     assert table["verify_by_cost"].tolist() == ["pooled", "own", "linear"]
     record = json.loads((tmp_path / "20260101T000000Z_verify_by_cost.json").read_text())
     assert record["source"] == {"commit": "abc"} and len(record["rows"]) == 3
+    assert record["how"] == "benchmarks/verify_by_cost.py over a notebook-05 results folder" and record["n_boot"] == 20
+    assert (tmp_path / "20260101T000000Z_verify_by_cost.csv").exists()
     assert [r["within"] for r in record["rows"]] == [7, 9, 9]

@@ -1,6 +1,8 @@
 """A notebook-05 results folder read back: what the scripts that reread a run's real-draft sweeps
-(``benchmarks/verify_by_turn.py``, ``replay_routing.py``, ``sweep_timing.py``) share, and the
-name notebook 05 writes a state's test runs under (:func:`real_draft_file`).
+(``benchmarks/verify_by_turn.py``, ``replay_routing.py``, ``sweep_timing.py``, ``step_terms.py``,
+``verify_by_cost.py``, ``round_resolution.py``, ``prediction_noise.py``) share, the record they write
+from it (:meth:`RealDraftFolder.write_record`), and the name notebook 05 writes a state's test runs
+under (:func:`real_draft_file`).
 
 The folder is ``<run data>/engine/<profile>`` of a ``make reproduce`` clone (or a notebook's
 ``out_dir``): ``run.json`` (sizes, seed, the phases' start times, provenance),
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from moespec import io, paths
 from moespec.engine.machine_adjust import as_analysed
 
 STATE_ORDER = ("quiet", "loaded")
@@ -73,6 +76,16 @@ class RealDraftFolder:
                 "subject": self.record.get("subject"),
                 "draft_calibration": self.record.get("sizes", {}).get("draft_calibration"),
                 "hardware": prov.get("hardware")}
+
+    def write_record(self, name: str, table: pd.DataFrame, fields: dict, out=None) -> dict:
+        """A benchmark's record of this run: ``table`` as ``<out>/<stamp>_<name>.csv`` and ``fields``
+        with the run it comes from (:meth:`source`) as ``.json``; ``out`` defaults to
+        ``benchmarks/results/<name>``. Returns the JSON record."""
+        out = paths.ensure(Path(out) if out else paths.ROOT / "benchmarks" / "results" / name)
+        io.write_dataframe(out / f"{self.stamp}_{name}.csv", table)
+        record = {"how": f"benchmarks/{name}.py over a notebook-05 results folder", **fields, "source": self.source()}
+        io.write_json(out / f"{self.stamp}_{name}.json", record)
+        return record
 
 
 def read_real_draft_folder(data) -> RealDraftFolder:
