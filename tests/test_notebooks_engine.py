@@ -17,6 +17,7 @@ from moespec.engine import machine_adjust as MA
 from moespec.engine.results_folder import real_draft_file
 from moespec.engine.subject import load_subject
 from moespec.predict import calibration as CAL
+from moespec.predict import noise as NOISE
 from moespec.predict import speculative as SP
 
 pytestmark = pytest.mark.notebook
@@ -151,6 +152,14 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     goals = pd.read_csv(figs / "05_goals.csv")
     assert goals["goal"].str.contains("plain step V\\(0\\) predicted within 3 %").sum() == 2
     assert goals["goal"].str.startswith("real-draft measurement resolves 5 %").sum() == 2
+    # the prediction against its calibration (moespec.predict.noise): every point's noise, its line and goal row
+    assert (pred.pred_rel_se >= 0).all() and (pred.noise_rel_sd >= pred.pred_rel_se).all()
+    assert pred.noise_p_outside.between(0, 1).all() and pred.beyond_2sd.isin([True, False]).all()
+    for state, g in pred.groupby("state"):
+        n = NOISE.noise_summary(g)
+        assert (f"[{state}] the prediction against its own calibration (turns resampled 10 times): "
+                f"{NOISE.prediction_noise_phrase(n)}") in text
+    assert goals["goal"].str.startswith("real-draft prediction and measurement together resolve 5 %").sum() == 2
     # advise's acceptance: per state, the median over prompts of each prompt's rate (draft as trained)
     acc = pd.read_csv(figs / "05_real_draft_acceptance.csv").set_index("state")
     per = pd.read_csv(figs / "05_real_draft_acceptance_by_prompt.csv")

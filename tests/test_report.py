@@ -208,6 +208,17 @@ def test_round_predictions_state_the_measurement_against_itself(run_dir):
     assert ("the measurement against itself: its 2 repetitions differ by more than 5 % at 1 of 1 points, standard "
             "error of a point about 4.0 %, so a perfect prediction would fall outside 5 % at about 0.2 of 1 by that "
             "noise alone (1 repetitions per prompt would bring that under one half)") in out
+    assert "against its calibration" not in out
+    # with the prediction's own noise (moespec.predict.noise): 3 % from the calibration, 4 % from the
+    # repetitions, 5 % together, so a perfect prediction falls outside 5 % with probability 0.317
+    (run_dir / "05_draft_cost_predictions.csv").write_text(
+        "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric,rep0,rep1,measured_rel_se,pred_rel_se,"
+        "noise_rel_sd,noise_p_outside,beyond_2sd\n0.0,1,quiet,1.25,1.25,0.0,0.0,1.3,1.2,0.04,0.03,0.05,0.3173,False\n")
+    out = report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
+    assert ("the prediction against its calibration: standard error of a point's prediction 3.0 % (median; its "
+            "measurement's 4.0 %), so a perfect prediction would fall outside 5 % at about 0.3 of 1 points by the two "
+            "noises (0.2 by the measurement's alone); 0 are outside, and 0 errors lie beyond two standard deviations "
+            "of that noise") in out
     (run_dir / "05_draft_cost_predictions.csv").write_text(
         "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric\n0.0,1,quiet,1.25,1.25,0.0,0.0\n")
     assert "against itself" not in report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))

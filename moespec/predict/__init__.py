@@ -7,10 +7,11 @@
 * :mod:`.scoring`: a version against one depth's measurements (Tables 3, 4, 7, 8; Figures 4-6);
 * :mod:`.speculative`: the round model's predictions of the oracle-draft and real-draft runs
   beside their measurements;
+* :mod:`.noise`: the real-draft predictions' own noise, from their calibration turns resampled;
 * :mod:`.rules`: the pre-registered rules of Table 8, read unchanged and decided.
 
-``moespec.predict`` sits above :mod:`moespec.engine` (it reads the engine's run tables); nothing in
-the engine imports it.
+``moespec.predict`` sits above :mod:`moespec.engine` (it reads the engine's run tables); in the
+engine only :mod:`moespec.engine.goals`, which scores notebook 05's prediction tables, imports it.
 """
 
 from moespec.theory import crossover, crossover_distance

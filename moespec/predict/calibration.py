@@ -175,6 +175,16 @@ def draft_name(cost: float) -> str:
     return "the run's own draft (as trained)" if float(cost) == 0 else f"the run's draft widened to cost {cost:g}"
 
 
+def real_draft_models(rows: pd.DataFrame, subject: str, state: str = "quiet", n_boot: int = 2000,
+                      seed: int = 0) -> dict:
+    """{draft cost: RoundModel} as notebook 05 fits the real draft's round models to its calibration
+    runs taken to their sweep's typical machine state (:mod:`moespec.engine.machine_adjust`): on
+    every run, both read regimes (amendment of 2026-12-06 f), each draft's deduplicating verify term
+    moved to its cost along each k's slope on the cost (amendment of 2026-12-06 g); the other
+    choices are :func:`from_draft_runs`' defaults."""
+    return from_draft_runs(rows, subject, state, n_boot=n_boot, seed=seed, by_regime=False, verify_by_cost="linear")
+
+
 def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", context: str = "chat",
                     n_boot: int = 2000, seed: int = 0, threshold="auto", at_GBps: float | None = None,
                     by_regime: bool = True, verify_by_cost: str = "pooled") -> dict:

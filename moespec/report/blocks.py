@@ -19,7 +19,7 @@ import pandas as pd
 from moespec import advice, theory
 from moespec.measure.overhead_fit import fit, markdown, read_rows
 from moespec.measure.regimes import classify
-from moespec.predict import speculative
+from moespec.predict import noise, speculative
 from moespec.report.run import ReportError, RunFiles
 
 #: name -> (function, run files it reads)
@@ -311,11 +311,15 @@ def grid_vs_loop(run: RunFiles, stamp: str, folder: str = "benchmarks/results/en
 
 def _noise_clause(rr: pd.DataFrame) -> str:
     """The real-draft measurement against itself (:func:`moespec.predict.speculative.measurement_noise`),
-    where the run kept each repetition's speedups."""
+    where the run kept each repetition's speedups, and the prediction against its calibration
+    (:mod:`moespec.predict.noise`) where the run reported it."""
     reps = speculative.rep_columns(rr)
     if len(reps) < 2:
         return ""
-    return "; " + speculative.noise_phrase(speculative.measurement_noise(rr[reps]))
+    clause = "; " + speculative.noise_phrase(speculative.measurement_noise(rr[reps]))
+    if "noise_p_outside" in rr:          # runs since the prediction's own noise is reported (moespec.predict.noise)
+        clause += "; the prediction against its calibration: " + noise.prediction_noise_phrase(noise.noise_summary(rr))
+    return clause
 
 
 def _routing_clause(rr: pd.DataFrame) -> str:

@@ -54,6 +54,7 @@ from moespec.plots.engine import breakdown_figure, draft_cost_figure
 from moespec.plots.predictions import oracle_figure, real_draft_figure, verify_time_figure
 from moespec.plots.rounds import predictions_figure, protocols_figure, round_terms_figure
 from moespec.predict import calibration as CAL
+from moespec.predict import noise as NOISE
 from moespec.predict import speculative as SP
 from moespec.predict.round_model import RoundModelError, RoundModels
 from moespec.routing import RoutingTrace
@@ -278,12 +279,19 @@ class WholeModelStudy:
         self.frames["draft_cal"].append(draft_rows)
         io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
         self.results[f"draft calibration {state}"] = draft_rows
-        by_cost = CAL.from_draft_runs(MA.adjusted(draft_rows), self.label, state, n_boot=P["n_boot"], seed=self.seed,
-                                      by_regime=False,      # every adjusted run, as the measured side (amendment f)
-                                      verify_by_cost="linear")  # the verify pass after each draft (amendment g)
+        by_cost = CAL.real_draft_models(MA.adjusted(draft_rows), self.label, state, n_boot=P["n_boot"], seed=self.seed)
         self.models += list(by_cost.values())
         self.results[f"models {state}"]["cost"] = by_cost
         return list(by_cost.values())
+
+    def _prediction_se(self, state: str, real: pd.DataFrame, P: dict) -> pd.Series:
+        """Each real-draft point's prediction noise (:func:`moespec.predict.noise.prediction_se`): the
+        state's adjusted calibration turns resampled ``P["noise_resamples"]`` times, the round models
+        refitted as :meth:`_draft_models` fits them (their intervals, not used, from 20 resamples)."""
+        cal = MA.adjusted(self.results[f"draft calibration {state}"])
+        return NOISE.prediction_se(cal, real, lambda rows: CAL.real_draft_models(rows, self.label, state, n_boot=20,
+                                                                                 seed=self.seed),
+                                   resamples=P["noise_resamples"], seed=self.seed, desc=f"prediction noise ({state})")
 
     def _as_measured(self, state: str, measured: pd.DataFrame, P: dict) -> pd.DataFrame:
         """The real-draft predictions against the runs as measured (no machine adjustment), from
@@ -392,6 +400,7 @@ class WholeModelStudy:
         real = MA.adjusted(measured)                      # the runs at the sweep's typical machine state
         pred = SP.real_draft_predictions(models, real).join(
             self._as_measured(state, measured, P).set_index(["draft_cost", "k"]), on=["draft_cost", "k"])
+        pred = NOISE.with_noise(pred, self._prediction_se(state, real, P))
         plain = SP.plain_step(models[min(models)], real, "real-draft runs (MT-Bench)")
         adjustment = {"state": state, **MA.factor_summary(factors, swept)}     # over the whole sweep
         self.frames["adjustment"].append(adjustment)
@@ -412,6 +421,8 @@ class WholeModelStudy:
                  SP.as_measured_line(pred, adjustment, state),
                  *([SP.routing_line(pred, state)] if "predicted_unrouted" in pred else []),
                  *([SP.noise_line(pred, state)] if SP.rep_columns(pred) else []),
+                 f"[{state}] the prediction against its own calibration (turns resampled "
+                 f"{P['noise_resamples']} times): {NOISE.prediction_noise_phrase(NOISE.noise_summary(pred))}",
                  f"[{state}] draft cost {rep['draft_cost']:g}: plain decoding fastest on {rep['plain_fastest']} of "
                  f"{rep['prompts']} prompts; median speedup k=1 {rep['speedup_k1']:.3f}, k={rep['k_last']} "
                  f"{rep['speedup_k_last']:.3f}"]

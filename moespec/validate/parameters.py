@@ -86,7 +86,7 @@ RULES: dict[str, Rule] = {
     "oracle_ks": Rule(low=0, nonempty=True), "a_values": Rule(low=0, high=1, high_open=True, nonempty=True),
     "n_tokens": _COUNT, "oracle_prompts": _COUNT, "oracle_reps": _COUNT, "real_ks": Rule(low=1, nonempty=True),
     "real_tokens": _COUNT, "real_prompts": _COUNT, "agree_tokens": _COUNT, "breakdown_reps": _COUNT,
-    "ratio_reps": _COUNT, "plain_runs": _COUNT, "real_reps": _COUNT, "wiki_docs": _COUNT, "context": _COUNT, "bench_reps": _COUNT, "u_count": _COUNT,
+    "ratio_reps": _COUNT, "noise_resamples": Rule(low=2), "plain_runs": _COUNT, "real_reps": _COUNT, "wiki_docs": _COUNT, "context": _COUNT, "bench_reps": _COUNT, "u_count": _COUNT,
     "windows_per_n": _COUNT, "flush_bytes": _NONNEG, "membw_bytes": _COUNT,
     "oracle_a": _RATE, "round_questions_per_category": _COUNT, "round_categories": _COUNT, "round_tokens": _COUNT,
     "round_ks": Rule(low=0, nonempty=True), "repeats": _COUNT, "prompt_tokens": _COUNT, "oracle_questions": _COUNT,
