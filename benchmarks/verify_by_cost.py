@@ -1,7 +1,9 @@
 """notebook 05's real-draft predictions rescored with each way of forming the deduplicating verify
 term per draft (``moespec.predict.calibration.from_draft_runs``, ``verify_by_cost``): ``pooled``
-(one term from every draft's runs), ``own`` (each draft's runs alone) and ``linear`` (the pooled runs
-moved to each draft's cost along each k's slope; amendment of 2026-12-06 g, what notebook 05 uses).
+(one term from every draft's runs), ``own`` (each draft's runs alone; amendment of 2026-12-06 i,
+what notebook 05 uses from the run after c58c3e7 on) and ``linear`` (the pooled runs moved to each
+draft's cost along each k's slope; amendment of 2026-12-06 g, what the runs published in 80bc719 and
+c58c3e7 used).
 
 Reads a notebook-05 results folder (:mod:`moespec.engine.results_folder`) and, per machine state,
 fits the round models to the calibration runs as notebook 05 analysed them (at the sweep's typical

@@ -106,13 +106,13 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         assert said.noise_measured == pytest.approx(MA.run_noise(both))
         assert said.noise_adjusted == pytest.approx(MA.run_noise(MA.adjusted(both)))
         refit = CAL.from_draft_runs(MA.adjusted(c), label, state, n_boot=200, seed=0, by_regime=False,
-                                    verify_by_cost="linear")
+                                    verify_by_cost="own")        # amendment 2026-12-06 i
         for fitted in refit.values():
             saved = models.get(state, "chat", fitted.draft.name)
             assert np.allclose(saved.step_times("dedup"), fitted.step_times("dedup"))
-    chat = models.select(state="quiet", context="chat")     # one verify term per draft, from the pooled runs
+    chat = models.select(state="quiet", context="chat")     # one verify term per draft, from its own runs
     assert len(chat) == 2 and not np.array_equal(chat[0].tau("dedup"), chat[1].tau("dedup"))
-    assert chat[0].verify["dedup"].runs[1] == 2 * chat[0].verify["slot"].runs[1]   # two drafts, one per-slot
+    assert chat[0].verify["dedup"].runs[1] == chat[0].verify["slot"].runs[1]   # its own runs, as many as per-slot
     pred = pd.read_csv(figs / "05_draft_cost_predictions.csv")
     assert len(pred) == 2 * 3 + 1 * 3 and set(pred.state) == {"quiet", "loaded"}
     # where the error comes from: the runs' own step times, and the verify terms at the runs' read

@@ -12,7 +12,8 @@ decode loops timed before the speculative runs, turned into :class:`RoundModel` 
   rounds; amendment of 2026-12-05, ``data/preregistration/amendments_byte_faithful_all.json``;
   on a machine where the target's pass is slower after a costlier draft, the pooled runs moved to
   each draft's cost along each k's slope on the cost, ``verify_by_cost="linear"``, amendment of
-  2026-12-06 g, which notebook 05 uses);
+  2026-12-06 g, or each draft's own runs, ``"own"``, amendment of 2026-12-06 i, which notebook 05
+  uses: :func:`real_draft_models`);
   tau_slot(k + 1) from the per-slot runs of the draft as trained, the one-token pass from the plain
   runs (k = 0); where the runs recorded their verify passes' routing (``distinct_experts``), the
   deduplicating term's dependence on it (:class:`moespec.predict.round_model.RoutingTerm`; amendment
@@ -180,9 +181,10 @@ def real_draft_models(rows: pd.DataFrame, subject: str, state: str = "quiet", n_
     """{draft cost: RoundModel} as notebook 05 fits the real draft's round models to its calibration
     runs taken to their sweep's typical machine state (:mod:`moespec.engine.machine_adjust`): on
     every run, both read regimes (amendment of 2026-12-06 f), each draft's deduplicating verify term
-    moved to its cost along each k's slope on the cost (amendment of 2026-12-06 g); the other
-    choices are :func:`from_draft_runs`' defaults."""
-    return from_draft_runs(rows, subject, state, n_boot=n_boot, seed=seed, by_regime=False, verify_by_cost="linear")
+    from its own runs, as the round it predicts runs (amendment of 2026-12-06 i; the pooled runs
+    moved along each k's slope on the cost before it, amendment g); the other choices are
+    :func:`from_draft_runs`' defaults."""
+    return from_draft_runs(rows, subject, state, n_boot=n_boot, seed=seed, by_regime=False, verify_by_cost="own")
 
 
 def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", context: str = "chat",
