@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -93,6 +93,7 @@ plain_runs = None        # real-draft sweeps: plain decoding runs per prompt and
 real_reps = None         # real-draft test runs: repetitions per prompt
 loaded_real_reps = None  # real-draft test runs in the loaded state: repetitions per prompt
 draft_cal_plain_runs = None  # round calibration: plain decoding runs per MT-Bench turn (V(0) rests on them)
+noise_resamples = None   # the real draft's calibration turns resampled this often: the prediction's own noise (reported)
 draft_calibration = None # the real draft's round calibration: "interleaved" with its test runs in one sweep, or "before" them
 out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
 
@@ -117,7 +118,8 @@ P, from_profile = resolve("05", profile, depths=depths, prompts_per_depth=prompt
                           loaded_oracle_prompts=loaded_oracle_prompts, loaded_oracle_reps=loaded_oracle_reps,
                           loaded_draft_costs=loaded_draft_costs, loaded_real_prompts=loaded_real_prompts,
                           plain_runs=plain_runs, real_reps=real_reps, draft_calibration=draft_calibration,
-                          loaded_real_reps=loaded_real_reps, draft_cal_plain_runs=draft_cal_plain_runs)
+                          loaded_real_reps=loaded_real_reps, draft_cal_plain_runs=draft_cal_plain_runs,
+                          noise_resamples=noise_resamples)
 P["a_values"] = P["a_values"] or rules["acceptance_values"]
 P["draft_costs"] = P["draft_costs"] if P["draft_costs"] is not None else rules.get("draft_cost_grid", {}).get("values", [0.0])
 P["depths"] = P["depths"] or default_depths(sub.context, P["n_tokens"])
