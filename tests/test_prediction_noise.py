@@ -113,3 +113,14 @@ def test_benchmark_record(tmp_path, monkeypatch):
     assert record["source"] == {"commit": "abc"}
     table = pd.read_csv(tmp_path / "20260101T000000Z_prediction_noise.csv")
     assert {"pred_rel_se", "noise_rel_sd", "noise_p_outside", "beyond_2sd"} <= set(table.columns)
+
+
+def test_p_outside_hand_values():
+    """P(|N(0, sd)| > tol): 0.3173 at sd = tol (one standard deviation), 0.0455 at sd = tol / 2, 0
+    without noise; noise_summary's measurement-only count is the sum of it over the points."""
+    assert SP.p_outside(0.05, 0.05) == pytest.approx(0.317311, abs=1e-6)
+    assert SP.p_outside(0.025, 0.05) == pytest.approx(0.045500, abs=1e-6)
+    assert SP.p_outside(0.0, 0.05) == 0.0
+    f = pd.DataFrame({"k": [1, 2], "rel_error": [0.0, 0.06], "measured_rel_se": [0.05, 0.025],
+                      "pred_rel_se": [0.0, 0.0], "noise_p_outside": [0.0, 0.0], "beyond_2sd": [False, True]})
+    assert NOISE.noise_summary(f)["expected_outside_measurement_only"] == pytest.approx(0.317311 + 0.045500, abs=1e-5)

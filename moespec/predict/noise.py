@@ -18,14 +18,13 @@ noise row, docs/engine.md "The round model").
 
 from __future__ import annotations
 
-from statistics import NormalDist
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .speculative import real_draft_predictions
+from .speculative import p_outside, real_draft_predictions
 
 UNITS = ("turn", "run")
 
@@ -74,8 +73,7 @@ def with_noise(pred: pd.DataFrame, pred_rel_se: pd.Series, tolerance: float = 0.
         raise ValueError(f"no prediction noise for (draft cost, k) {lost[:4]}")
     meas = out["measured_rel_se"].fillna(0.0) if "measured_rel_se" in out else 0.0
     out["noise_rel_sd"] = np.hypot(out["pred_rel_se"], meas)
-    norm = NormalDist()
-    out["noise_p_outside"] = [2 * (1 - norm.cdf(tolerance / s)) if s > 0 else 0.0 for s in out["noise_rel_sd"]]
+    out["noise_p_outside"] = [p_outside(s, tolerance) for s in out["noise_rel_sd"]]
     out["beyond_2sd"] = np.abs(np.log1p(out["rel_error"])) > 2 * out["noise_rel_sd"] + 1e-9   # not rounding error
     return out
 
@@ -85,12 +83,10 @@ def noise_summary(pred: pd.DataFrame, tolerance: float = 0.05) -> dict:
     number a perfect prediction would put outside by both noises (``expected_outside``) and by the
     measurement's alone, the median standard errors, and the points beyond two standard deviations."""
     f = pred[pred["k"] >= 1]
-    norm = NormalDist()
     meas = f["measured_rel_se"].fillna(0.0) if "measured_rel_se" in f else pd.Series(0.0, index=f.index)
     return {"points": int(len(f)), "outside": int((f["rel_error"].abs() > tolerance).sum()),
             "expected_outside": float(f["noise_p_outside"].sum()),
-            "expected_outside_measurement_only": float(sum(2 * (1 - norm.cdf(tolerance / s)) if s > 0 else 0.0
-                                                           for s in meas)),
+            "expected_outside_measurement_only": float(sum(p_outside(s, tolerance) for s in meas)),
             "pred_rel_se_median": float(f["pred_rel_se"].median()), "meas_rel_se_median": float(meas.median()),
             "beyond_2sd": int(f["beyond_2sd"].sum()), "tolerance": tolerance}
 

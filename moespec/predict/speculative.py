@@ -196,6 +196,12 @@ def measured_by_rep(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
+def p_outside(sd: float, tolerance: float = 0.05) -> float:
+    """P(|N(0, sd)| > tolerance): the chance that a perfect prediction, off only by noise of standard
+    deviation ``sd`` (relative), misses by more than ``tolerance``; 0 where there is no noise."""
+    return 2 * (1 - NormalDist().cdf(tolerance / sd)) if sd > 0 else 0.0
+
+
 def measurement_noise(by_rep: pd.DataFrame, tolerance: float = 0.05) -> dict:
     """How precisely the runs measure their points (``by_rep``: :func:`measured_by_rep`, R >= 2
     repetitions): per point the relative standard error of the mean of its R repetition
@@ -215,14 +221,9 @@ def measurement_noise(by_rep: pd.DataFrame, tolerance: float = 0.05) -> dict:
     rel_se = vals.std(axis=1, ddof=1) / (np.sqrt(R) * vals.mean(axis=1))
     se = float(np.sqrt(np.mean(rel_se ** 2)))
     M = len(vals)
-    norm = NormalDist()
-
-    def outside(s):
-        return M * 2 * (1 - norm.cdf(tolerance / s)) if s > 0 else 0.0
-
     # the standard error at which fewer than half a point falls outside by noise alone
-    target = tolerance / norm.inv_cdf(1 - 0.25 / M)
-    return {"points": M, "reps": R, "se": se, "rel_se": rel_se, "expected_outside": float(outside(se)),
+    target = tolerance / NormalDist().inv_cdf(1 - 0.25 / M)
+    return {"points": M, "reps": R, "se": se, "rel_se": rel_se, "expected_outside": M * p_outside(se, tolerance),
             "apart": int((vals.max(axis=1) / vals.min(axis=1) - 1 > tolerance).sum()),
             "largest_apart": float((vals.max(axis=1) / vals.min(axis=1) - 1).max()),
             "se_needed": float(target), "reps_needed": int(np.ceil(R * (se / target) ** 2)) if se > 0 else R,
