@@ -22,7 +22,10 @@ runs use as many prompts as the quiet ones, ``loaded_real_prompts`` = 6 (amendme
 and as many repetitions, ``loaded_real_reps`` = 3 (amendment of 2026-12-06 h: the number the loaded
 noise row of the run published in 0a0f20f named). ``noise_resamples``: how often the real draft's
 calibration turns are resampled to measure the prediction's own noise (:mod:`moespec.predict.noise`;
-reported, it changes no prediction).
+reported, it changes no prediction). The loaded state's round calibration runs
+``loaded_draft_cal_prompts`` = 8 MT-Bench turns where the quiet one runs 5 (amendment of 2026-12-06
+j: under the declared load the calibration's noise, not the test's, is the larger part of a
+prediction's error).
 """
 
 from __future__ import annotations
@@ -43,14 +46,15 @@ DEFAULTS = {
                       ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1, cal_reps=1, draft_cal_prompts=2,
                       loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2,
                       plain_runs=2, real_reps=3, draft_calibration="interleaved", draft_cal_plain_runs=3,
-                      loaded_real_reps=2, noise_resamples=10),
+                      loaded_real_reps=2, noise_resamples=10, loaded_draft_cal_prompts=2),
         "full": dict(depths=None, prompts_per_depth=5, verify_reps=4, n_boot=2000, oracle_ks=list(range(9)),
                      a_values=None, n_tokens=32, oracle_prompts=2, oracle_reps=1, real_ks=list(range(1, 9)),
                      real_tokens=32, real_prompts=6, draft_costs=None, agree_tokens=48, breakdown_reps=15,
                      ratio_reps=10, states=["quiet", "loaded"], cal_prompts=3, cal_reps=1, draft_cal_prompts=5,
                      loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0, 0.2],
                      loaded_real_prompts=6, plain_runs=4, real_reps=3, draft_calibration="interleaved",
-                     draft_cal_plain_runs=12, loaded_real_reps=3, noise_resamples=200),
+                     draft_cal_plain_runs=12, loaded_real_reps=3, noise_resamples=200,
+                     loaded_draft_cal_prompts=8),
     },
     "06": {
         "quick": dict(wiki_docs=3, context=32, bench_reps=2, u_count=3, windows_per_n=2, flush_bytes=2**20,

@@ -92,6 +92,7 @@ loaded_real_prompts = None
 plain_runs = None        # real-draft sweeps: plain decoding runs per prompt and repetition (the speedups' denominator)
 real_reps = None         # real-draft test runs: repetitions per prompt
 loaded_real_reps = None  # real-draft test runs in the loaded state: repetitions per prompt
+loaded_draft_cal_prompts = None  # round calibration in the loaded state: MT-Bench turns for the real draft
 draft_cal_plain_runs = None  # round calibration: plain decoding runs per MT-Bench turn (V(0) rests on them)
 noise_resamples = None   # the real draft's calibration turns resampled this often: the prediction's own noise (reported)
 draft_calibration = None # the real draft's round calibration: "interleaved" with its test runs in one sweep, or "before" them
@@ -119,7 +120,7 @@ P, from_profile = resolve("05", profile, depths=depths, prompts_per_depth=prompt
                           loaded_draft_costs=loaded_draft_costs, loaded_real_prompts=loaded_real_prompts,
                           plain_runs=plain_runs, real_reps=real_reps, draft_calibration=draft_calibration,
                           loaded_real_reps=loaded_real_reps, draft_cal_plain_runs=draft_cal_plain_runs,
-                          noise_resamples=noise_resamples)
+                          noise_resamples=noise_resamples, loaded_draft_cal_prompts=loaded_draft_cal_prompts)
 P["a_values"] = P["a_values"] or rules["acceptance_values"]
 P["draft_costs"] = P["draft_costs"] if P["draft_costs"] is not None else rules.get("draft_cost_grid", {}).get("values", [0.0])
 P["depths"] = P["depths"] or default_depths(sub.context, P["n_tokens"])

@@ -73,6 +73,9 @@ def test_profiles_keep_what_the_caller_set():
     assert state_sizes(full, "loaded")["real_prompts"] == full["loaded_real_prompts"] == 6
     own = dict(full, loaded_real_prompts=5)        # a loaded size of its own is the loaded state's, not the quiet one's
     assert (state_sizes(own, "loaded")["real_prompts"], state_sizes(own, "quiet")["real_prompts"]) == (5, 6)
+    # the loaded round calibration's turns (amendment 2026-12-06 j): 8 under the load, 5 quiet; quick 2 and 2
+    assert (state_sizes(full, "quiet")["draft_cal_prompts"], state_sizes(full, "loaded")["draft_cal_prompts"]) == (5, 8)
+    assert (state_sizes(quick, "quiet")["draft_cal_prompts"], state_sizes(quick, "loaded")["draft_cal_prompts"]) == (2, 2)
 
 
 def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3, slot: float = 1.2,

@@ -89,7 +89,7 @@ def state_sizes(P: dict, state: str) -> dict:
     the loaded state's own (``loaded_<key>``) where it has them."""
     P = dict(P)
     if state != "quiet":
-        for key in ("oracle_prompts", "oracle_reps", "draft_costs", "real_prompts", "real_reps"):
+        for key in ("oracle_prompts", "oracle_reps", "draft_costs", "real_prompts", "real_reps", "draft_cal_prompts"):
             if P.get(f"loaded_{key}") is not None:
                 P[key] = P[f"loaded_{key}"]
     return P
