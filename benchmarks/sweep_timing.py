@@ -28,6 +28,13 @@ cell's times is the machine's alone; over the runs of cells that ran more than o
   run left after notebook 05's machine adjustment (:func:`moespec.engine.machine_adjust.run_noise`
   over the adjusted runs; NaN for a run recorded before it).
 
+Where the load bites only part of the time (the same-round read in two regimes,
+:mod:`moespec.measure.regimes`): ``low_read_share``, the share of runs in the low-read regime;
+``read_low_GBps`` and ``read_high_GBps``, each regime's median read; ``low_over_high_time``, how much
+longer a run takes in the low regime than in the high one, the median over the cells with runs in
+both of exp(mean log time low - mean log time high), over ``cells_in_both`` cells (NaN, and a share
+of 0, where the reads form one regime).
+
 Writes ``<out>/<stamp>_sweep_timing.csv`` and ``.json`` (each folder's source run), ``<stamp>`` the
 latest folder's start. Measures nothing: it reads what the runs measured.
 
@@ -46,6 +53,7 @@ import pandas as pd
 from moespec import io, paths
 from moespec.engine import machine_adjust as MA
 from moespec.engine.results_folder import RealDraftFolder, read_real_draft_folder
+from moespec.measure.regimes import HIGH, LOW, classify
 
 PHASE = "real-draft runs {state}"
 
@@ -83,6 +91,21 @@ def noise(runs: pd.DataFrame) -> dict:
             "ref_r2": ref_r2, "run_sd_after_ref": after}
 
 
+def read_regimes(runs: pd.DataFrame) -> dict:
+    """The module docstring's regime measures over ``runs`` (rows with the cell columns, ``time_s``
+    and ``ref_GBps``)."""
+    labels = classify(runs["ref_GBps"].to_numpy(float))
+    bw = runs["ref_GBps"].to_numpy(float)
+    frame = pd.DataFrame({"cell": MA.cell_keys(runs).to_numpy(), "regime": labels,
+                          "log_t": np.log(runs["time_s"].to_numpy(float))})
+    by_cell = frame[frame["regime"].isin([LOW, HIGH])].groupby(["cell", "regime"])["log_t"].mean().unstack()
+    both = by_cell.dropna() if {LOW, HIGH} <= set(by_cell.columns) else pd.DataFrame()
+    median_read = lambda regime: float(np.median(bw[labels == regime])) if (labels == regime).any() else float("nan")  # noqa: E731
+    return {"low_read_share": float(np.mean(labels == LOW)), "read_low_GBps": median_read(LOW),
+            "read_high_GBps": median_read(HIGH), "cells_in_both": int(len(both)),
+            "low_over_high_time": float(np.exp(np.median(both[LOW] - both[HIGH]))) if len(both) else float("nan")}
+
+
 def folder_rows(folder: RealDraftFolder) -> list[dict]:
     """One row per machine state of the notebook-05 results folder ``folder``."""
     source = folder.source()
@@ -94,7 +117,7 @@ def folder_rows(folder: RealDraftFolder) -> list[dict]:
         timed, wall = float(runs["time_s"].sum()), phase_wall_s(folder.record, PHASE.format(state=state))
         rows.append({"commit": source["commit"], "machine": machine, "run_started": folder.started, "state": state,
                      "runs": len(runs), "timed_min": timed / 60, "phase_wall_min": wall / 60,
-                     "untimed_per_run_ms": 1e3 * (wall - timed) / len(runs), **noise(runs),
+                     "untimed_per_run_ms": 1e3 * (wall - timed) / len(runs), **noise(runs), **read_regimes(runs),
                      "run_sd_adjusted": (MA.run_noise(MA.adjusted(runs)) if MA.FACTOR in runs else float("nan"))})
     return rows
 

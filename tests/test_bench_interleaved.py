@@ -110,3 +110,18 @@ def test_sweep_timing_noise_by_hand():
     assert got["ref_r2"] == pytest.approx(1) and got["run_sd_after_ref"] == pytest.approx(0, abs=1e-12)
     with pytest.raises(ValueError, match="positive, finite time_s"):
         noise(runs.assign(time_s=[1.0, 0.0, 1.0, 1.0, 1.0]))
+
+
+def test_sweep_timing_read_regimes_by_hand():
+    """benchmarks/sweep_timing.py's regimes: two cells, each run once at a read of 40 GB/s and once at
+    25 GB/s (1.6 apart: two regimes), 1.3 times longer at 25 in both: a low-read share of one half,
+    medians 25 and 40, a slowdown of 1.3 over two cells; reads of one regime give a share of 0 and
+    no slowdown."""
+    regimes = load_benchmark("sweep_timing").read_regimes
+    runs = pd.DataFrame({"part": "test", "prompt": [0, 0, 1, 1], "draft_cost": 0.0, "k": [1, 1, 2, 2], "dedup": True,
+                         "seq": [0, 1, 2, 3], "time_s": [1.0, 1.3, 2.0, 2.6], "ref_GBps": [40.0, 25.0, 40.0, 25.0]})
+    got = regimes(runs)
+    assert got["low_read_share"] == 0.5 and (got["read_low_GBps"], got["read_high_GBps"]) == (25.0, 40.0)
+    assert got["cells_in_both"] == 2 and got["low_over_high_time"] == pytest.approx(1.3)
+    one = regimes(runs.assign(ref_GBps=[40.0, 39.0, 40.0, 41.0]))
+    assert one["low_read_share"] == 0.0 and one["cells_in_both"] == 0 and np.isnan(one["low_over_high_time"])
