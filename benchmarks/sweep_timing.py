@@ -53,7 +53,7 @@ import pandas as pd
 from moespec import io, paths
 from moespec.engine import machine_adjust as MA
 from moespec.engine.results_folder import RealDraftFolder, read_real_draft_folder
-from moespec.measure.regimes import HIGH, LOW, classify
+from moespec.measure.regimes import HIGH, LOW, classify, regime_summary
 
 PHASE = "real-draft runs {state}"
 
@@ -94,15 +94,15 @@ def noise(runs: pd.DataFrame) -> dict:
 def read_regimes(runs: pd.DataFrame) -> dict:
     """The module docstring's regime measures over ``runs`` (rows with the cell columns, ``time_s``
     and ``ref_GBps``)."""
-    labels = classify(runs["ref_GBps"].to_numpy(float))
     bw = runs["ref_GBps"].to_numpy(float)
+    labels = classify(bw)
+    medians = {r["regime"]: r["ref_GBps_median"] for r in regime_summary(bw, labels)}
     frame = pd.DataFrame({"cell": MA.cell_keys(runs).to_numpy(), "regime": labels,
                           "log_t": np.log(runs["time_s"].to_numpy(float))})
     by_cell = frame[frame["regime"].isin([LOW, HIGH])].groupby(["cell", "regime"])["log_t"].mean().unstack()
     both = by_cell.dropna() if {LOW, HIGH} <= set(by_cell.columns) else pd.DataFrame()
-    median_read = lambda regime: float(np.median(bw[labels == regime])) if (labels == regime).any() else float("nan")  # noqa: E731
-    return {"low_read_share": float(np.mean(labels == LOW)), "read_low_GBps": median_read(LOW),
-            "read_high_GBps": median_read(HIGH), "cells_in_both": int(len(both)),
+    return {"low_read_share": float(np.mean(labels == LOW)), "read_low_GBps": medians.get(LOW, float("nan")),
+            "read_high_GBps": medians.get(HIGH, float("nan")), "cells_in_both": int(len(both)),
             "low_over_high_time": float(np.exp(np.median(both[LOW] - both[HIGH]))) if len(both) else float("nan")}
 
 
