@@ -112,8 +112,7 @@ def folder_rows(folder: RealDraftFolder) -> list[dict]:
     machine = (source["hardware"] or {}).get("cpu", {}).get("cpu_model", "")
     rows = []
     for state in folder.states:
-        cal, test = folder.sweep(state)
-        runs = pd.concat([cal.assign(part="calibration"), test.assign(part="test")], ignore_index=True)
+        runs = folder.whole_sweep(state)
         timed, wall = float(runs["time_s"].sum()), phase_wall_s(folder.record, PHASE.format(state=state))
         rows.append({"commit": source["commit"], "machine": machine, "run_started": folder.started, "state": state,
                      "runs": len(runs), "timed_min": timed / 60, "phase_wall_min": wall / 60,

@@ -173,8 +173,8 @@ study.verify_grid()
 # the machine, and the round model is fitted from the calibration turns alone; `"before"` runs them
 # in a sweep of their own in step a. Measured speedup against E(k) V(0) / V(k), E(k) the tokens per
 # step the runs measured (a real draft's acceptance is not geometric; the geometric G_a(k) is shown
-# beside it). Before any of it, each run is taken to its sweep's typical machine state by its same-round
-# read and its neighbours in time (amendment of 2026-12-06 d, `moespec.engine.machine_adjust`); the
+# beside it). Before any of it, each run is taken to its sweep's typical machine state by the two same-round
+# reads that bracket it and its neighbours in time (amendments of 2026-12-06 d and k, `moespec.engine.machine_adjust`); the
 # predictions against the runs as measured are printed and tabled beside the scored ones.
 
 # %%

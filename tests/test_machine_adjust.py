@@ -1,6 +1,7 @@
 """The machine adjustment of a real-draft sweep's runs (moespec.engine.machine_adjust, amendment of
-2026-12-06 d): the read slope and the neighbour term on hand-checkable sweeps, the run itself left
-out, no cell moved in expectation under a shuffled order, and clear refusals."""
+2026-12-06 d): the read slope and the neighbour term on hand-checkable sweeps, the run's read from
+the two reads that bracket it (amendment k), the run itself left out, no cell moved in expectation
+under a shuffled order, and clear refusals."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def test_read_slope_recovered_and_taken_out_exactly():
     ref = rng.uniform(10, 20, len(cells))
     x = np.log(ref) - np.median(np.log(ref))
     thr = np.array([base[c] for c in cells]) * np.exp(0.5 * x)
-    mf = MA.machine_factors(sweep(thr, cells, ref))
-    assert mf.slope == pytest.approx(0.5)
+    mf = MA.machine_factors(sweep(thr, cells, ref), read="own")      # amendment d's rule: the read before
+    assert mf.slope == pytest.approx(0.5) and mf.read == "own"
     assert mf.factor.to_numpy() == pytest.approx(np.exp(0.5 * x))      # nothing left for the neighbours
     adj = MA.adjusted(sweep(thr, cells, ref).assign(machine_factor=mf.factor))
     assert adj["throughput"].to_numpy() == pytest.approx([base[c] for c in cells])
@@ -40,6 +41,28 @@ def test_read_slope_recovered_and_taken_out_exactly():
     # speedups recomputed over the adjusted plain runs: every k = 1 run at its cell's exact ratio
     assert adj.loc[adj.k == 1, "speedup"].to_numpy() == pytest.approx(
         [base[(p, 1)] / base[(p, 0)] for p, k in cells if k == 1])
+
+
+def test_bracketing_reads_by_hand_and_their_slope_recovered():
+    order = pd.DataFrame({"seq": [0, 1, 2], "ref_GBps": [10.0, 40.0, 20.0]})
+    # each run: its own read and the next run's (timed just after it), the last its own alone
+    assert MA.run_reads(order) == pytest.approx([20.0, np.sqrt(800.0), 20.0])
+    assert MA.run_reads(order, "own") == pytest.approx([10.0, 40.0, 20.0])
+    with pytest.raises(ValueError, match="read must be one of"):
+        MA.run_reads(order, "next")
+    rng = np.random.default_rng(3)
+    cells = [(0, 0), (0, 1), (1, 0), (1, 1)] * 6
+    base = np.array([{(0, 0): 30.0, (0, 1): 45.0, (1, 0): 28.0, (1, 1): 40.0}[c] for c in cells])
+    ref = rng.uniform(10, 20, len(cells))
+    b = np.log(np.sqrt(ref * np.r_[ref[1:], ref[-1]]))
+    thr = base * np.exp(0.7 * (b - np.median(b)))           # the machine during a run: between its two reads
+    mf = MA.machine_factors(sweep(thr, cells, ref))
+    assert mf.read == "bracketing" and mf.slope == pytest.approx(0.7)
+    assert MA.adjusted(sweep(thr, cells, ref).assign(machine_factor=mf.factor))["throughput"].to_numpy() == \
+        pytest.approx(base)
+    own = MA.machine_factors(sweep(thr, cells, ref), read="own")  # the read before alone sees part of it
+    assert MA.run_noise(MA.adjusted(sweep(thr, cells, ref).assign(machine_factor=own.factor))) > 0.01
+    assert MA.factor_summary(mf, sweep(thr, cells, ref).assign(machine_factor=mf.factor))["read"] == "bracketing"
 
 
 def test_neighbour_term_takes_out_a_step_in_the_machine():
@@ -106,5 +129,7 @@ def test_as_analysed_and_refusals():
         MA.machine_factors(rows.assign(seq=[0, 1, 1, 2, 3, 4]))
     with pytest.raises(ValueError, match="neighbours must be >= 1"):
         MA.machine_factors(rows, neighbours=0)
+    with pytest.raises(ValueError, match="read must be one of"):
+        MA.machine_factors(rows, read="after")
     with pytest.raises(ValueError, match="cells run at least twice"):
         MA.run_noise(rows.assign(prompt=range(6)))

@@ -15,7 +15,11 @@ and take no part in the estimates). Each run gets a *machine factor* ``f`` from 
 1. its read: the residuals of the repeated cells regressed on the log of the run's read about its
    cell's mean (the within-cell regression: the raw log read would attenuate the slope by the
    share of the read's variance that lies within cells), one slope ``b`` per sweep (the machine
-   state's), each run's read term ``b (log B - median log B)``;
+   state's), each run's read term ``b (log B - median log B)``. ``B`` is the geometric mean of the
+   two reads that bracket the run: its own same-round read, timed just before it, and the next
+   run's, timed just after it (:func:`run_reads`; the last run of a sweep has its own alone;
+   amendment of 2026-12-06 k: on the run of ae85c51 it left less noise in both states than the
+   read before alone, ``benchmarks/read_bracketing.py``); ``read="own"`` is the rule before it;
 2. its neighbours in time: after step 1, the median residual of the ``neighbours`` nearest runs of
    repeated cells before it and after it in the sweep's order (``seq``), the run itself left out
    (``iterations`` passes, each on what the passes before left; one by default).
@@ -51,6 +55,9 @@ TIME_COLUMNS = ("time_s", "t_step_median_s", "t_verify_median_s", "t_draft_media
 #: a second pass left more than one.
 NEIGHBOURS, ITERATIONS = 4, 1
 FACTOR = "machine_factor"
+#: Which reads give a run's ``B`` (:func:`run_reads`): ``"bracketing"`` (amendment of 2026-12-06 k,
+#: the default) or ``"own"`` (the run's own same-round read alone, amendment d's rule).
+READS = ("bracketing", "own")
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,7 @@ class MachineFactors:
     neighbours: int
     iterations: int
     repeated_runs: int
+    read: str = READS[0]
 
 
 def _checked(rows: pd.DataFrame) -> pd.DataFrame:
@@ -105,30 +113,47 @@ def _neighbour_medians(r: np.ndarray, repeated: np.ndarray, h: int) -> np.ndarra
     return out
 
 
-def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations: int = ITERATIONS) -> MachineFactors:
+def run_reads(order: pd.DataFrame, read: str = READS[0]) -> np.ndarray:
+    """Each run's read ``B`` (GB/s) for the machine factor, the runs ``order`` in sweep order
+    (``seq`` ascending, column ``ref_GBps``): ``"bracketing"``, the geometric mean of its own
+    same-round read (timed just before it) and the next run's (timed just after it ends; the last
+    run its own alone); ``"own"``, its own alone. NaN where a read it takes is missing."""
+    if read not in READS:
+        raise ValueError(f"read must be one of {list(READS)}; found {read!r}")
+    own = order["ref_GBps"].to_numpy(float) if "ref_GBps" in order else np.full(len(order), np.nan)
+    if read == "own" or own.size == 0:
+        return own
+    return np.sqrt(own * np.r_[own[1:], own[-1]])
+
+
+def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations: int = ITERATIONS,
+                    read: str = READS[0]) -> MachineFactors:
     """Each run's machine factor (module docstring) over the runs of one sweep in one machine state
-    (columns :data:`CELL` (``part`` optional), ``seq``, ``throughput``, ``ref_GBps`` optional)."""
+    (columns :data:`CELL` (``part`` optional), ``seq``, ``throughput``, ``ref_GBps`` optional), the
+    run's read ``B`` from :func:`run_reads` (``read``)."""
     if int(neighbours) < 1 or int(iterations) < 0:
         raise ValueError(f"neighbours must be >= 1 and iterations >= 0; found {neighbours}, {iterations}")
+    if read not in READS:
+        raise ValueError(f"read must be one of {list(READS)}; found {read!r}")
     rows = _checked(rows)
     order = rows.sort_values("seq")
     cells = cell_keys(order)
     repeated = (cells.groupby(cells).transform("size") >= 2).to_numpy()
     log_t = np.log(order["throughput"].to_numpy(float))
     r = _residuals(log_t, cells)
-    read = np.log(order["ref_GBps"].to_numpy(float)) if "ref_GBps" in order else np.full(len(order), np.nan)
+    log_b = np.log(run_reads(order, read))
     slope, read_term = 0.0, np.zeros(len(order))
-    if repeated.sum() >= 3 and np.isfinite(read).all():
-        within = _residuals(read, cells)[repeated]         # the read about its cell's mean, as r is
+    if repeated.sum() >= 3 and np.isfinite(log_b).all():
+        within = _residuals(log_b, cells)[repeated]         # the read about its cell's mean, as r is
         if np.ptp(within) > 0:
             slope = float(np.sum(within * r[repeated]) / np.sum(within ** 2))
-            read_term = slope * (read - np.median(read))
+            read_term = slope * (log_b - np.median(log_b))
     drift = np.zeros(len(order))
     if repeated.any():
         for _ in range(int(iterations)):
             drift += _neighbour_medians(_residuals(log_t - read_term - drift, cells), repeated, int(neighbours))
     factor = pd.Series(np.exp(read_term + drift), index=order.index).reindex(rows.index)
-    return MachineFactors(factor, slope, int(neighbours), int(iterations), int(repeated.sum()))
+    return MachineFactors(factor, slope, int(neighbours), int(iterations), int(repeated.sum()), read)
 
 
 def with_machine_factors(rows: pd.DataFrame, **settings) -> tuple[pd.DataFrame, MachineFactors]:
@@ -170,7 +195,7 @@ def factor_summary(mf: MachineFactors, rows: pd.DataFrame) -> dict:
     f = mf.factor.to_numpy(float)
     return {"slope": mf.slope, "q05": float(np.quantile(f, 0.05)), "q95": float(np.quantile(f, 0.95)),
             "runs": int(f.size), "repeated_runs": mf.repeated_runs, "neighbours": mf.neighbours,
-            "iterations": mf.iterations, "noise_measured": run_noise(rows), "noise_adjusted": run_noise(adjusted(rows))}
+            "iterations": mf.iterations, "read": mf.read, "noise_measured": run_noise(rows), "noise_adjusted": run_noise(adjusted(rows))}
 
 
 def repeated_residuals(log_values, rows: pd.DataFrame) -> pd.Series:

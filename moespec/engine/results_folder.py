@@ -58,6 +58,13 @@ class RealDraftFolder:
         test = pd.read_csv(test)
         return (as_analysed(cal), as_analysed(test)) if analysed else (cal, test)
 
+    def whole_sweep(self, state: str) -> pd.DataFrame:
+        """Machine state ``state``'s one shuffled sweep as measured: its calibration and test rows
+        together, each with its ``part`` ("calibration", "test"), as the machine factors were
+        estimated over them (:func:`moespec.engine.machine_adjust.machine_factors`)."""
+        cal, test = self.sweep(state)
+        return pd.concat([cal.assign(part="calibration"), test.assign(part="test")], ignore_index=True)
+
     @property
     def started(self) -> str:
         """When the run's first phase started (ISO time)."""

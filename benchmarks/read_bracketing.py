@@ -1,0 +1,69 @@
+"""The machine adjustment's read, rescored on a run's real-draft sweeps: each run's ``B`` from its
+own same-round read alone (amendment of 2026-12-06 d) or from the two reads that bracket it, its own
+(timed just before it) and the next run's (timed just after it), their geometric mean (amendment of
+2026-12-06 k; ``moespec.engine.machine_adjust.run_reads``).
+
+Reads a notebook-05 results folder (:mod:`moespec.engine.results_folder`) and, per machine state and
+read, re-estimates the machine factors over the state's whole sweep (calibration and test runs, as
+measured) and reports the noise of one run the adjustment leaves (``run_noise`` of the adjusted
+runs: the measure amendment d chose its settings on and amendment k chose its read on) and, beside
+it, the real-draft predictions scored as notebook 05 scores them (round models fitted to the
+adjusted calibration runs, :func:`moespec.predict.calibration.real_draft_models`, against the
+adjusted test runs): how many (draft cost, k) points are within 5 %, the largest, mean and
+root-mean-square error. The read notebook 05 used reproduces its published predictions.
+
+Writes ``<out>/<stamp>_read_bracketing.csv`` (one row per state and read) and ``.json`` with the run
+it comes from. Measures nothing.
+
+Run: ``.venv/bin/python benchmarks/read_bracketing.py --data <clone>/data/engine/full``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from moespec.engine import machine_adjust as MA
+from moespec.engine.results_folder import read_real_draft_folder
+from moespec.predict import calibration as CAL
+from moespec.predict import speculative as SP
+
+
+def rescore(sweep: pd.DataFrame, state: str, read: str, tolerance: float = 0.05, n_boot: int = 200,
+            seed: int = 0) -> dict:
+    """One state's whole sweep (``part`` calibration/test, as measured) with the machine factors
+    from ``read``: the adjustment's slope and the noise it leaves, and the predictions' score."""
+    runs, mf = MA.with_machine_factors(sweep.drop(columns=[MA.FACTOR], errors="ignore"), read=read)
+    adj = MA.adjusted(runs)
+    models = CAL.real_draft_models(adj[adj["part"] == "calibration"], "rescored", state, n_boot=n_boot, seed=seed)
+    pred = SP.real_draft_predictions(models, adj[adj["part"] == "test"])
+    err = pred["rel_error"].to_numpy(float)
+    return {"state": state, "read": read, "slope": mf.slope, "runs": len(runs),
+            "noise_measured": MA.run_noise(runs), "noise_adjusted": MA.run_noise(adj), "points": int(err.size),
+            "within": int((np.abs(err) <= tolerance).sum()), "largest_abs_error": float(np.abs(err).max()),
+            "mean_error": float(err.mean()), "rms_error": float(np.sqrt(np.mean(err ** 2)))}
+
+
+def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
+    folder = read_real_draft_folder(data)
+    rows = pd.DataFrame([rescore(folder.whole_sweep(state), state, read, n_boot=n_boot)
+                         for state in folder.states for read in MA.READS])
+    folder.write_record("read_bracketing", rows, {"n_boot": n_boot, "rows": rows.to_dict(orient="records")}, out)
+    print(rows.round(4).to_string(index=False))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, type=Path, help="a notebook-05 results folder")
+    ap.add_argument("--out", type=Path, default=None, help="where to write (default benchmarks/results/read_bracketing)")
+    ap.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples of each term (intervals only)")
+    args = ap.parse_args()
+    run(args.data, args.out, args.n_boot)
+
+
+if __name__ == "__main__":
+    main()
