@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from moespec.engine import machine_adjust as MA
@@ -40,11 +39,9 @@ def rescore(sweep: pd.DataFrame, state: str, read: str, tolerance: float = 0.05,
     adj = MA.adjusted(runs)
     models = CAL.real_draft_models(adj[adj["part"] == "calibration"], "rescored", state, n_boot=n_boot, seed=seed)
     pred = SP.real_draft_predictions(models, adj[adj["part"] == "test"])
-    err = pred["rel_error"].to_numpy(float)
     return {"state": state, "read": read, "slope": mf.slope, "runs": len(runs),
-            "noise_measured": MA.run_noise(runs), "noise_adjusted": MA.run_noise(adj), "points": int(err.size),
-            "within": int((np.abs(err) <= tolerance).sum()), "largest_abs_error": float(np.abs(err).max()),
-            "mean_error": float(err.mean()), "rms_error": float(np.sqrt(np.mean(err ** 2)))}
+            "noise_measured": MA.run_noise(runs), "noise_adjusted": MA.run_noise(adj),
+            **SP.error_score(pred["rel_error"], tolerance)}
 
 
 def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:

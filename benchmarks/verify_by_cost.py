@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from moespec.engine.results_folder import read_real_draft_folder
@@ -39,10 +38,7 @@ def rescore(cal: pd.DataFrame, test: pd.DataFrame, state: str, how: str, toleran
     models = CAL.from_draft_runs(cal, "rescored", state, n_boot=n_boot, seed=seed, by_regime=False,
                                  verify_by_cost=how)
     pred = SP.real_draft_predictions(models, test)
-    err = pred.loc[pred["k"] >= 1, "rel_error"].to_numpy(float)
-    return {"state": state, "verify_by_cost": how, "points": int(err.size),
-            "within": int((np.abs(err) <= tolerance).sum()), "largest_abs_error": float(np.abs(err).max()),
-            "rms_error": float(np.sqrt(np.mean(err ** 2))), "mean_error": float(err.mean())}
+    return {"state": state, "verify_by_cost": how, **SP.error_score(pred.loc[pred["k"] >= 1, "rel_error"], tolerance)}
 
 
 def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:

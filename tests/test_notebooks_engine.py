@@ -14,7 +14,7 @@ import pytest
 from bench_scripts import load_benchmark
 from moespec import paths, predict
 from moespec.engine import machine_adjust as MA
-from moespec.engine.results_folder import real_draft_file
+from moespec.engine.results_folder import read_real_draft_folder, real_draft_file
 from moespec.engine.subject import load_subject
 from moespec.predict import calibration as CAL
 from moespec.predict import noise as NOISE
@@ -97,7 +97,8 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         assert sorted([*c.seq, *t.seq]) == list(range(len(c) + len(t)))    # one sweep held both
         # the files hold the runs as measured with each run's machine factor over the whole sweep, and
         # the round models are fitted to the calibration runs adjusted by them (amendment 2026-12-06 d)
-        both = pd.concat([c.assign(part="calibration"), t.assign(part="test")], ignore_index=True)
+        both = read_real_draft_folder(out).whole_sweep(state)      # the state's calibration and test rows
+        assert len(both) == len(c) + len(t) and set(both.part) == {"calibration", "test"}
         refactored = MA.machine_factors(both.drop(columns=MA.FACTOR))
         assert np.allclose(refactored.factor.to_numpy(), both[MA.FACTOR].to_numpy())
         assert (both[MA.FACTOR] != 1).any()

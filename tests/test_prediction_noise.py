@@ -124,3 +124,14 @@ def test_p_outside_hand_values():
     f = pd.DataFrame({"k": [1, 2], "rel_error": [0.0, 0.06], "measured_rel_se": [0.05, 0.025],
                       "pred_rel_se": [0.0, 0.0], "noise_p_outside": [0.0, 0.0], "beyond_2sd": [False, True]})
     assert NOISE.noise_summary(f)["expected_outside_measurement_only"] == pytest.approx(0.317311 + 0.045500, abs=1e-5)
+
+
+def test_error_score_by_hand():
+    error_score = SP.error_score
+    got = error_score([0.03, -0.06, 0.05, 0.0])
+    assert got["points"] == 4 and got["within"] == 3                 # |0.05| counts as within
+    assert got["largest_abs_error"] == pytest.approx(0.06) and got["mean_error"] == pytest.approx(0.005)
+    assert got["rms_error"] == pytest.approx(np.sqrt((0.03**2 + 0.06**2 + 0.05**2) / 4))
+    assert error_score([0.03, -0.06], tolerance=0.07)["within"] == 2
+    with pytest.raises(ValueError, match="finite relative errors"):
+        error_score([0.01, np.nan])

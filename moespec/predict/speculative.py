@@ -202,6 +202,19 @@ def p_outside(sd: float, tolerance: float = 0.05) -> float:
     return 2 * (1 - NormalDist().cdf(tolerance / sd)) if sd > 0 else 0.0
 
 
+def error_score(rel_errors, tolerance: float = 0.05) -> dict:
+    """How a set of relative prediction errors scores against the 5 % goal: ``points``, how many lie
+    ``within`` ``tolerance`` (|error| <= tolerance), the ``largest_abs_error``, ``mean_error`` and
+    ``rms_error`` (what the benchmarks that rescore a run's real-draft predictions report)."""
+    err = np.asarray(rel_errors, float)
+    if err.size == 0 or not np.isfinite(err).all():
+        raise ValueError(f"error_score needs finite relative errors; found {err.size} with "
+                         f"{int((~np.isfinite(err)).sum())} not finite")
+    return {"points": int(err.size), "within": int((np.abs(err) <= tolerance).sum()),
+            "largest_abs_error": float(np.abs(err).max()), "mean_error": float(err.mean()),
+            "rms_error": float(np.sqrt(np.mean(err ** 2)))}
+
+
 def measurement_noise(by_rep: pd.DataFrame, tolerance: float = 0.05) -> dict:
     """How precisely the runs measure their points (``by_rep``: :func:`measured_by_rep`, R >= 2
     repetitions): per point the relative standard error of the mean of its R repetition
