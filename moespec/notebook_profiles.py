@@ -25,7 +25,10 @@ calibration turns are resampled to measure the prediction's own noise (:mod:`moe
 reported, it changes no prediction). The loaded state's round calibration runs
 ``loaded_draft_cal_prompts`` = 8 MT-Bench turns where the quiet one runs 5 (amendment of 2026-12-06
 j: under the declared load the calibration's noise, not the test's, is the larger part of a
-prediction's error).
+prediction's error). Amendment of 2026-12-06 l: the loaded test runs repeat ``loaded_real_reps`` =
+5 times (the number the loaded noise row of the run published in d50ad8b named) and the quiet
+calibration runs ``draft_cal_prompts`` = 8 turns, as many as the loaded one (its prediction's
+noise, not its measurement's, was the quiet state's larger part).
 """
 
 from __future__ import annotations
@@ -50,10 +53,10 @@ DEFAULTS = {
         "full": dict(depths=None, prompts_per_depth=5, verify_reps=4, n_boot=2000, oracle_ks=list(range(9)),
                      a_values=None, n_tokens=32, oracle_prompts=2, oracle_reps=1, real_ks=list(range(1, 9)),
                      real_tokens=32, real_prompts=6, draft_costs=None, agree_tokens=48, breakdown_reps=15,
-                     ratio_reps=10, states=["quiet", "loaded"], cal_prompts=3, cal_reps=1, draft_cal_prompts=5,
+                     ratio_reps=10, states=["quiet", "loaded"], cal_prompts=3, cal_reps=1, draft_cal_prompts=8,
                      loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0, 0.2],
                      loaded_real_prompts=6, plain_runs=4, real_reps=3, draft_calibration="interleaved",
-                     draft_cal_plain_runs=12, loaded_real_reps=3, noise_resamples=200,
+                     draft_cal_plain_runs=12, loaded_real_reps=5, noise_resamples=200,
                      loaded_draft_cal_prompts=8),
     },
     "06": {

@@ -63,18 +63,19 @@ def test_profiles_keep_what_the_caller_set():
     assert default_depths(256, 48) == [64, 198]
     with pytest.raises(ValueError, match="no room"):
         default_depths(64, 48)
-    # the loaded state takes its own sizes where the profile has them (full: 3 repetitions in each state
-    # since amendment 2026-12-06 h; the quick profile keeps 2 loaded, so the two keys stay distinct)
+    # the loaded state takes its own sizes where the profile has them (full: 3 quiet and 5 loaded
+    # repetitions since amendment 2026-12-06 l, 3 and 3 since h; the quick profile keeps 3 and 2)
     from moespec.studies.whole_model import state_sizes
     full = resolve("05", "full")[0]
-    assert (state_sizes(full, "quiet")["real_reps"], state_sizes(full, "loaded")["real_reps"]) == (3, 3)
+    assert (state_sizes(full, "quiet")["real_reps"], state_sizes(full, "loaded")["real_reps"]) == (3, 5)
     quick = resolve("05", "quick")[0]
     assert (state_sizes(quick, "quiet")["real_reps"], state_sizes(quick, "loaded")["real_reps"]) == (3, 2)
     assert state_sizes(full, "loaded")["real_prompts"] == full["loaded_real_prompts"] == 6
     own = dict(full, loaded_real_prompts=5)        # a loaded size of its own is the loaded state's, not the quiet one's
     assert (state_sizes(own, "loaded")["real_prompts"], state_sizes(own, "quiet")["real_prompts"]) == (5, 6)
-    # the loaded round calibration's turns (amendment 2026-12-06 j): 8 under the load, 5 quiet; quick 2 and 2
-    assert (state_sizes(full, "quiet")["draft_cal_prompts"], state_sizes(full, "loaded")["draft_cal_prompts"]) == (5, 8)
+    # the round calibration's turns: 8 under the load (amendment 2026-12-06 j) and 8 quiet (l; 5 before);
+    # quick 2 and 2
+    assert (state_sizes(full, "quiet")["draft_cal_prompts"], state_sizes(full, "loaded")["draft_cal_prompts"]) == (8, 8)
     assert (state_sizes(quick, "quiet")["draft_cal_prompts"], state_sizes(quick, "loaded")["draft_cal_prompts"]) == (2, 2)
 
 
