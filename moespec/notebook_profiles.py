@@ -28,7 +28,10 @@ j: under the declared load the calibration's noise, not the test's, is the large
 prediction's error). Amendment of 2026-12-06 l: the loaded test runs repeat ``loaded_real_reps`` =
 5 times (the number the loaded noise row of the run published in d50ad8b named) and the quiet
 calibration runs ``draft_cal_prompts`` = 8 turns, as many as the loaded one (its prediction's
-noise, not its measurement's, was the quiet state's larger part).
+noise, not its measurement's, was the quiet state's larger part). Where the oracle draft's depth
+calibration runs (amendment of 2026-12-06 m): ``oracle_calibration = "interleaved"`` runs its
+verify loops in one shuffled order with the oracle runs of their depth, ``"before"`` (the earlier
+protocol, selectable) in a stretch of their own before them.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ DEFAULTS = {
                       ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1, cal_reps=1, draft_cal_prompts=2,
                       loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2,
                       plain_runs=2, real_reps=3, draft_calibration="interleaved", draft_cal_plain_runs=3,
-                      loaded_real_reps=2, noise_resamples=10, loaded_draft_cal_prompts=2),
+                      loaded_real_reps=2, noise_resamples=10, loaded_draft_cal_prompts=2,
+                      oracle_calibration="interleaved"),
         "full": dict(depths=None, prompts_per_depth=5, verify_reps=4, n_boot=2000, oracle_ks=list(range(9)),
                      a_values=None, n_tokens=32, oracle_prompts=2, oracle_reps=1, real_ks=list(range(1, 9)),
                      real_tokens=32, real_prompts=6, draft_costs=None, agree_tokens=48, breakdown_reps=15,
@@ -57,7 +61,7 @@ DEFAULTS = {
                      loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0, 0.2],
                      loaded_real_prompts=6, plain_runs=4, real_reps=3, draft_calibration="interleaved",
                      draft_cal_plain_runs=12, loaded_real_reps=5, noise_resamples=200,
-                     loaded_draft_cal_prompts=8),
+                     loaded_draft_cal_prompts=8, oracle_calibration="interleaved"),
     },
     "06": {
         "quick": dict(wiki_docs=3, context=32, bench_reps=2, u_count=3, windows_per_n=2, flush_bytes=2**20,

@@ -96,6 +96,7 @@ loaded_draft_cal_prompts = None  # round calibration in the loaded state: MT-Ben
 draft_cal_plain_runs = None  # round calibration: plain decoding runs per MT-Bench turn (V(0) rests on them)
 noise_resamples = None   # the real draft's calibration turns resampled this often: the prediction's own noise (reported)
 draft_calibration = None # the real draft's round calibration: "interleaved" with its test runs in one sweep, or "before" them
+oracle_calibration = None  # the oracle draft's depth calibration: "interleaved" with the oracle runs, or "before" them
 out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
 
 # %%
@@ -120,7 +121,8 @@ P, from_profile = resolve("05", profile, depths=depths, prompts_per_depth=prompt
                           loaded_draft_costs=loaded_draft_costs, loaded_real_prompts=loaded_real_prompts,
                           plain_runs=plain_runs, real_reps=real_reps, draft_calibration=draft_calibration,
                           loaded_real_reps=loaded_real_reps, draft_cal_plain_runs=draft_cal_plain_runs,
-                          noise_resamples=noise_resamples, loaded_draft_cal_prompts=loaded_draft_cal_prompts)
+                          noise_resamples=noise_resamples, loaded_draft_cal_prompts=loaded_draft_cal_prompts,
+                          oracle_calibration=oracle_calibration)
 P["a_values"] = P["a_values"] or rules["acceptance_values"]
 P["draft_costs"] = P["draft_costs"] if P["draft_costs"] is not None else rules.get("draft_cost_grid", {}).get("values", [0.0])
 P["depths"] = P["depths"] or default_depths(sub.context, P["n_tokens"])
@@ -162,7 +164,9 @@ study.verify_grid()
 # **a. Round calibration.** Teacher-forced decode loops (the oracle draft at acceptance 1 and
 # k = n - 1: every verify pass holds n tokens and follows the previous round's) at each depth, on
 # prompts the oracle runs do not use. They give each term of V(k) = t_draft(k) + tau_p(k + 1) + h(k)
-# with a 95 % interval.
+# with a 95 % interval. With `oracle_calibration = "interleaved"` (the default since the amendment
+# of 2026-12-06 m) they run in step b, in one shuffled order with the oracle runs of their depth,
+# so both meet the same stretch of the machine; `"before"` runs them here.
 #
 # **b. The oracle draft** (every k x acceptance value, dedup on): measured against G_a(k) / V(k).
 #

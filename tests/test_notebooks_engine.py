@@ -65,6 +65,13 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     assert (loops["ref_GBps"] > 0).all() and set(loops["state"]) == {"quiet", "loaded"}
     # the calibration's prompts are not the test runs' (the oracle runs use the first two per depth)
     assert set(loops["prompt"]) == {2}
+    # the depth calibration ran in one shuffled order with the oracle runs of its depth (amendment m)
+    runs = pd.read_csv(out / "oracle_runs.csv")
+    for d in (24, 48):
+        both = pd.concat([loops[(loops.state == "quiet") & (loops.d == d)].assign(part="loops"),
+                          runs[runs.d == d].assign(part="runs")]).sort_values("seq")
+        assert list(both["seq"]) == list(range(len(both)))
+        assert int((both["part"] != both["part"].shift()).sum()) - 1 >= 2
     rm = models.get("quiet", "d=24", "oracle draft")
     V = rm.step_times("dedup")
     oracle_pred = pd.read_csv(figs / "05_oracle_predictions.csv")

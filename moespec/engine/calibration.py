@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from moespec.engine.speculative import OracleDraft, speculative_generate, summarize_steps
+from moespec.engine.runs import prompt_reference, timed_oracle_run
 
 
 def verify_loops(engine, prompts: list, n_max: int = 9, n_tokens: int = 48, reps: int = 1, seed: int = 0,
@@ -39,27 +39,98 @@ def verify_loops(engine, prompts: list, n_max: int = 9, n_tokens: int = 48, reps
     if n_max < 1 or n_tokens < 1 or reps < 1:
         raise ValueError(f"need n_max >= 1, n_tokens >= 1 and reps >= 1; got {n_max}, {n_tokens}, {reps}")
     vocab = vocab or engine.model.config.vocab_size
-    grid = [(n, dd) for n in range(1, n_max + 1) for dd in (False, True)]
+    grid = _loop_grid(n_max)
     rng = np.random.default_rng(seed)
     rows = []
     bar = tqdm(total=len(prompts) * reps * len(grid), desc=f"verify loops d={depth}", disable=not progress)
     for pi, prompt in enumerate(prompts):
         prompt = [int(t) for t in prompt]
         engine.dedup = False
-        first = engine.prefill(prompt)
-        reference_text = [first] + engine.greedy(first, n_tokens + n_max + 1)
-        engine.crop(len(prompt))
+        first, text = prompt_reference(engine, prompt, n_tokens + n_max + 1)
         for rep in range(reps):
             for gi in rng.permutation(len(grid)):
-                n, dd = grid[gi]
-                engine.dedup = dd
-                drafter = OracleDraft(engine, 1.0, vocab, seed=[seed, pi, rep, n])
-                bw = reference() if reference is not None else float("nan")
-                _, steps = speculative_generate(engine, drafter, prompt, n - 1, n_tokens, first=first,
-                                                reference=reference_text)
-                rows.append({"prompt": first_prompt + pi, "d": depth if depth is not None else len(prompt), "n": n, "k": n - 1,
-                             "dedup": dd, "rep": rep, "ref_GBps": bw, **summarize_steps(steps)})
+                rows.append(_loop_run(engine, prompt, first, text, grid[gi], rep, vocab, [seed, pi, rep, grid[gi][0]],
+                                      n_tokens, reference, first_prompt + pi, depth))
                 bar.update()
     bar.close()
     engine.dedup = False
     return pd.DataFrame(rows)
+
+
+def _loop_grid(n_max: int) -> list:
+    """The (pass size n, deduplicating) cells of one prompt's verify loops."""
+    return [(n, dd) for n in range(1, n_max + 1) for dd in (False, True)]
+
+
+def _loop_run(engine, prompt, first, text, cell, rep, vocab, seed, n_tokens, reference, prompt_index, depth) -> dict:
+    """One verify loop (the oracle draft at acceptance 1 and k = n - 1, kernel ``cell[1]``) as a row."""
+    n, dd = cell
+    engine.dedup = dd
+    return {"prompt": prompt_index, "d": depth if depth is not None else len(prompt), "n": n, "k": n - 1, "dedup": dd,
+            "rep": rep, **timed_oracle_run(engine, prompt, first, text, n - 1, 1.0, vocab, seed, n_tokens, reference)}
+
+
+def depth_sweep(engine, cal_prompts: list, oracle_prompts: list, ks, a_values, n_tokens: int, n_max: int = 9,
+                cal_reps: int = 1, oracle_reps: int = 1, cal_seed: int = 0, oracle_seed: int = 0, seed: int = 0,
+                depth: int | None = None, reference=None, vocab: int | None = None, progress: bool = True,
+                first_cal_prompt: int = 0, routing_out: list | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The round calibration at one depth and the oracle runs it predicts, in one shuffled order
+    (amendment of 2026-12-06 m; notebook 05's ``oracle_calibration = "interleaved"``): (the rows of
+    :func:`verify_loops` on ``cal_prompts``, the rows of :func:`moespec.engine.runs.oracle_sweep`
+    (deduplicating kernel) on ``oracle_prompts``), each with ``seq``, its place in the one order.
+
+    Every (part, prompt, repetition, cell) is one unit of a plan shuffled with ``seed``, so that the
+    calibration meets the same mixture of the machine's states as the runs it predicts, as the real
+    draft's calibration does since the amendment of 2026-12-05 evening
+    (:func:`moespec.engine.draftcost.interleaved_sweep`); when a unit's prompt is not the one the
+    unit before ran on, that one is set aside (the engine's ``hold``) and this one resumed from
+    its own prefill (``resume``). Each prompt is prefilled and its greedy continuation decoded
+    (untimed) with its own part's kernel, and each run's draft is seeded as in the two sweeps
+    (``cal_seed``, ``oracle_seed``), so the tokens and steps of every run are those of the two
+    sweeps run one after the other; only the order, and so the machine each run meets, differs.
+    ``routing_out`` receives the oracle prompts' routing as :func:`~moespec.engine.runs.oracle_sweep`'s."""
+    if n_max < 1 or n_tokens < 1 or cal_reps < 1 or oracle_reps < 1:
+        raise ValueError(f"need n_max, n_tokens, cal_reps and oracle_reps >= 1; got {n_max}, {n_tokens}, {cal_reps}, "
+                         f"{oracle_reps}")
+    if not cal_prompts or not oracle_prompts:
+        raise ValueError(f"a depth sweep needs calibration and oracle prompts; got {len(cal_prompts)} and "
+                         f"{len(oracle_prompts)}")
+    vocab = vocab or engine.model.config.vocab_size
+    ks, a_values = list(ks), list(a_values)
+    if not ks or not a_values:
+        raise ValueError("a depth sweep needs at least one draft length k and one acceptance a")
+    parts = {"cal": ([[int(t) for t in p] for p in cal_prompts], False, n_tokens + n_max + 1),
+             "oracle": ([[int(t) for t in p] for p in oracle_prompts], True, n_tokens + max(ks) + 1)}
+    plan = ([("cal", pi, rep, cell) for pi in range(len(cal_prompts)) for rep in range(cal_reps)
+             for cell in _loop_grid(n_max)]
+            + [("oracle", pi, rep, (k, a)) for pi in range(len(oracle_prompts)) for rep in range(oracle_reps)
+               for k in ks for a in a_values])
+    plan = [plan[j] for j in np.random.default_rng(seed).permutation(len(plan))]
+    texts, held, current, first = {}, {}, None, None
+    for part, pi in ((part, pi) for part in parts for pi in range(len(parts[part][0]))):   # untimed, part by part
+        prompts, dedup, length = parts[part]
+        engine.dedup = dedup
+        texts[part, pi] = prompt_reference(engine, prompts[pi], length)[1]
+        if part == "oracle" and routing_out is not None:
+            routing_out.append(engine.record_routing(texts[part, pi][:n_tokens]))
+        held[part, pi] = engine.hold(texts[part, pi][0])
+    rows = {"cal": [], "oracle": []}
+    for seq, (part, pi, rep, cell) in enumerate(tqdm(plan, desc=f"calibration and oracle runs d={depth}",
+                                                     disable=not progress)):
+        prompt, text = parts[part][0][pi], texts[part, pi]
+        if current != (part, pi):
+            if current is not None:
+                held[current] = engine.hold(first)
+            first, current = engine.resume(held.pop((part, pi))), (part, pi)
+        if part == "cal":
+            row = _loop_run(engine, prompt, first, text, cell, rep, vocab, [cal_seed, pi, rep, cell[0]], n_tokens,
+                            reference, first_cal_prompt + pi, depth)
+        else:
+            k, a = cell
+            engine.dedup = True
+            row = {"prompt": pi, "d": depth if depth is not None else len(prompt), "k": k, "a": a, "rep": rep,
+                   **timed_oracle_run(engine, prompt, first, text, k, a, vocab,
+                                      [oracle_seed, pi, rep, k, int(round(a * 1000))], n_tokens, reference)}
+        rows[part].append({**row, "seq": seq})
+    engine.dedup = False
+    return pd.DataFrame(rows["cal"]), pd.DataFrame(rows["oracle"])

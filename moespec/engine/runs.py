@@ -62,27 +62,43 @@ def oracle_sweep(engine, prompts: list, ks, a_values, n_tokens: int, reps: int =
     rows = []
     bar = tqdm(total=len(prompts) * reps * len(grid), desc=f"oracle d={depth}", disable=not progress)
     engine.dedup = dedup
-    reference_read = reference
     for pi, prompt in enumerate(prompts):
-        first = engine.prefill(prompt)
-        greedy_text = [first] + engine.greedy(first, n_tokens + max(ks) + 1)
-        engine.crop(len(prompt))
+        first, greedy_text = prompt_reference(engine, prompt, n_tokens + max(ks) + 1)
         if routing_out is not None:
             routing_out.append(engine.record_routing(greedy_text[:n_tokens]))
         for rep in range(reps):
             for gi in rng.permutation(len(grid)):
                 k, a = grid[gi]
-                run_seed = [seed, pi, rep, k, int(round(a * 1000))]
-                drafter = OracleDraft(engine, a, vocab, seed=run_seed)
-                bw = reference_read() if reference_read is not None else float("nan")
-                _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first,
-                                                reference=greedy_text)
-                rows.append({"prompt": pi, "d": depth if depth is not None else len(prompt), "k": k,
-                             "a": a, "rep": rep, "ref_GBps": bw, **summarize_steps(steps)})
+                rows.append({"prompt": pi, "d": depth if depth is not None else len(prompt), "k": k, "a": a,
+                             "rep": rep, **timed_oracle_run(engine, prompt, first, greedy_text, k, a, vocab,
+                                                            [seed, pi, rep, k, int(round(a * 1000))], n_tokens,
+                                                            reference)})
                 bar.update()
     bar.close()
     engine.dedup = False
     return pd.DataFrame(rows)
+
+
+def prompt_reference(engine, prompt, length: int) -> tuple[int, list]:
+    """Prefill ``prompt`` (with the engine's current kernel) and decode its greedy continuation of
+    ``length`` tokens after the first, untimed, then crop back to the prompt: (the prompt's greedy
+    next token, the continuation the oracle draft's runs verify against)."""
+    first = engine.prefill(prompt)
+    text = [first] + engine.greedy(first, length)
+    engine.crop(len(prompt))
+    return first, text
+
+
+def timed_oracle_run(engine, prompt, first: int, text: list, k: int, a: float, vocab: int, seed, n_tokens: int,
+                     reference=None) -> dict:
+    """One run of speculative decoding with the oracle draft at acceptance ``a`` and draft length
+    ``k`` on a prefilled ``prompt`` (``first`` its greedy next token, ``text`` its greedy
+    continuation), preceded by a same-round reference read (``ref_GBps``; NaN without ``reference``):
+    the fields of :func:`summarize_steps` and ``ref_GBps``. The cache is cropped back to the prompt."""
+    drafter = OracleDraft(engine, a, vocab, seed=seed)
+    bw = reference() if reference is not None else float("nan")
+    _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first, reference=text)
+    return {"ref_GBps": bw, **summarize_steps(steps)}
 
 
 def real_draft_sweep(engine, draft_model, prompts: list, ks, n_tokens: int, dedup: bool = True,

@@ -10,7 +10,11 @@ draft's interleaved calibration, in the same sweep on other turns, its rows apar
 2. the verify grid: tau_p(n) in the shuffled grid (the earlier protocol, kept beside the loop's);
 3. per machine state (``quiet``, then ``loaded``: :func:`moespec.measure.load.machine_state`):
    a. round calibration: teacher-forced decode loops at each depth on prompts the oracle runs do
-      not use; the depths' round models (:mod:`moespec.predict.calibration`);
+      not use; the depths' round models (:mod:`moespec.predict.calibration`). Where those loops run
+      is ``P["oracle_calibration"]``: ``"interleaved"`` (the default, amendment of 2026-12-06 m) in
+      one shuffled order with the oracle runs of their depth in step b
+      (:func:`moespec.engine.calibration.depth_sweep`), the depth's round model fitted from the
+      loops alone; ``"before"`` (the earlier protocol) here, in a stretch of their own;
    b. the oracle-draft grid, against the depth's round model (:func:`moespec.predict.speculative.oracle_predictions`);
    c. the real draft on the test MT-Bench turns at every draft cost, against each draft's round
       model, fitted from the real draft at every cost and k on MT-Bench turns the test runs do not
@@ -42,7 +46,7 @@ from moespec.engine import draftcost as DC
 from moespec.engine import goals as G
 from moespec.engine import machine_adjust as MA
 from moespec.engine import summaries as SM
-from moespec.engine.calibration import verify_loops
+from moespec.engine.calibration import depth_sweep, verify_loops
 from moespec.engine.results_folder import real_draft_file
 from moespec.engine.runs import greedy_agreement, oracle_sweep
 from moespec.engine.subject import load_subject
@@ -65,6 +69,7 @@ from .result import Result, table
 
 ROUND_MODEL_FILE = "05_round_model.json"
 DRAFT_CALIBRATION = ("interleaved", "before")      # where the real draft's round calibration runs
+ORACLE_CALIBRATION = ("interleaved", "before")     # where the oracle draft's depth calibration runs
 
 
 def real_draft_parts(sub, P: dict, seed: int = 0) -> tuple:
@@ -110,6 +115,7 @@ class WholeModelStudy:
         self.profile, self.device, self.seed, self.backend, self.dtype = profile, device, seed, backend, dtype
         self.label = sub.label
         self.draft_protocol = self._draft_protocol(P)     # refused before anything is measured
+        self.oracle_protocol = self._protocol(P, "oracle_calibration", ORACLE_CALIBRATION)
         self.ref = ReferenceRead(device=device)
         self.prompts_by_depth = {d: sub.depth_prompts(d, P["prompts_per_depth"], seed) for d in P["depths"]}
         self.order: dict = {}
@@ -221,23 +227,21 @@ class WholeModelStudy:
 
     # --- 3a. round calibration ----------------------------------------------------------------
     def calibrate(self, state: str) -> Result:
-        """Round calibration in ``state``: verify loops at each depth and, with ``draft_calibration =
-        "before"``, the real draft at every cost and k on calibration turns; the state's round models
-        (the real draft's, with ``"interleaved"``, come with its test runs: :meth:`real_draft`)."""
+        """Round calibration in ``state``: with ``oracle_calibration = "before"``, verify loops at each
+        depth (with ``"interleaved"`` they run with the oracle runs: :meth:`oracle_runs`) and, with
+        ``draft_calibration = "before"``, the real draft at every cost and k on calibration turns; the
+        state's round models of what ran here (the real draft's, with ``"interleaved"``, come with its
+        test runs: :meth:`real_draft`)."""
         P = self.sizes(state)
         self.order[f"calibration {state}"] = _now()
-        n_oracle = self.P["oracle_prompts"]
+        self.results[f"models {state}"] = {"depth": {}, "cost": {}}
         with machine_state(state, pin=self.device == "cpu") as ms:
-            loops = []
-            for d in P["depths"]:
-                cal = self.prompts_by_depth[d][n_oracle:n_oracle + P["cal_prompts"]]
-                if not cal:
-                    raise ValueError(f"prompts_per_depth = {len(self.prompts_by_depth[d])} leaves no prompt for the round "
-                                     f"calibration after the {n_oracle} oracle prompts; raise prompts_per_depth")
-                loops.append(verify_loops(self.sub.engine, cal, n_max=9, n_tokens=P["n_tokens"], reps=P["cal_reps"],
-                                          seed=self.seed + 7, depth=d, reference=self.ref,
-                                          first_prompt=n_oracle).assign(state=state))
-            loops = pd.concat(loops, ignore_index=True)
+            loops = None
+            if self.oracle_protocol == "before":
+                loops = pd.concat([verify_loops(self.sub.engine, self._cal_prompts(d, P), n_max=9, n_tokens=P["n_tokens"],
+                                                reps=P["cal_reps"], seed=self.seed + 7, depth=d, reference=self.ref,
+                                                first_prompt=self.P["oracle_prompts"]).assign(state=state)
+                                   for d in P["depths"]], ignore_index=True)
             draft_rows = None
             if self.sub.draft is not None and self.draft_protocol == "before":
                 cal = real_draft_parts(self.sub, P, self.seed)[0]
@@ -247,24 +251,47 @@ class WholeModelStudy:
                                                  plain_runs=cal.plain_runs,
                                                  desc=f"draft calibration ({state})").assign(state=state)
         self.states[state] = ms.describe()
-        self.frames["verify_loops"].append(loops)       # the rows are written before anything is built from them
-        io.write_dataframe(self.out / "verify_loops.csv", pd.concat(self.frames["verify_loops"], ignore_index=True))
-        by_depth = CAL.from_verify_loops(loops, self.label, state, n_boot=P["n_boot"], seed=self.seed)
-        self.models += list(by_depth.values())
-        self.results[f"models {state}"] = {"depth": by_depth, "cost": {}}
-        lines = [f"[{state}] {ms.describe()['what']}; read {np.nanmedian(loops['ref_GBps']):.2f} GB/s (median of the "
-                 f"loops' same-round reads)"]
+        lines = [f"[{state}] {ms.describe()['what']}"]
+        by_depth = {}
+        if loops is not None:
+            by_depth = self._depth_models(state, loops, P)
+            lines[0] += f"; read {np.nanmedian(loops['ref_GBps']):.2f} GB/s (median of the loops' same-round reads)"
+        else:
+            lines.append(f"[{state}] the oracle draft's round calibration runs interleaved with the oracle runs (step b)")
         if self.sub.draft is not None and self.draft_protocol == "interleaved":
             lines.append(f"[{state}] the real draft's round calibration runs interleaved with its test runs (step c)")
         return self._models_result(state, list(by_depth.values()) + self._draft_models(state, draft_rows, P), lines)
 
+    def _cal_prompts(self, d: int, P: dict) -> list:
+        """The depth's calibration prompts: the ``cal_prompts`` after the oracle runs' own."""
+        n_oracle = self.P["oracle_prompts"]
+        cal = self.prompts_by_depth[d][n_oracle:n_oracle + P["cal_prompts"]]
+        if not cal:
+            raise ValueError(f"prompts_per_depth = {len(self.prompts_by_depth[d])} leaves no prompt for the round "
+                             f"calibration after the {n_oracle} oracle prompts; raise prompts_per_depth")
+        return cal
+
+    def _depth_models(self, state: str, loops: pd.DataFrame, P: dict) -> dict:
+        """The oracle draft's round model per depth from ``state``'s verify loops (written first)."""
+        self.frames["verify_loops"].append(loops)       # the rows are written before anything is built from them
+        io.write_dataframe(self.out / "verify_loops.csv", pd.concat(self.frames["verify_loops"], ignore_index=True))
+        by_depth = CAL.from_verify_loops(loops, self.label, state, n_boot=P["n_boot"], seed=self.seed)
+        self.models += list(by_depth.values())
+        self.results[f"models {state}"]["depth"] = by_depth
+        return by_depth
+
     @staticmethod
-    def _draft_protocol(P: dict) -> str:
-        """Where the real draft's round calibration runs (``P["draft_calibration"]``), checked."""
-        protocol = P.get("draft_calibration", "interleaved")
-        if protocol not in DRAFT_CALIBRATION:
-            raise ValueError(f"draft_calibration must be one of {list(DRAFT_CALIBRATION)}; found {protocol!r}")
+    def _protocol(P: dict, key: str, allowed: tuple) -> str:
+        """Where a round calibration runs (``P[key]``, default the first of ``allowed``), checked."""
+        protocol = P.get(key) or allowed[0]
+        if protocol not in allowed:
+            raise ValueError(f"{key} must be one of {list(allowed)}; found {protocol!r}")
         return protocol
+
+    @classmethod
+    def _draft_protocol(cls, P: dict) -> str:
+        """Where the real draft's round calibration runs (``P["draft_calibration"]``), checked."""
+        return cls._protocol(P, "draft_calibration", DRAFT_CALIBRATION)
 
     def _draft_models(self, state: str, draft_rows, P: dict) -> list:
         """The real draft's round models of ``state`` from its calibration rows (written first, as
@@ -330,25 +357,41 @@ class WholeModelStudy:
     def oracle_runs(self, state: str) -> Result:
         P = self.sizes(state)
         self.order[f"oracle runs {state}"] = _now()
-        parts = []
+        parts, loops = [], []
         with machine_state(state, pin=self.device == "cpu"):
             for d in P["depths"]:
-                routing = []
-                parts.append(oracle_sweep(self.sub.engine, self.prompts_by_depth[d][:P["oracle_prompts"]], P["oracle_ks"],
-                                          P["a_values"], P["n_tokens"], reps=P["oracle_reps"], seed=self.seed, depth=d,
-                                          routing_out=routing if state == "quiet" else None,
-                                          reference=self.ref).assign(state=state))
+                routing = [] if state == "quiet" else None
+                oracle_prompts = self.prompts_by_depth[d][:P["oracle_prompts"]]
+                if self.oracle_protocol == "interleaved":
+                    cal, runs = depth_sweep(self.sub.engine, self._cal_prompts(d, P), oracle_prompts, P["oracle_ks"],
+                                            P["a_values"], P["n_tokens"], n_max=9, cal_reps=P["cal_reps"],
+                                            oracle_reps=P["oracle_reps"], cal_seed=self.seed + 7,
+                                            oracle_seed=self.seed, seed=self.seed + 13, depth=d, reference=self.ref,
+                                            first_cal_prompt=self.P["oracle_prompts"], routing_out=routing)
+                    loops.append(cal.assign(state=state))
+                else:
+                    runs = oracle_sweep(self.sub.engine, oracle_prompts, P["oracle_ks"], P["a_values"], P["n_tokens"],
+                                        reps=P["oracle_reps"], seed=self.seed, depth=d, routing_out=routing,
+                                        reference=self.ref)
+                parts.append(runs.assign(state=state))
                 if state == "quiet":
                     RoutingTrace(routing, num_experts=int(self.sub.description["expert_shape"][0]),
                                  source=f"greedy continuations verified at d={d}").save(self.out / f"routing_text_d{d}.npz")
         oracle = pd.concat(parts, ignore_index=True)
+        lines, tables = [], {}
+        if loops:                                         # the depth models from the loops run with the oracle runs
+            loops = pd.concat(loops, ignore_index=True)
+            fitted = self._models_result(state, list(self._depth_models(state, loops, P).values()), [])
+            lines, tables = fitted.lines, fitted.tables
+            lines.append(f"[{state}] the oracle draft's round calibration ran interleaved with the oracle runs; read "
+                         f"{np.nanmedian(loops['ref_GBps']):.2f} GB/s in its loops, "
+                         f"{np.nanmedian(oracle['ref_GBps']):.2f} GB/s in the runs (medians of the same-round reads)")
         models = self.results[f"models {state}"]["depth"]
         pred = SP.oracle_predictions(models, oracle)
         plain = [SP.plain_step(models[d], oracle[oracle["d"] == d], f"oracle runs d={d}") for d in P["depths"]]
         self.frames["oracle"].append(oracle)
         self.frames["oracle_pred"].append(pred)
         self.frames["plain"] += plain
-        lines = []
         if state == "quiet":
             io.write_dataframe(self.out / "oracle_runs.csv", oracle)
             io.save_figure(oracle_figure(oracle, title=f"oracle draft, {self.label}"), self._fig("05_oracle_acceptance.png"))
@@ -369,7 +412,7 @@ class WholeModelStudy:
                   f"[{state}] oracle-draft speedup predicted within 5 % at {int((spec.speedup_rel_error.abs() <= 0.05).sum())} "
                   f"of {len(spec)} (d, k, a) cells; largest |error| {100 * spec.speedup_rel_error.abs().max():.1f} %; "
                   f"measured inside the predicted interval at {int(spec.speedup_inside.sum())}"]
-        return Result(lines)
+        return Result(lines, tables)
 
     # --- 3c. the real draft -------------------------------------------------------------------
     def real_draft(self, state: str) -> Result:

@@ -89,6 +89,8 @@ RULES: dict[str, Rule] = {
     "ratio_reps": _COUNT, "noise_resamples": Rule(low=2), "draft_cal_prompts": _COUNT,
     "loaded_draft_cal_prompts": _COUNT, "loaded_real_prompts": _COUNT, "loaded_real_reps": _COUNT, "plain_runs": _COUNT, "real_reps": _COUNT, "wiki_docs": _COUNT, "context": _COUNT, "bench_reps": _COUNT, "u_count": _COUNT,
     "windows_per_n": _COUNT, "flush_bytes": _NONNEG, "membw_bytes": _COUNT,
+    "draft_calibration": Rule(choices=("interleaved", "before")),
+    "oracle_calibration": Rule(choices=("interleaved", "before")),
     "oracle_a": _RATE, "round_questions_per_category": _COUNT, "round_categories": _COUNT, "round_tokens": _COUNT,
     "round_ks": Rule(low=0, nonempty=True), "repeats": _COUNT, "prompt_tokens": _COUNT, "oracle_questions": _COUNT,
     "oracle_tokens": _COUNT, "lmax": _COUNT, "test_share": Rule(low=0, high=1, low_open=True, high_open=True),
