@@ -503,6 +503,13 @@ def test_notebook_05_refuses_an_unknown_draft_calibration():
                                                                                                    "before"]
     with pytest.raises(ValueError, match=r"draft_calibration must be one of \['interleaved', 'before'\]; found 'after'"):
         WholeModelStudy._draft_protocol({"draft_calibration": "after"})
+    # the oracle draft's depth calibration (amendment 2026-12-06 m): interleaved by default, "before" selectable
+    from moespec.studies.whole_model import ORACLE_CALIBRATION
+    pick = lambda P: WholeModelStudy._protocol(P, "oracle_calibration", ORACLE_CALIBRATION)   # noqa: E731
+    assert (pick({}), pick({"oracle_calibration": None}), pick({"oracle_calibration": "before"})) == (
+        "interleaved", "interleaved", "before")
+    with pytest.raises(ValueError, match=r"oracle_calibration must be one of \['interleaved', 'before'\]; found 'after'"):
+        pick({"oracle_calibration": "after"})
 
 
 def test_interleaved_sweep_mixes_the_parts_and_changes_no_token(subject):
