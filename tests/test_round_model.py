@@ -175,6 +175,22 @@ def test_verify_loops_build_the_depth_model_by_hand():
     assert list(rm.verify["dedup"].runs) == [6, 6, 6]
 
 
+def test_depth_model_on_the_dominant_regime_or_on_every_loop():
+    """Two read regimes: prompts 0 and 1 at 30 GB/s, prompt 2 at 15 GB/s with every pass 1.5 times
+    as long. The regime rule fits the dominant (high) regime's loops alone; by_regime=False (loops
+    interleaved with the runs they predict, amendment of 2026-12-06 n) the mean over every loop."""
+    rows = loop_rows([10, 16, 20], [10, 14, 16], [0.2, 0.3, 0.3], jitter=0.0)
+    low = rows.prompt == 2
+    rows.loc[:, "ref_GBps"] = np.where(low, 15.0, 30.0)
+    rows.loc[low, "t_verify_mean_s"] *= 1.5
+    high = CAL.from_verify_loops(rows, "hand", n_boot=50)[64]
+    every = CAL.from_verify_loops(rows, "hand", n_boot=50, by_regime=False)[64]
+    assert high.regime == "high" and every.regime == "all rows"
+    assert high.tau("dedup") / MS == pytest.approx([10, 14, 16])
+    assert every.tau("dedup") / MS == pytest.approx(np.array([10, 14, 16]) * (2 + 1.5) / 3)
+    assert high.notes["runs"] == 2 * len(rows) // 3 and every.notes["runs"] == len(rows)
+
+
 def test_saving_falls_back_to_the_kernels_means_where_no_run_is_paired():
     rows = loop_rows([10, 16, 20], [10, 14, 16], [0.2, 0.3, 0.3])
     # at n = 2 keep the per-slot runs of repetition 0 and the deduplicating runs of repetition 1 only

@@ -118,17 +118,23 @@ def _paired_saving(rows: pd.DataFrame, verify: dict, source: str, n_boot: int, s
 
 
 def from_verify_loops(rows: pd.DataFrame, subject: str, state: str = "quiet", n_boot: int = 2000, seed: int = 0,
-                      threshold="auto") -> dict:
+                      threshold="auto", by_regime: bool = True) -> dict:
     """{depth: RoundModel} for the oracle draft from :func:`moespec.engine.calibration.verify_loops`
     rows (module docstring). The per-slot kernel's n = 1 loops and the deduplicating kernel's are
-    the same pass (n = 1 runs the per-slot kernel either way); both are kept as measured."""
+    the same pass (n = 1 runs the per-slot kernel either way); both are kept as measured.
+
+    ``by_regime``: fit each depth on the loops of the dominant read regime alone where they cover
+    every cell (:func:`_in_regime`: the rule for loops timed in a stretch of their own, which
+    meet the regime their runs will meet more often); ``False``: on every loop, for loops run in one
+    shuffled order with the runs they predict (:func:`moespec.engine.calibration.depth_sweep`),
+    whose runs meet both regimes in the same proportions (amendment of 2026-12-06 n)."""
     need = {"prompt", "rep", "d", "n", "dedup", "t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s"}
     if missing := need - set(rows.columns):
         raise ValueError(f"verify-loop rows lack column(s) {sorted(missing)}")
     tagged, main, _ = tag_regimes(rows, threshold)
     out = {}
     for d, g in tagged.groupby("d"):
-        used = _in_regime(g, main, ["n", "dedup"])
+        used = _in_regime(g, main, ["n", "dedup"]) if by_regime else g
         n_max = int(used["n"].max())
         ns = range(1, n_max + 1)
         src = f"notebook 05, round calibration: teacher-forced decode loops at d = {d} (verify_loops.csv)"

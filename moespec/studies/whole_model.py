@@ -14,7 +14,8 @@ draft's interleaved calibration, in the same sweep on other turns, its rows apar
       is ``P["oracle_calibration"]``: ``"interleaved"`` (the default, amendment of 2026-12-06 m) in
       one shuffled order with the oracle runs of their depth in step b
       (:func:`moespec.engine.calibration.depth_sweep`), the depth's round model fitted from the
-      loops alone; ``"before"`` (the earlier protocol) here, in a stretch of their own;
+      loops alone, every loop of both read regimes (amendment of 2026-12-06 n); ``"before"`` (the
+      earlier protocol) here, in a stretch of their own, on the dominant regime's loops;
    b. the oracle-draft grid, against the depth's round model (:func:`moespec.predict.speculative.oracle_predictions`);
    c. the real draft on the test MT-Bench turns at every draft cost, against each draft's round
       model, fitted from the real draft at every cost and k on MT-Bench turns the test runs do not
@@ -275,7 +276,8 @@ class WholeModelStudy:
         """The oracle draft's round model per depth from ``state``'s verify loops (written first)."""
         self.frames["verify_loops"].append(loops)       # the rows are written before anything is built from them
         io.write_dataframe(self.out / "verify_loops.csv", pd.concat(self.frames["verify_loops"], ignore_index=True))
-        by_depth = CAL.from_verify_loops(loops, self.label, state, n_boot=P["n_boot"], seed=self.seed)
+        by_depth = CAL.from_verify_loops(loops, self.label, state, n_boot=P["n_boot"], seed=self.seed,
+                                         by_regime=self.oracle_protocol == "before")
         self.models += list(by_depth.values())
         self.results[f"models {state}"]["depth"] = by_depth
         return by_depth
