@@ -8,6 +8,9 @@ runs that test the predictions made from them (paper 1's protocol: inputs first,
   round, and the cache grows as in decoding (over the same ``n_tokens`` positions as the runs it
   predicts). Each loop is preceded by a same-round reference read. Gives tau_p(n) for both kernels,
   the host time h(k) and the oracle draft's own time per round.
+* :func:`depth_sweep`: the same loops and the oracle runs of their depth in one shuffled order
+  (notebook 05's default since the amendment of 2026-12-06 m): the calibration meets the machine
+  its runs meet, in the same sweep on other prompts.
 * the draft's time as it runs comes from the real-draft runs on calibration prompts (other MT-Bench
   turns than the runs it predicts), with the per-slot kernel for the draft as trained
   (``slot_costs``): in notebook 05 one :func:`moespec.engine.draftcost.interleaved_sweep` with the
