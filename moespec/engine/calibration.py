@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from moespec.engine.runs import prompt_reference, timed_oracle_run
+from moespec.engine.runs import oracle_run_row, prompt_reference, timed_oracle_run
 
 
 def verify_loops(engine, prompts: list, n_max: int = 9, n_tokens: int = 48, reps: int = 1, seed: int = 0,
@@ -52,8 +52,8 @@ def verify_loops(engine, prompts: list, n_max: int = 9, n_tokens: int = 48, reps
         first, text = prompt_reference(engine, prompt, n_tokens + n_max + 1)
         for rep in range(reps):
             for gi in rng.permutation(len(grid)):
-                rows.append(_loop_run(engine, prompt, first, text, grid[gi], rep, vocab, [seed, pi, rep, grid[gi][0]],
-                                      n_tokens, reference, first_prompt + pi, depth))
+                rows.append(_loop_run(engine, prompt, first, text, grid[gi], pi, rep, vocab, seed, n_tokens, reference,
+                                      first_prompt, depth))
                 bar.update()
     bar.close()
     engine.dedup = False
@@ -65,12 +65,15 @@ def _loop_grid(n_max: int) -> list:
     return [(n, dd) for n in range(1, n_max + 1) for dd in (False, True)]
 
 
-def _loop_run(engine, prompt, first, text, cell, rep, vocab, seed, n_tokens, reference, prompt_index, depth) -> dict:
-    """One verify loop (the oracle draft at acceptance 1 and k = n - 1, kernel ``cell[1]``) as a row."""
+def _loop_run(engine, prompt, first, text, cell, pi, rep, vocab, seed, n_tokens, reference, first_prompt, depth) -> dict:
+    """One verify loop of prompt ``pi`` (the oracle draft at acceptance 1 and k = n - 1, kernel
+    ``cell[1]``, seeded by (``seed``, prompt, repetition, n)) as a row; the row's prompt is
+    ``first_prompt`` + ``pi``."""
     n, dd = cell
     engine.dedup = dd
-    return {"prompt": prompt_index, "d": depth if depth is not None else len(prompt), "n": n, "k": n - 1, "dedup": dd,
-            "rep": rep, **timed_oracle_run(engine, prompt, first, text, n - 1, 1.0, vocab, seed, n_tokens, reference)}
+    return {"prompt": first_prompt + pi, "d": depth if depth is not None else len(prompt), "n": n, "k": n - 1,
+            "dedup": dd, "rep": rep, **timed_oracle_run(engine, prompt, first, text, n - 1, 1.0, vocab,
+                                                        [seed, pi, rep, n], n_tokens, reference)}
 
 
 def depth_sweep(engine, cal_prompts: list, oracle_prompts: list, ks, a_values, n_tokens: int, n_max: int = 9,
@@ -126,14 +129,12 @@ def depth_sweep(engine, cal_prompts: list, oracle_prompts: list, ks, a_values, n
                 held[current] = engine.hold(first)
             first, current = engine.resume(held.pop((part, pi))), (part, pi)
         if part == "cal":
-            row = _loop_run(engine, prompt, first, text, cell, rep, vocab, [cal_seed, pi, rep, cell[0]], n_tokens,
-                            reference, first_cal_prompt + pi, depth)
+            row = _loop_run(engine, prompt, first, text, cell, pi, rep, vocab, cal_seed, n_tokens, reference,
+                            first_cal_prompt, depth)
         else:
-            k, a = cell
             engine.dedup = True
-            row = {"prompt": pi, "d": depth if depth is not None else len(prompt), "k": k, "a": a, "rep": rep,
-                   **timed_oracle_run(engine, prompt, first, text, k, a, vocab,
-                                      [oracle_seed, pi, rep, k, int(round(a * 1000))], n_tokens, reference)}
+            row = oracle_run_row(engine, prompt, first, text, cell, pi, rep, vocab, oracle_seed, n_tokens, reference,
+                                 depth)
         rows[part].append({**row, "seq": seq})
     engine.dedup = False
     return pd.DataFrame(rows["cal"]), pd.DataFrame(rows["oracle"])

@@ -68,11 +68,8 @@ def oracle_sweep(engine, prompts: list, ks, a_values, n_tokens: int, reps: int =
             routing_out.append(engine.record_routing(greedy_text[:n_tokens]))
         for rep in range(reps):
             for gi in rng.permutation(len(grid)):
-                k, a = grid[gi]
-                rows.append({"prompt": pi, "d": depth if depth is not None else len(prompt), "k": k, "a": a,
-                             "rep": rep, **timed_oracle_run(engine, prompt, first, greedy_text, k, a, vocab,
-                                                            [seed, pi, rep, k, int(round(a * 1000))], n_tokens,
-                                                            reference)})
+                rows.append(oracle_run_row(engine, prompt, first, greedy_text, grid[gi], pi, rep, vocab, seed,
+                                           n_tokens, reference, depth))
                 bar.update()
     bar.close()
     engine.dedup = False
@@ -99,6 +96,17 @@ def timed_oracle_run(engine, prompt, first: int, text: list, k: int, a: float, v
     bw = reference() if reference is not None else float("nan")
     _, steps = speculative_generate(engine, drafter, prompt, k, n_tokens, first=first, reference=text)
     return {"ref_GBps": bw, **summarize_steps(steps)}
+
+
+def oracle_run_row(engine, prompt, first: int, text: list, cell: tuple, pi: int, rep: int, vocab: int, seed,
+                   n_tokens: int, reference=None, depth: int | None = None) -> dict:
+    """One oracle-grid run (``cell`` = (k, a), the engine's kernel as set) of prompt ``pi`` as
+    :func:`oracle_sweep` records it: prompt, d (``depth``, else the prompt's length), k, a, rep and
+    :func:`timed_oracle_run`'s fields, the draft seeded by (``seed``, prompt, repetition, k, a)."""
+    k, a = cell
+    return {"prompt": pi, "d": depth if depth is not None else len(prompt), "k": k, "a": a, "rep": rep,
+            **timed_oracle_run(engine, prompt, first, text, k, a, vocab, [seed, pi, rep, k, int(round(a * 1000))],
+                               n_tokens, reference)}
 
 
 def real_draft_sweep(engine, draft_model, prompts: list, ks, n_tokens: int, dedup: bool = True,
