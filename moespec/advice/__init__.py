@@ -49,10 +49,6 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     bandwidth table ``bandwidth`` (Table-1 layout or one row per n; ``engine``/``model`` pick a row),
     optionally with a routing ``trace`` (a RoutingTrace or the path of one). Acceptance rates:
     ``acceptance`` (floats in [0, 1)) and/or ``acceptance_table`` (:func:`.inputs.acceptance_from_table`).
-           trace=None, eps: float | None = None, use: str = "auto", version: str = "loop",
-           depth: int | None = None, dense_ratio: float = 0.5, draft_fit=None, free_draft: bool = False,
-           state: str | None = None, context: str | None = None, draft_of_run: str | None = None,
-           fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>") -> dict:
     A run that did not finish (its manifest says running, failed or interrupted) is refused unless
     ``allow_incomplete``; the advice then says which notebooks' tables it used. ``source``: the
     label of a bandwidth table's rows (``"published"``: paper 1's numbers); by default the rows
