@@ -10,7 +10,8 @@ runs: the measure amendment d chose its settings on and amendment k chose its re
 it, the real-draft predictions scored as notebook 05 scores them (round models fitted to the
 adjusted calibration runs, :func:`moespec.predict.calibration.real_draft_models`, against the
 adjusted test runs): how many (draft cost, k) points are within 5 %, the largest, mean and
-root-mean-square error. The read notebook 05 used reproduces its published predictions.
+root-mean-square error. The read notebook 05 used, with the run's slope grouping (``RealDraftFolder.slope_by``),
+reproduces its published predictions.
 
 Writes ``<out>/<stamp>_read_bracketing.csv`` (one row per state and read) and ``.json`` with the run
 it comes from. Measures nothing.
@@ -26,27 +27,13 @@ from pathlib import Path
 import pandas as pd
 
 from moespec.engine import machine_adjust as MA
+from moespec.engine.rescore import rescore
 from moespec.engine.results_folder import read_real_draft_folder
-from moespec.predict import calibration as CAL
-from moespec.predict import speculative as SP
-
-
-def rescore(sweep: pd.DataFrame, state: str, read: str, tolerance: float = 0.05, n_boot: int = 200,
-            seed: int = 0) -> dict:
-    """One state's whole sweep (``part`` calibration/test, as measured) with the machine factors
-    from ``read``: the adjustment's slope and the noise it leaves, and the predictions' score."""
-    runs, mf = MA.with_machine_factors(sweep.drop(columns=[MA.FACTOR], errors="ignore"), read=read)
-    adj = MA.adjusted(runs)
-    models = CAL.real_draft_models(adj[adj["part"] == "calibration"], "rescored", state, n_boot=n_boot, seed=seed)
-    pred = SP.real_draft_predictions(models, adj[adj["part"] == "test"])
-    return {"state": state, "read": read, "slope": mf.slope, "runs": len(runs),
-            "noise_measured": MA.run_noise(runs), "noise_adjusted": MA.run_noise(adj),
-            **SP.error_score(pred["rel_error"], tolerance)}
 
 
 def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
     folder = read_real_draft_folder(data)
-    rows = pd.DataFrame([rescore(folder.whole_sweep(state), state, read, n_boot=n_boot)
+    rows = pd.DataFrame([rescore(folder.whole_sweep(state), state, n_boot=n_boot, read=read, slope_by=folder.slope_by)[0]
                          for state in folder.states for read in MA.READS])
     folder.write_record("read_bracketing", rows, {"n_boot": n_boot, "rows": rows.to_dict(orient="records")}, out)
     print(rows.round(4).to_string(index=False))

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from bench_scripts import load_benchmark
+from moespec.engine.rescore import rescore
 from moespec.engine.results_folder import RealDraftFolder
 from test_draftcost import _runs
 
@@ -18,7 +19,9 @@ rb = load_benchmark("read_bracketing")
 TIMES = ("t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s", "t_step_mean_s")
 
 
-def _sweep(seed: int = 5) -> pd.DataFrame:
+def _sweep(seed: int = 5, plain_power: float = 0.7, drafted_power: float = 0.7) -> pd.DataFrame:
+    """Both parts in one shuffled sweep; during each run the machine is the one between its two
+    reads, and a run's time follows that read by ``plain_power`` (k = 0) or ``drafted_power``."""
     tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3}
     drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3)}
     one = _runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3))
@@ -30,7 +33,8 @@ def _sweep(seed: int = 5) -> pd.DataFrame:
     rows = rows.sort_values("seq").reset_index(drop=True)
     read = rng.uniform(10, 20, len(rows))
     between = np.sqrt(read * np.r_[read[1:], read[-1]])
-    slower = np.exp(-0.7 * (np.log(between) - np.median(np.log(between))))   # time x this in each run
+    power = np.where(rows["k"].to_numpy() == 0, plain_power, drafted_power)
+    slower = np.exp(-power * (np.log(between) - np.median(np.log(between))))   # time x this in each run
     rows["ref_GBps"] = read
     for col in TIMES:
         rows[col] = rows[col] * slower
@@ -38,9 +42,25 @@ def _sweep(seed: int = 5) -> pd.DataFrame:
     return rows
 
 
+def stand_in_folder(rows: pd.DataFrame):
+    """A stand-in results folder of one quiet state whose whole sweep is ``rows`` (a run recorded
+    with one read slope per sweep), writing records as a real one does."""
+    class Folder:
+        states, stamp, slope_by = ["quiet"], "20260101T000000Z", "sweep"
+        write_record = RealDraftFolder.write_record
+
+        def whole_sweep(self, state):
+            return rows
+
+        def source(self):
+            return {"commit": "abc"}
+
+    return Folder()
+
+
 def test_bracketing_read_takes_the_machine_out_and_the_read_before_does_not():
     rows = _sweep()
-    got = {read: rb.rescore(rows, "quiet", read, n_boot=20) for read in ("bracketing", "own")}
+    got = {read: rescore(rows, "quiet", n_boot=20, read=read, slope_by="sweep")[0] for read in ("bracketing", "own")}
     b, own = got["bracketing"], got["own"]
     assert b["slope"] == pytest.approx(0.7) and b["noise_adjusted"] == pytest.approx(0, abs=1e-9)
     assert b["points"] == 6 and b["within"] == 6 and b["largest_abs_error"] == pytest.approx(0, abs=1e-9)
@@ -51,19 +71,9 @@ def test_bracketing_read_takes_the_machine_out_and_the_read_before_does_not():
 def test_record(tmp_path, monkeypatch):
     rows = _sweep()
 
-    class Folder:                                              # a stand-in results folder of one state
-        states, stamp = ["quiet"], "20260101T000000Z"
-        write_record = RealDraftFolder.write_record
-
-        def whole_sweep(self, state):
-            return rows
-
-        def source(self):
-            return {"commit": "abc"}
-
-    monkeypatch.setattr(rb, "read_real_draft_folder", lambda data: Folder())
+    monkeypatch.setattr(rb, "read_real_draft_folder", lambda data: stand_in_folder(rows))
     table = rb.run(tmp_path / "data", out=tmp_path, n_boot=20)
-    assert table["read"].tolist() == ["bracketing", "own"]
+    assert table["read"].tolist() == ["bracketing", "own"] and table["slope_by"].tolist() == ["sweep"] * 2
     record = json.loads((tmp_path / "20260101T000000Z_read_bracketing.json").read_text())
     assert record["source"] == {"commit": "abc"} and len(record["rows"]) == 2 and record["n_boot"] == 20
     assert record["how"] == "benchmarks/read_bracketing.py over a notebook-05 results folder"

@@ -1,5 +1,5 @@
 """The machine adjustment of a real-draft sweep's runs (moespec.engine.machine_adjust, amendment of
-2026-12-06 d): the read slope and the neighbour term on hand-checkable sweeps, the run's read from
+2026-12-06 d): the read slope (one per sweep, or one for plain and one for drafted runs: amendment of 2026-12-07 a) and the neighbour term on hand-checkable sweeps, the run's read from
 the two reads that bracket it (amendment k), the run itself left out, no cell moved in expectation
 under a shuffled order, and clear refusals."""
 
@@ -133,3 +133,50 @@ def test_as_analysed_and_refusals():
         MA.machine_factors(rows, read="after")
     with pytest.raises(ValueError, match="cells run at least twice"):
         MA.run_noise(rows.assign(prompt=range(6)))
+
+
+def _two_slope_sweep(seed=5, reps=6):
+    """Plain runs that follow the read with slope 1, drafted ones with slope 0.5 (amendment of
+    2026-12-07 a's premise, exactly), three prompts in a seeded order."""
+    rng = np.random.default_rng(seed)
+    cells = [(p, k) for p in range(3) for k in (0, 1, 2)] * reps
+    cells = [cells[i] for i in rng.permutation(len(cells))]
+    base = np.array([{0: 30.0, 1: 45.0, 2: 50.0}[k] + p for p, k in cells])
+    ref = rng.uniform(10, 30, len(cells))
+    x = np.log(ref) - np.median(np.log(ref))
+    power = np.array([1.0 if k == 0 else 0.5 for _, k in cells])
+    return sweep(base * np.exp(power * x), cells, ref), base, x
+
+
+def test_plain_and_drafted_slopes_recovered_where_one_sweep_slope_is_not():
+    rows, base, x = _two_slope_sweep()
+    mf = MA.machine_factors(rows, read="own", iterations=0)
+    assert mf.slope_by == "plain-drafted"                     # the default since amendment 2026-12-07 a
+    assert mf.group_slopes == pytest.approx({"drafted": 0.5, "plain": 1.0})
+    adj = MA.adjusted(rows.assign(machine_factor=mf.factor))
+    assert adj["throughput"].to_numpy() == pytest.approx(base)
+    assert MA.run_noise(adj) == pytest.approx(0, abs=1e-12)
+    one = MA.machine_factors(rows, read="own", iterations=0, slope_by="sweep")
+    assert one.group_slopes == {"all": pytest.approx(one.slope)} and 0.5 < one.slope < 1.0
+    assert MA.run_noise(MA.adjusted(rows.assign(machine_factor=one.factor))) > 0.01
+    summary = MA.factor_summary(mf, rows.assign(machine_factor=mf.factor))
+    assert summary["slope_by"] == "plain-drafted" and summary["slope_plain"] == pytest.approx(1.0)
+    assert "slope_all" not in MA.factor_summary(one, rows.assign(machine_factor=one.factor))
+
+
+def test_held_out_read_noise_prefers_the_true_grouping_and_a_thin_group_takes_the_sweeps_slope():
+    rows, _, _ = _two_slope_sweep()
+    assert MA.held_out_read_noise(rows, "plain-drafted", read="own") == pytest.approx(0, abs=1e-12)
+    assert MA.held_out_read_noise(rows, "sweep", read="own") > 0.01
+    # by k: the two drafted k's each hold their slope 0.5, so nothing is left either
+    assert MA.held_out_read_noise(rows, "k", read="own") == pytest.approx(0, abs=1e-12)
+    few = rows[(rows.k != 0) | (rows.seq < 12)]                # a handful of plain runs: under MIN_GROUP_RUNS
+    few = few.assign(seq=np.arange(len(few)))
+    mf = MA.machine_factors(few, read="own", iterations=0)
+    plain_cells = MA.cell_keys(few[few.k == 0]).value_counts()
+    assert plain_cells[plain_cells >= 2].sum() < MA.MIN_GROUP_RUNS   # the plain runs of repeated cells
+    assert mf.group_slopes["plain"] == pytest.approx(mf.slope)
+    with pytest.raises(ValueError, match="slope_by must be one of"):
+        MA.machine_factors(rows, slope_by="prompt")
+    with pytest.raises(ValueError, match="slope_by must be one of"):
+        MA.held_out_read_noise(rows, "prompt")

@@ -14,8 +14,11 @@ and take no part in the estimates). Each run gets a *machine factor* ``f`` from 
 
 1. its read: the residuals of the repeated cells regressed on the log of the run's read about its
    cell's mean (the within-cell regression: the raw log read would attenuate the slope by the
-   share of the read's variance that lies within cells), one slope ``b`` per sweep (the machine
-   state's), each run's read term ``b (log B - median log B)``. ``B`` is the geometric mean of the
+   share of the read's variance that lies within cells), one slope ``b`` for the sweep's plain runs
+   and one for its drafted runs (amendment of 2026-12-07 a, :data:`SLOPE_GROUPS`; one per sweep
+   before it: on the run of b6ef1d9 the plain runs followed the read by 1.27 quiet and 0.79 loaded,
+   the drafted ones by 0.79 and 0.58, and the one slope over both left more noise out of sample,
+   ``benchmarks/read_slopes.py``), each run's read term ``b (log B - median log B)``. ``B`` is the geometric mean of the
    two reads that bracket the run: its own same-round read, timed just before it, and the next
    run's, timed just after it (:func:`run_reads`; the last run of a sweep has its own alone;
    amendment of 2026-12-06 k: on the run of ae85c51 it left less noise in both states than the
@@ -58,6 +61,38 @@ FACTOR = "machine_factor"
 #: Which reads give a run's ``B`` (:func:`run_reads`): ``"bracketing"`` (amendment of 2026-12-06 k,
 #: the default) or ``"own"`` (the run's own same-round read alone, amendment d's rule).
 READS = ("bracketing", "own")
+#: The columns that name a kind of run (a cell without its prompt and part).
+KIND = ["draft_cost", "k", "dedup"]
+
+
+def _one_group(rows: pd.DataFrame) -> pd.Series:
+    return pd.Series("all", index=rows.index)
+
+
+def _plain_or_drafted(rows: pd.DataFrame) -> pd.Series:
+    return pd.Series(np.where(rows["k"].to_numpy() == 0, "plain", "drafted"), index=rows.index)
+
+
+def _by_k(rows: pd.DataFrame) -> pd.Series:
+    return "k=" + rows["k"].astype(int).astype(str)
+
+
+def kind_keys(rows: pd.DataFrame) -> pd.Series:
+    """Each run's kind (:data:`KIND`: its cell without prompt and part) as one key."""
+    return cell_keys(rows, KIND)
+
+
+#: The groups of runs over which the read slope ``b`` is estimated, one slope per group (``slope_by``
+#: of :func:`machine_factors`; each maps the rows to their group): ``"sweep"``, one slope over every
+#: repeated run (amendment d's rule); ``"plain-drafted"``, one for the plain runs and one for the
+#: drafted ones (amendment of 2026-12-07 a, the default: a plain step is all weight reads, a drafted
+#: round adds the draft's compute, which the read does not move); ``"k"`` and ``"kind"`` (draft
+#: cost, k and kernel), finer groups ``benchmarks/read_slopes.py`` compares. A group with fewer than
+#: :data:`MIN_GROUP_RUNS` repeated runs, or no spread of read within its cells, takes the sweep's.
+SLOPE_GROUPS = {"plain-drafted": _plain_or_drafted, "sweep": _one_group, "k": _by_k, "kind": kind_keys}
+SLOPES = tuple(SLOPE_GROUPS)
+#: The fewest repeated runs of a group whose slope is its own (fewer: the sweep's slope).
+MIN_GROUP_RUNS = 10
 
 
 @dataclass(frozen=True)
@@ -71,6 +106,9 @@ class MachineFactors:
     iterations: int
     repeated_runs: int
     read: str = READS[0]
+    slope_by: str = SLOPES[0]
+    #: each group's slope (:data:`SLOPE_GROUPS`; the sweep's where a group took it); ``slope`` is the sweep's
+    group_slopes: dict | None = None
 
 
 def _checked(rows: pd.DataFrame) -> pd.DataFrame:
@@ -86,11 +124,16 @@ def _checked(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def cell_keys(rows: pd.DataFrame) -> pd.Series:
+def cell_keys(rows: pd.DataFrame, columns=CELL) -> pd.Series:
     """Each run's cell (:data:`CELL`, ``part`` where present) as one key; a plain run's missing draft
     cost counts as one value."""
-    keys = [c for c in CELL if c in rows.columns]
+    keys = [c for c in columns if c in rows.columns]
     return rows[keys].assign(draft_cost=rows["draft_cost"].fillna(-1.0)).astype(str).agg("|".join, axis=1)
+
+
+def _slope(within: np.ndarray, r: np.ndarray) -> float | None:
+    """The least-squares slope of ``r`` on ``within`` through the origin; None without spread."""
+    return float(np.sum(within * r) / np.sum(within ** 2)) if within.size and np.ptp(within) > 0 else None
 
 
 def _residuals(log_t: np.ndarray, cells: pd.Series) -> np.ndarray:
@@ -127,12 +170,15 @@ def run_reads(order: pd.DataFrame, read: str = READS[0]) -> np.ndarray:
 
 
 def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations: int = ITERATIONS,
-                    read: str = READS[0]) -> MachineFactors:
+                    read: str = READS[0], slope_by: str = SLOPES[0]) -> MachineFactors:
     """Each run's machine factor (module docstring) over the runs of one sweep in one machine state
     (columns :data:`CELL` (``part`` optional), ``seq``, ``throughput``, ``ref_GBps`` optional), the
-    run's read ``B`` from :func:`run_reads` (``read``)."""
+    run's read ``B`` from :func:`run_reads` (``read``), the read slope over the sweep or per kind of
+    run (``slope_by``, :data:`SLOPES`)."""
     if int(neighbours) < 1 or int(iterations) < 0:
         raise ValueError(f"neighbours must be >= 1 and iterations >= 0; found {neighbours}, {iterations}")
+    if slope_by not in SLOPES:
+        raise ValueError(f"slope_by must be one of {list(SLOPES)}; found {slope_by!r}")
     rows = _checked(rows)
     order = rows.sort_values("seq")
     cells = cell_keys(order)
@@ -140,18 +186,27 @@ def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations
     log_t = np.log(order["throughput"].to_numpy(float))
     r = _residuals(log_t, cells)
     log_b = np.log(run_reads(order, read))
-    slope, read_term = 0.0, np.zeros(len(order))
+    slope, read_term, group_slopes = 0.0, np.zeros(len(order)), None
     if repeated.sum() >= 3 and np.isfinite(log_b).all():
-        within = _residuals(log_b, cells)[repeated]         # the read about its cell's mean, as r is
-        if np.ptp(within) > 0:
-            slope = float(np.sum(within * r[repeated]) / np.sum(within ** 2))
-            read_term = slope * (log_b - np.median(log_b))
+        within = _residuals(log_b, cells)                    # the read about its cell's mean, as r is
+        if (pooled := _slope(within[repeated], r[repeated])) is not None:
+            slope = pooled
+            groups = SLOPE_GROUPS[slope_by](order).to_numpy()
+            per_run, group_slopes = np.full(len(order), slope), {}
+            for group in pd.unique(groups):
+                mine = (groups == group) & repeated
+                own = _slope(within[mine], r[mine]) if mine.sum() >= MIN_GROUP_RUNS else None
+                group_slopes[str(group)] = slope if own is None else own
+                per_run[groups == group] = group_slopes[str(group)]
+            group_slopes = dict(sorted(group_slopes.items()))
+            read_term = per_run * (log_b - np.median(log_b))
     drift = np.zeros(len(order))
     if repeated.any():
         for _ in range(int(iterations)):
             drift += _neighbour_medians(_residuals(log_t - read_term - drift, cells), repeated, int(neighbours))
     factor = pd.Series(np.exp(read_term + drift), index=order.index).reindex(rows.index)
-    return MachineFactors(factor, slope, int(neighbours), int(iterations), int(repeated.sum()), read)
+    return MachineFactors(factor, slope, int(neighbours), int(iterations), int(repeated.sum()), read, slope_by,
+                          group_slopes)
 
 
 def with_machine_factors(rows: pd.DataFrame, **settings) -> tuple[pd.DataFrame, MachineFactors]:
@@ -186,14 +241,54 @@ def as_analysed(rows: pd.DataFrame) -> pd.DataFrame:
     return adjusted(rows) if FACTOR in rows.columns else rows
 
 
+def settings() -> dict:
+    """The adjustment's rule as a run records it (``run.json``, key ``machine_adjustment``): read,
+    slope grouping, neighbours and passes."""
+    return {"read": READS[0], "slope_by": SLOPES[0], "neighbours": NEIGHBOURS, "iterations": ITERATIONS,
+            "min_group_runs": MIN_GROUP_RUNS}
+
+
 def factor_summary(mf: MachineFactors, rows: pd.DataFrame) -> dict:
-    """The adjustment in numbers (notebook 05's line): the read slope, the 5th and 95th percentiles
+    """The adjustment in numbers (notebook 05's line): the read slope (the sweep's, and each group's
+    as ``slope_<group>`` where ``slope_by`` groups the runs), the 5th and 95th percentiles
     of the factors, the runs the estimates rest on, and the noise of one run (:func:`run_noise`) of
     ``rows`` (the runs as measured, with their factors) as measured and adjusted."""
     f = mf.factor.to_numpy(float)
     return {"slope": mf.slope, "q05": float(np.quantile(f, 0.05)), "q95": float(np.quantile(f, 0.95)),
             "runs": int(f.size), "repeated_runs": mf.repeated_runs, "neighbours": mf.neighbours,
-            "iterations": mf.iterations, "read": mf.read, "noise_measured": run_noise(rows), "noise_adjusted": run_noise(adjusted(rows))}
+            "iterations": mf.iterations, "read": mf.read, "slope_by": mf.slope_by,
+            **({f"slope_{g}": b for g, b in mf.group_slopes.items()} if mf.group_slopes and mf.slope_by != "sweep" else {}),
+            "noise_measured": run_noise(rows), "noise_adjusted": run_noise(adjusted(rows))}
+
+
+def held_out_read_noise(rows: pd.DataFrame, slope_by: str = SLOPES[0], read: str = READS[0]) -> float:
+    """The noise of one run that the read term alone leaves out of sample: for each prompt of each
+    part, every group's slope (``slope_by``) estimated on the other prompts' repeated runs and
+    applied to this prompt's, the root mean square of the residuals so left over every repeated run
+    (no neighbour term). A finer grouping always leaves less noise in sample; this is the measure
+    amendment of 2026-12-07 a chose its grouping on (``benchmarks/read_slopes.py``)."""
+    if slope_by not in SLOPES:
+        raise ValueError(f"slope_by must be one of {list(SLOPES)}; found {slope_by!r}")
+    order = _checked(rows).sort_values("seq")
+    cells = cell_keys(order)
+    repeated = (cells.groupby(cells).transform("size") >= 2).to_numpy()
+    log_b = np.log(run_reads(order, read))
+    if repeated.sum() < 3 or not np.isfinite(log_b).all():
+        raise ValueError("held-out read noise needs reads in every run and at least 3 runs of repeated cells")
+    r = _residuals(np.log(order["throughput"].to_numpy(float)), cells)
+    within = _residuals(log_b, cells)
+    prompt = (order["part"].astype(str) + ":" if "part" in order else "") + order["prompt"].astype(str)
+    prompt, groups = prompt.to_numpy(), SLOPE_GROUPS[slope_by](order).to_numpy()
+    left = []
+    for p in pd.unique(prompt[repeated]):
+        train, test = repeated & (prompt != p), repeated & (prompt == p)
+        sweep = _slope(within[train], r[train]) or 0.0
+        for group in pd.unique(groups[test]):
+            fit = train & (groups == group)
+            b = (_slope(within[fit], r[fit]) if fit.sum() >= MIN_GROUP_RUNS else None)
+            mine = test & (groups == group)
+            left.append(r[mine] - (sweep if b is None else b) * within[mine])
+    return float(np.sqrt(np.mean(np.concatenate(left) ** 2)))
 
 
 def repeated_residuals(log_values, rows: pd.DataFrame) -> pd.Series:

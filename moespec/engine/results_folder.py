@@ -66,6 +66,13 @@ class RealDraftFolder:
         return pd.concat([cal.assign(part="calibration"), test.assign(part="test")], ignore_index=True)
 
     @property
+    def slope_by(self) -> str:
+        """The read-slope grouping the run's machine adjustment used (``run.json``'s
+        ``machine_adjustment``); runs recorded before amendment of 2026-12-07 a used one slope per
+        sweep."""
+        return self.record.get("machine_adjustment", {}).get("slope_by", "sweep")
+
+    @property
     def started(self) -> str:
         """When the run's first phase started (ISO time)."""
         return min(self.record["started"].values())

@@ -281,7 +281,10 @@ def as_measured_line(pred: pd.DataFrame, adjustment: dict, state: str) -> str:
     reps = [c for c in pred.columns if c.startswith("rep") and c.endswith("_as_measured") and pred[c].notna().any()]
     se = (f"; standard error of a point {100 * measurement_noise(pred[reps])['se']:.1f} % as measured"
           if len(reps) >= 2 else "")
-    return (f"[{state}] machine adjustment: read slope {a['slope']:.2f}, {a['neighbours']} neighbours a side, factors "
+    groups = {k[len("slope_"):]: v for k, v in a.items() if k.startswith("slope_") and k != "slope_by"}
+    slopes = (f"read slope {a['slope']:.2f} over the sweep, per {a.get('slope_by')} group "
+              + ", ".join(f"{g} {b:.2f}" for g, b in groups.items()) if groups else f"read slope {a['slope']:.2f}")
+    return (f"[{state}] machine adjustment: {slopes}, {a['neighbours']} neighbours a side, factors "
             f"{a['q05']:.3f} to {a['q95']:.3f} (5th to 95th percentile over {a['runs']} runs); the noise of one run "
             f"{100 * a['noise_measured']:.1f} % as measured, {100 * a['noise_adjusted']:.1f} % adjusted{se}. Against the runs "
             f"as measured: within 5 % at {int((e <= 0.05).sum())} of {len(pred)} (largest {100 * e.max():.1f} %); with "

@@ -543,7 +543,8 @@ class WholeModelStudy:
                   "finished": _now(),
                   "rules": rules_prov, "regimes": self.regimes, "verify_argmax": self.argmax,
                   "machine_states": self.states, "n_tokens": self.P["n_tokens"], "ks": self.P["oracle_ks"],
-                  "a_values": list(self.P["a_values"]), "provenance": provenance.full_record(), **record_fields}
+                  "a_values": list(self.P["a_values"]), "machine_adjustment": MA.settings(),
+                  "provenance": provenance.full_record(), **record_fields}
         io.write_json(self.out / "run.json", record)
         self.record = record
         first_test = self.order.get("oracle runs quiet")
