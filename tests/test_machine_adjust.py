@@ -1,5 +1,6 @@
 """The machine adjustment of a real-draft sweep's runs (moespec.engine.machine_adjust, amendment of
-2026-12-06 d): the read slope (one per sweep, or one for plain and one for drafted runs: amendment of 2026-12-07 a) and the neighbour term on hand-checkable sweeps, the run's read from
+2026-12-06 d): the read slope (one per sweep, or one for the plain runs and one for the drafted:
+amendment of 2026-12-07 a) and the neighbour term on hand-checkable sweeps, the run's read from
 the two reads that bracket it (amendment k), the run itself left out, no cell moved in expectation
 under a shuffled order, and clear refusals."""
 

@@ -257,7 +257,8 @@ def factor_summary(mf: MachineFactors, rows: pd.DataFrame) -> dict:
     return {"slope": mf.slope, "q05": float(np.quantile(f, 0.05)), "q95": float(np.quantile(f, 0.95)),
             "runs": int(f.size), "repeated_runs": mf.repeated_runs, "neighbours": mf.neighbours,
             "iterations": mf.iterations, "read": mf.read, "slope_by": mf.slope_by,
-            **({f"slope_{g}": b for g, b in mf.group_slopes.items()} if mf.group_slopes and mf.slope_by != "sweep" else {}),
+            **({f"slope_{g}": b for g, b in mf.group_slopes.items()}
+               if mf.group_slopes and mf.slope_by != "sweep" else {}),
             "noise_measured": run_noise(rows), "noise_adjusted": run_noise(adjusted(rows))}
 
 
