@@ -18,9 +18,10 @@ and take no part in the estimates). Each run gets a *machine factor* ``f`` from 
    and one for its drafted runs (amendment of 2026-12-07 a, :data:`SLOPE_GROUPS`; one per sweep
    before it: on the run of b6ef1d9 the plain runs followed the read by 1.27 quiet and 0.79 loaded,
    the drafted ones by 0.79 and 0.58, and the one slope over both left more noise out of sample,
-   ``benchmarks/read_slopes.py``), each run's read term ``b (log B - median log B)``. ``B`` is the geometric mean of the
-   two reads that bracket the run: its own same-round read, timed just before it, and the next
-   run's, timed just after it (:func:`run_reads`; the last run of a sweep has its own alone;
+   ``benchmarks/read_slopes.py``), each run's read term ``b (log B - median log B)``. ``B`` is the
+   geometric mean of the two reads that bracket the run: its own same-round read, timed just
+   before it, and the next run's, timed just after it (:func:`run_reads`; the last run of a sweep
+   has its own alone;
    amendment of 2026-12-06 k: on the run of ae85c51 it left less noise in both states than the
    read before alone, ``benchmarks/read_bracketing.py``); ``read="own"`` is the rule before it;
 2. its neighbours in time: after step 1, the median residual of the ``neighbours`` nearest runs of
@@ -173,8 +174,8 @@ def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations
                     read: str = READS[0], slope_by: str = SLOPES[0]) -> MachineFactors:
     """Each run's machine factor (module docstring) over the runs of one sweep in one machine state
     (columns :data:`CELL` (``part`` optional), ``seq``, ``throughput``, ``ref_GBps`` optional), the
-    run's read ``B`` from :func:`run_reads` (``read``), the read slope over the sweep or per kind of
-    run (``slope_by``, :data:`SLOPES`)."""
+    run's read ``B`` from :func:`run_reads` (``read``), the read slope over the sweep or per group of
+    runs (``slope_by``, :data:`SLOPE_GROUPS`)."""
     if int(neighbours) < 1 or int(iterations) < 0:
         raise ValueError(f"neighbours must be >= 1 and iterations >= 0; found {neighbours}, {iterations}")
     if slope_by not in SLOPES:
