@@ -38,8 +38,7 @@ def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
     for state in folder.states:
         sweep = folder.whole_sweep(state)
         for rule in MA.SLOPES:
-            summary, _ = rescore(sweep, state, n_boot=n_boot, slope_by=rule)
-            mf = MA.machine_factors(sweep.drop(columns=[MA.FACTOR], errors="ignore"), slope_by=rule)
+            summary, _, mf = rescore(sweep, state, n_boot=n_boot, slope_by=rule)
             rows.append({**summary, "groups": len(mf.group_slopes or {}),
                          "group_slopes": "; ".join(f"{g} {b:.3f}" for g, b in (mf.group_slopes or {}).items()),
                          "held_out_noise": MA.held_out_read_noise(sweep, slope_by=rule)})

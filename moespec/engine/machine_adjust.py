@@ -137,6 +137,27 @@ def _slope(within: np.ndarray, r: np.ndarray) -> float | None:
     return float(np.sum(within * r) / np.sum(within ** 2)) if within.size and np.ptp(within) > 0 else None
 
 
+def _group_slopes(within: np.ndarray, r: np.ndarray, groups: np.ndarray, fit: np.ndarray, fallback: float) -> dict:
+    """{group: slope} for every group in ``groups``: the slope of ``r`` on ``within`` over the
+    group's runs in ``fit``, or ``fallback`` where they are fewer than :data:`MIN_GROUP_RUNS` or
+    have no spread of read."""
+    out = {}
+    for group in pd.unique(groups):
+        mine = (groups == group) & fit
+        own = _slope(within[mine], r[mine]) if mine.sum() >= MIN_GROUP_RUNS else None
+        out[str(group)] = fallback if own is None else own
+    return dict(sorted(out.items()))
+
+
+def _in_order(rows: pd.DataFrame, read: str):
+    """One sweep's runs in sweep order, with what both the factors and their held-out check start
+    from: (order, cells, repeated (a run of a cell run at least twice), log throughput, log read)."""
+    order = _checked(rows).sort_values("seq")
+    cells = cell_keys(order)
+    repeated = (cells.groupby(cells).transform("size") >= 2).to_numpy()
+    return order, cells, repeated, np.log(order["throughput"].to_numpy(float)), np.log(run_reads(order, read))
+
+
 def _residuals(log_t: np.ndarray, cells: pd.Series) -> np.ndarray:
     s = pd.Series(log_t, index=cells.index)
     return (s - s.groupby(cells).transform("mean")).to_numpy()
@@ -180,27 +201,16 @@ def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations
         raise ValueError(f"neighbours must be >= 1 and iterations >= 0; found {neighbours}, {iterations}")
     if slope_by not in SLOPES:
         raise ValueError(f"slope_by must be one of {list(SLOPES)}; found {slope_by!r}")
-    rows = _checked(rows)
-    order = rows.sort_values("seq")
-    cells = cell_keys(order)
-    repeated = (cells.groupby(cells).transform("size") >= 2).to_numpy()
-    log_t = np.log(order["throughput"].to_numpy(float))
+    order, cells, repeated, log_t, log_b = _in_order(rows, read)
     r = _residuals(log_t, cells)
-    log_b = np.log(run_reads(order, read))
     slope, read_term, group_slopes = 0.0, np.zeros(len(order)), None
     if repeated.sum() >= 3 and np.isfinite(log_b).all():
         within = _residuals(log_b, cells)                    # the read about its cell's mean, as r is
         if (pooled := _slope(within[repeated], r[repeated])) is not None:
             slope = pooled
             groups = SLOPE_GROUPS[slope_by](order).to_numpy()
-            per_run, group_slopes = np.full(len(order), slope), {}
-            for group in pd.unique(groups):
-                mine = (groups == group) & repeated
-                own = _slope(within[mine], r[mine]) if mine.sum() >= MIN_GROUP_RUNS else None
-                group_slopes[str(group)] = slope if own is None else own
-                per_run[groups == group] = group_slopes[str(group)]
-            group_slopes = dict(sorted(group_slopes.items()))
-            read_term = per_run * (log_b - np.median(log_b))
+            group_slopes = _group_slopes(within, r, groups, repeated, slope)
+            read_term = np.array([group_slopes[str(g)] for g in groups]) * (log_b - np.median(log_b))
     drift = np.zeros(len(order))
     if repeated.any():
         for _ in range(int(iterations)):
@@ -271,25 +281,18 @@ def held_out_read_noise(rows: pd.DataFrame, slope_by: str = SLOPES[0], read: str
     amendment of 2026-12-07 a chose its grouping on (``benchmarks/read_slopes.py``)."""
     if slope_by not in SLOPES:
         raise ValueError(f"slope_by must be one of {list(SLOPES)}; found {slope_by!r}")
-    order = _checked(rows).sort_values("seq")
-    cells = cell_keys(order)
-    repeated = (cells.groupby(cells).transform("size") >= 2).to_numpy()
-    log_b = np.log(run_reads(order, read))
+    order, cells, repeated, log_t, log_b = _in_order(rows, read)
     if repeated.sum() < 3 or not np.isfinite(log_b).all():
         raise ValueError("held-out read noise needs reads in every run and at least 3 runs of repeated cells")
-    r = _residuals(np.log(order["throughput"].to_numpy(float)), cells)
-    within = _residuals(log_b, cells)
+    r, within = _residuals(log_t, cells), _residuals(log_b, cells)
     prompt = (order["part"].astype(str) + ":" if "part" in order else "") + order["prompt"].astype(str)
     prompt, groups = prompt.to_numpy(), SLOPE_GROUPS[slope_by](order).to_numpy()
     left = []
     for p in pd.unique(prompt[repeated]):
         train, test = repeated & (prompt != p), repeated & (prompt == p)
-        sweep = _slope(within[train], r[train]) or 0.0
-        for group in pd.unique(groups[test]):
-            fit = train & (groups == group)
-            b = (_slope(within[fit], r[fit]) if fit.sum() >= MIN_GROUP_RUNS else None)
-            mine = test & (groups == group)
-            left.append(r[mine] - (sweep if b is None else b) * within[mine])
+        slopes = _group_slopes(within, r, groups, train, _slope(within[train], r[train]) or 0.0)
+        b = np.array([slopes[str(g)] for g in groups[test]])
+        left.append(r[test] - b * within[test])
     return float(np.sqrt(np.mean(np.concatenate(left) ** 2)))
 
 

@@ -17,8 +17,8 @@ from moespec.predict import speculative as SP
 
 
 def rescore(sweep: pd.DataFrame, state: str, tolerance: float = 0.05, n_boot: int = 200, seed: int = 0,
-            **settings) -> tuple[dict, pd.DataFrame]:
-    """(summary, predictions) of one state's whole sweep (``part`` calibration/test, as measured:
+            **settings) -> tuple[dict, pd.DataFrame, MA.MachineFactors]:
+    """(summary, predictions, machine factors) of one state's whole sweep (``part`` calibration/test, as measured:
     :meth:`moespec.engine.results_folder.RealDraftFolder.whole_sweep`) with the machine factors
     of ``settings`` (keywords of :func:`~moespec.engine.machine_adjust.machine_factors`): the
     adjustment's slope, the noise of one run before and after it (:func:`~moespec.engine.machine_adjust.run_noise`,
@@ -31,4 +31,4 @@ def rescore(sweep: pd.DataFrame, state: str, tolerance: float = 0.05, n_boot: in
     summary = {"state": state, **{k: str(v) for k, v in settings.items()}, "slope": mf.slope, "runs": len(runs),
                "noise_measured": MA.run_noise(runs), "noise_adjusted": MA.run_noise(adj),
                **SP.error_score(pred["rel_error"], tolerance)}
-    return summary, pred
+    return summary, pred, mf
