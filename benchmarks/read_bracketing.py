@@ -33,7 +33,8 @@ from moespec.engine.results_folder import read_real_draft_folder
 
 def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
     folder = read_real_draft_folder(data)
-    rows = pd.DataFrame([rescore(folder.whole_sweep(state), state, n_boot=n_boot, read=read, slope_by=folder.slope_by)[0]
+    rows = pd.DataFrame([rescore(folder.whole_sweep(state), state, n_boot=n_boot, read=read, slope_by=folder.slope_by,
+                                  draft_form=folder.draft_form)[0]
                          for state in folder.states for read in MA.READS])
     folder.write_record("read_bracketing", rows, {"n_boot": n_boot, "rows": rows.to_dict(orient="records")}, out)
     print(rows.round(4).to_string(index=False))

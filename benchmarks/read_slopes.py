@@ -38,7 +38,7 @@ def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
     for state in folder.states:
         sweep = folder.whole_sweep(state)
         for rule in MA.SLOPES:
-            summary, _, mf = rescore(sweep, state, n_boot=n_boot, slope_by=rule)
+            summary, _, mf = rescore(sweep, state, n_boot=n_boot, slope_by=rule, draft_form=folder.draft_form)
             rows.append({**summary, "groups": len(mf.group_slopes or {}),
                          "group_slopes": "; ".join(f"{g} {b:.3f}" for g, b in (mf.group_slopes or {}).items()),
                          "held_out_noise": MA.held_out_read_noise(sweep, slope_by=rule)})

@@ -19,15 +19,26 @@ rb = load_benchmark("read_bracketing")
 TIMES = ("t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s", "t_step_mean_s")
 
 
-def _sweep(seed: int = 5, plain_power: float = 0.7, drafted_power: float = 0.7) -> pd.DataFrame:
+def _sweep(seed: int = 5, plain_power: float = 0.7, drafted_power: float = 0.7,
+           catch_up: tuple | None = None) -> pd.DataFrame:
     """Both parts in one shuffled sweep; during each run the machine is the one between its two
-    reads, and a run's time follows that read by ``plain_power`` (k = 0) or ``drafted_power``."""
+    reads, and a run's time follows that read by ``plain_power`` (k = 0) or ``drafted_power``.
+    ``catch_up`` = (e seconds, calibration share, test share): each drafted run's draft also takes
+    e s longer, s = (the part's share + 0.05 prompt) 0.8^k of its rounds beginning with two tokens
+    (its ``catch_up`` count)."""
     tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3}
     drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3)}
     one = _runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3))
     parts = [one[one.dedup | (part == "calibration")].assign(part=part, rep=rep)   # per-slot runs calibrate only
              for part in ("calibration", "test") for rep in range(2)]
     rows = pd.concat(parts, ignore_index=True).assign(regime="one")
+    if catch_up is not None:
+        e, *base = catch_up
+        share = np.where(rows["part"] == "calibration", base[0], base[1]) + 0.05 * rows["prompt"]
+        rows["catch_up"] = np.where(rows["k"] >= 1, np.round(rows["steps"] * share * 0.8 ** rows["k"]), 0)
+        extra = e * rows["catch_up"] / rows["steps"]
+        rows["t_draft_mean_s"] += extra
+        rows["t_step_mean_s"] += extra
     rng = np.random.default_rng(seed)
     rows["seq"] = rng.permutation(len(rows))                  # one shuffled sweep of both parts
     rows = rows.sort_values("seq").reset_index(drop=True)
@@ -46,7 +57,7 @@ def stand_in_folder(rows: pd.DataFrame):
     """A stand-in results folder of one quiet state whose whole sweep is ``rows`` (a run recorded
     with one read slope per sweep), writing records as a real one does."""
     class Folder:
-        states, stamp, slope_by = ["quiet"], "20260101T000000Z", "sweep"
+        states, stamp, slope_by, draft_form = ["quiet"], "20260101T000000Z", "sweep", "line"
         write_record = RealDraftFolder.write_record
 
         def whole_sweep(self, state):

@@ -114,10 +114,17 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         assert said.noise_measured == pytest.approx(MA.run_noise(both))
         assert said.noise_adjusted == pytest.approx(MA.run_noise(MA.adjusted(both)))
         refit = CAL.from_draft_runs(MA.adjusted(c), label, state, n_boot=200, seed=0, by_regime=False,
-                                    verify_by_cost="own")        # amendment 2026-12-06 i
+                                    verify_by_cost="own", draft_form="catch-up")   # amendments 2026-12-06 i, 12-07 b
         for fitted in refit.values():
             saved = models.get(state, "chat", fitted.draft.name)
             assert np.allclose(saved.step_times("dedup"), fitted.step_times("dedup"))
+            assert saved.draft.form == "catch-up" and np.allclose(saved.draft.catch_up_share, fitted.draft.catch_up_share)
+            assert (saved.draft.catch_up_s, saved.draft.one_token_s) == pytest.approx(
+                (fitted.draft.catch_up_s, fitted.draft.one_token_s))
+        # the engine counted each run's catch-up rounds: never more than its fully accepted rounds
+        drafted = t[t.k >= 1]
+        assert (drafted.catch_up <= drafted.steps - drafted.rejections).all() and (t[t.k == 0].catch_up == 0).all()
+    assert read_real_draft_folder(out).draft_form == "catch-up"
     chat = models.select(state="quiet", context="chat")     # one verify term per draft, from its own runs
     assert len(chat) == 2 and not np.array_equal(chat[0].tau("dedup"), chat[1].tau("dedup"))
     assert chat[0].verify["dedup"].runs[1] == chat[0].verify["slot"].runs[1]   # its own runs, as many as per-slot

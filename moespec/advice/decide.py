@@ -133,5 +133,7 @@ def decide(curves: VerifyCurves, acceptance) -> dict:
             "host_time_ms": [1e3 * float(x) for x in rm.host.values_s[:K]],
             "draft": {"name": rm.draft.name, "source": rm.draft.term.source, "protocol": rm.draft.term.protocol,
                       "a_ms_per_token": None if rm.draft.a_s is None else 1e3 * rm.draft.a_s,
-                      "b_ms_per_round": None if rm.draft.b_s is None else 1e3 * rm.draft.b_s},
+                      "b_ms_per_round": None if rm.draft.b_s is None else 1e3 * rm.draft.b_s,
+                      "form": rm.draft.form, "one_token_ms": 1e3 * rm.draft.one_token_s,
+                      "catch_up_ms": 1e3 * rm.draft.catch_up_s},
             "dedup": kd, "acceptance": per_a}

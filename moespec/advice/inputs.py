@@ -166,8 +166,7 @@ def _draft_assumption(draft: DraftTime) -> str:
     if draft.term.protocol == "free":
         return "draft time t_draft(k) = 0: the draft taken as free (asked for by name: --free-draft)"
     if draft.a_s is not None:
-        return (f"draft time t_draft(k) = {1e3 * draft.a_s:.4g} k + {1e3 * draft.b_s:.4g} ms for k >= 1 "
-                f"({draft.name}; {draft.term.source})")
+        return f"draft time {draft.formula()} for k >= 1 ({draft.name}; {draft.term.source})"
     return f"draft time per round measured ({draft.name}; {draft.term.source})"
 
 

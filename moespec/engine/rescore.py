@@ -17,18 +17,21 @@ from moespec.predict import speculative as SP
 
 
 def rescore(sweep: pd.DataFrame, state: str, tolerance: float = 0.05, n_boot: int = 200, seed: int = 0,
-            **settings) -> tuple[dict, pd.DataFrame, MA.MachineFactors]:
+            draft_form: str = CAL.REAL_DRAFT_FORM, **settings) -> tuple[dict, pd.DataFrame, MA.MachineFactors]:
     """(summary, predictions, machine factors) of one state's whole sweep (``part`` calibration/test, as measured:
     :meth:`moespec.engine.results_folder.RealDraftFolder.whole_sweep`) with the machine factors
     of ``settings`` (keywords of :func:`~moespec.engine.machine_adjust.machine_factors`): the
     adjustment's slope, the noise of one run before and after it (:func:`~moespec.engine.machine_adjust.run_noise`,
     the measure the adjustment's settings are chosen on) and the predictions' score
-    (:func:`moespec.predict.speculative.error_score`)."""
+    (:func:`moespec.predict.speculative.error_score`); ``draft_form``: the form of the draft's time
+    the round models fit (:data:`moespec.predict.round_model.DRAFT_FORMS`)."""
     runs, mf = MA.with_machine_factors(sweep.drop(columns=[MA.FACTOR], errors="ignore"), **settings)
     adj = MA.adjusted(runs)
-    models = CAL.real_draft_models(adj[adj["part"] == "calibration"], "rescored", state, n_boot=n_boot, seed=seed)
+    models = CAL.real_draft_models(adj[adj["part"] == "calibration"], "rescored", state, n_boot=n_boot, seed=seed,
+                                   draft_form=draft_form)
     pred = SP.real_draft_predictions(models, adj[adj["part"] == "test"])
-    summary = {"state": state, **{k: str(v) for k, v in settings.items()}, "slope": mf.slope, "runs": len(runs),
+    summary = {"state": state, "draft_form": draft_form, **{k: str(v) for k, v in settings.items()},
+               "slope": mf.slope, "runs": len(runs),
                "noise_measured": MA.run_noise(runs), "noise_adjusted": MA.run_noise(adj),
                **SP.error_score(pred["rel_error"], tolerance)}
     return summary, pred, mf

@@ -73,6 +73,13 @@ class RealDraftFolder:
         return self.record.get("machine_adjustment", {}).get("slope_by", "sweep")
 
     @property
+    def draft_form(self) -> str:
+        """The form of the real draft's time the run's round models fitted (``run.json``'s
+        ``draft_form``, :data:`moespec.predict.round_model.DRAFT_FORMS`); runs recorded before
+        amendment of 2026-12-07 b fitted paper 2's line."""
+        return self.record.get("draft_form", "line")
+
+    @property
     def started(self) -> str:
         """When the run's first phase started (ISO time)."""
         return min(self.record["started"].values())

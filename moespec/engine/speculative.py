@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 
 
@@ -256,7 +257,10 @@ def summarize_steps(steps: list[Step]) -> dict:
     """Tokens per step, realized acceptance and throughput of a run.
 
     Realized acceptance is the geometric maximum-likelihood estimate: accepted drafts over
-    accepted drafts plus rejections (drafts after the first rejection are never examined). Times
+    accepted drafts plus rejections (drafts after the first rejection are never examined).
+    ``catch_up``: the rounds whose draft began by feeding two tokens, the last draft and the
+    target's bonus token, because the round before accepted all k drafts (:meth:`ModelDraft.propose`;
+    after a rejection it feeds one, the correction); 0 at k = 0, where nothing is drafted. Times
     per round: medians and means of the step, the verify pass and the draft; ``h_median_s`` the
     median of the step outside its verify pass (draft included), ``t_host_mean_s`` the mean of the
     step outside both the verify pass and the draft (the round model's h(k)).
@@ -271,6 +275,7 @@ def summarize_steps(steps: list[Step]) -> dict:
             "accepted": acc, "rejections": rej,
             "realized_a": acc / (acc + rej) if acc + rej else float("nan"),
             "cut_short": sum(s.rejected and not s.corrupted_reject for s in steps),
+            "catch_up": sum(not s.rejected for s in steps[:-1]) if steps[0].k >= 1 else 0,
             "time_s": t_total, "throughput": emitted / t_total if t_total > 0 else float("nan"),
             "t_step_median_s": float(np.median([s.t_step_s for s in steps])),
             "t_verify_median_s": float(np.median([s.t_verify_s for s in steps])),
@@ -280,3 +285,17 @@ def summarize_steps(steps: list[Step]) -> dict:
             "t_draft_mean_s": float(np.mean([s.t_draft_s for s in steps])),
             "h_median_s": float(np.median([s.t_step_s - s.t_verify_s for s in steps])),
             "t_host_mean_s": float(np.mean([s.t_step_s - s.t_verify_s - s.t_draft_s for s in steps]))}
+
+
+def catch_up_share(runs: pd.DataFrame) -> pd.Series:
+    """Per run (rows of :func:`summarize_steps`' fields): the share of its rounds whose draft began
+    with two tokens, ``catch_up`` / ``steps``. Runs recorded before the count existed (no
+    ``catch_up`` column, or NaN in it) take its expectation from the fully accepted rounds,
+    (steps - rejections) (steps - 1) / steps, the fully accepted rounds with the last round's
+    chance of being one of them taken out (it is followed by none); 0 at k = 0."""
+    steps = runs["steps"].astype(float)
+    if (steps <= 0).any():
+        raise ValueError("runs with no steps have no catch-up share")
+    expected = (steps - runs["rejections"].astype(float)) * (steps - 1) / steps
+    count = runs["catch_up"].astype(float).where(runs["catch_up"].notna(), expected) if "catch_up" in runs else expected
+    return pd.Series((count / steps).where(runs["k"] >= 1, 0.0), index=runs.index, name="catch_up_share")

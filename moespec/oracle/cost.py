@@ -48,7 +48,9 @@ class CostModel:
 @dataclass(frozen=True)
 class RoundCostModel:
     """Cost(i, k, a) with a round model's levels (issue 24): t_draft(k) = the round model's draft time
-    per round (``draft_ms[k]``; a real draft's fit a k + b, extended linearly past its kmax), and
+    per round (``draft_levels_ms[k]``, its draft term at k = 0..kmax, e.g. the fit a k + b or its
+    catch-up form at the calibration's share, extended past kmax by a per drafted token; without
+    levels, a k + b), and
 
         t_target(U, L, m) = tau(m) + h(m - 1) + alpha (U - U_bar(m)) + c (L - L_bar),
 
@@ -69,11 +71,13 @@ class RoundCostModel:
     label: str = "round model"
     draft_scale: float = 1.0
     experts: bool = True
+    draft_levels_ms: tuple = ()
 
     def __post_init__(self):
         if not (len(self.tau_ms) and len(self.host_ms) and len(self.U_bar)):
             raise ValueError("a round cost model needs verify, host and union levels for m = 1 at least")
-        if any(not np.isfinite(x) for x in (*self.tau_ms, *self.host_ms, *self.U_bar, self.L_bar, self.alpha, self.c)):
+        if any(not np.isfinite(x) for x in (*self.tau_ms, *self.host_ms, *self.U_bar, self.L_bar, self.alpha, self.c,
+                                                *self.draft_levels_ms)):
             raise ValueError(f"round cost model {self.label!r}: non-finite level or coefficient")
 
     @classmethod
@@ -87,7 +91,8 @@ class RoundCostModel:
             raise ValueError(f"round model {rm.context!r}: its draft {rm.draft.name!r} has no fit a k + b")
         return cls(tuple(1e3 * rm.tau("dedup")), tuple(1e3 * rm.host.values_s[:K]), tuple(float(u) for u in U_bar),
                    float(rm.depth if rm.depth is not None else 0.0), float(fitted.alpha), float(fitted.c),
-                   1e3 * rm.draft.a_s, 1e3 * rm.draft.b_s, label)
+                   1e3 * rm.draft.a_s, 1e3 * rm.draft.b_s, label,
+                   draft_levels_ms=tuple(float(x) for x in 1e3 * rm.draft.term.values_s))
 
     @property
     def anchor(self) -> int:
@@ -110,7 +115,12 @@ class RoundCostModel:
 
     def t_draft(self, k):
         k = np.asarray(k, dtype=float)
-        return np.where(k > 0, (self.draft_a * k + self.draft_b) * self.draft_scale, 0.0)
+        if not self.draft_levels_ms:
+            return np.where(k > 0, (self.draft_a * k + self.draft_b) * self.draft_scale, 0.0)
+        levels = np.asarray(self.draft_levels_ms, float)
+        top = levels.size - 1
+        known = levels[np.clip(k, 0, top).astype(int)]
+        return np.where(k > 0, np.where(k <= top, known, levels[top] + self.draft_a * (k - top)) * self.draft_scale, 0.0)
 
     def t_target(self, U, L, m):
         level, ubar = self._levels()

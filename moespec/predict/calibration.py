@@ -6,7 +6,9 @@ decode loops timed before the speculative runs, turned into :class:`RoundModel` 
   repetition), h(k) and the oracle draft's own time, from the teacher-forced loops;
 * :func:`from_draft_runs`: one round model per real draft (context ``chat``, the calibration
   prompts), every term as that draft runs: t_draft(k) = a_d k + b_d fitted over runs (intercept
-  kept) and h(k) from its runs at each k; tau_dedup(k + 1) from the runs of every draft at k
+  kept; or, in the ``"catch-up"`` form notebook 05 uses, with the one-draft round apart and a time
+  per round whose draft began with two tokens, amendment of 2026-12-07 b) and h(k) from its runs at
+  each k; tau_dedup(k + 1) from the runs of every draft at k
   (widening a draft changes no token, so every draft of the sweep proposes the same tokens and the
   target runs the same verify pass after it: pooling them times that pass over six times as many
   rounds; amendment of 2026-12-05, ``data/preregistration/amendments_byte_faithful_all.json``;
@@ -30,11 +32,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moespec.engine.speculative import catch_up_share
 from moespec.measure.regimes import classify, dominant, split_point
 
-from .round_model import DraftTime, RoundModel, RoutingTerm, Term, fit_draft_time
+from .round_model import DRAFT_FORMS, DraftTime, RoundModel, RoutingTerm, Term, fit_draft_time
 
 ORACLE_DRAFT = "oracle draft"
+#: The form of the real draft's time notebook 05 fits (:func:`real_draft_models`; amendment of
+#: 2026-12-07 b; recorded in the run's ``run.json`` as ``draft_form``).
+REAL_DRAFT_FORM = "catch-up"
 
 
 def tag_regimes(rows: pd.DataFrame, threshold: float | None = "auto") -> tuple[pd.DataFrame, str, float | None]:
@@ -183,19 +189,22 @@ def draft_name(cost: float) -> str:
 
 
 def real_draft_models(rows: pd.DataFrame, subject: str, state: str = "quiet", n_boot: int = 2000,
-                      seed: int = 0) -> dict:
+                      seed: int = 0, draft_form: str = REAL_DRAFT_FORM) -> dict:
     """{draft cost: RoundModel} as notebook 05 fits the real draft's round models to its calibration
     runs taken to their sweep's typical machine state (:mod:`moespec.engine.machine_adjust`): on
     every run, both read regimes (amendment of 2026-12-06 f), each draft's deduplicating verify term
     from its own runs, as the round it predicts runs (amendment of 2026-12-06 i; the pooled runs
-    moved along each k's slope on the cost before it, amendment g); the other choices are
-    :func:`from_draft_runs`' defaults."""
-    return from_draft_runs(rows, subject, state, n_boot=n_boot, seed=seed, by_regime=False, verify_by_cost="own")
+    moved along each k's slope on the cost before it, amendment g), each draft's time in the
+    ``"catch-up"`` form (the one-draft round apart, and the rounds whose draft began with two tokens
+    costed; amendment of 2026-12-07 b; ``draft_form="line"`` for the form before it); the other
+    choices are :func:`from_draft_runs`' defaults."""
+    return from_draft_runs(rows, subject, state, n_boot=n_boot, seed=seed, by_regime=False, verify_by_cost="own",
+                           draft_form=draft_form)
 
 
 def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", context: str = "chat",
                     n_boot: int = 2000, seed: int = 0, threshold="auto", at_GBps: float | None = None,
-                    by_regime: bool = True, verify_by_cost: str = "pooled") -> dict:
+                    by_regime: bool = True, verify_by_cost: str = "pooled", draft_form: str = "line") -> dict:
     """{draft cost: RoundModel} from a calibration sweep (:func:`moespec.engine.draftcost.draft_cost_sweep`
     with ``slot_costs``), every term measured as the draft runs, the deduplicating verify pass
     pooled over the drafts (module docstring; with ``verify_by_cost="pooled"`` every model of the
@@ -218,8 +227,15 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
     runs; ``"linear"``: from the pooled runs, each moved to the draft's cost along the within-k
     least-squares slope of the verify time on the draft cost, t + c_k (r - r_run)
     (:func:`verify_at_cost`), for a machine where the target's pass also depends on the draft run
-    before it (amendment of 2026-12-06 g)."""
+    before it (amendment of 2026-12-06 g).
+
+    ``draft_form``: the form of each draft's time per round (:data:`moespec.predict.round_model.DRAFT_FORMS`):
+    ``"line"``, paper 2's a k + b; ``"catch-up"``, with the one-draft round apart and a time per
+    round whose draft began with two tokens, at each run's share of them
+    (:func:`moespec.engine.speculative.catch_up_share`; amendment of 2026-12-07 b)."""
     need = {"prompt", "rep", "k", "draft_cost", "dedup", "t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s"}
+    if draft_form not in DRAFT_FORMS:
+        raise ValueError(f"draft_form must be one of {list(DRAFT_FORMS)}; found {draft_form!r}")
     if missing := need - set(rows.columns):
         raise ValueError(f"draft calibration rows lack column(s) {sorted(missing)}")
     if verify_by_cost not in VERIFY_BY_COST:
@@ -269,7 +285,8 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
         host = Term.from_samples(_per_run(both, "k", "t_host_mean_s", range(kmax + 1)), f"{src}: host work per round",
                                  "loop", n_boot, seed + 10 * i + 2)
         draft = fit_draft_time(mine["k"], mine["t_draft_mean_s"], draft_name(r), kmax,
-                               f"{src}: t_draft(k) = a k + b fitted over runs, k = 1..{kmax}", n_boot, seed + 10 * i + 3)
+                               f"{src}: {DRAFT_FORMS[draft_form]} fitted over runs, k = 1..{kmax}", n_boot,
+                               seed + 10 * i + 3, share=catch_up_share(mine) if draft_form == "catch-up" else None)
         per_k = mine.groupby("k")["t_draft_mean_s"].mean()
         out[float(r)] = RoundModel(
             subject=subject, context=context, state=state, verify={"slot": slot_tau, "dedup": ded_tau}, host=host,
@@ -283,3 +300,31 @@ def from_draft_runs(rows: pd.DataFrame, subject: str, state: str = "quiet", cont
                    "draft_fit_residual_ms": {int(k): float(1e3 * (v - draft.term.values_s[int(k)]))
                                              for k, v in per_k.items()}})
     return out
+
+
+def held_out_draft_error(rows: pd.DataFrame, draft_form: str) -> pd.DataFrame:
+    """The draft fit of ``draft_form`` scored out of sample on a draft calibration (rows of
+    :func:`from_draft_runs`): per draft cost, each prompt's runs (deduplicating, k >= 1) predicted
+    by the fit to the other prompts' runs, each run at its own catch-up share (the ``"catch-up"``
+    form; :meth:`DraftTime.shift_s`). One row per run: draft_cost, k, prompt, the measured and
+    predicted draft time (ms) and their relative error (``rel_error``, predicted / measured - 1).
+    The measure amendment of 2026-12-07 b chose the form on; a fit with more terms always leaves
+    less error in sample."""
+    if draft_form not in DRAFT_FORMS:
+        raise ValueError(f"draft_form must be one of {list(DRAFT_FORMS)}; found {draft_form!r}")
+    drafted = rows[(rows["k"] >= 1) & rows["dedup"].astype(bool)].assign(share=catch_up_share)
+    out = []
+    for r, runs in drafted.groupby("draft_cost"):
+        kmax = int(runs["k"].max())
+        if runs["prompt"].nunique() < 2:
+            raise ValueError(f"draft cost {r:g}: one calibration prompt; leaving one out leaves none")
+        for p, held in runs.groupby("prompt"):
+            rest = runs[runs["prompt"] != p]
+            fit = fit_draft_time(rest["k"], rest["t_draft_mean_s"], draft_name(r), kmax, "held out", n_boot=1,
+                                 share=rest["share"] if draft_form == "catch-up" else None)
+            for run in held.itertuples():
+                k = int(run.k)
+                predicted = float(fit.term.values_s[k]) + fit.shift_s(k, float(run.share))
+                out.append({"draft_cost": float(r), "k": k, "prompt": p, "measured_ms": 1e3 * run.t_draft_mean_s,
+                            "predicted_ms": 1e3 * predicted, "rel_error": predicted / run.t_draft_mean_s - 1})
+    return pd.DataFrame(out)

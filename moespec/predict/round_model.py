@@ -4,7 +4,8 @@
 
 paper 1's step time (Section 3.1, the denominator of eq. (9)) with the draft's time written out as
 paper 2 fits it (eq. (A4): t_draft(k) = a_d k + b_d for k >= 1; no draft runs at k = 0, so
-t_draft(0) = 0). tau_p(n) is the target's verify pass of n tokens with expert kernel p (``slot``,
+t_draft(0) = 0) or, for the real draft since amendment of 2026-12-07 b, with the one-draft round
+apart and a time per round whose draft began with two tokens (:class:`DraftTime`). tau_p(n) is the target's verify pass of n tokens with expert kernel p (``slot``,
 ``dedup``, or the ``switch`` engine: per-slot below a crossover, deduplicating from it) and h(k) the
 host's work of a round outside the draft and the verify pass (acceptance, cache crop).
 
@@ -186,76 +187,177 @@ class Term:
             raise RoundModelError(f"{what}: needs values_ms, lo_ms, hi_ms, runs, source, protocol ({err})") from None
 
 
+#: The forms of the draft's time per round a calibration can fit (:func:`fit_draft_time`).
+DRAFT_FORMS = {
+    "line": "t_draft(k) = a k + b (paper 2, eq. (A4))",
+    "catch-up": ("t_draft(k) = a k + b + c [k = 1] + e s(k): paper 2's line, the one-draft round apart, and e "
+                 "per round whose draft began with two tokens (share s(k); amendment of 2026-12-07 b)"),
+}
+
+
 @dataclass(frozen=True)
 class DraftTime:
-    """The draft's time per round, k = 0..kmax: ``term`` (t_draft(0) = 0), and the fit
-    t_draft(k) = a k + b (paper 2, eq. (A4)) it was evaluated from, where there is one
-    (``a_s``/``b_s``, seconds per drafted token and per round)."""
+    """The draft's time per round, k = 0..kmax: ``term`` (t_draft(0) = 0), and the fit it was
+    evaluated from, where there is one: paper 2's line t_draft(k) = a k + b (eq. (A4); ``a_s``,
+    ``b_s``, seconds per drafted token and per round) or, in the ``"catch-up"`` form
+    (:data:`DRAFT_FORMS`),
+
+        t_draft(k) = a k + b + c [k = 1] + e s(k),
+
+    with ``one_token_s`` = c, the one-draft round's own departure from the line, and
+    ``catch_up_s`` = e, the time of a round whose draft began by feeding two tokens (the last draft
+    and the bonus token, after a round that accepted every draft) over one that fed one; s(k) the
+    share of such rounds (:func:`moespec.engine.speculative.catch_up_share`). ``catch_up_share``
+    per k = 0..kmax is the calibration's mean share the term is evaluated at; at another share s,
+    the draft takes :meth:`shift_s` longer, e (s - s_cal(k))."""
 
     name: str
     term: Term
     a_s: float | None = None
     b_s: float | None = None
+    one_token_s: float = 0.0
+    catch_up_s: float = 0.0
+    catch_up_share: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.catch_up_share is not None:
+            s = np.asarray(self.catch_up_share, float).reshape(-1)
+            if s.size != len(self.term) or not np.all(np.isfinite(s)) or np.any((s < 0) | (s > 1)):
+                raise RoundModelError(f"draft {self.name!r}: a catch-up share per k = 0..{len(self.term) - 1} in "
+                                      f"[0, 1] is needed; found {s.tolist()}")
+            object.__setattr__(self, "catch_up_share", s)
+        if not (np.isfinite(self.one_token_s) and np.isfinite(self.catch_up_s) and self.catch_up_s >= 0):
+            raise RoundModelError(f"draft {self.name!r}: one-draft offset {self.one_token_s} s and catch-up time "
+                                  f"{self.catch_up_s} s must be finite, the latter >= 0")
+
+    @property
+    def form(self) -> str:
+        """``"catch-up"`` where the fit has a catch-up share, else ``"line"`` (:data:`DRAFT_FORMS`)."""
+        return "line" if self.catch_up_share is None else "catch-up"
+
+    def shift_s(self, k: int, share: float) -> float:
+        """How much longer the draft takes at draft length ``k`` when a share ``share`` of the rounds
+        begin with two tokens instead of the calibration's: e (share - s_cal(k)); 0 for the line form
+        and at k = 0."""
+        if self.catch_up_share is None or int(k) == 0:
+            return 0.0
+        if not (np.isfinite(share) and 0 <= share <= 1):
+            raise RoundModelError(f"draft {self.name!r}: a catch-up share lies in [0, 1], found {share}")
+        return self.catch_up_s * (float(share) - float(self.catch_up_share[int(k)]))
+
+    def formula(self) -> str | None:
+        """The fit as text, ms (None where the draft has no fit)."""
+        if self.a_s is None:
+            return None
+        line = f"t_draft(k) = {1e3 * self.a_s:.4g} k + {1e3 * self.b_s:.4g}"
+        if self.catch_up_share is None:
+            return f"{line} ms"
+        return (f"{line} {'-' if self.one_token_s < 0 else '+'} {1e3 * abs(self.one_token_s):.4g} [k = 1] + "
+                f"{1e3 * self.catch_up_s:.4g} s(k) ms, s(k) the share of rounds whose draft began with two tokens")
 
     @classmethod
     def from_fit(cls, name: str, a_s: float, b_s: float, kmax: int, source: str, protocol: str = "given",
-                 lo_s=None, hi_s=None, runs=None) -> "DraftTime":
-        """t_draft(k) = a k + b for k = 1..kmax and 0 at k = 0; exact unless an interval is given."""
+                 lo_s=None, hi_s=None, runs=None, one_token_s: float = 0.0, catch_up_s: float = 0.0,
+                 catch_up_share=None) -> "DraftTime":
+        """t_draft(k) = a k + b for k = 1..kmax and 0 at k = 0, plus c at k = 1 and e s(k) where a
+        catch-up share s per k is given (the ``"catch-up"`` form); exact unless an interval is given."""
         k = np.arange(kmax + 1, dtype=float)
-        v = np.where(k > 0, a_s * k + b_s, 0.0)
-        if not (np.isfinite(a_s) and np.isfinite(b_s)) or np.any(v < 0):
-            raise RoundModelError(f"draft {name!r}: t_draft(k) = {a_s * 1e3:g} k + {b_s * 1e3:g} ms must be a finite "
-                                  f"time >= 0 at every k = 1..{kmax}")
+        share = np.zeros(kmax + 1) if catch_up_share is None else np.asarray(catch_up_share, float).reshape(-1)
+        if share.size != kmax + 1:
+            raise RoundModelError(f"draft {name!r}: a catch-up share per k = 0..{kmax} is needed; found {share.size}")
+        v = np.where(k > 0, a_s * k + b_s + one_token_s * (k == 1) + catch_up_s * share, 0.0)
+        if not (np.isfinite(a_s) and np.isfinite(b_s)) or not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise RoundModelError(f"draft {name!r}: t_draft(k) = {a_s * 1e3:g} k + {b_s * 1e3:g} ms"
+                                  + ("" if catch_up_share is None else
+                                     f" + {one_token_s * 1e3:g} ms [k = 1] + {catch_up_s * 1e3:g} ms s(k)")
+                                  + f" must be a finite time >= 0 at every k = 1..{kmax}")
         term = Term(v, v if lo_s is None else lo_s, v if hi_s is None else hi_s,
                     np.zeros(kmax + 1, int) if runs is None else runs, source, protocol)
-        return cls(name, term, float(a_s), float(b_s))
+        return cls(name, term, float(a_s), float(b_s), float(one_token_s), float(catch_up_s),
+                   None if catch_up_share is None else share)
 
     @classmethod
     def free(cls, kmax: int) -> "DraftTime":
         return cls("free draft", Term.exact(np.zeros(kmax + 1), "a draft taken as free (asked for by name)", "free"))
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "term": self.term.to_dict(),
+        return {"name": self.name, "term": self.term.to_dict(), "form": self.form,
                 "a_ms_per_token": None if self.a_s is None else 1e3 * self.a_s,
-                "b_ms_per_round": None if self.b_s is None else 1e3 * self.b_s}
+                "b_ms_per_round": None if self.b_s is None else 1e3 * self.b_s,
+                "one_token_ms": 1e3 * self.one_token_s, "catch_up_ms": 1e3 * self.catch_up_s,
+                "catch_up_share": None if self.catch_up_share is None else self.catch_up_share.tolist()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "DraftTime":
-        a, b = d.get("a_ms_per_token"), d.get("b_ms_per_round")
+        a, b, share = d.get("a_ms_per_token"), d.get("b_ms_per_round"), d.get("catch_up_share")
         return cls(str(d["name"]), Term.from_dict(d["term"], f"draft {d.get('name')!r}"),
-                   None if a is None else 1e-3 * float(a), None if b is None else 1e-3 * float(b))
+                   None if a is None else 1e-3 * float(a), None if b is None else 1e-3 * float(b),
+                   1e-3 * float(d.get("one_token_ms") or 0.0), 1e-3 * float(d.get("catch_up_ms") or 0.0),
+                   None if share is None else np.asarray(share, float))
 
 
 def fit_draft_time(k, t_s, name: str, kmax: int, source: str, n_boot: int = 2000, seed: int = 0,
-                   level: float = 0.95) -> DraftTime:
-    """t_draft(k) = a k + b by least squares over runs (one mean draft time per round per run at
-    its k >= 1; paper 2, eq. (A4), intercept kept) with a, b >= 0 (a draft's time is not negative:
-    where the unconstrained fit has a, b >= 0, as on every full run so far, this is that fit; where a
-    few noisy runs tilt it below zero, the constrained optimum on the boundary instead of a refusal),
-    with a bootstrap interval of the fitted value at each k (runs resampled within each k)."""
+                   level: float = 0.95, share=None) -> DraftTime:
+    """The draft's time per round fitted by least squares over runs (one mean draft time per round
+    per run at its k >= 1), with a bootstrap interval of the fitted value at each k (runs resampled
+    within each k).
+
+    Without ``share``: paper 2's line t_draft(k) = a k + b (eq. (A4), intercept kept) with a, b >= 0
+    (a draft's time is not negative: where the unconstrained fit has a, b >= 0, as on every full run
+    so far, this is that fit; where a few noisy runs tilt it below zero, the constrained optimum on
+    the boundary instead of a refusal).
+
+    With ``share`` (each run's catch-up share, :func:`moespec.engine.speculative.catch_up_share`):
+    the ``"catch-up"`` form of :class:`DraftTime`, t_draft(k) = a k + b + c [k = 1] + e s with a, b,
+    e >= 0 and c free, evaluated at the runs' mean share per k. The one-draft round gets its own
+    level (c) because its draft runs one pass, so nothing of a pass's set-up is shared with a second
+    one; e is what the second token of a two-token first pass costs (amendment of 2026-12-07 b)."""
     k = np.asarray(k, float)
     t = np.asarray(t_s, float)
+    s = None if share is None else np.asarray(share, float)
+    if s is not None and s.shape != k.shape:
+        raise RoundModelError(f"draft {name!r}: {s.size} catch-up shares for {k.size} runs")
     ok = k >= 1
     k, t = k[ok], t[ok]
-    if np.unique(k).size < 2:
-        raise RoundModelError(f"draft {name!r}: a fit a k + b needs runs at two draft lengths or more; "
-                              f"found k = {sorted(set(k.astype(int).tolist()))}")
-    if not np.all(np.isfinite(t)):
-        raise RoundModelError(f"draft {name!r}: non-finite draft times")
-    a, b = _nonnegative_line(k, t)
+    s = None if s is None else s[ok]
+    if np.unique(k).size < (2 if s is None else 3):
+        raise RoundModelError(f"draft {name!r}: a fit a k + b needs runs at {'two' if s is None else 'three'} draft "
+                              f"lengths or more; found k = {sorted(set(k.astype(int).tolist()))}")
+    if not np.all(np.isfinite(t)) or (s is not None and not np.all(np.isfinite(s))):
+        raise RoundModelError(f"draft {name!r}: non-finite draft times or catch-up shares")
+    ks = np.arange(kmax + 1, dtype=float)
+    mean_share = None if s is None else np.array([0.0] + [float(s[k == j].mean()) if np.any(k == j) else 0.0
+                                                          for j in range(1, kmax + 1)])
+
+    def values(idx) -> tuple[np.ndarray, tuple]:
+        coef = _draft_coefficients(k[idx], t[idx], None if s is None else s[idx])
+        a, b, c, e = coef
+        share_k = np.zeros(kmax + 1) if mean_share is None else mean_share
+        return np.where(ks > 0, a * ks + b + c * (ks == 1) + e * share_k, 0.0), coef
+
+    v, (a, b, c, e) = values(np.arange(k.size))
     rng = np.random.default_rng(seed)
     groups = {int(x): np.flatnonzero(k == x) for x in np.unique(k)}
-    ks = np.arange(kmax + 1, dtype=float)
     boot = np.empty((n_boot, kmax + 1))
     for i in range(n_boot):
-        idx = np.concatenate([g[rng.integers(g.size, size=g.size)] for g in groups.values()])
-        ab = _nonnegative_line(k[idx], t[idx])
-        boot[i] = np.where(ks > 0, ab[0] * ks + ab[1], 0.0)
+        boot[i] = values(np.concatenate([g[rng.integers(g.size, size=g.size)] for g in groups.values()]))[0]
     q = ((1 - level) / 2, 1 - (1 - level) / 2)
-    v = np.where(ks > 0, a * ks + b, 0.0)
     lo, hi = np.minimum(np.quantile(boot, q[0], axis=0), v), np.maximum(np.quantile(boot, q[1], axis=0), v)
     runs = np.array([0] + [int(sum(g.size for g in groups.values()))] * kmax)
-    return DraftTime.from_fit(name, float(a), float(b), kmax, source, "fit", lo, hi, runs)
+    return DraftTime.from_fit(name, a, b, kmax, source, "fit", lo, hi, runs, c, e, mean_share)
+
+
+def _draft_coefficients(k, t, share) -> tuple[float, float, float, float]:
+    """(a, b, c, e) of the draft fit (:func:`fit_draft_time`): the line alone (c = e = 0) without
+    ``share``, else the catch-up form; a, b, e >= 0, c free."""
+    if share is None:
+        a, b = _nonnegative_line(k, t)
+        return a, b, 0.0, 0.0
+    from scipy.optimize import lsq_linear
+
+    X = np.column_stack([k, np.ones_like(k), (k == 1).astype(float), share])
+    fit = lsq_linear(X, t, bounds=([0, 0, -np.inf, 0], [np.inf, np.inf, np.inf, np.inf]), method="bvls")
+    return tuple(float(x) for x in fit.x)
 
 
 def _nonnegative_line(x, y) -> tuple[float, float]:
@@ -465,16 +567,20 @@ class RoundModel:
         lo, hi = speedup_interval_by_k(self.delta_by_k(engine, n_switch))
         return {"V_s": V, "speedup": sp, "speedup_lo": sp * lo, "speedup_hi": sp * hi, "tokens_per_step": E}
 
-    def step_times_routed(self, k: int, distinct: float) -> tuple[float, float]:
+    def step_times_routed(self, k: int, distinct: float | None, catch_up: float | None = None) -> tuple[float, float]:
         """(V(0), V(k)) with the deduplicating verify pass of k + 1 tokens at ``distinct`` (expert,
-        layer) pairs per pass instead of the calibration's mean (:class:`RoutingTerm`); V(0) is
-        unchanged (a one-token pass touches m experts per layer whatever the token)."""
-        if self.routing is None:
+        layer) pairs per pass instead of the calibration's mean (:class:`RoutingTerm`; None: at the
+        calibration's) and, where ``catch_up`` is given, the draft at that share of rounds beginning
+        with two tokens instead of the calibration's (:meth:`DraftTime.shift_s`); V(0) is unchanged
+        (a one-token pass touches m experts per layer whatever the token, and nothing is drafted)."""
+        if self.routing is None and distinct is not None:
             raise RoundModelError(f"round model {self.context!r}: no routing term (its calibration recorded no routing)")
         V = self.step_times("dedup")
         if not 0 <= int(k) <= self.kmax:
             raise RoundModelError(f"round model {self.context!r} covers k = 0..{self.kmax}, asked k = {k}")
-        Vk = float(V[int(k)]) + (self.routing.shift_s(int(k), distinct) if k else 0.0)
+        Vk = float(V[int(k)]) + (self.routing.shift_s(int(k), distinct) if k and distinct is not None else 0.0)
+        if catch_up is not None:
+            Vk += self.draft.shift_s(int(k), catch_up)
         if Vk <= 0:
             raise RoundModelError(f"round model {self.context!r}: V({k}) at {distinct:g} distinct pairs is not positive")
         return float(V[0]), Vk

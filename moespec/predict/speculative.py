@@ -11,7 +11,7 @@ the same machine state, reported with its gap.
   tokens come in runs; the median, because the measured speedup is a median over prompts), beside
   it the same with the runs' pooled tokens per step and the geometric G_a(k) at the measured acceptance;
   where the round model carries a routing term, each prompt's verify pass at its own distinct
-  experts (:func:`routed_prompt_speedups`) and the median of the prompts' predictions;
+  experts (:func:`prompt_speedups`) and the median of the prompts' predictions;
 * :func:`plain_step` : the plain decode step V(0) predicted against the measured one;
 * :func:`stop_paying`: the first draft cost from which drafting no longer pays, measured and predicted;
 * :func:`measured_by_rep` and :func:`measurement_noise`: the measurement against itself, each
@@ -31,6 +31,7 @@ import pandas as pd
 from statistics import NormalDist
 
 from moespec.engine.draftcost import speedup_over_plain
+from moespec.engine.speculative import catch_up_share
 from moespec.theory import expected_tokens
 
 from .round_model import RoundModel
@@ -126,17 +127,31 @@ def prompt_distinct_experts(runs: pd.DataFrame) -> pd.Series:
     return runs.groupby(["k", "prompt"])["distinct_experts"].mean()
 
 
-def routed_prompt_speedups(model: RoundModel, k: int, tokens: pd.Series, distinct: pd.Series) -> pd.Series:
+def prompt_catch_up_share(runs: pd.DataFrame) -> pd.Series:
+    """Per (k, prompt): the share of the prompt's rounds whose draft began with two tokens
+    (:func:`moespec.engine.speculative.catch_up_share`), pooled over its repetitions and draft costs
+    (widening a draft changes no token, so every run of a prompt at k accepts alike)."""
+    _check(runs, {"k", "prompt", "steps", "rejections"}, "real-draft runs")
+    g = runs.assign(_rounds=catch_up_share(runs) * runs["steps"]).groupby(["k", "prompt"])[["_rounds", "steps"]].sum()
+    return g["_rounds"] / g["steps"]
+
+
+def prompt_speedups(model: RoundModel, k: int, tokens: pd.Series, distinct: pd.Series | None = None,
+                    catch_up: pd.Series | None = None) -> pd.Series:
     """Each prompt's predicted speedup at draft length ``k``, E_p(k) V(0) / V_p(k), with V_p(k) the
-    round model's step with the verify pass at the prompt's own routing
-    (:meth:`RoundModel.step_times_routed`): ``tokens`` and ``distinct`` per prompt (the prompt's
-    tokens per step and distinct (expert, layer) pairs per pass at k). Their median over prompts is
-    the prediction of the measured speedup, itself a median over prompts of each prompt's speedup."""
-    if set(tokens.index) != set(distinct.index):
-        raise ValueError(f"tokens per step for prompts {sorted(tokens.index)}, routing for {sorted(distinct.index)}")
+    round model's step with, where given, the verify pass at the prompt's own routing and the
+    draft at the prompt's own share of rounds beginning with two tokens
+    (:meth:`RoundModel.step_times_routed`): ``tokens``, ``distinct`` and ``catch_up`` per prompt
+    (the prompt's tokens per step, distinct (expert, layer) pairs per pass and catch-up share at k).
+    Their median over prompts is the prediction of the measured speedup, itself a median over
+    prompts of each prompt's speedup."""
+    for what, given in (("routing", distinct), ("catch-up shares", catch_up)):
+        if given is not None and set(given.index) != set(tokens.index):
+            raise ValueError(f"tokens per step for prompts {sorted(tokens.index)}, {what} for {sorted(given.index)}")
     out = {}
     for p, E in tokens.items():
-        V0, Vk = model.step_times_routed(k, float(distinct[p]))
+        V0, Vk = model.step_times_routed(k, None if distinct is None else float(distinct[p]),
+                                         None if catch_up is None else float(catch_up[p]))
         out[p] = float(E) * V0 / Vk
     return pd.Series(out, dtype=float)
 
@@ -318,11 +333,16 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
 
     Where the round models carry a routing term (their calibration recorded each verify pass's
     distinct experts; amendment of 2026-12-05 night), ``predicted`` is instead the median over
-    prompts of :func:`routed_prompt_speedups`: each prompt's E_p(k) V(0) / V_p(k) with its verify
+    prompts of :func:`prompt_speedups`: each prompt's E_p(k) V(0) / V_p(k) with its verify
     pass at its own routing (the runs' ``distinct_experts``), the band scaled alike; the unrouted
     prediction stays beside it (``predicted_unrouted``, ``rel_error_unrouted``) with the prompts'
     median and the calibration's mean distinct pairs per pass (``distinct_test``,
-    ``distinct_calibration``) and the fitted cost of one pair (``ms_per_distinct_expert``).
+    ``distinct_calibration``) and the fitted cost of one pair (``ms_per_distinct_expert``). Where
+    a round model's draft is in the ``"catch-up"`` form (amendment of 2026-12-07 b), ``predicted``
+    is that median with each prompt's draft also at the prompt's own share of rounds whose draft
+    began with two tokens (:func:`prompt_catch_up_share`), with or without a routing term;
+    ``catch_up_test`` and ``catch_up_calibration`` are the prompts' median share and the
+    calibration's mean, ``ms_per_catch_up`` the fitted time of one such round.
 
     Beside them, where the error comes from: ``predicted_measured_steps`` = E(k) V_meas(0) / V_meas(k)
     with the runs' own mean step times (what is left of the error is the tokens per step and the
@@ -341,7 +361,16 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
     if routed:
         if unrouted := sorted(r for r, m in models.items() if m.routing is None):
             raise ValueError(f"round models for draft costs {unrouted} have no routing term and others have one")
-        E_by_prompt, u_by_prompt = prompt_tokens_per_step(runs), prompt_distinct_experts(runs)
+    caught = any(m.draft.catch_up_share is not None for m in models.values())
+    if routed or caught:      # each prompt predicted at its own routing and catch-up share
+        E_by_prompt = prompt_tokens_per_step(runs)
+        u_by_prompt = prompt_distinct_experts(runs) if routed else None
+        s_by_prompt = prompt_catch_up_share(runs) if caught else None
+
+    def own(model: RoundModel, k: int) -> float:
+        return float(prompt_speedups(model, k, E_by_prompt[k], None if u_by_prompt is None else u_by_prompt[k],
+                                     None if s_by_prompt is None else s_by_prompt[k]).median())
+
     a_k = acceptance_by_k(runs)
     plain_step = float(runs.loc[runs.k == 0, "t_step_mean_s"].mean())
     runs_read = float(runs["ref_GBps"].median()) if "ref_GBps" in runs else float("nan")
@@ -364,17 +393,20 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
         extra = {}
         if at_runs_read is not None:
             V_read = at_runs_read[float(r)].step_times("dedup")
-            extra = {"predicted_at_runs_read": (float(routed_prompt_speedups(at_runs_read[float(r)], k, E_by_prompt[k],
-                                                                             u_by_prompt[k]).median()) if routed else
+            extra = {"predicted_at_runs_read": (own(at_runs_read[float(r)], k) if routed or caught else
                                                 float(E[k]) * float(V_read[0] / V_read[k])),
                      "V_hat_at_runs_read_ms": 1e3 * float(V_read[k]), "V0_hat_at_runs_read_ms": 1e3 * float(V_read[0])}
         point, lo, hi = float(sp["speedup"][k]), float(sp["speedup_lo"][k]), float(sp["speedup_hi"][k])
-        if routed:   # each prompt's verify pass at its own routing; the band's relative width from delta_k
+        if routed:
             extra |= {"predicted_unrouted": point, "distinct_test": float(u_by_prompt[k].median()),
                       "distinct_calibration": float(rm.routing.distinct[k]),
                       "ms_per_distinct_expert": 1e3 * rm.routing.s_per_expert}
-            routed_point = float(routed_prompt_speedups(rm, k, E_by_prompt[k], u_by_prompt[k]).median())
-            point, lo, hi = routed_point, lo * routed_point / point, hi * routed_point / point
+        if rm.draft.catch_up_share is not None:
+            extra |= {"catch_up_test": float(s_by_prompt[k].median()),
+                      "catch_up_calibration": float(rm.draft.catch_up_share[k]), "ms_per_catch_up": 1e3 * rm.draft.catch_up_s}
+        if routed or caught:   # each prompt at its own routing and share; the band's relative width from delta_k
+            each = own(rm, k)
+            point, lo, hi = each, lo * each / point, hi * each / point
         out.append({"draft_cost": float(r), "k": k, "a": a, "G": float(expected_tokens(a, k)),
                     "tokens_per_step": float(E[k]), "tokens_per_step_pooled": float(E_pooled[k]),
                     "V_hat_ms": 1e3 * float(sp["V_s"][k]),

@@ -346,8 +346,7 @@ class WholeModelStudy:
         for rm in models:
             V = rm.step_times("dedup")
             lo, hi = rm.step_interval("dedup")
-            fit = (f"; t_draft(k) = {1e3 * rm.draft.a_s:.3f} k + {1e3 * rm.draft.b_s:.3f} ms"
-                   if rm.draft.a_s is not None else "")
+            fit = f"; {rm.draft.formula()}" if rm.draft.a_s is not None else ""
             lines.append(f"[{state}] {rm.context}, {rm.draft.name}: V(0) = {1e3 * V[0]:.3f} ms "
                          f"[{1e3 * lo[0]:.3f}, {1e3 * hi[0]:.3f}], V(1) = {1e3 * V[1]:.3f} ms, V({rm.kmax}) = "
                          f"{1e3 * V[-1]:.3f} ms{fit}")
@@ -544,6 +543,7 @@ class WholeModelStudy:
                   "rules": rules_prov, "regimes": self.regimes, "verify_argmax": self.argmax,
                   "machine_states": self.states, "n_tokens": self.P["n_tokens"], "ks": self.P["oracle_ks"],
                   "a_values": list(self.P["a_values"]), "machine_adjustment": MA.settings(),
+                  "draft_form": CAL.REAL_DRAFT_FORM,
                   "provenance": provenance.full_record(), **record_fields}
         io.write_json(self.out / "run.json", record)
         self.record = record

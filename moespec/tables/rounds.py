@@ -22,6 +22,9 @@ def round_terms_table(models: list) -> pd.DataFrame:
                          "read_GBps": rm.read_GBps, "regime": rm.regime,
                          "draft_a_ms": None if rm.draft.a_s is None else 1e3 * rm.draft.a_s,
                          "draft_b_ms": None if rm.draft.b_s is None else 1e3 * rm.draft.b_s,
+                         "draft_one_token_ms": 1e3 * rm.draft.one_token_s, "draft_catch_up_ms": 1e3 * rm.draft.catch_up_s,
+                         "catch_up_share": (None if rm.draft.catch_up_share is None
+                                            else float(rm.draft.catch_up_share[k])),
                          "verify_protocol": rm.verify["dedup"].protocol, "draft_protocol": rm.draft.term.protocol})
     return pd.DataFrame(rows)
 
