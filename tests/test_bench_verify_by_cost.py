@@ -48,7 +48,7 @@ def test_record(tmp_path, monkeypatch):
     rows = _sweep()
 
     class Folder:                                              # a stand-in results folder of one state
-        states, stamp = ["quiet"], "20260101T000000Z"
+        states, stamp, draft_form = ["quiet"], "20260101T000000Z", "catch-up"
         write_record = RealDraftFolder.write_record
 
         def sweep(self, state, analysed=False):
@@ -59,7 +59,7 @@ def test_record(tmp_path, monkeypatch):
 
     monkeypatch.setattr(vbc, "read_real_draft_folder", lambda data: Folder())
     table = vbc.run(tmp_path / "data", out=tmp_path, n_boot=20)
-    assert table["verify_by_cost"].tolist() == ["pooled", "own", "linear"]
+    assert table["verify_by_cost"].tolist() == ["pooled", "own", "linear"] and set(table["draft_form"]) == {"catch-up"}
     record = json.loads((tmp_path / "20260101T000000Z_verify_by_cost.json").read_text())
     assert record["source"] == {"commit": "abc"} and len(record["rows"]) == 3
     assert record["how"] == "benchmarks/verify_by_cost.py over a notebook-05 results folder" and record["n_boot"] == 20
