@@ -22,14 +22,13 @@ Run: ``.venv/bin/python benchmarks/read_slopes.py --data <clone>/data/engine/ful
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 
 from moespec.engine import machine_adjust as MA
 from moespec.engine.rescore import rescore
-from moespec.engine.results_folder import read_real_draft_folder
+from moespec.engine.results_folder import read_real_draft_folder, reanalysis_main
 
 
 def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
@@ -52,12 +51,7 @@ def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", required=True, type=Path, help="a notebook-05 results folder")
-    ap.add_argument("--out", type=Path, default=None, help="where to write (default benchmarks/results/read_slopes)")
-    ap.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples of each term (intervals only)")
-    args = ap.parse_args()
-    run(args.data, args.out, args.n_boot)
+    reanalysis_main(run, __doc__, "read_slopes")
 
 
 if __name__ == "__main__":

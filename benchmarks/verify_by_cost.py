@@ -23,12 +23,11 @@ Run: ``.venv/bin/python benchmarks/verify_by_cost.py --data <clone>/data/engine/
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 
-from moespec.engine.results_folder import read_real_draft_folder
+from moespec.engine.results_folder import read_real_draft_folder, reanalysis_main
 from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
 
@@ -59,12 +58,7 @@ def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", required=True, type=Path, help="a notebook-05 results folder")
-    ap.add_argument("--out", type=Path, default=None, help="where to write (default benchmarks/results/verify_by_cost)")
-    ap.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples of each term (intervals only)")
-    args = ap.parse_args()
-    run(args.data, args.out, args.n_boot)
+    reanalysis_main(run, __doc__, "verify_by_cost")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ predicts every point exactly; paper 2's line does neither; and the record."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,15 @@ def test_each_form_scored_and_the_true_one_leaves_nothing(tmp_path, monkeypatch)
     assert record["source"] == {"commit": "abc"} and len(record["rows"]) == 2 and record["n_boot"] == 20
     assert record["how"] == "benchmarks/draft_forms.py over a notebook-05 results folder"
     assert (tmp_path / "20260101T000000Z_draft_forms.csv").exists()
+
+
+def test_the_reanalysis_command_line(tmp_path):
+    from moespec.engine.results_folder import reanalysis_main
+
+    got = []
+    reanalysis_main(lambda data, out, n_boot: got.append((data, out, n_boot)), "A re-analysis.\n\nMore.", "x",
+                    ["--data", str(tmp_path), "--n-boot", "7"])
+    reanalysis_main(lambda *a: got.append(a), "", "x", ["--data", "d", "--out", "o"])
+    assert got == [(tmp_path, None, 7), (Path("d"), Path("o"), 200)]
+    with pytest.raises(SystemExit):
+        reanalysis_main(lambda *a: None, "", "x", [])              # --data is required

@@ -118,3 +118,18 @@ def read_real_draft_folder(data) -> RealDraftFolder:
             raise FileNotFoundError(f"{data} holds no {name}: not a notebook-05 results folder with a real draft")
     return RealDraftFolder(data, json.loads((data / "run.json").read_text()),
                            pd.read_csv(data / "draft_calibration.csv"))
+
+
+def reanalysis_main(run, doc: str, name: str, argv=None) -> None:
+    """The command line of a benchmark that re-analyses a notebook-05 results folder and writes a
+    record of it (``benchmarks/read_slopes.py`` and its kind): ``--data`` (the folder), ``--out``
+    (default ``benchmarks/results/<name>``) and ``--n-boot`` (bootstrap resamples of each term,
+    intervals only), passed to ``run(data, out, n_boot)``; ``doc``'s first paragraph is the help."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--data", required=True, type=Path, help="a notebook-05 results folder")
+    ap.add_argument("--out", type=Path, default=None, help=f"where to write (default benchmarks/results/{name})")
+    ap.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples of each term (intervals only)")
+    args = ap.parse_args(argv)
+    run(args.data, args.out, args.n_boot)
