@@ -25,12 +25,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moespec.engine import machine_adjust as MA
 from moespec.engine.rescore import rescore
 from moespec.engine.results_folder import read_real_draft_folder, reanalysis_main
 from moespec.engine.speculative import catch_up_share
 from moespec.predict import calibration as CAL
-from moespec.predict.round_model import DRAFT_FORMS, RoundModel
+from moespec.predict.round_model import DRAFT_FORMS
 
 
 def _rms(x) -> float:
@@ -43,29 +42,28 @@ def _shares(runs: pd.DataFrame) -> dict:
     return {f"catch_up_{part}": float(catch_up_share(g).mean()) for part, g in drafted.groupby("part")}
 
 
+def _per_cost(models: dict, field: str) -> str:
+    """One fitted coefficient of each draft cost's draft time, in ms: "cost value; ..."."""
+    return "; ".join(f"{r:g} {1e3 * getattr(m.draft, field):.3f}" for r, m in models.items())
+
+
 def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
     folder = read_real_draft_folder(data)
     rows = []
     for state in folder.states:
         sweep = folder.whole_sweep(state)
-        adjusted = MA.adjusted(MA.with_machine_factors(sweep.drop(columns=[MA.FACTOR], errors="ignore"),
-                                                       slope_by=folder.slope_by)[0])
-        calibration = adjusted[adjusted["part"] == "calibration"]
         for form in DRAFT_FORMS:
-            held = CAL.held_out_draft_error(calibration, form)
-            summary, pred, _ = rescore(sweep, state, n_boot=n_boot, slope_by=folder.slope_by, draft_form=form)
-            models: dict[float, RoundModel] = CAL.real_draft_models(calibration, "draft forms", state, n_boot=20,
-                                                                    draft_form=form)
-            rows.append({**summary, "used_by_run": form == folder.draft_form,
+            got = rescore(sweep, state, n_boot=n_boot, slope_by=folder.slope_by, draft_form=form)
+            held = CAL.held_out_draft_error(got.adjusted[got.adjusted["part"] == "calibration"], form)
+            rows.append({**got.summary, "used_by_run": form == folder.draft_form,
                          "held_out_rms": _rms(held["rel_error"]),
                          "held_out_rms_k1": _rms(held.loc[held["k"] == 1, "rel_error"]),
                          "held_out_rms_k2_up": _rms(held.loc[held["k"] >= 2, "rel_error"]),
-                         **_shares(adjusted),
-                         "catch_up_ms": "; ".join(f"{r:g} {1e3 * m.draft.catch_up_s:.3f}" for r, m in models.items()),
-                         "one_token_ms": "; ".join(f"{r:g} {1e3 * m.draft.one_token_s:.3f}"
-                                                   for r, m in models.items())})
+                         **_shares(got.adjusted),
+                         "catch_up_ms": _per_cost(got.models, "catch_up_s"),
+                         "one_token_ms": _per_cost(got.models, "one_token_s")})
     table = pd.DataFrame(rows)
-    folder.write_record("draft_forms", table, {"n_boot": n_boot, "rows": table.to_dict(orient="records")}, out)
+    folder.write_rows("draft_forms", table, out, n_boot=n_boot)
     print(table.drop(columns=["catch_up_ms", "one_token_ms"]).round(4).to_string(index=False))
     for r in table.itertuples():
         print(f"[{r.state}] {r.draft_form}: e per draft cost (ms) {r.catch_up_ms}; c {r.one_token_ms}")

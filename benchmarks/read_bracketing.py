@@ -33,9 +33,9 @@ from moespec.engine.results_folder import read_real_draft_folder, reanalysis_mai
 def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
     folder = read_real_draft_folder(data)
     rows = pd.DataFrame([rescore(folder.whole_sweep(state), state, n_boot=n_boot, read=read, slope_by=folder.slope_by,
-                                  draft_form=folder.draft_form)[0]
+                                  draft_form=folder.draft_form).summary
                          for state in folder.states for read in MA.READS])
-    folder.write_record("read_bracketing", rows, {"n_boot": n_boot, "rows": rows.to_dict(orient="records")}, out)
+    folder.write_rows("read_bracketing", rows, out, n_boot=n_boot)
     print(rows.round(4).to_string(index=False))
     return rows
 

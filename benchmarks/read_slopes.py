@@ -37,12 +37,13 @@ def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
     for state in folder.states:
         sweep = folder.whole_sweep(state)
         for rule in MA.SLOPES:
-            summary, _, mf = rescore(sweep, state, n_boot=n_boot, slope_by=rule, draft_form=folder.draft_form)
-            rows.append({**summary, "groups": len(mf.group_slopes or {}),
-                         "group_slopes": "; ".join(f"{g} {b:.3f}" for g, b in (mf.group_slopes or {}).items()),
+            got = rescore(sweep, state, n_boot=n_boot, slope_by=rule, draft_form=folder.draft_form)
+            slopes = got.factors.group_slopes or {}
+            rows.append({**got.summary, "groups": len(slopes),
+                         "group_slopes": "; ".join(f"{g} {b:.3f}" for g, b in slopes.items()),
                          "held_out_noise": MA.held_out_read_noise(sweep, slope_by=rule)})
     table = pd.DataFrame(rows)
-    folder.write_record("read_slopes", table, {"n_boot": n_boot, "rows": table.to_dict(orient="records")}, out)
+    folder.write_rows("read_slopes", table, out, n_boot=n_boot)
     print(table.drop(columns="group_slopes").round(4).to_string(index=False))
     for r in table.itertuples():
         if r.groups <= 2:

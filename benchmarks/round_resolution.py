@@ -57,7 +57,7 @@ def run(data: Path, out: Path | None = None) -> pd.DataFrame:
     folder = read_real_draft_folder(data)
     table = pd.concat([resolution(folder.sweep(state)[1]).assign(state=state) for state in folder.states],
                       ignore_index=True)
-    folder.write_record("round_resolution", table, {"rows": table.to_dict(orient="records")}, out)
+    folder.write_rows("round_resolution", table, out)
     print(table[table["draft_cost"] == table["draft_cost"].min()].round(3).to_string(index=False))
     return table
 

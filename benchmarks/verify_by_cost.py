@@ -52,7 +52,7 @@ def run(data: Path, out: Path | None = None, n_boot: int = 200) -> pd.DataFrame:
         rows += [rescore(cal, test, state, how, n_boot=n_boot, draft_form=folder.draft_form)
                  for how in CAL.VERIFY_BY_COST]
     rows = pd.DataFrame(rows)
-    folder.write_record("verify_by_cost", rows, {"n_boot": n_boot, "rows": rows.to_dict(orient="records")}, out)
+    folder.write_rows("verify_by_cost", rows, out, n_boot=n_boot)
     print(rows.round(4).to_string(index=False))
     return rows
 

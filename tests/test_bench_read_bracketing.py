@@ -58,7 +58,7 @@ def stand_in_folder(rows: pd.DataFrame):
     with one read slope per sweep), writing records as a real one does."""
     class Folder:
         states, stamp, slope_by, draft_form = ["quiet"], "20260101T000000Z", "sweep", "line"
-        write_record = RealDraftFolder.write_record
+        write_record, write_rows = RealDraftFolder.write_record, RealDraftFolder.write_rows
 
         def whole_sweep(self, state):
             return rows

@@ -49,7 +49,7 @@ def test_record(tmp_path, monkeypatch):
 
     class Folder:                                              # a stand-in results folder of one state
         states, stamp, draft_form = ["quiet"], "20260101T000000Z", "catch-up"
-        write_record = RealDraftFolder.write_record
+        write_record, write_rows = RealDraftFolder.write_record, RealDraftFolder.write_rows
 
         def sweep(self, state, analysed=False):
             return rows, rows[rows.dedup]

@@ -108,6 +108,11 @@ class RealDraftFolder:
         io.write_json(out / f"{self.stamp}_{name}.json", record)
         return record
 
+    def write_rows(self, name: str, table: pd.DataFrame, out=None, **fields) -> dict:
+        """:meth:`write_record` with the table's rows also in the JSON, after ``fields`` (the
+        record of a re-analysis: one row per state and setting)."""
+        return self.write_record(name, table, {**fields, "rows": table.to_dict(orient="records")}, out)
+
 
 def read_real_draft_folder(data) -> RealDraftFolder:
     """The notebook-05 results folder ``data`` (module docstring); a folder without a real draft's

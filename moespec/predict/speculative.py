@@ -362,6 +362,7 @@ def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict 
         if unrouted := sorted(r for r, m in models.items() if m.routing is None):
             raise ValueError(f"round models for draft costs {unrouted} have no routing term and others have one")
     caught = any(m.draft.catch_up_share is not None for m in models.values())
+    E_by_prompt = u_by_prompt = s_by_prompt = None
     if routed or caught:      # each prompt predicted at its own routing and catch-up share
         E_by_prompt = prompt_tokens_per_step(runs)
         u_by_prompt = prompt_distinct_experts(runs) if routed else None
