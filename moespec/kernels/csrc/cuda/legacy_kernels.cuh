@@ -1,4 +1,4 @@
-// legacy_kernels.cuh: the three-launch path (the kernels of the first H200 run, 2026-11-29, plus
+// legacy_kernels.cuh: the three-launch path (the kernels measured on an H200, docs/cuda.md, plus
 // the non-finite input rule). Plain CUDA C++.
 //   1. gate_up_kernel: blocks over (tile, block of 16 x iters intermediate rows). A tile is one
 //      (token, slot) pair for the per-slot kernel, or up to `tile` pairs routed to the same
