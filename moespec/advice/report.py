@@ -1,7 +1,9 @@
-"""The advice as a readable table and as JSON (with its JSON Schema, checked before writing)."""
+"""The advice as text (:func:`format_text`: one screen, the answer; :func:`format_explain`: its
+derivation, every table) and as JSON (with its JSON Schema, checked before writing)."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from moespec import io
@@ -97,6 +99,7 @@ ADVICE_SCHEMA = {
                            "kernel_switch": {"type": "object", "required": ["per_slot_up_to", "text", "llama_cpp_cuda"],
                                              "properties": {"per_slot_up_to": _INT_OR_NULL}}}}},
         "versions_cited": {"type": "object", "required": ["vllm", "sglang", "llama.cpp", "llama.cpp-cuda-kernel"]},
+        "sources": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
 
@@ -141,8 +144,10 @@ def _margin_lines(rows: list[dict], margin: float) -> list[str]:
     return [line]
 
 
-def format_text(advice: dict) -> str:
-    """The advice as the table ``moespec advise`` prints."""
+def format_explain(advice: dict) -> str:
+    """The advice with its derivation, as ``moespec advise --explain`` prints it: the error bounds,
+    the assumptions, the saving at every pass size, the round's terms, every engine's k* and
+    speedup at every k, the settings and where each option name was read."""
     s, err, kd = advice["subject"], advice["error"], advice["dedup"]
     lo21, hi21 = err["speedup_factor_21"]
     head = [f"moespec advise: {s['model']}, {s['engine']} ({s['format']})",
@@ -212,4 +217,103 @@ def format_text(advice: dict) -> str:
     out += ["Inputs:"] + [f"  - {p}" for p in advice["inputs"]]
     out += ["Option names from:"] + [f"  - {name}: {v['project']} @ {v['commit'][:12]} ({v['where']})"
                                      for name, v in advice["versions_cited"].items()]
+    return "\n".join(out)
+
+
+# --- one screen ---------------------------------------------------------------------------------------
+WIDTH = 120
+
+
+def _wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
+    """``text`` on lines of at most :data:`WIDTH` characters, the first indented by ``indent``."""
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + more,
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def _words(command: str) -> list[str]:
+    """A shell command cut at its spaces outside quotes (the quotes kept)."""
+    words, word, quote = [], "", None
+    for ch in command:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == " ":
+            words.append(word)
+            word = ""
+            continue
+        word += ch
+    return words + [word]
+
+
+def _command(label: str, command: str) -> list[str]:
+    """``label`` and a shell command, continued with backslashes at option boundaries so that no
+    line exceeds :data:`WIDTH` characters (an option and its value stay together)."""
+    groups = []
+    for word in _words(command):
+        if word.startswith("-") or not groups:
+            groups.append(word)
+        else:
+            groups[-1] += " " + word
+    lines, line = [], label + groups[0]
+    for group in groups[1:]:
+        if len(line) + 1 + len(group) + 2 > WIDTH:
+            lines.append(line + " \\")
+            line = " " * (len(label) + 2) + group
+        else:
+            line += " " + group
+    return lines + [line]
+
+
+def _state_line(s: dict, eps) -> str:
+    if not s.get("state"):
+        return f"  numbers from {s['from']}" + (f"; eps {eps:.3f}" if eps is not None else "")
+    read = f", read {s['read_GBps']:.2f} GB/s in the same rounds" if s.get("read_GBps") is not None else ""
+    hw = f"; {s['hardware']}" if s.get("hardware") else ""
+    return f"  machine state: {s['state']}{read}{hw}" + (f"; eps {eps:.3f}" if eps is not None else "")
+
+
+def format_text(advice: dict) -> str:
+    """The answer on one screen, as ``moespec advise`` prints it: per acceptance rate the
+    recommendation with its band and what the other machine states would take, the kernel switch,
+    the settings for vLLM, SGLang and llama.cpp, the machine state, and each source named once.
+    Lines of at most :data:`WIDTH` characters; ``--explain`` (:func:`format_explain`) prints the
+    derivation."""
+    s, kd = advice["subject"], advice["dedup"]
+    out = _wrap(f"moespec advise: {s['model']}; {s['engine']}, {s['format']}")
+    if s.get("source") not in (None, "this run"):
+        out += _wrap(f"numbers: {s['source']}", "  ")
+    out.append(_state_line(s, advice["error"]["eps"]))
+    for item, setting in zip(advice["acceptance"], advice["settings"]):
+        rec, loss = item["recommended"], item["loss_if_wrong"]
+        head = f"At a = {item['a']:.3f} ({item['label']}): "
+        if rec["speculate"]:
+            out += _wrap(head + f"draft k = {rec['k']} token{'s' if rec['k'] != 1 else ''} (verify passes of "
+                         f"{rec['verify_pass_tokens']}), {rec['engine_name']}")
+            out += _wrap(f"speedup {rec['speedup']:.3f}, band {_interval(rec['speedup_lo'], rec['speedup_hi'])} "
+                         f"(bound (21)); k off by one loses {_pct(loss['draft_length_off_by_one'])}, the per-slot "
+                         f"kernel alone {_pct(loss['per_slot_kernel_only'])}", "  ")
+        else:
+            out += _wrap(head + "plain decoding (k = 0): speculation does not pay at this acceptance rate")
+        if rec["interval_contains_1"]:
+            out.append("  !! the band holds a speedup of 1: by these measurements drafting may or may not pay here")
+        for state, o in item["other_states"].items():
+            read = f" (read {o['read_GBps']:.2f} GB/s)" if o.get("read_GBps") else ""
+            what = (f"k = {o['k']}, {ENGINE_NAMES[o['engine']]}, speedup {o['speedup']:.3f} "
+                    f"{_interval(o['speedup_lo'], o['speedup_hi'])}" if o["k"] > 0 else "plain decoding")
+            out += _wrap(f"{state} machine{read}: {what}" + (" <- differs" if o["differs"] else " (the same)"), "  ")
+        out.append(f"  settings for k = {setting['k']}:")
+        out += _command("    vLLM:      ", setting["vllm"]["cli"])
+        out += _command("    SGLang:    ", setting["sglang"]["cli"])
+        out += _command("    llama.cpp: ", setting["llama_cpp"]["cli"])
+        if setting["llama_cpp"]["cli_legacy"] != setting["llama_cpp"]["cli"]:
+            out += _command("    llama.cpp before PR 22397: ", setting["llama_cpp"]["cli_legacy"])
+    ks = advice["settings"][0]["kernel_switch"]
+    guaranteed = f" (guaranteed from {kd['guaranteed_from_n']})" if kd["from_n"] is not None else ""
+    out += _wrap(f"Kernel switch: {ks['text']}{guaranteed}")
+    out += _wrap(f"llama.cpp CUDA: {ks['llama_cpp_cuda']}", "  ")
+    out += [f"    {line}" for line in cap_lines(ks.get("mmvq_cap", []))]
+    sources = advice.get("sources") or {"inputs": ", ".join(advice["inputs"])}
+    out += _wrap("Sources: " + "; ".join(f"{part}: {where}" for part, where in sources.items())
+                 + "; option names: docs/advise.md; the derivation: --explain")
     return "\n".join(out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from moespec.advice.decide import ENGINE_NAMES
+from .decide import ENGINE_NAMES
 
 
 def advice_figure(advice: dict, title: str = "") -> plt.Figure:
