@@ -201,7 +201,7 @@ def _manifest_part(run: Path, folder: Path, allow_incomplete: bool, error) -> tu
     man = runs.read_manifest(path, error) if path is not None else {}
     status = runs.status_from(man, path) if path is not None else runs.RunStatus(None, "unknown")
     if not (status.complete or status.own or allow_incomplete):
-        runs.refuse_incomplete(status, "the run file", error)
+        runs.refuse_incomplete(status, "moespec run-file", error)
     run_dir = man.get("run_dir")
     part = {"id": Path(run_dir).name if run_dir else run.resolve().name, "status": status.status,
             "complete": bool(status.complete or status.own), "described": status.describe(),
