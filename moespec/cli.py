@@ -195,7 +195,8 @@ def _add_advise(sub) -> None:
     adv.add_argument("--model", help="row of the bandwidth table / model preset (e.g. OLMoE)")
     adv.add_argument("--format", help="storage format for the preset's expert bytes (default: the paper's)")
     adv.add_argument("--trace", type=Path, metavar="NPZ",
-                     help="routing trace whose union/byte share is used (a bandwidth table, or a run's notebook 03 fits)")
+                     help="routing trace whose union/byte share is used (with a bandwidth table, or a run's "
+                          "notebook 03 fits)")
     adv.add_argument("--eps", type=float, help="bandwidth error of the table's engine (published rows: the paper's)")
     adv.add_argument("--state", help="machine state of the run's round model (quiet, loaded; default quiet)")
     adv.add_argument("--context", help="context of the run's round model (chat: the real draft's prompts; d=<depth>: "
@@ -216,24 +217,13 @@ def _add_advise(sub) -> None:
     adv.add_argument("--json", default="advice.json", metavar="PATH",
                      help="where to write the JSON (default advice.json; '-' prints the JSON instead of the text)")
     adv.add_argument("--source", help="label of the bandwidth table's rows ('published': paper 1's published "
-                                      "numbers); default: recognised by their content (data/paper_reference/digests.json)")
+                                      "numbers); default: recognised by their content "
+                                      "(data/paper_reference/digests.json)")
     adv.add_argument("--allow-incomplete", action="store_true",
                      help="use the run file of a run that did not finish (running, failed, interrupted); the output "
                           "says which notebooks' tables it holds")
     adv.add_argument("--schema", action="store_true", help="print the JSON Schema of the output and exit")
     adv.set_defaults(func=_advise)
-
-
-def _run_file(args) -> int:
-    from moespec.predict import run_file
-
-    try:
-        written = run_file.write_run_file(args.run, allow_incomplete=args.allow_incomplete)
-    except (InputError, OSError) as exc:
-        print(f"moespec run-file: {_message(exc)}", file=sys.stderr)
-        return 1
-    print(f"moespec run-file: {written}")
-    return 0
 
 
 def _add_run_file(sub) -> None:
@@ -247,6 +237,17 @@ def _add_run_file(sub) -> None:
                     help="build it from a run that did not finish; the file says so and advise refuses it unless "
                          "given --allow-incomplete too")
     rf.set_defaults(func=_run_file)
+
+
+def _run_file(args) -> int:
+    from moespec.predict import run_file
+
+    try:   # bad input (an InputError) is reported in one line by main()
+        print(f"moespec run-file: {run_file.write_run_file(args.run, allow_incomplete=args.allow_incomplete)}")
+    except OSError as exc:
+        print(f"moespec run-file: {_message(exc)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _report(args) -> int:

@@ -84,7 +84,8 @@ if advice.run_file(source).doc["acceptance"] and not free_draft and not draft_fi
     display(check.round(3))
     display(check_goals)
 else:
-    print(f"{source}: no real-draft acceptance in the run file (or another draft was named); nothing measured to compare")
+    print(f"{source}: no real-draft acceptance in the run file (or another draft was named); "
+          "nothing measured to compare")
 
 # %% [markdown]
 # ## The answer as a figure
@@ -105,8 +106,8 @@ display(Markdown(
        f"n = {kd['guaranteed_from_n']}). " if kd["from_n"] else "Deduplication does not pay at any pass size up to 9. ")
     + " ".join(f"At a = {x['a']:.2f}: " + (f"draft **k = {x['recommended']['k']}** "
                                             f"({x['recommended']['engine_name']}), predicted speedup "
-                                            f"{x['recommended']['speedup']:.2f} "
-                                            f"[{x['recommended']['speedup_lo']:.2f}, {x['recommended']['speedup_hi']:.2f}]; "
+                                            f"{x['recommended']['speedup']:.2f} [{x['recommended']['speedup_lo']:.2f}, "
+                                            f"{x['recommended']['speedup_hi']:.2f}]; "
                                             if x["recommended"]["speculate"] else "plain decoding is fastest; ")
                + f"the per-slot kernel alone would lose {100 * x['loss_if_wrong']['per_slot_kernel_only']:.1f} % of "
                  "the throughput." for x in best)

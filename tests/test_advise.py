@@ -40,7 +40,8 @@ def curves(tau_slot, tau_dedup, eps, band=None, h=None, draft=None, spread=None)
     verify = {p: predict.Term(t, t - w, t + w, np.ones(n, int), "test", "loop")
               for p, t in (("slot", tau_slot), ("dedup", tau_dedup))}
     host = predict.Term.exact(np.zeros(n) if h is None else np.asarray(h, float), "test", "loop")
-    rm = predict.RoundModel("test", "d=0", "quiet", verify, host, draft or predict.DraftTime.free(len(host.values_s) - 1),
+    draft = draft or predict.DraftTime.free(len(host.values_s) - 1)
+    rm = predict.RoundModel("test", "d=0", "quiet", verify, host, draft,
                             saving=predict.Term(S, S - band, S + band, np.ones(n, int), "test", "loop"))
     return VerifyCurves(round_model=rm, interval="given", eps=eps,
                         subject={"model": "m", "engine": "e", "format": "f", "source": "test", "from": "test"},
@@ -360,7 +361,8 @@ def test_advise_against_runs_at_the_median_prompts_acceptance(tmp_path):
     assert table.set_index("k").advise_speedup[rec["k"]] == pytest.approx(rec["speedup"])
     pd.DataFrame({"state": ["quiet"], "accepted": [30], "rejections": [10]}).to_csv(
         run / "05_real_draft_acceptance.csv", index=False)   # pooled counts only: not the table notebook 05 writes
-    with pytest.raises(run_file.RunFileError, match=r"05_real_draft_acceptance.csv: missing column\(s\) \['a', 'label'\]"):
+    with pytest.raises(run_file.RunFileError,
+                       match=r"05_real_draft_acceptance.csv: missing column\(s\) \['a', 'label'\]"):
         run_file.write_run_file(run)
 
 
@@ -429,15 +431,17 @@ def test_the_run_file_gives_the_committed_answer():
     now = json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9])))
     for key in ("dedup", "acceptance", "settings", "error", "draft_time_ms", "host_time_ms", "draft"):
         assert now[key] == committed[key], key
-    assert [x["recommended"]["k"] for x in now["acceptance"]] == [x["recommended"]["k"] for x in committed["acceptance"]]
+    assert [x["recommended"]["k"] for x in now["acceptance"]] == [x["recommended"]["k"]
+                                                                 for x in committed["acceptance"]]
 
 
 def test_a_hand_made_run_file_gives_the_same_advice(tmp_path):
     """A run file made by hand from the same inputs (one round model, its state's eps, no
     measurements) gives the advice the committed run file gives in that state."""
     committed = json.loads((COMMITTED / run_file.RUN_FILE).read_text())
+    key = ("loaded", "chat", "the run's own draft (as trained)")
     model = next(m for m in committed["round_models"]["models"]
-                 if (m["state"], m["context"], m["draft"]["name"]) == ("loaded", "chat", "the run's own draft (as trained)"))
+                 if (m["state"], m["context"], m["draft"]["name"]) == key)
     doc = {"schema": "moespec.run_file", "schema_version": 1,
            "run": {"id": "by hand", "status": "unknown", "complete": True, "described": "written by hand",
                    "finished_notebooks": [], "manifest": None},
@@ -585,7 +589,8 @@ PUBLISHED_TABLE1 = paths.reference_dir() / "paper1_table1_bandwidth.csv"
 
 def test_llama_cpp_settings_for_current_and_legacy_builds():
     s = st.llama_cpp(3, "t.gguf", "d.gguf")
-    assert s["cli"] == ("llama-server -m t.gguf --spec-type draft-simple --spec-draft-model d.gguf --spec-draft-n-max 3 "
+    assert s["cli"] == ("llama-server -m t.gguf --spec-type draft-simple --spec-draft-model d.gguf "
+                        "--spec-draft-n-max 3 "
                         "--spec-draft-n-min 0 --spec-draft-p-min 0")
     assert s["cli_legacy"] == "llama-server -m t.gguf -md d.gguf --draft-max 3 --draft-min 0 --draft-p-min 0"
     assert "PR 22397" in s["note"] and "0.8" in s["note"]  # the legacy p-min default the setting overrides
@@ -614,7 +619,8 @@ def test_mmvq_cap_per_architecture_and_type():
 
 
 def test_advise_prints_both_builds_and_the_caps_for_ampere_and_hopper():
-    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp CUDA", model="gpt-oss", acceptance=[0.7], free_draft=True)
+    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp CUDA", model="gpt-oss", acceptance=[0.7],
+                        free_draft=True)
     text = advice.format_explain(adv)
     k = adv["acceptance"][0]["recommended"]["k"]
     assert f"llama.cpp builds before PR 22397: llama-server -m '<target-model>' -md '<draft-model>' --draft-max {k} " \
@@ -625,7 +631,8 @@ def test_advise_prints_both_builds_and_the_caps_for_ampere_and_hopper():
             "above that MMQ") in text
     caps = {c["architecture"]: c["cap"] for c in adv["settings"][0]["kernel_switch"]["mmvq_cap"]}
     assert caps == {"Pascal and older": 4, "Volta": 8, "Turing, Ampere": 7, "Ada, Hopper, Blackwell": 8}
-    assert set(adv["versions_cited"]) >= {"llama.cpp", "llama.cpp-legacy", "llama.cpp-cuda-kernel", "llama.cpp-cuda-mmq"}
+    assert set(adv["versions_cited"]) >= {"llama.cpp", "llama.cpp-legacy", "llama.cpp-cuda-kernel",
+                                          "llama.cpp-cuda-mmq"}
 
 
 # --- published tables read as published ------------------------------------------------------------
@@ -633,7 +640,8 @@ def test_published_r_columns_and_the_held_out_margin_of_paper_1():
     """Paper 1 (Sec. 4, Metal gpt-oss at d = 512): "Its measured saving at n = 8 is +0.2 ms ... and
     there the margin of (19) fails". With the published r = 0.34 (not 114/339 = 0.336 of the rounded
     bandwidths) advise agrees, and says the verdict is within the table's rounding."""
-    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp Metal", model="gpt-oss", acceptance=[0.7], free_draft=True)
+    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp Metal", model="gpt-oss", acceptance=[0.7],
+                        free_draft=True)
     rows = {r["n"]: r for r in adv["dedup"]["pass_sizes"]}
     assert rows[8]["r"] == pytest.approx(0.34) and rows[2]["r"] == pytest.approx(0.37)
     assert rows[8]["ubar"] == pytest.approx(0.36)
@@ -657,8 +665,8 @@ def test_published_r_changes_one_of_the_sixteen_table1_points():
         for n in (2, 8):
             ubar = getattr(row, f"n{n}_ubar")
             published = th.kernels_agree(ubar, getattr(row, f"n{n}_r"), eps[row.engine])
-            from_betas = th.kernels_agree(ubar, getattr(row, f"n{n}_beta_dedup_GBps") / getattr(row, f"n{n}_beta_slot_GBps"),
-                                          eps[row.engine])
+            r = getattr(row, f"n{n}_beta_dedup_GBps") / getattr(row, f"n{n}_beta_slot_GBps")
+            from_betas = th.kernels_agree(ubar, r, eps[row.engine])
             if published != from_betas:
                 flips.append((row.engine, row.model, n))
     assert flips == [("llama.cpp Metal", "gpt-oss", 8)]

@@ -61,7 +61,8 @@ def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.D
         rec = item["recommended"]
         goals += [{"goal": f"advise at the measured a = {r.a:.3f} recommends the measured best, {r.state}",
                    "value": f"advise k = {rec['k']} ({rec['engine']}); measured best k = {best_meas}"
-                            + (f" (median speedup {meas.max():.3f})" if best_meas else " (plain decoding: every k < 1)"),
+                            + (f" (median speedup {meas.max():.3f})" if best_meas
+                               else " (plain decoding: every k < 1)"),
                    "target": "the same k", "met": rec["k"] == best_meas},
                   _best_in_band(r, rec, meas, best_meas),
                   {"goal": f"advise's speedup within {100 * tolerance:.0f} % of the measured one at every k, {r.state}",
@@ -69,7 +70,8 @@ def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.D
                             f"{100 * mine.rel_error.abs().max():.1f} %", "target": "all k",
                    "met": bool((mine.rel_error.abs() <= tolerance).all())},
                   {"goal": f"advise's per-k band holds the measured speedup, {r.state}",
-                   "value": f"{int(mine.inside.sum())} of {len(mine)}", "target": "all k", "met": bool(mine.inside.all())}]
+                   "value": f"{int(mine.inside.sum())} of {len(mine)}", "target": "all k",
+                   "met": bool(mine.inside.all())}]
     return pd.DataFrame(rows), pd.DataFrame(goals).assign(met=lambda f: f["met"].astype(bool))
 
 

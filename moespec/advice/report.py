@@ -20,7 +20,8 @@ _ENGINE = {"type": "object",
            "required": ["k_star", "speedup", "speedup_lo", "speedup_hi", "throughput_per_s", "k_star_certain",
                         "loss_k_off_by_one", "speedup_by_k", "speedup_lo_by_k", "speedup_hi_by_k", "delta_by_k",
                         "step_ms_by_k"],
-           "properties": {"k_star": {"type": "integer", "minimum": 0}, "speedup": {"type": "number", "exclusiveMinimum": 0},
+           "properties": {"k_star": {"type": "integer", "minimum": 0},
+                          "speedup": {"type": "number", "exclusiveMinimum": 0},
                           "speedup_lo": _NUM, "speedup_hi": _NUM, "throughput_per_s": _NUM,
                           "k_star_certain": {"type": "boolean"}, "loss_k_off_by_one": {"type": "number", "minimum": 0},
                           "speedup_by_k": _NUMS, "speedup_lo_by_k": _NUMS, "speedup_hi_by_k": _NUMS,
@@ -40,7 +41,8 @@ ADVICE_SCHEMA = {
     "properties": {
         "schema": {"const": SCHEMA_ID},
         "subject": {"type": "object", "required": ["model", "engine", "format", "source", "from"],
-                    "properties": {k: {"type": ["string", "null"]} for k in ("model", "engine", "format", "source", "from")}},
+                    "properties": {k: {"type": ["string", "null"]}
+                                   for k in ("model", "engine", "format", "source", "from")}},
         "inputs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "assumptions": {"type": "array", "items": {"type": "string"}},
         "band_covers": {"type": "array", "items": {"type": "string"}, "minItems": 1},
@@ -81,7 +83,8 @@ ADVICE_SCHEMA = {
                 "recommended": {"type": "object",
                                 "required": ["engine", "engine_name", "k", "speculate", "speedup", "speedup_lo",
                                              "speedup_hi", "verify_pass_tokens", "k_certain", "interval_contains_1"],
-                                "properties": {"engine": {"enum": list(ENGINES)}, "k": {"type": "integer", "minimum": 0},
+                                "properties": {"engine": {"enum": list(ENGINES)},
+                                               "k": {"type": "integer", "minimum": 0},
                                                "speculate": {"type": "boolean"},
                                                "interval_contains_1": {"type": "boolean"}}},
                 "other_states": {"type": "object", "additionalProperties": {
@@ -151,13 +154,15 @@ def format_explain(advice: dict) -> str:
     s, err, kd = advice["subject"], advice["error"], advice["dedup"]
     lo21, hi21 = err["speedup_factor_21"]
     head = [f"moespec advise: {s['model']}, {s['engine']} ({s['format']})",
-            f"  numbers from: {s['from']}; {s['source']}" + (f"; hardware: {s['hardware']}" if s.get("hardware") else "")]
+            f"  numbers from: {s['from']}; {s['source']}"
+            + (f"; hardware: {s['hardware']}" if s.get("hardware") else "")]
     if s.get("state"):
         head.append(f"  machine state: {s['state']}" + (f", read {s['read_GBps']:.2f} GB/s in the same rounds"
                                                        if s.get("read_GBps") is not None else "")
                     + f", bandwidth regime {s.get('regime', 'one')}")
     if err["eps"] is not None:
-        head.append(f"  bandwidth error eps = {err['eps']:.3f}: predicted verify times within +-{_pct(err['verify_time_rel_17'])} "
+        head.append(f"  bandwidth error eps = {err['eps']:.3f}: predicted verify times within "
+                    f"+-{_pct(err['verify_time_rel_17'])} "
                     "(17) where the verify term is predicted from bandwidths")
     head.append(f"  step-time error: delta = {err['delta']:.3f} (largest over k of the recommended engine's delta_k); "
                 f"a draft length chosen on these step times loses at most {_pct(err['loss_bound_20'])} of the best "
@@ -181,10 +186,12 @@ def format_explain(advice: dict) -> str:
     for item, setting in zip(advice["acceptance"], advice["settings"]):
         rec, loss = item["recommended"], item["loss_if_wrong"]
         out += ["", f"Draft length at acceptance a = {item['a']:.3f} ({item['label']}):",
-                "  engine                                                k*   speedup [band (21) at delta_k*]   k* certain (20)   lost at k*+-1"]
+                "  engine                                                k*   speedup [band (21) at delta_k*]   "
+                "k* certain (20)   lost at k*+-1"]
         for e in ENGINES:
             x = item["engines"][e]
-            out.append(f"  {ENGINE_NAMES[e]:<52}  {x['k_star']:>2}   {x['speedup']:.3f} {_interval(x['speedup_lo'], x['speedup_hi'])}"
+            out.append(f"  {ENGINE_NAMES[e]:<52}  {x['k_star']:>2}   {x['speedup']:.3f} "
+                       f"{_interval(x['speedup_lo'], x['speedup_hi'])}"
                        f"          {'yes' if x['k_star_certain'] else 'no':>15}   {_pct(x['loss_k_off_by_one']):>12}")
         eng = item["engines"][rec["engine"]]
         out.append("  speedup by k, " + rec["engine_name"] + ": " + ", ".join(
@@ -192,7 +199,8 @@ def format_explain(advice: dict) -> str:
             enumerate(zip(eng["speedup_by_k"], eng["speedup_lo_by_k"], eng["speedup_hi_by_k"])) if k > 0))
         verdict = (f"draft k = {rec['k']} token{'s' if rec['k'] != 1 else ''} (verify passes of "
                    f"{rec['verify_pass_tokens']}), "
-                   f"{rec['engine_name']}: speedup {rec['speedup']:.3f} {_interval(rec['speedup_lo'], rec['speedup_hi'])}"
+                   f"{rec['engine_name']}: speedup {rec['speedup']:.3f} "
+                   f"{_interval(rec['speedup_lo'], rec['speedup_hi'])}"
                    if rec["speculate"] else "plain decoding (k = 0): speculation does not pay at this acceptance rate")
         out.append(f"  -> {verdict}")
         if rec["interval_contains_1"]:
@@ -200,7 +208,8 @@ def format_explain(advice: dict) -> str:
         for state, o in item["other_states"].items():
             what = (f"draft k = {o['k']} ({ENGINE_NAMES[o['engine']]}), speedup {o['speedup']:.3f} "
                     f"{_interval(o['speedup_lo'], o['speedup_hi'])}" if o["k"] > 0 else "plain decoding")
-            out.append(f"  in the {state} machine state{' (read %.2f GB/s)' % o['read_GBps'] if o.get('read_GBps') else ''}: "
+            read = f" (read {o['read_GBps']:.2f} GB/s)" if o.get("read_GBps") else ""
+            out.append(f"  in the {state} machine state{read}: "
                        f"{what}" + ("  <- DIFFERS from the recommendation above" if o["differs"] else " (the same)"))
         out += [f"  throughput lost by a wrong choice: per-slot kernel only {_pct(loss['per_slot_kernel_only'])}, "
                 f"dedup kernel only {_pct(loss['dedup_kernel_only'])}, draft length off by one "
