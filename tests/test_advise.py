@@ -446,7 +446,7 @@ def test_a_hand_made_run_file_gives_the_same_advice(tmp_path):
            "run": {"id": "by hand", "status": "unknown", "complete": True, "described": "written by hand",
                    "finished_notebooks": [], "manifest": None},
            "hardware": None, "subject": {"model": None, "engine": None, "format": None},
-           "sources": {"round_models": {"notebook": "notebook 05", "files": ["05_round_model.json"],
+           "sources": {"round_models": {"by": "notebook 05", "files": ["05_round_model.json"],
                                         "what": "round models"}},
            "round_models": {"schema": "moespec.round_model/1", "order": {}, "models": [model]},
            "expert_op_fits": None,

@@ -55,8 +55,11 @@ def table_header(path: str | Path, what: str = "bandwidth table") -> list[str]:
 
 
 def acceptance(path: str | Path) -> list[tuple[float, str]]:
-    """Acceptance rates from a measured table; see :func:`moespec.advice.acceptance_from_table`.
-    Counts must be non-negative integers (they are used and printed as they are)."""
+    """Acceptance rates from a measured table (``--acceptance-table``): columns ``accepted`` and
+    ``rejections`` (counts of drafted tokens accepted and of steps ended by a rejection; pooled
+    geometric maximum-likelihood estimate accepted / (accepted + rejections), one per ``label`` if
+    that column is present), or a column ``a`` (one rate per row, ``label`` optional). Returns
+    [(a, label)]. Counts must be non-negative integers (used and printed as they are), rates in [0, 1)."""
     path = Path(path)
     df = parse_csv(path, "acceptance table", AdviceInputError)
     out = []

@@ -96,7 +96,7 @@ def _nullable(schema: dict) -> dict:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-_SOURCE = _object({"notebook": _STR, "files": {"type": "array", "items": _STR, "minItems": 1}, "what": _STR})
+_SOURCE = _object({"by": _STR, "files": {"type": "array", "items": _STR, "minItems": 1}, "what": _STR})
 _ROUND_MODELS = _object({"schema": {"const": ROUND_MODEL_SCHEMA}, "order": {"type": "object"},
                          "models": {"type": "array", "minItems": 1, "items": {"type": "object"}}})
 _STATE = _object({"state": _STR, "read_GBps": _nullable(_POSITIVE), "regime": _STR_OR_NULL,
@@ -177,7 +177,7 @@ def find_run_file(run: str | Path, error: type[InputError] = RunFileError) -> Pa
 # --- building ----------------------------------------------------------------------------------------
 def _source(part: str, files) -> dict:
     notebook, _, what = SOURCE_FILES[part]
-    return {"notebook": f"notebook {notebook}", "files": [Path(f).name for f in files], "what": what}
+    return {"by": f"notebook {notebook}", "files": [Path(f).name for f in files], "what": what}
 
 
 def _number(x):
@@ -365,7 +365,7 @@ def build_run_file(run: str | Path, allow_incomplete: bool = False, error: type[
         if files:
             sources[part] = _source(part, files)
     if run_part["manifest"]:
-        sources["run"] = {"notebook": "moespec reproduce", "files": [run_part["manifest"]],
+        sources["run"] = {"by": "moespec reproduce", "files": [run_part["manifest"]],
                           "what": "the run's id, status and hardware"}
     doc = {"schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "run": run_part, "hardware": hardware,
            "subject": subject, "sources": sources, "round_models": round_models, "expert_op_fits": fits,
@@ -432,7 +432,7 @@ class RunFile:
     def source_line(self, part: str) -> str:
         """``notebook 05 (05_round_model.json)``: where ``part`` came from, in a few words."""
         s = self.doc["sources"].get(part)
-        return f"{s['notebook']} ({', '.join(s['files'])})" if s else "not in this run"
+        return f"{s['by']} ({', '.join(s['files'])})" if s else "not in this run"
 
     def acceptance(self) -> pd.DataFrame:
         """Per machine state, the measured acceptance ``a`` (median prompt's) and its label."""
