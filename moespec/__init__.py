@@ -12,9 +12,9 @@ __version__ = "0.1.0"
 
 
 def advise(*args, **kwargs):
-    """Expert kernel and draft length for speculative decoding on an MoE model, from a run folder
-    (notebooks 03/06) or a bandwidth table: :func:`moespec.advice.advise` (imported on first use,
-    so that importing moespec stays cheap)."""
+    """Expert kernel and draft length for speculative decoding on an MoE model, from a run's run
+    file or a bandwidth table: :func:`moespec.advice.advise` (imported on first use, so that
+    importing moespec stays cheap)."""
     from moespec.advice import advise as _advise
 
     return _advise(*args, **kwargs)

@@ -1,7 +1,7 @@
 """Command line: ``moespec reproduce`` (papermill over the notebooks), ``moespec notebooks``,
 ``moespec import-routing`` (traces from vLLM/SGLang dumps), ``moespec sweep`` (notebook grids
-on a Dask cluster or Slurm) and ``moespec advise`` (expert kernel and draft length from a run or
-a bandwidth table).
+on a Dask cluster or Slurm), ``moespec advise`` (expert kernel and draft length from a run's run
+file or a bandwidth table) and ``moespec run-file`` (a run's run file from its tables).
 
 Bad input ends a command with one line naming the file or option, the field, what was expected
 and what was found (exit status 1; 2 for a malformed command line). Anything else that goes wrong
@@ -152,8 +152,8 @@ def _advise(args) -> int:
         out = None if args.json == "-" else writable_file(args.json, "--json")   # before the work
         result = advice.advise(args.run, args.acceptance, acceptance_table=args.acceptance_table,
                                bandwidth=args.bandwidth, engine=args.engine, model=args.model, trace=args.trace,
-                               eps=args.eps, use=args.use, version=args.version, depth=args.depth,
-                               dense_ratio=args.dense_ratio, draft_fit=args.draft_fit, free_draft=args.free_draft,
+                               eps=args.eps, dense_ratio=args.dense_ratio, draft_fit=args.draft_fit,
+                               free_draft=args.free_draft,
                                state=args.state, context=args.context, draft_of_run=args.run_draft,
                                fmt=args.format, target=args.target, draft=args.draft,
                                allow_incomplete=args.allow_incomplete, source=args.source)
@@ -163,24 +163,28 @@ def _advise(args) -> int:
     if out is None:
         print(json.dumps(result, indent=2))
         return 0
-    print(advice.format_text(result))   # the answer first: a failure to write it below does not lose it
+    # the answer first: a failure to write it below does not lose it
+    print(advice.format_explain(result) if args.explain else advice.format_text(result))
     try:
         written = advice.write_json(result, out)
     except OSError as exc:
         print(f"moespec advise: the advice above was not written to {out}: {_message(exc)}", file=sys.stderr)
         return 1
-    print(f"\nJSON: {written}")
+    print(f"JSON: {written}")
     return 0
 
 
 def _add_advise(sub) -> None:
-    adv = sub.add_parser("advise", help="expert kernel and draft length for speculative decoding, from a run "
-                                        "folder (notebook 05's round model, or 03's fits) or a bandwidth table",
+    adv = sub.add_parser("advise", help="expert kernel and draft length for speculative decoding, from a run's "
+                                        "run file or a bandwidth table",
                          description="Decide from which pass size the deduplicating expert kernel is faster, "
                                      "the best draft length k*(a) per kernel with the error bands of paper 1's "
                                      "bounds (17)-(21), the throughput a wrong choice loses, and settings for "
-                                     "vLLM, SGLang and llama.cpp. Prints a table and writes JSON.")
-    adv.add_argument("run", nargs="?", type=Path, help="run folder with notebook 05's round model or 03's fits")
+                                     "vLLM, SGLang and llama.cpp. Prints the answer on one screen (--explain: "
+                                     "its derivation) and writes JSON.")
+    adv.add_argument("run", nargs="?", type=Path,
+                     help="run folder (or figures/) with its run file (moespec run-file RUN makes it), or the run "
+                          "file itself")
     adv.add_argument("-a", "--acceptance", nargs="+", type=float, metavar="A",
                      help="acceptance rate(s) a in [0, 1)")
     adv.add_argument("--acceptance-table", type=Path, metavar="CSV",
@@ -190,18 +194,13 @@ def _add_advise(sub) -> None:
     adv.add_argument("--engine", help="row of the bandwidth table (e.g. 'llama.cpp CUDA')")
     adv.add_argument("--model", help="row of the bandwidth table / model preset (e.g. OLMoE)")
     adv.add_argument("--format", help="storage format for the preset's expert bytes (default: the paper's)")
-    adv.add_argument("--trace", type=Path, metavar="NPZ", help="routing trace whose union/byte share is used")
+    adv.add_argument("--trace", type=Path, metavar="NPZ",
+                     help="routing trace whose union/byte share is used (with a bandwidth table, or a run's "
+                          "notebook 03 fits)")
     adv.add_argument("--eps", type=float, help="bandwidth error of the table's engine (published rows: the paper's)")
-    adv.add_argument("--use", choices=["auto", "engine", "expert-op"], default="auto",
-                     help="which part of the run: notebook 05's round model or notebook 03's fits (auto: 05 if present)")
-    adv.add_argument("--version", default="loop",
-                     help="verify term: loop (the round model's, timed in decode loops; default), a version of "
-                          "notebook 06's chain (22): prediction, text, measured-time, calibrated; or grid (notebook "
-                          "05's shuffled grid, the earlier protocol)")
-    adv.add_argument("--depth", type=int, help="context depth of notebook 06's chain version (default: the first)")
-    adv.add_argument("--state", help="machine state of the round model (quiet, loaded; default quiet)")
-    adv.add_argument("--context", help="context of the round model (chat: the real draft's prompts; d=<depth>: the "
-                                       "oracle draft's; default chat where the run has it)")
+    adv.add_argument("--state", help="machine state of the run's round model (quiet, loaded; default quiet)")
+    adv.add_argument("--context", help="context of the run's round model (chat: the real draft's prompts; d=<depth>: "
+                                       "the oracle draft's; default chat where the run has it)")
     adv.add_argument("--run-draft", metavar="NAME", help="which of the run's drafts (default: the draft as trained)")
     adv.add_argument("--dense-ratio", type=float, default=0.5,
                      help="dense bytes per pass as a multiple of m W where the source has none (default 0.5)")
@@ -212,15 +211,43 @@ def _add_advise(sub) -> None:
                      help="take the draft as free (t_draft = 0): the theory's idealization, only when asked for")
     adv.add_argument("--target", default="<target-model>", help="target model name/path in the settings")
     adv.add_argument("--draft", default="<draft-model>", help="draft model name/path in the settings")
+    adv.add_argument("--explain", action="store_true",
+                     help="print the derivation: bounds, assumptions, the saving at every n, the round's terms, "
+                          "every engine's speedup at every k, where each option name was read")
     adv.add_argument("--json", default="advice.json", metavar="PATH",
-                     help="where to write the JSON (default advice.json; '-' prints the JSON instead of the table)")
+                     help="where to write the JSON (default advice.json; '-' prints the JSON instead of the text)")
     adv.add_argument("--source", help="label of the bandwidth table's rows ('published': paper 1's published "
-                                      "numbers); default: recognised by their content (data/paper_reference/digests.json)")
+                                      "numbers); default: recognised by their content "
+                                      "(data/paper_reference/digests.json)")
     adv.add_argument("--allow-incomplete", action="store_true",
-                     help="use the tables of a run that did not finish (running, failed, interrupted); the output "
-                          "says which notebooks' tables it used")
+                     help="use the run file of a run that did not finish (running, failed, interrupted); the output "
+                          "says which notebooks' tables it holds")
     adv.add_argument("--schema", action="store_true", help="print the JSON Schema of the output and exit")
     adv.set_defaults(func=_advise)
+
+
+def _add_run_file(sub) -> None:
+    rf = sub.add_parser("run-file", help="write a run's run file, what moespec advise reads, from the tables the "
+                                         "run wrote",
+                        description="Assemble the run file from a run's tables (notebook 05's round models or "
+                                    "notebook 03's fits, 06's eps, the real-draft runs' acceptance and speedups, "
+                                    "the manifest) and write it beside them.")
+    rf.add_argument("run", type=Path, help="run folder (runs/<run>/), its figures/, or the committed figures/")
+    rf.add_argument("--allow-incomplete", action="store_true",
+                    help="build it from a run that did not finish; the file says so and advise refuses it unless "
+                         "given --allow-incomplete too")
+    rf.set_defaults(func=_run_file)
+
+
+def _run_file(args) -> int:
+    from moespec.predict import run_file
+
+    try:   # bad input (an InputError) is reported in one line by main()
+        print(f"moespec run-file: {run_file.write_run_file(args.run, allow_incomplete=args.allow_incomplete)}")
+    except OSError as exc:
+        print(f"moespec run-file: {_message(exc)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _report(args) -> int:
@@ -327,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--no-progress", action="store_true", help="no progress bar")
     swp.set_defaults(func=_sweep)
     _add_advise(sub)
+    _add_run_file(sub)
     _add_report(sub)
     return parser
 

@@ -203,6 +203,14 @@ def get_spec(name: str) -> MoESpec:
     raise KeyError(f"unknown model {name!r}; presets: {sorted(PRESETS)}, registered: {sorted(_REGISTRY)}")
 
 
+def preset_name(model: str) -> str:
+    """The preset named ``model`` (its key or paper 1's label, case-insensitive), else ``model`` itself."""
+    for name, spec in PRESETS.items():
+        if model.lower() in (name, spec.paper_label.lower()):
+            return name
+    return model
+
+
 # --- specs from a model's own config.json ------------------------------------------------------
 #: config.json keys that hold N, m and the routed expert's intermediate size, in the order they are
 #: tried (transformers' names: OLMoE/Qwen-MoE ``num_experts``, Mixtral/gpt-oss ``num_local_experts``,

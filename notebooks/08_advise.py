@@ -16,19 +16,23 @@
 # %% [markdown]
 # # 08 — The answer: which expert kernel, from which pass size, and which draft length
 #
-# `moespec.advise` on this run: notebook 05's **round model** when the run has it (every term of a
-# round, V(k) = t_draft(k) + tau_p(k + 1) + h(k), timed inside decode loops before the runs it
-# predicts, with its 95 % interval; the run's own draft), else notebook 03's fits of the expert
-# operation (paper 1, Sections 3–4). For each acceptance rate a it gives the pass size from which
-# the deduplicating kernel is faster (with the saving's interval), the best draft length k*(a) per
-# kernel with its predicted speedup and its band at every k (bound (21) with the round model's
-# delta_k), the share of throughput a wrong choice loses, the answer in every machine state the run
-# measured, and settings for vLLM, SGLang and llama.cpp. The same answer comes from the command
-# line: `moespec advise RUN_FOLDER -a 0.5 0.7 0.9`.
+# `moespec.advise` on this run's **run file** (`moespec_run.json`), which holds everything the
+# answer needs from the run: notebook 05's **round models** (every term of a round,
+# V(k) = t_draft(k) + tau_p(k + 1) + h(k), timed inside decode loops, with its 95 % interval; the
+# run's own draft), the engine's eps and read bandwidth per machine state, and the acceptance and
+# speedups the real-draft runs measured; a run without notebook 05 holds notebook 03's fits of the
+# expert operation instead (paper 1, Sections 3–4). For each acceptance rate a it gives the pass
+# size from which the deduplicating kernel is faster (with the saving's interval), the best draft
+# length k*(a) per kernel with its predicted speedup and its band at every k (bound (21) with the
+# round model's delta_k), the share of throughput a wrong choice loses, the answer in every machine
+# state the run measured, and settings for vLLM, SGLang and llama.cpp. The same answer comes from
+# the command line: `moespec advise RUN_FOLDER -a 0.5 0.7 0.9` (`--explain` for the derivation).
 #
-# With `run_folder = ""` the notebook reads the tables this run wrote; when they give no decision
-# (a notebook opened on its own, without notebooks 03/06, or quick-profile fits that err beyond
-# the bounds on a busy machine) it says why and reads the committed full run's tables in `figures/`.
+# With `run_folder = ""` the notebook builds the run file from the tables this run wrote and reads
+# it; when they give no decision (a notebook opened on its own, without notebooks 03/05, or
+# quick-profile fits that err beyond the bounds on a busy machine) it says why and reads the
+# committed full run's run file in `figures/`. A `run_folder` without a run file gets one built
+# from its tables.
 
 # %% tags=["parameters"]
 profile = "quick"        # this notebook computes nothing heavy; the profile is that of the run it reads
@@ -46,17 +50,21 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from moespec import advice, io, paths
-from moespec.plots.advise import advice_figure
+from moespec.advice.figure import advice_figure
+from moespec.predict.run_file import ensure_run_file
 
 figures = paths.ensure(paths.figures_dir())
 options = dict(draft_fit=draft_fit or None, free_draft=free_draft, dense_ratio=dense_ratio)
+source = Path(run_folder) if run_folder else figures
 try:
-    result = advice.advise(Path(run_folder) if run_folder else figures, acceptance, **options)
+    print("run file:", ensure_run_file(source, rebuild=not run_folder, error=advice.AdviceInputError))
+    result = advice.advise(source, acceptance, **options)
 except advice.AdviceInputError as refused:
     if run_folder:
         raise
-    print(f"this run's tables give no decision ({refused}); reading the committed full run's instead")
-    result = advice.advise(paths.committed_figures_dir(), acceptance, **options)
+    print(f"this run's tables give no decision ({refused}); reading the committed full run's run file instead")
+    source = paths.committed_figures_dir()
+    result = advice.advise(source, acceptance, **options)
 print(advice.format_text(result))
 print("written:", advice.write_json(result, figures / "08_advice.json"))
 
@@ -65,20 +73,19 @@ print("written:", advice.write_json(result, figures / "08_advice.json"))
 #
 # At the run's own measured acceptance (notebook 05's real-draft runs, per machine state), the
 # speedup advise predicts at every draft length, with its band, against the speedup those runs
-# measured with the same draft; and whether advise recommends what the run measured best. (Runs
-# without notebook 05's real-draft tables skip this.)
+# measured with the same draft; and whether advise recommends what the run measured best. (A run
+# file without the real-draft runs' acceptance skips this.)
 
 # %%
-source = Path(run_folder) if run_folder else (figures if (figures / advice.measured.ACCEPTANCE_FILE).exists()
-                                              else paths.committed_figures_dir())
-if (source / advice.measured.ACCEPTANCE_FILE).exists() and not free_draft and not draft_fit:
+if advice.run_file(source).doc["acceptance"] and not free_draft and not draft_fit:
     check, check_goals = advice.measured.against_runs(source, dense_ratio=dense_ratio)
     io.write_dataframe(figures / "08_advise_vs_measured.csv", check)
     io.write_dataframe(figures / "08_goals.csv", check_goals)
     display(check.round(3))
     display(check_goals)
 else:
-    print(f"{source}: no real-draft acceptance table of notebook 05 (or another draft was named); nothing measured to compare")
+    print(f"{source}: no real-draft acceptance in the run file (or another draft was named); "
+          "nothing measured to compare")
 
 # %% [markdown]
 # ## The answer as a figure
@@ -99,8 +106,8 @@ display(Markdown(
        f"n = {kd['guaranteed_from_n']}). " if kd["from_n"] else "Deduplication does not pay at any pass size up to 9. ")
     + " ".join(f"At a = {x['a']:.2f}: " + (f"draft **k = {x['recommended']['k']}** "
                                             f"({x['recommended']['engine_name']}), predicted speedup "
-                                            f"{x['recommended']['speedup']:.2f} "
-                                            f"[{x['recommended']['speedup_lo']:.2f}, {x['recommended']['speedup_hi']:.2f}]; "
+                                            f"{x['recommended']['speedup']:.2f} [{x['recommended']['speedup_lo']:.2f}, "
+                                            f"{x['recommended']['speedup_hi']:.2f}]; "
                                             if x["recommended"]["speculate"] else "plain decoding is fastest; ")
                + f"the per-slot kernel alone would lose {100 * x['loss_if_wrong']['per_slot_kernel_only']:.1f} % of "
                  "the throughput." for x in best)

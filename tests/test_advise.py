@@ -1,12 +1,14 @@
 """moespec advise: hand-checkable decisions, agreement with moespec.theory on the committed run
-and on paper 1's published Table 1, the JSON schema, refusals, and a quick-profile run of notebook
-03 made through the runner."""
+and on paper 1's published Table 1, the JSON schema, refusals, the run file it reads (round trip,
+agreement with the committed answer, refusals), its one-screen text and --explain, and
+quick-profile runs of notebooks 03 and 08 made through the runner."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -17,7 +19,9 @@ import pytest
 
 from moespec import advice, paths, predict, runner
 from moespec import theory as th
-from moespec.advice.inputs import AdviceInputError, VerifyCurves
+from moespec.advice.curves import VerifyCurves
+from moespec.advice.errors import AdviceInputError
+from moespec.predict import run_file
 from moespec.routing import RoutingTrace
 from moespec.tables.bandwidth import PAPER_LABEL
 from conftest import notebook_text
@@ -36,7 +40,8 @@ def curves(tau_slot, tau_dedup, eps, band=None, h=None, draft=None, spread=None)
     verify = {p: predict.Term(t, t - w, t + w, np.ones(n, int), "test", "loop")
               for p, t in (("slot", tau_slot), ("dedup", tau_dedup))}
     host = predict.Term.exact(np.zeros(n) if h is None else np.asarray(h, float), "test", "loop")
-    rm = predict.RoundModel("test", "d=0", "quiet", verify, host, draft or predict.DraftTime.free(len(host.values_s) - 1),
+    draft = draft or predict.DraftTime.free(len(host.values_s) - 1)
+    rm = predict.RoundModel("test", "d=0", "quiet", verify, host, draft,
                             saving=predict.Term(S, S - band, S + band, np.ones(n, int), "test", "loop"))
     return VerifyCurves(round_model=rm, interval="given", eps=eps,
                         subject={"model": "m", "engine": "e", "format": "f", "source": "test", "from": "test"},
@@ -151,7 +156,7 @@ def test_committed_run_agrees_with_theory():
             assert got["delta_by_k"] == pytest.approx(rm.delta_by_k(p))
     assert adv["draft_time_ms"] == pytest.approx(1e3 * rm.draft.term.values_s[:rm.kmax + 1])
     assert adv["host_time_ms"] == pytest.approx(1e3 * rm.host.values_s[:rm.kmax + 1])
-    assert adv["subject"]["source"] == "this run" and "05_round_model.json" in adv["inputs"][0]
+    assert adv["subject"]["source"] == "this run" and adv["inputs"] == [str(COMMITTED / run_file.RUN_FILE)]
     assert adv["subject"]["state"] == "quiet" and adv["draft"]["protocol"] == "fit"
     assert set(adv["acceptance"][0]["other_states"]) == set(predict.RoundModels.load(
         COMMITTED / "05_round_model.json").states) - {"quiet"}
@@ -171,8 +176,8 @@ def test_published_table_is_labelled_and_matches_notebook_04():
     assert tau_slot == pytest.approx(rec["slot"].tau(), rel=1e-12)
     assert tau_dedup == pytest.approx(rec["dedup"].tau(), rel=1e-12)
     assert adv["acceptance"][0]["engines"]["dedup"]["k_star"] == th.best_draft_length(rec["V_dedup"], 0.8)
-    text = advice.format_text(adv)
-    assert "paper 1, published (their hardware)" in text
+    assert "paper 1, published (their hardware)" in advice.format_text(adv)
+    assert "paper 1, published (their hardware)" in advice.format_explain(adv)
 
 
 def test_bandwidth_by_n_with_a_trace(tmp_path):
@@ -227,7 +232,7 @@ def test_schema_is_valid_and_catches_breakage():
 
 # --- refusals -------------------------------------------------------------------------------------------
 def test_refusals(tmp_path):
-    with pytest.raises(AdviceInputError, match="03_fit_coefficients.csv"):
+    with pytest.raises(AdviceInputError, match=f"no run file {run_file.RUN_FILE}.*moespec run-file"):
         advice.advise(tmp_path, [0.5])
     with pytest.raises(AdviceInputError, match="no acceptance rate"):
         advice.advise(COMMITTED, [])
@@ -239,13 +244,16 @@ def test_refusals(tmp_path):
         advice.advise(bandwidth=COMMITTED / "02_table1_bandwidth.csv", engine="vLLM", acceptance=[0.5])
     with pytest.raises(AdviceInputError, match="eps = 0.6"):
         curves([1, 2], [1, 2], eps=0.6)
-    with pytest.raises(AdviceInputError, match="no context depth d = 7"):
-        advice.advise(COMMITTED, [0.5], version="prediction", depth=7)
     with pytest.raises(AdviceInputError, match="state='busy'"):
         advice.advise(COMMITTED, [0.5], state="busy")
+    with pytest.raises(AdviceInputError, match="--eps 0.05: describes a bandwidth table's rows"):
+        advice.advise(COMMITTED, [0.5], eps=0.05)
+    with pytest.raises(AdviceInputError, match="--state 'quiet' names a round model of a run"):
+        advice.advise(bandwidth=COMMITTED / "02_table1_bandwidth.csv", acceptance=[0.5], state="quiet")
 
 
-def _fake_expert_op_run(folder, override=None):
+def _fake_expert_op_run(folder, override=None, build=True):
+    """A run folder with notebook 03's tables written by hand and (``build``) its run file."""
     folder.mkdir(parents=True, exist_ok=True)
     fits = pd.DataFrame([dict(model="olmoe", backend="cpp", fmt="f32", layer=0, kernel="slot", t_op=1e-4, c_u=4e-11,
                               c_re=4e-11, c_g=np.nan, c_t=np.nan, n_passes=40),
@@ -259,6 +267,8 @@ def _fake_expert_op_run(folder, override=None):
     n = np.arange(1, 10)
     pd.DataFrame({"model": "olmoe", "n": n, "ubar": np.r_[1, np.linspace(0.85, 0.5, 8)], "expert_bytes": 25165824.0,
                   "read_GBps": 25.0}).to_csv(folder / "03_bandwidth_all_models.csv", index=False)
+    if build:
+        run_file.write_run_file(folder)
     return folder
 
 
@@ -268,15 +278,16 @@ def test_flagged_fits_are_refused(tmp_path):
         advice.advise(_fake_expert_op_run(tmp_path / "a", {("slot", "c_u"): -1e-12}), [0.5], **free)
     with pytest.raises(AdviceInputError, match="layer 0 dedup fit: coefficient c_t = nan"):
         advice.advise(_fake_expert_op_run(tmp_path / "b", {("dedup", "c_t"): np.nan}), [0.5], **free)
-    run = _fake_expert_op_run(tmp_path / "c")
+    run = _fake_expert_op_run(tmp_path / "c", build=False)
     (run / "manifest.json").write_text(json.dumps({"failed": "03_fits"}))
-    with pytest.raises(AdviceInputError, match="manifest.json: field status: the run did not finish"):
-        advice.advise(run, [0.5], **free)
+    with pytest.raises(run_file.RunFileError, match="manifest.json: field status: the run did not finish"):
+        run_file.write_run_file(run)
     with pytest.raises(AdviceInputError, match="dedup fit predicts a non-positive operation time"):
         advice.advise(_fake_expert_op_run(tmp_path / "e", {("dedup", "t_op"): -1.0}), [0.5], **free)
-    eps_run = _fake_expert_op_run(tmp_path / "f")
+    eps_run = _fake_expert_op_run(tmp_path / "f", build=False)
     pd.DataFrame({"eps_engine": [0.7]}).to_csv(eps_run / "03_epsilon.csv", index=False)
-    with pytest.raises(AdviceInputError, match="eps = 0.7 is outside"):
+    run_file.write_run_file(eps_run)
+    with pytest.raises(AdviceInputError, match="expert_op_fits.eps: bandwidth error eps = 0.7 is outside"):
         advice.advise(eps_run, [0.5], **free)
     with pytest.raises(AdviceInputError, match="no draft of its own"):
         advice.advise(_fake_expert_op_run(tmp_path / "g"), [0.5])
@@ -298,14 +309,17 @@ def test_quick_run_of_notebook_03(tmp_path, monkeypatch):
                      extra={"backend": "torch", "out_dir": str(tmp_path / "bench")})
     eps = float(pd.read_csv(run / "figures" / "03_epsilon.csv")["eps_engine"].iloc[0])
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
+    made = subprocess.run([sys.executable, "-m", "moespec.cli", "run-file", str(run)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert made.returncode == 0 and made.stdout.strip().endswith(run_file.RUN_FILE), made.stderr
     cli = subprocess.run([sys.executable, "-m", "moespec.cli", "advise", str(run), "-a", "0.6", "--free-draft",
-                          "--json", str(tmp_path / "advice.json")], capture_output=True, text=True, env=env,
-                         timeout=300)
+                          "--explain", "--json", str(tmp_path / "advice.json")], capture_output=True, text=True,
+                         env=env, timeout=300)
     try:
         adv = advice.advise(run, [0.3, 0.9], free_draft=True)
     except AdviceInputError as refused:  # flagged fits (c_u, c_g <= 0 or a non-positive time) or eps >= 1/2
         msg = str(refused)
-        assert "03_" in msg and ("(flagged" in msg or "outside [0, 1/2)" in msg), msg
+        assert "expert_op_fits" in msg and ("(flagged" in msg or "outside [0, 1/2)" in msg), msg
         assert ("outside [0, 1/2)" in msg) <= (eps >= 0.5)
         assert cli.returncode == 1 and msg in cli.stderr
         return
@@ -329,14 +343,14 @@ def test_cli_refuses_a_missing_run(tmp_path):
 
 
 def test_advise_against_runs_at_the_median_prompts_acceptance(tmp_path):
-    """advise is asked at the acceptance table's ``a`` (the median prompt's), and the band goal
-    says whether the measured best speedup lies in the band advise prints for its answer; a table
-    of pooled counts only (runs before the column) is read as its pooled rate."""
+    """advise is asked at the run file's measured ``a`` (the median prompt's), and the band goal
+    says whether the measured best speedup lies in the band advise prints for its answer."""
     import shutil
     run = tmp_path / "run"
     shutil.copytree(COMMITTED, run)
     pd.DataFrame({"state": ["quiet"], "a": [0.87], "a_pooled": [0.8], "label": ["by hand"]}).to_csv(
         run / "05_real_draft_acceptance.csv", index=False)
+    run_file.write_run_file(run)
     table, goals = advice.measured.against_runs(run)
     assert set(table.state) == {"quiet"} and (table.a == 0.87).all()
     rec = advice.advise(run, [0.87], state="quiet")["acceptance"][0]["recommended"]
@@ -346,46 +360,237 @@ def test_advise_against_runs_at_the_median_prompts_acceptance(tmp_path):
     assert band.met == (rec["speedup_lo"] <= best <= rec["speedup_hi"]) and f"{best:.3f}" in band.value
     assert table.set_index("k").advise_speedup[rec["k"]] == pytest.approx(rec["speedup"])
     pd.DataFrame({"state": ["quiet"], "accepted": [30], "rejections": [10]}).to_csv(
-        run / "05_real_draft_acceptance.csv", index=False)
-    assert float(advice.measured.measured_acceptance(run).a.iloc[0]) == pytest.approx(0.75)
-    pd.DataFrame({"state": ["quiet"], "rate": [0.7]}).to_csv(run / "05_real_draft_acceptance.csv", index=False)
-    with pytest.raises(AdviceInputError, match="need a column 'a'"):
-        advice.measured.measured_acceptance(run)
+        run / "05_real_draft_acceptance.csv", index=False)   # pooled counts only: not the table notebook 05 writes
+    with pytest.raises(run_file.RunFileError,
+                       match=r"05_real_draft_acceptance.csv: missing column\(s\) \['a', 'label'\]"):
+        run_file.write_run_file(run)
 
 
 @pytest.mark.notebook
 def test_notebook_08_on_this_runs_tables(tmp_path, monkeypatch):
-    """Notebook 08 reads the tables of the run it is part of (here notebook 03's, written by hand),
-    writes advise's answer as JSON and a figure, and ends with its summary."""
-    figures = _fake_expert_op_run(tmp_path / "run08" / "figures")  # the run's own tables
+    """Notebook 08 builds the run file from the tables of the run it is part of (here notebook 03's,
+    written by hand), reads it, and writes advise's answer as JSON and a figure."""
+    figures = _fake_expert_op_run(tmp_path / "run08" / "figures", build=False)  # the run's own tables
     runner.reproduce(profile="quick", only=["08"], out=tmp_path / "run08", progress=False,
                      extra={"free_draft": True})   # notebook 03's fits have no draft of their own
+    assert run_file.read_run_file(figures).doc["expert_op_fits"]["model"] == "olmoe"
     written = json.loads((figures / "08_advice.json").read_text())
     assert written == json.loads(json.dumps(advice.advise(figures, [0.5, 0.7, 0.9], free_draft=True)))
     assert (figures / "08_advice.png").stat().st_size > 0
     text = notebook_text(tmp_path / "run08" / "08_advise.ipynb")
-    assert "committed full run" not in text and "Expert kernel: deduplication" in text
+    assert "committed full run" not in text and "Kernel switch: per-slot kernel" in text
 
 
 @pytest.mark.notebook
 def test_notebook_08_without_tables_reads_the_committed_run(tmp_path, monkeypatch):
     runner.reproduce(profile="quick", only=["08"], out=tmp_path / "run08", progress=False)
     text = notebook_text(tmp_path / "run08" / "08_advise.ipynb")
-    assert "give no decision" in text and "reading the committed full run's instead" in text
-    written = json.loads((tmp_path / "run08" / "figures" / "08_advice.json").read_text())
+    assert "give no decision" in text and "reading the committed full run's run file instead" in text
+    figures = tmp_path / "run08" / "figures"
+    written = json.loads((figures / "08_advice.json").read_text())
     assert written == json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9])))
+    check = pd.read_csv(figures / "08_advise_vs_measured.csv")     # advise beside the committed run's runs
+    pd.testing.assert_frame_equal(check, pd.read_csv(COMMITTED / "08_advise_vs_measured.csv"))
+
+
+# --- the run file: one contract between a run and the answer --------------------------------------------
+HISTORY = re.compile(r"amendment|\b20\d\d-\d\d-\d\d\b|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b",
+                     re.IGNORECASE)
+
+
+def test_the_committed_run_file_is_built_from_the_committed_tables(tmp_path):
+    """figures/moespec_run.json is what build_run_file makes of the committed tables (the same
+    document), and it round-trips: written, read back, the same; its round models are notebook 05's
+    file as written, number for number."""
+    doc = run_file.build_run_file(COMMITTED)
+    committed = json.loads((COMMITTED / run_file.RUN_FILE).read_text())
+    assert json.loads(json.dumps(doc)) == committed, "run: moespec run-file figures"
+    assert doc["round_models"]["models"] == json.loads((COMMITTED / "05_round_model.json").read_text())["models"]
+    (tmp_path / "run").mkdir()
+    copy = tmp_path / "run" / run_file.RUN_FILE
+    copy.write_text(json.dumps(doc))
+    back = run_file.read_run_file(tmp_path / "run")
+    assert back.path == copy and back.doc == json.loads(json.dumps(doc))
+    assert [m.to_dict() for m in back.round_models.models] == [
+        m.to_dict() for m in predict.RoundModels.load(COMMITTED / "05_round_model.json").models]
+    acc = pd.read_csv(COMMITTED / "05_real_draft_acceptance.csv")
+    assert back.acceptance()[["state", "a"]].to_dict("records") == acc[["state", "a"]].to_dict("records")
+    by_prompt = pd.read_csv(COMMITTED / "05_real_draft_acceptance_by_prompt.csv")
+    assert sum(len(x["by_prompt"]) for x in doc["acceptance"]) == len(by_prompt)
+    assert [x["state"] for x in doc["machine_states"]] == ["quiet", "loaded"]
+    assert back.eps("quiet") == pd.read_csv(COMMITTED / "06_epsilon.csv")["eps_engine"].iloc[0]
+    assert doc["run"]["complete"] and doc["run"]["id"] == "20261207-053012-full"
+    assert not HISTORY.search(json.dumps(doc["sources"]))
+
+
+def test_the_run_file_gives_the_committed_answer():
+    """The answer from the run file is the one the committed run printed (figures/08_advice.json,
+    written from the run's tables before the run file): recommendation, bands, k, kernel switch
+    and every number, for each acceptance rate."""
+    committed = json.loads((COMMITTED / "08_advice.json").read_text())
+    now = json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9])))
+    for key in ("dedup", "acceptance", "settings", "error", "draft_time_ms", "host_time_ms", "draft"):
+        assert now[key] == committed[key], key
+    assert [x["recommended"]["k"] for x in now["acceptance"]] == [x["recommended"]["k"]
+                                                                 for x in committed["acceptance"]]
+
+
+def test_a_hand_made_run_file_gives_the_same_advice(tmp_path):
+    """A run file made by hand from the same inputs (one round model, its state's eps, no
+    measurements) gives the advice the committed run file gives in that state."""
+    committed = json.loads((COMMITTED / run_file.RUN_FILE).read_text())
+    key = ("loaded", "chat", "the run's own draft (as trained)")
+    model = next(m for m in committed["round_models"]["models"]
+                 if (m["state"], m["context"], m["draft"]["name"]) == key)
+    doc = {"schema": "moespec.run_file", "schema_version": 1,
+           "run": {"id": "by hand", "status": "unknown", "complete": True, "described": "written by hand",
+                   "finished_notebooks": [], "manifest": None},
+           "hardware": None, "subject": {"model": None, "engine": None, "format": None},
+           "sources": {"round_models": {"by": "notebook 05", "files": ["05_round_model.json"],
+                                        "what": "round models"}},
+           "round_models": {"schema": "moespec.round_model/1", "order": {}, "models": [model]},
+           "expert_op_fits": None,
+           "machine_states": [{"state": "loaded", "read_GBps": model["read_GBps"], "regime": model["regime"],
+                               "eps": run_file.read_run_file(COMMITTED).eps("loaded")}],
+           "acceptance": [], "measured": []}
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(doc))
+    mine = advice.advise(path, [0.8, 0.866])
+    ours = advice.advise(COMMITTED, [0.8, 0.866], state="loaded")
+    for a, b in zip(mine["acceptance"], ours["acceptance"]):
+        assert a["recommended"] == b["recommended"] and a["engines"] == b["engines"]
+        assert a["other_states"] == {} and set(b["other_states"]) == {"quiet"}
+    assert mine["dedup"] == ours["dedup"] and mine["error"] == ours["error"]
+    assert mine["subject"]["model"] == model["subject"] and "hardware" not in mine["subject"]
+
+
+def _one_line(exc) -> str:
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def test_run_file_refusals_name_the_file_and_field(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AdviceInputError) as exc:
+        advice.advise(tmp_path / "empty", [0.7])
+    msg = _one_line(exc)
+    assert f"no run file {run_file.RUN_FILE}" in msg and f"moespec run-file {tmp_path / 'empty'}" in msg
+    doc = json.loads((COMMITTED / run_file.RUN_FILE).read_text())
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**doc, "schema_version": 0}))
+    with pytest.raises(AdviceInputError) as exc:
+        advice.advise(old, [0.7])
+    msg = _one_line(exc)
+    assert str(old) in msg and "field schema_version: expected 1" in msg and "found 0" in msg
+    assert "moespec run-file" in msg
+    bad = tmp_path / "bad.json"
+    doc["machine_states"][0]["read_GBps"] = -5
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(AdviceInputError) as exc:
+        advice.advise(bad, [0.7])
+    msg = _one_line(exc)
+    assert str(bad) in msg and "field machine_states[0].read_GBps" in msg and "found -5" in msg
+    doc = json.loads((COMMITTED / run_file.RUN_FILE).read_text())
+    del doc["round_models"]["models"][0]["verify"]
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(AdviceInputError) as exc:
+        advice.advise(bad, [0.7])
+    assert str(bad) in _one_line(exc) and "models[0]" in str(exc.value)
+    doc = json.loads((COMMITTED / run_file.RUN_FILE).read_text())
+    doc["run"].update(complete=False, status="failed", described="status 'failed' in notebook 06_predictions")
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(AdviceInputError) as exc:
+        advice.advise(bad, [0.7])
+    assert "field run.status" in _one_line(exc) and "--allow-incomplete" in str(exc.value)
+    adv = advice.advise(bad, [0.7], allow_incomplete=True)
+    assert adv["subject"]["source"] == "this run (an unfinished run: failed)"
+    assert "notebook 05_whole_model (" in adv["assumptions"][0] and "05_round_model.json" in adv["assumptions"][0]
+
+
+def _cli(*argv, cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
+    return subprocess.run([sys.executable, "-m", "moespec.cli", *argv], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=cwd)
+
+
+def test_advise_prints_one_screen(tmp_path):
+    """`moespec advise figures -a 0.8`: at most 30 lines of at most 120 characters, with the
+    recommendation and its band, the other machine state, the kernel switch, the settings and the
+    sources, and no date, amendment or commit hash."""
+    out = _cli("advise", "figures", "-a", "0.8", "--json", str(tmp_path / "a.json"), cwd=paths.ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.rstrip("\n").splitlines()
+    assert len(lines) <= 30 and max(len(line) for line in lines) <= 120, out.stdout
+    assert not HISTORY.search(out.stdout), HISTORY.search(out.stdout)
+    text = out.stdout
+    adv = json.loads((tmp_path / "a.json").read_text())
+    rec = adv["acceptance"][0]["recommended"]
+    assert f"draft k = {rec['k']} tokens" in text and f"band [{rec['speedup_lo']:.3f}, {rec['speedup_hi']:.3f}]" in text
+    assert "loaded machine (read 32.28 GB/s): k = 4" in text and "machine state: quiet, read 38.02 GB/s" in text
+    assert "Kernel switch: per-slot kernel for passes of up to 1 token, deduplicating from 2 tokens" in text
+    assert "vLLM:" in text and "SGLang:" in text and "llama.cpp:" in text and "num_speculative_tokens\": 3" in text
+    assert "Sources: run file: figures/moespec_run.json; round models: notebook 05 (05_round_model.json)" in text
+    assert text.count("05_round_model.json") == 1
+
+
+def test_shell_commands_are_continued_at_option_boundaries():
+    from moespec.advice.report import _command
+
+    cmd = "llama-server -m 't a.gguf' " + " ".join(f"--opt-{i} {i}" for i in range(30))
+    lines = _command("    llama.cpp: ", cmd)
+    assert all(len(line) <= 120 for line in lines) and len(lines) > 1
+    assert all(line.endswith(" \\") for line in lines[:-1])
+    joined = " ".join(line.removesuffix(" \\").strip() for line in lines).removeprefix("llama.cpp: ")
+    assert joined == cmd
+
+
+def test_explain_prints_the_derivation():
+    out = _cli("advise", str(COMMITTED), "-a", "0.8", "--explain", "--json", "-")
+    assert out.returncode == 0 and json.loads(out.stdout)["schema"] == advice.ADVICE_SCHEMA["$id"]
+    adv = advice.advise(COMMITTED, [0.8])
+    text = advice.format_explain(adv)
+    assert "Expert kernel: deduplication is faster from n = 2 tokens per pass" in text
+    assert "Round: V(k) = t_draft(k) + tau(k + 1) + h(k) (ms), deduplicating engine" in text
+    assert "speedup by k, deduplicating kernel from n = 2: k=1" in text and "Option names from:" in text
+    assert len(text.splitlines()) > 30 and text.startswith(advice.format_text(adv).splitlines()[0][:40])
+
+
+def test_no_option_selects_a_rejected_alternative():
+    """advise's options are what a user asks; the verify-term versions and the protocol switch are gone."""
+    out = _cli("advise", "--help")
+    for gone in ("--version", "--depth", "--use", "grid", "earlier", "protocol"):
+        assert gone not in out.stdout, gone
+    for kept in ("--state", "--context", "--run-draft", "--draft-fit", "--free-draft", "--explain", "--bandwidth"):
+        assert kept in out.stdout, kept
+    bad = _cli("advise", str(COMMITTED), "-a", "0.7", "--version", "grid")
+    assert bad.returncode == 2 and "unrecognized arguments: --version" in bad.stderr
+
+
+def test_the_figure_names_its_axes_and_marks():
+    from moespec.advice.figure import advice_figure
+
+    fig = advice_figure(advice.advise(COMMITTED, [0.5, 0.8]))
+    try:
+        assert fig._suptitle.get_text().startswith("moespec advise:")
+        for ax in fig.axes:
+            assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title() and ax.get_legend() is not None
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
 
 
 # --- engine settings for old and new builds, the kernel switch per GPU architecture (issue 26) -----
 from moespec.advice import settings as st  # noqa: E402
-from moespec.advice.inputs import _gap_range, _half_unit, _table1_r, _table1_ubar  # noqa: E402
+from moespec.advice.bandwidth_table import _gap_range, _half_unit, _table1_r, _table1_ubar  # noqa: E402
 
 PUBLISHED_TABLE1 = paths.reference_dir() / "paper1_table1_bandwidth.csv"
 
 
 def test_llama_cpp_settings_for_current_and_legacy_builds():
     s = st.llama_cpp(3, "t.gguf", "d.gguf")
-    assert s["cli"] == ("llama-server -m t.gguf --spec-type draft-simple --spec-draft-model d.gguf --spec-draft-n-max 3 "
+    assert s["cli"] == ("llama-server -m t.gguf --spec-type draft-simple --spec-draft-model d.gguf "
+                        "--spec-draft-n-max 3 "
                         "--spec-draft-n-min 0 --spec-draft-p-min 0")
     assert s["cli_legacy"] == "llama-server -m t.gguf -md d.gguf --draft-max 3 --draft-min 0 --draft-p-min 0"
     assert "PR 22397" in s["note"] and "0.8" in s["note"]  # the legacy p-min default the setting overrides
@@ -414,8 +619,9 @@ def test_mmvq_cap_per_architecture_and_type():
 
 
 def test_advise_prints_both_builds_and_the_caps_for_ampere_and_hopper():
-    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp CUDA", model="gpt-oss", acceptance=[0.7], free_draft=True)
-    text = advice.format_text(adv)
+    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp CUDA", model="gpt-oss", acceptance=[0.7],
+                        free_draft=True)
+    text = advice.format_explain(adv)
     k = adv["acceptance"][0]["recommended"]["k"]
     assert f"llama.cpp builds before PR 22397: llama-server -m '<target-model>' -md '<draft-model>' --draft-max {k} " \
            f"--draft-min 0 --draft-p-min 0" in text
@@ -425,7 +631,8 @@ def test_advise_prints_both_builds_and_the_caps_for_ampere_and_hopper():
             "above that MMQ") in text
     caps = {c["architecture"]: c["cap"] for c in adv["settings"][0]["kernel_switch"]["mmvq_cap"]}
     assert caps == {"Pascal and older": 4, "Volta": 8, "Turing, Ampere": 7, "Ada, Hopper, Blackwell": 8}
-    assert set(adv["versions_cited"]) >= {"llama.cpp", "llama.cpp-legacy", "llama.cpp-cuda-kernel", "llama.cpp-cuda-mmq"}
+    assert set(adv["versions_cited"]) >= {"llama.cpp", "llama.cpp-legacy", "llama.cpp-cuda-kernel",
+                                          "llama.cpp-cuda-mmq"}
 
 
 # --- published tables read as published ------------------------------------------------------------
@@ -433,14 +640,15 @@ def test_published_r_columns_and_the_held_out_margin_of_paper_1():
     """Paper 1 (Sec. 4, Metal gpt-oss at d = 512): "Its measured saving at n = 8 is +0.2 ms ... and
     there the margin of (19) fails". With the published r = 0.34 (not 114/339 = 0.336 of the rounded
     bandwidths) advise agrees, and says the verdict is within the table's rounding."""
-    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp Metal", model="gpt-oss", acceptance=[0.7], free_draft=True)
+    adv = advice.advise(bandwidth=PUBLISHED_TABLE1, engine="llama.cpp Metal", model="gpt-oss", acceptance=[0.7],
+                        free_draft=True)
     rows = {r["n"]: r for r in adv["dedup"]["pass_sizes"]}
     assert rows[8]["r"] == pytest.approx(0.34) and rows[2]["r"] == pytest.approx(0.37)
     assert rows[8]["ubar"] == pytest.approx(0.36)
     assert rows[8]["kernels_agree_19"] is False and rows[8]["margin_19_verdict"] == "within rounding"
     assert all(rows[n]["kernels_agree_19"] and rows[n]["margin_19_verdict"] == "holds" for n in range(2, 8))
     assert any("published n2_r, n8_r" in a for a in adv["assumptions"])
-    assert "within the table's rounding (not certain either way) at n = 8" in advice.format_text(adv)
+    assert "within the table's rounding (not certain either way) at n = 8" in advice.format_explain(adv)
     # by hand: |ln 0.34 - ln 0.36| = 0.0572 < ln(1.031/0.969) = 0.0620 (fails) ...
     assert abs(math.log(0.34 / 0.36)) < math.log(1.031 / 0.969) < abs(math.log(114 / 339 / 0.36))
     # ... and over the rounding, r in [0.335, 0.345], ubar in [0.355, 0.365]: the gap spans the margin
@@ -457,8 +665,8 @@ def test_published_r_changes_one_of_the_sixteen_table1_points():
         for n in (2, 8):
             ubar = getattr(row, f"n{n}_ubar")
             published = th.kernels_agree(ubar, getattr(row, f"n{n}_r"), eps[row.engine])
-            from_betas = th.kernels_agree(ubar, getattr(row, f"n{n}_beta_dedup_GBps") / getattr(row, f"n{n}_beta_slot_GBps"),
-                                          eps[row.engine])
+            r = getattr(row, f"n{n}_beta_dedup_GBps") / getattr(row, f"n{n}_beta_slot_GBps")
+            from_betas = th.kernels_agree(ubar, r, eps[row.engine])
             if published != from_betas:
                 flips.append((row.engine, row.model, n))
     assert flips == [("llama.cpp Metal", "gpt-oss", 8)]

@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 
 from moespec import advice, cli, paths, provenance, runner, sweep
-from moespec.advice.inputs import AdviceInputError
+from moespec.predict import run_file
+from moespec.advice.errors import AdviceInputError
 from moespec.report.run import ReportError, RunFiles
 from moespec.routing import RoutingTrace
 from moespec.tables import theory as t1
@@ -131,43 +132,20 @@ def test_byte_share_of_a_table1_row_and_of_notebook_03(tmp_path):
     with pytest.raises(InputError) as exc:
         t1.read_table1(tmp_path / "t1.csv")
     names(exc, "t1.csv", "row 3 (line 4)", "column 'n8_ubar'", "at n = 8", "0.1")
-    run = _fake_expert_op_run(tmp_path / "run")
+    run = _fake_expert_op_run(tmp_path / "run", build=False)
     bw = pd.read_csv(run / "03_bandwidth_all_models.csv")
     bw.loc[0, "ubar"] = 0.9
     bw.to_csv(run / "03_bandwidth_all_models.csv", index=False)
-    with pytest.raises(AdviceInputError) as exc:
-        advice.advise(run, [0.5])
+    with pytest.raises(run_file.RunFileError) as exc:     # refused where the run file is built
+        run_file.write_run_file(run)
     names(exc, "03_bandwidth_all_models.csv", "row 1 (line 2)", "ubar(1) = 1", "0.9")
+    doc = run_file.build_run_file(_fake_expert_op_run(tmp_path / "ok", build=False))
+    doc["expert_op_fits"]["bandwidth"][0]["ubar"] = 0.9   # and where a run file made by hand is read
+    (tmp_path / "hand.json").write_text(json.dumps(doc))
+    with pytest.raises(AdviceInputError) as exc:
+        advice.advise(tmp_path / "hand.json", [0.5], free_draft=True)
+    names(exc, "hand.json", "expert_op_fits.bandwidth", "ubar(1) = 1", "0.9")
     assert invariants.check_byte_share(1 / np.arange(1, 10), "x").tolist() == (1 / np.arange(1, 10)).tolist()
-
-
-# --- bands: non-negative, intervals in order -------------------------------------------------------------
-def _engine_run(tmp_path, edit):
-    run = tmp_path / "run06"
-    run.mkdir()
-    for p in [*COMMITTED.glob("06_*.csv"), COMMITTED / "05_round_model.json"]:
-        shutil.copy(p, run / p.name)
-    curves = pd.read_csv(run / "06_curves.csv")
-    edit(curves)
-    curves.to_csv(run / "06_curves.csv", index=False)
-    return run
-
-
-def test_a_negative_band_is_refused(tmp_path):
-    run = _engine_run(tmp_path, lambda c: c.__setitem__("band_ms", c["band_ms"] * 0 - 5.0))
-    with pytest.raises(AdviceInputError) as exc:
-        advice.advise(run, [0.7], version="prediction")      # the chain's verify term reads 06_curves.csv
-    names(exc, run / "06_curves.csv", "column 'band_ms'", ">= 0", "-5.0")
-
-
-def test_a_measured_interval_upside_down_is_refused(tmp_path):
-    def flip(c):
-        m = c["version"] == "measured"
-        c.loc[m, ["S_lo_ms", "S_hi_ms"]] = c.loc[m, ["S_hi_ms", "S_lo_ms"]].to_numpy()
-    run = _engine_run(tmp_path, flip)
-    with pytest.raises(AdviceInputError) as exc:
-        advice.advise(run, [0.7], version="prediction")
-    names(exc, run / "06_curves.csv", "'S_lo_ms' <= 'S_hi_ms'", "row 1 (line 2)")
 
 
 # --- a trace must fit the model it is used with ----------------------------------------------------------
@@ -224,7 +202,7 @@ def test_bad_trace_members_name_the_file_and_field(tmp_path, member, data, field
 
 # --- run status --------------------------------------------------------------------------------------------
 def _run_with_manifest(tmp_path, manifest, lock: dict | None = None):
-    run = _fake_expert_op_run(tmp_path / "run")
+    run = _fake_expert_op_run(tmp_path / "run", build=False)
     (run / "manifest.json").write_text(json.dumps(manifest))
     if lock is not None:
         (run / runs.LOCK_NAME).write_text(json.dumps(lock))
@@ -240,16 +218,20 @@ def _run_with_manifest(tmp_path, manifest, lock: dict | None = None):
 ])
 def test_unfinished_runs_are_refused_naming_status_and_notebook(tmp_path, manifest, says):
     run = _run_with_manifest(tmp_path, manifest)
-    with pytest.raises(AdviceInputError) as exc:
-        advice.advise(run, [0.5])
+    with pytest.raises(run_file.RunFileError) as exc:
+        run_file.write_run_file(run)
     names(exc, run / "manifest.json", "field status", says, "--allow-incomplete")
+    run_file.write_run_file(run, allow_incomplete=True)   # the file says so, and advise refuses it
+    with pytest.raises(AdviceInputError) as exc:
+        advice.advise(run, [0.5], free_draft=True)
+    names(exc, run / run_file.RUN_FILE, "field run.status", says, "--allow-incomplete")
 
 
 def test_a_stale_running_manifest_is_reported_as_such(tmp_path):
     run = _run_with_manifest(tmp_path, {"status": "running", "current": "03_fits", "notebooks": []},
                              lock={"pid": 4242, "host": "elsewhere"})   # the lock file is there but not held
-    with pytest.raises(AdviceInputError) as exc:
-        advice.advise(run, [0.5])
+    with pytest.raises(run_file.RunFileError) as exc:
+        run_file.write_run_file(run)
     names(exc, "status 'running' in notebook 03_fits", "(pid 4242 on host elsewhere) is gone", "stale manifest")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -259,26 +241,27 @@ def test_a_stale_running_manifest_is_reported_as_such(tmp_path):
 
 
 def test_a_live_run_is_refused_and_its_own_notebooks_may_read_it(tmp_path, monkeypatch):
-    run = _fake_expert_op_run(tmp_path / "run")
+    run = _fake_expert_op_run(tmp_path / "run", build=False)
     with runner.hold_folder(run):
         (run / "manifest.json").write_text(json.dumps({"status": "running", "current": "08_advise"}))
-        with pytest.raises(AdviceInputError) as exc:
-            advice.advise(run, [0.5])
+        with pytest.raises(run_file.RunFileError) as exc:
+            run_file.write_run_file(run)
         names(exc, "status 'running' in notebook 08_advise, still running (pid")
         monkeypatch.setenv(paths.RUN_DIR_ENV, str(run))   # notebook 08 of that very run
+        run_file.write_run_file(run)
         assert advice.advise(run, [0.5], free_draft=True)["subject"]["source"] == "this run"
 
 
 def test_allow_incomplete_says_which_notebooks_tables_it_used(tmp_path):
     run = _run_with_manifest(tmp_path, {"status": "failed", "failed": "06_predictions",
                                         "notebooks": [{"name": "03_fits", "wall_s": 1.0}]})
+    run_file.write_run_file(run, allow_incomplete=True)
     adv = advice.advise(run, [0.5], allow_incomplete=True, free_draft=True)
     assert adv["subject"]["source"] == "this run (an unfinished run: failed)"
     assert adv["assumptions"][0].startswith("the run did not finish (status 'failed' in notebook 06_predictions")
     assert "tables of notebook 03_fits (03_fit_coefficients.csv, 03_epsilon.csv, 03_bandwidth_all_models.csv; " \
            "finished)" in adv["assumptions"][0]
-    text = advice.format_text(adv)
-    assert "unfinished run" in text and "--allow-incomplete" in text
+    assert "unfinished run" in advice.format_text(adv) and "--allow-incomplete" in advice.format_explain(adv)
 
 
 @pytest.mark.parametrize("content, says", [
@@ -288,10 +271,10 @@ def test_allow_incomplete_says_which_notebooks_tables_it_used(tmp_path):
     ('{"status": "complete", "notebooks": ["x"]}', "field notebooks[0]: expected an object"),
 ])
 def test_malformed_manifests_name_the_field(tmp_path, content, says):
-    run = _fake_expert_op_run(tmp_path / "run")
+    run = _fake_expert_op_run(tmp_path / "run", build=False)
     (run / "manifest.json").write_text(content)
-    with pytest.raises(AdviceInputError) as exc:
-        advice.advise(run, [0.5])
+    with pytest.raises(run_file.RunFileError) as exc:
+        run_file.write_run_file(run)
     names(exc, run / "manifest.json", says)
     with pytest.raises(ReportError) as exc:
         RunFiles(run)
@@ -467,7 +450,7 @@ def test_advise_prints_its_answer_even_when_the_json_cannot_be_written(tmp_path,
     monkeypatch.setattr(advice, "write_json", full_disk)
     assert cli.main(["advise", str(COMMITTED), "-a", "0.7", "--json", str(tmp_path / "a.json")]) == 1
     out, err = capsys.readouterr()
-    assert "Expert kernel: deduplication is faster from n =" in out
+    assert "Kernel switch: per-slot kernel for passes of up to" in out
     assert err.strip() == f"moespec advise: the advice above was not written to {tmp_path / 'a.json'}: " \
                           f"{tmp_path / 'a.json'}: No space left on device"
 
@@ -599,6 +582,7 @@ def bad_files(tmp_path):
     (tmp_path / "g.toml").write_text('[[jobs]]\nnotebook = []\n')
     (tmp_path / "list.json").write_text("[1]")
     _small_trace(tmp_path / "small.npz")
+    _fake_expert_op_run(tmp_path / "fits")
     return tmp_path
 
 
@@ -606,7 +590,10 @@ def bad_files(tmp_path):
     (["advise", "{d}", "--acceptance-table", "{d}/empty.csv", "--json", "-"], ["empty.csv", "0 bytes"]),
     (["advise", str(COMMITTED), "--acceptance-table", "{d}/acc.csv"], ["acc.csv", "column 'accepted'"]),
     (["advise", str(COMMITTED), "-a", "0.7", "--json", "{d}"], ["--json", "found a folder"]),
-    (["advise", str(COMMITTED), "-a", "0.7", "--use", "expert-op", "--trace", "{d}/small.npz"], ["small.npz", "N = 4"]),
+    (["advise", "{d}/fits", "-a", "0.7", "--free-draft", "--trace", "{d}/small.npz"], ["small.npz", "N = 4"]),
+    (["advise", str(COMMITTED), "-a", "0.7", "--trace", "{d}/small.npz"], ["--trace", "notebook 03's fits"]),
+    (["advise", "{d}", "-a", "0.7"], ["no run file moespec_run.json", "moespec run-file"]),
+    (["run-file", "{d}"], ["05_round_model.json", "03_fit_coefficients.csv"]),
     (["advise", str(COMMITTED), "-a", "0.7", "--dense-ratio", "-1"], ["--dense-ratio", "-1"]),
     (["advise", "--bandwidth", "{d}/list.json", "--model", "olmoe", "-a", "0.7"], ["list.json", "missing column"]),
     (["sweep", "{d}/g.toml", "--out", "{d}/s"], ["g.toml", "jobs[0].notebook"]),

@@ -37,16 +37,6 @@ def _round_model(state="quiet", context="d=64"):
                       saving=Term(S, S - 0.05e-3, S + 0.05e-3, np.full(9, 4), "test", "loop"))
 
 
-def _advice():
-    from moespec.advice import advise_curves
-    from moespec.advice.inputs import VerifyCurves
-
-    c = VerifyCurves(round_model=_round_model(), interval="95% interval", eps=0.05,
-                     subject={"model": "m", "engine": "e", "format": "f32", "source": "test", "from": "test"},
-                     inputs=["test"], covers=["test"])
-    return advise_curves(c, [0.5, 0.8])
-
-
 def _protocols():
     rows = [dict(d=d, kernel=p, n=n, tau_grid_ms=2 + 0.2 * n + 0.1, tau_loop_ms=2 + 0.2 * n, state="quiet")
             for d in (64, 192) for p in ("slot", "dedup") for n in N]
@@ -163,7 +153,6 @@ CASES = {
     "oracle_appendix_a.fig_a5_pooled_vs_per_k": lambda f: f(_a("rounds"), _a("per_k")),
     "oracle_appendix_a.fig_a7_robustness": lambda f: f(_a("a7")),
     "oracle_appendix_a.fig_binned_residuals": lambda f: f(_a("bins")),
-    "advise.advice_figure": lambda f: f(_advice()),
     "rounds.round_terms_figure": lambda f: f([_round_model(), _round_model("loaded", "chat")], title="round model"),
     "rounds.protocols_figure": lambda f: f(_protocols(), title="grid and loop"),
     "rounds.predictions_figure": lambda f: f(*_predictions(), title="predictions"),

@@ -19,7 +19,7 @@ from moespec import theory as th
 from moespec.predict.round_model import ENGINES
 from moespec.theory import crossover
 
-from .inputs import VerifyCurves
+from .curves import VerifyCurves
 
 ENGINE_NAMES = {"slot": "per-slot kernel at every n", "dedup": "deduplicating kernel from n = 2",
                 "switch": "per-slot below the crossover, deduplicating from it"}
@@ -136,4 +136,4 @@ def decide(curves: VerifyCurves, acceptance) -> dict:
                       "b_ms_per_round": None if rm.draft.b_s is None else 1e3 * rm.draft.b_s,
                       "form": rm.draft.form, "one_token_ms": 1e3 * rm.draft.one_token_s,
                       "catch_up_ms": 1e3 * rm.draft.catch_up_s},
-            "dedup": kd, "acceptance": per_a}
+            "dedup": kd, "acceptance": per_a, **({"sources": dict(curves.sources)} if curves.sources else {})}

@@ -12,44 +12,40 @@ import pandas as pd
 
 from moespec.predict.speculative import inside_band
 
-from .inputs import AdviceInputError, _read_csv
-
-ACCEPTANCE_FILE = "05_real_draft_acceptance.csv"
-PREDICTIONS_FILE = "05_draft_cost_predictions.csv"
+from .errors import AdviceInputError
+from .inputs import run_file
 
 
-def measured_acceptance(folder: Path) -> pd.DataFrame:
-    """Per machine state, the real draft's measured acceptance ``a`` (``05_real_draft_acceptance.csv``,
-    which ``--acceptance-table`` reads): the median over prompts of each prompt's accepted /
-    (accepted + rejections) over k >= 1 (:func:`moespec.predict.speculative.median_prompt_acceptance`;
-    the measured speedups advise is set beside are medians over the same prompts). Runs written
-    before that column existed hold only the pooled counts: their ``a`` is the pooled rate."""
-    path = Path(folder) / ACCEPTANCE_FILE
-    df = _read_csv(path, ["state"], "the run's measured acceptance")
-    if "a" in df.columns:
-        return df
-    if not {"accepted", "rejections"} <= set(df.columns):
-        raise AdviceInputError(f"{path}: need a column 'a' (or the pooled counts 'accepted' and 'rejections'); "
-                               f"found {list(df.columns)}")
-    return df.assign(a=df["accepted"] / (df["accepted"] + df["rejections"]))
+def measured_acceptance(run, allow_incomplete: bool = False) -> pd.DataFrame:
+    """Per machine state, the real draft's measured acceptance ``a`` as the run file holds it: the
+    median over prompts of each prompt's accepted / (accepted + rejections) over k >= 1
+    (:func:`moespec.predict.speculative.median_prompt_acceptance`; the measured speedups advise is
+    set beside are medians over the same prompts)."""
+    rf = run_file(run, allow_incomplete)
+    acc = rf.acceptance()
+    if acc.empty:
+        raise AdviceInputError(f"{rf.path}: field acceptance: expected the real-draft runs' acceptance per state "
+                               f"(notebook 05); found none", where=str(rf.path), field="acceptance")
+    return acc
 
 
 def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(table, goals): per state and k, advise's speedup at the run's measured acceptance with its
     band (``moespec.advise(folder, [a], state=state, **options)``) beside the measured median
-    speedup of the draft as trained (``05_draft_cost_predictions.csv``, draft cost 0); and per state
+    speedup of the draft as trained (the run file's ``measured``, draft cost 0); and per state
     the goals: the recommendation is the measured best, within ``tolerance`` at every k, the band
     holds every measured speedup."""
     from moespec.advice import advise
 
-    folder = Path(folder)
-    acc = measured_acceptance(folder)
-    pred = _read_csv(folder / PREDICTIONS_FILE, ["state", "draft_cost", "k", "measured"], "the real-draft runs")
+    allow = bool(options.get("allow_incomplete", False))
+    acc = measured_acceptance(folder, allow)
+    pred = run_file(folder, allow).measured()
     rows, goals = [], []
     for r in acc.itertuples():
-        meas = pred[(pred["state"] == r.state) & (pred["draft_cost"] == 0)].set_index("k")["measured"]
+        meas = pred[(pred["state"] == r.state) & (pred["draft_cost"] == 0)].set_index("k")["speedup"]
         if meas.empty:
-            raise AdviceInputError(f"{folder / PREDICTIONS_FILE}: no runs of the draft as trained in state {r.state!r}")
+            raise AdviceInputError(f"{folder}: run file field measured.{r.state}: expected runs of the draft as "
+                                   "trained (draft_cost 0); found none", where=str(folder), field=f"measured.{r.state}")
         adv = advise(folder, [float(r.a)], state=r.state, **options)
         item = adv["acceptance"][0]
         eng = item["engines"]["dedup"]          # the real-draft runs ran the deduplicating kernel from n = 2
@@ -65,7 +61,8 @@ def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.D
         rec = item["recommended"]
         goals += [{"goal": f"advise at the measured a = {r.a:.3f} recommends the measured best, {r.state}",
                    "value": f"advise k = {rec['k']} ({rec['engine']}); measured best k = {best_meas}"
-                            + (f" (median speedup {meas.max():.3f})" if best_meas else " (plain decoding: every k < 1)"),
+                            + (f" (median speedup {meas.max():.3f})" if best_meas
+                               else " (plain decoding: every k < 1)"),
                    "target": "the same k", "met": rec["k"] == best_meas},
                   _best_in_band(r, rec, meas, best_meas),
                   {"goal": f"advise's speedup within {100 * tolerance:.0f} % of the measured one at every k, {r.state}",
@@ -73,7 +70,8 @@ def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.D
                             f"{100 * mine.rel_error.abs().max():.1f} %", "target": "all k",
                    "met": bool((mine.rel_error.abs() <= tolerance).all())},
                   {"goal": f"advise's per-k band holds the measured speedup, {r.state}",
-                   "value": f"{int(mine.inside.sum())} of {len(mine)}", "target": "all k", "met": bool(mine.inside.all())}]
+                   "value": f"{int(mine.inside.sum())} of {len(mine)}", "target": "all k",
+                   "met": bool(mine.inside.all())}]
     return pd.DataFrame(rows), pd.DataFrame(goals).assign(met=lambda f: f["met"].astype(bool))
 
 

@@ -1,7 +1,9 @@
-"""The advice as a readable table and as JSON (with its JSON Schema, checked before writing)."""
+"""The advice as text (:func:`format_text`: one screen, the answer; :func:`format_explain`: its
+derivation, every table) and as JSON (with its JSON Schema, checked before writing)."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from moespec import io
@@ -18,7 +20,8 @@ _ENGINE = {"type": "object",
            "required": ["k_star", "speedup", "speedup_lo", "speedup_hi", "throughput_per_s", "k_star_certain",
                         "loss_k_off_by_one", "speedup_by_k", "speedup_lo_by_k", "speedup_hi_by_k", "delta_by_k",
                         "step_ms_by_k"],
-           "properties": {"k_star": {"type": "integer", "minimum": 0}, "speedup": {"type": "number", "exclusiveMinimum": 0},
+           "properties": {"k_star": {"type": "integer", "minimum": 0},
+                          "speedup": {"type": "number", "exclusiveMinimum": 0},
                           "speedup_lo": _NUM, "speedup_hi": _NUM, "throughput_per_s": _NUM,
                           "k_star_certain": {"type": "boolean"}, "loss_k_off_by_one": {"type": "number", "minimum": 0},
                           "speedup_by_k": _NUMS, "speedup_lo_by_k": _NUMS, "speedup_hi_by_k": _NUMS,
@@ -38,7 +41,8 @@ ADVICE_SCHEMA = {
     "properties": {
         "schema": {"const": SCHEMA_ID},
         "subject": {"type": "object", "required": ["model", "engine", "format", "source", "from"],
-                    "properties": {k: {"type": ["string", "null"]} for k in ("model", "engine", "format", "source", "from")}},
+                    "properties": {k: {"type": ["string", "null"]}
+                                   for k in ("model", "engine", "format", "source", "from")}},
         "inputs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "assumptions": {"type": "array", "items": {"type": "string"}},
         "band_covers": {"type": "array", "items": {"type": "string"}, "minItems": 1},
@@ -79,7 +83,8 @@ ADVICE_SCHEMA = {
                 "recommended": {"type": "object",
                                 "required": ["engine", "engine_name", "k", "speculate", "speedup", "speedup_lo",
                                              "speedup_hi", "verify_pass_tokens", "k_certain", "interval_contains_1"],
-                                "properties": {"engine": {"enum": list(ENGINES)}, "k": {"type": "integer", "minimum": 0},
+                                "properties": {"engine": {"enum": list(ENGINES)},
+                                               "k": {"type": "integer", "minimum": 0},
                                                "speculate": {"type": "boolean"},
                                                "interval_contains_1": {"type": "boolean"}}},
                 "other_states": {"type": "object", "additionalProperties": {
@@ -97,6 +102,7 @@ ADVICE_SCHEMA = {
                            "kernel_switch": {"type": "object", "required": ["per_slot_up_to", "text", "llama_cpp_cuda"],
                                              "properties": {"per_slot_up_to": _INT_OR_NULL}}}}},
         "versions_cited": {"type": "object", "required": ["vllm", "sglang", "llama.cpp", "llama.cpp-cuda-kernel"]},
+        "sources": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
 
@@ -141,18 +147,22 @@ def _margin_lines(rows: list[dict], margin: float) -> list[str]:
     return [line]
 
 
-def format_text(advice: dict) -> str:
-    """The advice as the table ``moespec advise`` prints."""
+def format_explain(advice: dict) -> str:
+    """The advice with its derivation, as ``moespec advise --explain`` prints it: the error bounds,
+    the assumptions, the saving at every pass size, the round's terms, every engine's k* and
+    speedup at every k, the settings and where each option name was read."""
     s, err, kd = advice["subject"], advice["error"], advice["dedup"]
     lo21, hi21 = err["speedup_factor_21"]
     head = [f"moespec advise: {s['model']}, {s['engine']} ({s['format']})",
-            f"  numbers from: {s['from']}; {s['source']}" + (f"; hardware: {s['hardware']}" if s.get("hardware") else "")]
+            f"  numbers from: {s['from']}; {s['source']}"
+            + (f"; hardware: {s['hardware']}" if s.get("hardware") else "")]
     if s.get("state"):
         head.append(f"  machine state: {s['state']}" + (f", read {s['read_GBps']:.2f} GB/s in the same rounds"
                                                        if s.get("read_GBps") is not None else "")
                     + f", bandwidth regime {s.get('regime', 'one')}")
     if err["eps"] is not None:
-        head.append(f"  bandwidth error eps = {err['eps']:.3f}: predicted verify times within +-{_pct(err['verify_time_rel_17'])} "
+        head.append(f"  bandwidth error eps = {err['eps']:.3f}: predicted verify times within "
+                    f"+-{_pct(err['verify_time_rel_17'])} "
                     "(17) where the verify term is predicted from bandwidths")
     head.append(f"  step-time error: delta = {err['delta']:.3f} (largest over k of the recommended engine's delta_k); "
                 f"a draft length chosen on these step times loses at most {_pct(err['loss_bound_20'])} of the best "
@@ -176,10 +186,12 @@ def format_text(advice: dict) -> str:
     for item, setting in zip(advice["acceptance"], advice["settings"]):
         rec, loss = item["recommended"], item["loss_if_wrong"]
         out += ["", f"Draft length at acceptance a = {item['a']:.3f} ({item['label']}):",
-                "  engine                                                k*   speedup [band (21) at delta_k*]   k* certain (20)   lost at k*+-1"]
+                "  engine                                                k*   speedup [band (21) at delta_k*]   "
+                "k* certain (20)   lost at k*+-1"]
         for e in ENGINES:
             x = item["engines"][e]
-            out.append(f"  {ENGINE_NAMES[e]:<52}  {x['k_star']:>2}   {x['speedup']:.3f} {_interval(x['speedup_lo'], x['speedup_hi'])}"
+            out.append(f"  {ENGINE_NAMES[e]:<52}  {x['k_star']:>2}   {x['speedup']:.3f} "
+                       f"{_interval(x['speedup_lo'], x['speedup_hi'])}"
                        f"          {'yes' if x['k_star_certain'] else 'no':>15}   {_pct(x['loss_k_off_by_one']):>12}")
         eng = item["engines"][rec["engine"]]
         out.append("  speedup by k, " + rec["engine_name"] + ": " + ", ".join(
@@ -187,7 +199,8 @@ def format_text(advice: dict) -> str:
             enumerate(zip(eng["speedup_by_k"], eng["speedup_lo_by_k"], eng["speedup_hi_by_k"])) if k > 0))
         verdict = (f"draft k = {rec['k']} token{'s' if rec['k'] != 1 else ''} (verify passes of "
                    f"{rec['verify_pass_tokens']}), "
-                   f"{rec['engine_name']}: speedup {rec['speedup']:.3f} {_interval(rec['speedup_lo'], rec['speedup_hi'])}"
+                   f"{rec['engine_name']}: speedup {rec['speedup']:.3f} "
+                   f"{_interval(rec['speedup_lo'], rec['speedup_hi'])}"
                    if rec["speculate"] else "plain decoding (k = 0): speculation does not pay at this acceptance rate")
         out.append(f"  -> {verdict}")
         if rec["interval_contains_1"]:
@@ -195,7 +208,8 @@ def format_text(advice: dict) -> str:
         for state, o in item["other_states"].items():
             what = (f"draft k = {o['k']} ({ENGINE_NAMES[o['engine']]}), speedup {o['speedup']:.3f} "
                     f"{_interval(o['speedup_lo'], o['speedup_hi'])}" if o["k"] > 0 else "plain decoding")
-            out.append(f"  in the {state} machine state{' (read %.2f GB/s)' % o['read_GBps'] if o.get('read_GBps') else ''}: "
+            read = f" (read {o['read_GBps']:.2f} GB/s)" if o.get("read_GBps") else ""
+            out.append(f"  in the {state} machine state{read}: "
                        f"{what}" + ("  <- DIFFERS from the recommendation above" if o["differs"] else " (the same)"))
         out += [f"  throughput lost by a wrong choice: per-slot kernel only {_pct(loss['per_slot_kernel_only'])}, "
                 f"dedup kernel only {_pct(loss['dedup_kernel_only'])}, draft length off by one "
@@ -212,4 +226,103 @@ def format_text(advice: dict) -> str:
     out += ["Inputs:"] + [f"  - {p}" for p in advice["inputs"]]
     out += ["Option names from:"] + [f"  - {name}: {v['project']} @ {v['commit'][:12]} ({v['where']})"
                                      for name, v in advice["versions_cited"].items()]
+    return "\n".join(out)
+
+
+# --- one screen ---------------------------------------------------------------------------------------
+WIDTH = 120
+
+
+def _wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
+    """``text`` on lines of at most :data:`WIDTH` characters, the first indented by ``indent``."""
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + more,
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def _words(command: str) -> list[str]:
+    """A shell command cut at its spaces outside quotes (the quotes kept)."""
+    words, word, quote = [], "", None
+    for ch in command:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == " ":
+            words.append(word)
+            word = ""
+            continue
+        word += ch
+    return words + [word]
+
+
+def _command(label: str, command: str) -> list[str]:
+    """``label`` and a shell command, continued with backslashes at option boundaries so that no
+    line exceeds :data:`WIDTH` characters (an option and its value stay together)."""
+    groups = []
+    for word in _words(command):
+        if word.startswith("-") or not groups:
+            groups.append(word)
+        else:
+            groups[-1] += " " + word
+    lines, line = [], label + groups[0]
+    for group in groups[1:]:
+        if len(line) + 1 + len(group) + 2 > WIDTH:
+            lines.append(line + " \\")
+            line = " " * (len(label) + 2) + group
+        else:
+            line += " " + group
+    return lines + [line]
+
+
+def _state_line(s: dict, eps) -> str:
+    if not s.get("state"):
+        return f"  numbers from {s['from']}" + (f"; eps {eps:.3f}" if eps is not None else "")
+    read = f", read {s['read_GBps']:.2f} GB/s in the same rounds" if s.get("read_GBps") is not None else ""
+    hw = f"; {s['hardware']}" if s.get("hardware") else ""
+    return f"  machine state: {s['state']}{read}{hw}" + (f"; eps {eps:.3f}" if eps is not None else "")
+
+
+def format_text(advice: dict) -> str:
+    """The answer on one screen, as ``moespec advise`` prints it: per acceptance rate the
+    recommendation with its band and what the other machine states would take, the kernel switch,
+    the settings for vLLM, SGLang and llama.cpp, the machine state, and each source named once.
+    Lines of at most :data:`WIDTH` characters; ``--explain`` (:func:`format_explain`) prints the
+    derivation."""
+    s, kd = advice["subject"], advice["dedup"]
+    out = _wrap(f"moespec advise: {s['model']}; {s['engine']}, {s['format']}")
+    if s.get("source") not in (None, "this run"):
+        out += _wrap(f"numbers: {s['source']}", "  ")
+    out.append(_state_line(s, advice["error"]["eps"]))
+    for item, setting in zip(advice["acceptance"], advice["settings"]):
+        rec, loss = item["recommended"], item["loss_if_wrong"]
+        head = f"At a = {item['a']:.3f} ({item['label']}): "
+        if rec["speculate"]:
+            out += _wrap(head + f"draft k = {rec['k']} token{'s' if rec['k'] != 1 else ''} (verify passes of "
+                         f"{rec['verify_pass_tokens']}), {rec['engine_name']}")
+            out += _wrap(f"speedup {rec['speedup']:.3f}, band {_interval(rec['speedup_lo'], rec['speedup_hi'])} "
+                         f"(bound (21)); k off by one loses {_pct(loss['draft_length_off_by_one'])}, the per-slot "
+                         f"kernel alone {_pct(loss['per_slot_kernel_only'])}", "  ")
+        else:
+            out += _wrap(head + "plain decoding (k = 0): speculation does not pay at this acceptance rate")
+        if rec["interval_contains_1"]:
+            out.append("  !! the band holds a speedup of 1: by these measurements drafting may or may not pay here")
+        for state, o in item["other_states"].items():
+            read = f" (read {o['read_GBps']:.2f} GB/s)" if o.get("read_GBps") else ""
+            what = (f"k = {o['k']}, {ENGINE_NAMES[o['engine']]}, speedup {o['speedup']:.3f} "
+                    f"{_interval(o['speedup_lo'], o['speedup_hi'])}" if o["k"] > 0 else "plain decoding")
+            out += _wrap(f"{state} machine{read}: {what}" + (" <- differs" if o["differs"] else " (the same)"), "  ")
+        out.append(f"  settings for k = {setting['k']}:")
+        out += _command("    vLLM:      ", setting["vllm"]["cli"])
+        out += _command("    SGLang:    ", setting["sglang"]["cli"])
+        out += _command("    llama.cpp: ", setting["llama_cpp"]["cli"])
+        if setting["llama_cpp"]["cli_legacy"] != setting["llama_cpp"]["cli"]:
+            out += _command("    llama.cpp before PR 22397: ", setting["llama_cpp"]["cli_legacy"])
+    ks = advice["settings"][0]["kernel_switch"]
+    guaranteed = f" (guaranteed from {kd['guaranteed_from_n']})" if kd["from_n"] is not None else ""
+    out += _wrap(f"Kernel switch: {ks['text']}{guaranteed}")
+    out += _wrap(f"llama.cpp CUDA: {ks['llama_cpp_cuda']}", "  ")
+    out += [f"    {line}" for line in cap_lines(ks.get("mmvq_cap", []))]
+    sources = advice.get("sources") or {"inputs": ", ".join(advice["inputs"])}
+    out += _wrap("Sources: " + "; ".join(f"{part}: {where}" for part, where in sources.items())
+                 + "; option names: docs/advise.md; the derivation: --explain")
     return "\n".join(out)

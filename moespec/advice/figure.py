@@ -6,7 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from moespec.advice.decide import ENGINE_NAMES
+from .decide import ENGINE_NAMES
 
 
 def advice_figure(advice: dict, title: str = "") -> plt.Figure:
@@ -58,7 +58,8 @@ def advice_figure(advice: dict, title: str = "") -> plt.Figure:
     err = advice["error"]
     fig.suptitle(title or f"moespec advise: {s['model']}, {s['engine']} ({s['format']}); numbers from {s['from']}, "
                           f"{s['source']}; delta = {err['delta']:.3f}", fontsize=9)
-    fig.text(0.01, 0.005, "Round model V(k) = t_draft(k) + tau(k + 1) + h(k); bands: bound (21) per k with delta_k from "
+    fig.text(0.01, 0.005, "Round model V(k) = t_draft(k) + tau(k + 1) + h(k); bands: bound (21) per k with delta_k "
+                          "from "
                           "the terms' 95 % intervals (and eps, where a verify term is predicted from bandwidths). "
                           f"Draft: {advice['draft']['name']}; draft time per round k = 0..: "
                           f"{', '.join(f'{x:.2g}' for x in advice['draft_time_ms'])} ms; host: "
