@@ -44,16 +44,6 @@ def run_identity(run: RunFiles) -> str:
             f"{torch_v}; its manifest is `figures/MANIFEST.json`.")
 
 
-@block("notebook-times")
-def notebook_times(run: RunFiles) -> str:
-    """Wall time of each notebook of the run (manifest)."""
-    man = run.manifest
-    parts = [f"{nb['name'][:2]} {nb['wall_s']:.0f} s" for nb in man.get("notebooks", []) if nb.get("wall_s") is not None]
-    total = sum(nb.get("wall_s") or 0 for nb in man.get("notebooks", []))
-    return (f"Notebook wall times of that run ({when(man.get('started'))}): "
-            f"{', '.join(parts)}; {total / 60:.1f} min in all.")
-
-
 @block("table", "{file}")
 def table(run: RunFiles, file: str, columns: str | tuple = "", digits: str = "3") -> str:
     """Any table of the run as it is (``columns``: a comma-separated subset, in that order, or a tuple
