@@ -63,8 +63,9 @@ def test_the_package_reads_no_benchmark_results_it_was_not_given():
 
     for src in (paths.ROOT / "moespec" / "report").glob("*.py"):
         tree = ast.parse(src.read_text())
-        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
-                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        scopes = (ast.Module, ast.ClassDef, ast.FunctionDef)
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, scopes) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
         named = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
                  and id(n) not in docs and "benchmarks/results" in n.value]
         assert not named, f"{src}: {named}"
@@ -88,7 +89,8 @@ def run_dir(tmp_path):
 
 
 def _doc(*names_and_args):
-    return "\n".join(f"text before\n<!-- moespec-report:{n}{(' ' + a) if a else ''} -->\nold\n<!-- /moespec-report:{n} -->"
+    return "\n".join(f"text before\n<!-- moespec-report:{n}{(' ' + a) if a else ''} -->\nold\n"
+                     f"<!-- /moespec-report:{n} -->"
                      for n, a in names_and_args) + "\nafter\n"
 
 
@@ -124,7 +126,8 @@ def test_discard_rule_and_fit_variant_blocks_render_exactly(run_dir):
         "cpp,0.015,0.01,0.015,unconstrained,kept\n")
     out = report.render_text(_doc(("discard-rule", ""), ("fit-variants", "")), RunFiles(run_dir))
     assert ("Share 5 %. Notebook 02's 3 group(s) read 8.00–10.00 GB/s, departing from their run's median by at "
-            "most 11.11 % (`02_discard_groups.csv`); the runs of notebook 03, minutes apart, read 9.00–12.50 GB/s") in out
+            "most 11.11 % (`02_discard_groups.csv`); the runs of notebook 03, minutes apart, read "
+            "9.00–12.50 GB/s") in out
     assert "| Table 1 | 1 | 2 | 10 | 20 |\n| fits | 1 | 2 | 10 | 20 |\n| Figure 7 transfer | 4 | 2 | 42 | 20 |" in out
     assert "| nonnegative | kept | 0.000–0.200 | 2 | 0 | 0.0200, 0.0100, 0.0200 |" in out
     assert "| unconstrained | kept | -0.300–0.200 | 0 | 2 | 0.0150, 0.0100, 0.0150 |" in out

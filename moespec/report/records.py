@@ -35,7 +35,8 @@ def reproduce_time(run: RunFiles, file: str, limit_min: str = "90") -> str:
     before = rec.get("before_notebooks_s")
     nbs = ", ".join(f"{nb['name'][:2]} {nb['wall_s'] / 60:.1f}" for nb in rec["notebooks"] if nb.get("wall_s"))
     verdict = "met" if total <= float(limit_min) else "**not met**"
-    return (f"`make reproduce` on a fresh clone, started {when(rec['started_utc'][:19])}, took **{total:.1f} min** end to end on {machine(rec['provenance'])} "
+    return (f"`make reproduce` on a fresh clone, started {when(rec['started_utc'][:19])}, took **{total:.1f} min** "
+            f"end to end on {machine(rec['provenance'])} "
             f"(goal ≤ {limit_min} min: {verdict}): "
             + (f"{before / 60:.1f} min creating `.venv`, installing and building before the first notebook, then "
                if before is not None else "")
@@ -50,7 +51,8 @@ def test_time(run: RunFiles, file: str, limit_min: str = "15") -> str:
     py = rec.get("pytest") or {}
     counts = ", ".join(f"{py[k]} {k}" for k in ("passed", "skipped", "failed", "error") if py.get(k))
     verdict = "met" if rec["rc"] == 0 and total <= float(limit_min) else "**not met**"
-    return (f"`make test` on a fresh clone, started {when(rec['started_utc'][:19])}, exited with {rec['rc']} after **{total:.1f} min** end to end on "
+    return (f"`make test` on a fresh clone, started {when(rec['started_utc'][:19])}, exited with {rec['rc']} after "
+            f"**{total:.1f} min** end to end on "
             f"{machine(rec['provenance'])} (goal ≤ {limit_min} min: {verdict})"
             + (f"; pytest: {counts} in {py['seconds'] / 60:.1f} min" if py else "; no pytest summary in its output")
             + f" (`{file}`; {rec['how']}).")
@@ -70,14 +72,16 @@ def interleaved_pilot(run: RunFiles, file: str) -> str:
               f"; the measurement's standard error {pct(p['measurement_se'])}, a perfect prediction outside 5 % at "
               f"about {p['expected_outside_by_noise']:.1f} by its noise alone")
         parts.append(f"{name}: within 5 % at {p['within_5pct']} of {p['points']} points (largest |error| "
-                     f"{pct(p['largest_abs_error'])}, mean {100 * p['mean_error']:+.1f} %, measured inside the predicted "
+                     f"{pct(p['largest_abs_error'])}, mean {100 * p['mean_error']:+.1f} %, measured inside the "
+                     "predicted "
                      f"interval at {p['inside_interval']}); with the runs' own step times within 5 % at "
                      f"{p['within_5pct_measured_steps']}; V(0) predicted {num(p['V0_hat_ms'], 2)} ms, measured "
                      f"{num(p['V0_meas_ms'], 2)} ms; reads {num(p['read_GBps_model'], 2)} GB/s (calibration), "
                      f"{num(p['read_GBps_runs'], 2)} GB/s (test){se}; {p['wall_s'] / 60:.1f} min")
     return (f"Real draft, {rec['state']} machine, {rec['profile']} profile's sizes ({rec['calibration_prompts']} "
             f"calibration turns, {rec['test_prompts']} test turns x {rec['test_reps']}, draft costs "
-            f"{', '.join(f'{r:g}' for r in rec['draft_costs'])}, k = {min(rec['ks'])}..{max(rec['ks'])}), both protocols "
+            f"{', '.join(f'{r:g}' for r in rec['draft_costs'])}, k = {min(rec['ks'])}..{max(rec['ks'])}), "
+            "both protocols "
             f"in one session on {machine(rec['provenance'])}, the measuring process pinned to one CPU, torch threads "
             f"{rec.get('torch_threads', 'not set (torch default; the record predates the setting)')}: "
             + "; ".join(parts) + f" (`{file}`).")
@@ -121,7 +125,8 @@ def theory_timings(run: RunFiles, file: str) -> str:
     for vec, res in rec["results"].items():
         rows.append([vec] + [f"{1e3 * res[k]['t_median_s']:.2f} ms ({1e3 * res[k]['t_q25_s']:.2f}–"
                              f"{1e3 * res[k]['t_q75_s']:.2f})" for k in names])
-    return (f"k*(a) for {rec['values']:,} acceptance values with kmax = {rec['kmax']} (`{file}`, {rec['date_utc']} UTC, "
+    return (f"k*(a) for {rec['values']:,} acceptance values with kmax = {rec['kmax']} (`{file}`, "
+            f"{rec['date_utc']} UTC, "
             f"{machine(rec['provenance'])}, numpy {rec['provenance']['versions'].get('numpy')}):\n\n"
             + md_table(["step time"] + [f"`{k}`" for k in names], rows))
 
@@ -130,7 +135,8 @@ def theory_timings(run: RunFiles, file: str) -> str:
 def bellman_speed(run: RunFiles, file: str) -> str:
     rec = _bench_record(run, file)
     return (f"Bellman solve of N = {rec['n']:,} positions x Lmax = {rec['lmax']} in {rec['median_s']:.3f} s "
-            f"(median of {rec['reps']}, IQR {rec['q25_s']:.3f}–{rec['q75_s']:.3f} s; `{file}`, {rec['date_utc']} UTC, "
+            f"(median of {rec['reps']}, IQR {rec['q25_s']:.3f}–{rec['q75_s']:.3f} s; `{file}`, "
+            f"{rec['date_utc']} UTC, "
             f"{machine(rec['provenance'])}).")
 
 
@@ -323,7 +329,8 @@ def gpu_results(run: RunFiles, folder: str) -> str:
     win_text = "; ".join(f"{f}: {len(g)} of {len(df[(df.fmt == f) & (df.n >= 2)])} (model, n) points"
                          for f, g in wins.groupby("fmt", sort=False)) or "none"
     stream = n1[n1.fmt.isin(["f32", "bf16"])]
-    return (f"One lent {gpu} (`{folder}/`, torch {prov['versions'].get('torch')}): the torch-free harness says \"{harness}\"; the CUDA tests: "
+    return (f"One lent {gpu} (`{folder}/`, torch {prov['versions'].get('torch')}): the torch-free harness says "
+            f"\"{harness}\"; the CUDA tests: "
             f"\"{tests}\". Bandwidth (CUDA events, {int(df.reps.iloc[0])} repetitions, random routing, read bandwidth "
             f"{span(df['beta_read_GBps'] / 1e3, 1)} TB/s by `torch.sum` in the same run): at n = 1 the per-slot kernel "
             f"reaches {slot1} of the read; r(n) = {rr} over the presets and n = 1..9 (OLMoE: {ol}); under uniform "
@@ -492,9 +499,11 @@ def build_compare(run: RunFiles, file: str, folder: str) -> str:
                      span(base["beta_over_read"])])
     blocks = df.drop_duplicates("fmt")
     flags = "; ".join(f"{r.fmt}: {r.flags}" for r in blocks.itertuples() if isinstance(r.flags, str) and r.flags)
-    return (f"`{file}` ({df['date'].iloc[0]}, base revision {df['base_rev'].iloc[0]}; {int(df['checked_outputs'].iloc[0])} "
+    return (f"`{file}` ({df['date'].iloc[0]}, base revision {df['base_rev'].iloc[0]}; "
+            f"{int(df['checked_outputs'].iloc[0])} "
             f"outputs compared bit for bit before timing, none differed; {int(df['reps'].iloc[0])} rounds, "
-            f"{int(df['threads'].iloc[0])} kernel thread(s), protocol {df['protocol'].iloc[0]}, model {df['model'].iloc[0]}, read "
+            f"{int(df['threads'].iloc[0])} kernel thread(s), protocol {df['protocol'].iloc[0]}, model "
+            f"{df['model'].iloc[0]}, read "
             f"{span(blocks['read_GBps'], 1)} GB/s, other load {span(blocks['other_load'], 2)}"
             + (f"; flagged {flags}" if flags else "") + "):\n\n"
             + md_table(["format", "kernel", "time new/base, geometric mean over n", "range over n = 1..9",
@@ -593,7 +602,8 @@ def gpu_overhead_fit(run: RunFiles, file: str, model: str = "olmoe", goal: str =
             f"{read / 1e12:.1f} TB/s: the legacy kernels are not slow at streaming; a fixed cost of "
             f"{span([f['a_us'] for f in slot], 0)} us per call ({span([f['a_us'] for f in dedup], 0)} us for dedup) is "
             f"{span([100 * f['a_share_bf16'] for f in fits], 0)} % of a bf16 call. For {goal} of the read at n = 1 "
-            f"({model} bf16: {nbytes / 1e6:.1f} MB in at most {1e6 * t_goal:.1f} us at {read / 1e12:.1f} TB/s, of which "
+            f"({model} bf16: {nbytes / 1e6:.1f} MB in at most {1e6 * t_goal:.1f} us at {read / 1e12:.1f} TB/s, "
+            "of which "
             f"{1e6 * t_bytes:.1f} us is the bytes at the read rate) the fixed cost must fall to about "
             f"{1e6 * (t_goal - t_bytes):.0f} us.")
 

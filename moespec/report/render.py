@@ -135,7 +135,8 @@ def check_files(run_dir: str | Path, files=None, allow_incomplete: bool = False)
 
 def update_files(run_dir: str | Path, files=None, allow_incomplete: bool = False) -> list[Path]:
     """Rewrite the blocks of ``files`` (default :func:`doc_files`, and then the run's ``REPORT.md``
-    too) from ``run_dir``; returns the files that changed. Every file is checked writable and rendered before any is written, so bad
+    too) from ``run_dir``; returns the files that changed. Every file is checked writable and rendered
+    before any is written, so bad
     input changes nothing; a write that still fails names the files written before it.
     ``allow_incomplete``: write from a run that did not finish (:class:`RunFiles`)."""
     changed = _rendered(run_dir, files, allow_incomplete, writing=True)

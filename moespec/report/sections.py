@@ -116,7 +116,8 @@ def round_model(run: RunFiles) -> str:
              f"{100 * r.rel_error:+.1f} %"] for r in plain.itertuples()]
     return ("Round models (`05_round_terms.csv`; ms, 95 % intervals; the draft's time per round t_draft(k) = "
             "a k + b + c [k = 1] + e s(k), s(k) the share of rounds whose draft began with two tokens):\n\n"
-            + md_table(["state", "context", "draft", "V(0)", "V(1)", "V(kmax)", "t_draft(k)", "h(1)", "read GB/s"], rows)
+            + md_table(["state", "context", "draft", "V(0)", "V(1)", "V(kmax)", "t_draft(k)", "h(1)", "read GB/s"],
+                       rows)
             + "\n\nThe plain step V(0) predicted against the measured one (`05_plain_step.csv`):\n\n"
             + md_table(["state", "measured in", "V(0) predicted", "measured", "error"], prow))
 
@@ -243,7 +244,8 @@ def fit_variants(run: RunFiles) -> str:
         e = eps[(eps["rows"] == subset) & (eps["fit"] == how)].iloc[0]
         coefs = g[["t_op", "c_u", "c_re", "c_g", "c_t"]]
         rows.append([how, subset, span(1e3 * g["t_op"], 3), int((coefs == 0).sum().sum()),
-                     int((coefs < 0).sum().sum()), f"{num(e.eps_slot, 4)}, {num(e.eps_dedup, 4)}, {num(e.eps_engine, 4)}"])
+                     int((coefs < 0).sum().sum()),
+                     f"{num(e.eps_slot, 4)}, {num(e.eps_dedup, 4)}, {num(e.eps_engine, 4)}"])
     return (md_table(["fit", "rows", "t_op (ms)", "coefficients at the bound 0", "negative coefficients",
                       "epsilon (slot, dedup, engine)"], rows)
             + "\n\n(`03_fit_variants.csv`, `03_epsilon_variants.csv`; the default consumers read the non-negative "
@@ -291,7 +293,8 @@ def breakdown_goals(run: RunFiles) -> str:
         return verdict(value >= target if op == ">=" else value <= target)
 
     subjects = [f"{r.subject}: " + "; ".join(
-        f"{col.replace('_', ' ')} {float(getattr(r, col)):.3g} ({op} {target:g}: {judged(float(getattr(r, col)), op, target)})"
+        f"{col.replace('_', ' ')} {float(getattr(r, col)):.3g} "
+        f"({op} {target:g}: {judged(float(getattr(r, col)), op, target)})"
         for col, (op, target) in BREAKDOWN_TARGETS.items()) for r in df.itertuples()]
     return ("Issue 16's targets (`05_breakdown.csv`, one interleaved run at n = 1, read "
             + ", ".join(f"{float(v):.1f}" for v in df["read_GBps"]) + " GB/s): " + "; ".join(subjects) + ".")
@@ -337,7 +340,8 @@ def whole_model(run: RunFiles) -> str:
     t4 = _ours(run.csv("06_table4_preregistered.csv"))
     t8 = _ours(run.csv("06_table8_rules.csv"))
     if "rows" in t8.columns:
-        t8 = t8[t8["rows"].astype(str).str.contains("quiet")] if t8["rows"].astype(str).str.contains("quiet").any() else t8
+        quiet = t8["rows"].astype(str).str.contains("quiet")
+        t8 = t8[quiet] if quiet.any() else t8
     vs = curves[curves.version == "measured"].rename(columns={"tau_slot_ms": "tau_slot", "S_ms": "S", "S_lo_ms": "S_lo",
                                                               "S_hi_ms": "S_hi"})
     depths = sorted(int(d) for d in vs["d"].unique())
@@ -346,7 +350,8 @@ def whole_model(run: RunFiles) -> str:
     s = vs[vs.n >= 2].assign(S_s=lambda f: f.S / 1e3)
     positive = bool((s["S_s"] > 0).all())
     crosses = {d: [int(n) for n in s[(s.d == d) & (s.S_lo < 0) & (s.S_hi > 0)]["n"]] for d in depths}
-    cross_text = "; ".join(f"d = {d}: n = {', '.join(map(str, v))}" if v else f"d = {d}: none" for d, v in crosses.items())
+    cross_text = "; ".join(f"d = {d}: n = {', '.join(map(str, v))}" if v else f"d = {d}: none"
+                           for d, v in crosses.items())
     meas_cross = " / ".join(str(int(x)) if not pd.isna(x) else "none"
                             for x in t4.drop_duplicates("d").sort_values("d")["crossover_meas"])
     judged = cells[(cells.k > 0) & cells["realized_a"].notna()]
@@ -368,14 +373,16 @@ def whole_model(run: RunFiles) -> str:
         held = [v for v, h in zip(g["version"], g["holds_all"]) if str(h).lower() == "true"]
         who = "every version" if len(held) == len(g) else ("no version" if not held else ", ".join(held) + " only")
         rules.append(f"\"{rule}\": {who}")
-    all_six = [v for v, g in t8.groupby("version", sort=False) if g["holds_all"].astype(str).str.lower().eq("true").all()]
+    all_six = [v for v, g in t8.groupby("version", sort=False)
+               if g["holds_all"].astype(str).str.lower().eq("true").all()]
     commit = short_commit(t8["rules_commit"].iloc[0]) if "rules_commit" in t8 else "?"
     k_last = int(real["k"].max())
     rd = real.set_index("k")["speedup_median"]
     return (f"Depths d = {dtext}. Dedup off and on give the same greedy tokens "
             f"({int(ag.greedy_equal.sum())}/{int(ag.tokens.sum())}) and verify argmax "
             f"({int(ag.verify_argmax_equal.sum())}/{int(ag.verify_rows.sum())}). In decode loops (the round "
-            f"model) tau(1) = {tau1} ms (d = {dtext}). The measured saving S(n) is {'positive at every' if positive else 'not positive at every'} "
+            f"model) tau(1) = {tau1} ms (d = {dtext}). The measured saving S(n) is "
+            f"{'positive at every' if positive else 'not positive at every'} "
             f"n = 2..{int(s.n.max())} ({span(1e3 * s['S_s'], 3)} ms); its 95 % interval crosses zero at {cross_text}; "
             f"the measured crossover is {meas_cross}. The oracle draft realizes acceptance within {realized:.3f} of a "
             f"in every cell; tokens per step {tps:.3f} x G_a(k) (median). Prediction chain (22)"
@@ -383,7 +390,8 @@ def whole_model(run: RunFiles) -> str:
             + f": crossover predicted {'within one at every depth' if cross_ok else 'off by more than one somewhere'}; "
             f"saving inside the band of bound (18) at {bands} points; verify time within {tau}; k̂* within one of "
             f"the measured k* at {kstar} acceptance values; the best speedup inside bound (21) "
-            f"{'at every depth and version' if b21 else 'not everywhere'}. Pre-registered rules (committed in `{commit}`): "
+            f"{'at every depth and version' if b21 else 'not everywhere'}. Pre-registered rules (committed in "
+            f"`{commit}`): "
             + "; ".join(rules) + f". Versions meeting all six: {', '.join(all_six) if all_six else 'none'}. "
             f"Real draft: median speedup {num(rd.get(1))} at k = 1 and {num(rd.get(k_last))} at k = {k_last} "
             f"(`05_real_draft.csv`).")
@@ -463,16 +471,19 @@ def oracle(run: RunFiles) -> str:
     one_alpha = [r for r in diffs.itertuples() if r.a.startswith("one alpha")]
     kernels = [r for r in diffs.itertuples() if not r.a.startswith("one alpha")]
     scale = run.notebook("07_ssp_oracle")["parameters"].get("draft_scale")
-    online_share = float(online.loc["online early exit", "share_of_oracle"]) if "online early exit" in online.index else None
+    online_share = (float(online.loc["online early exit", "share_of_oracle"]) if "online early exit" in online.index
+                    else None)
     return (f"{int(rs.rounds.sum()):,} measured rounds, K = {int(rs.K.min())}..{int(rs.K.max())} "
             f"({int(rs.generations.max())} generations per K). The verification-cost regression (eq. (4)) fitted per K "
             f"(Table A4) has in-sample R² {r2_per_k} and GroupKFold MAPE {mape_per_k} % (paper 2, per K: R² "
             f"{paper['in_sample_R2_per_K']}, MAPE {paper['oos_MAPE_per_K_pct']} %, Section 3.5); in its {cat.model} "
-            f"form pooled over the speculative rounds, R² {num(cat.r2_in)} and MAPE {num(cat.cv_mape_pct, 1)} % (paper 2 "
+            f"form pooled over the speculative rounds, R² {num(cat.r2_in)} and MAPE {num(cat.cv_mape_pct, 1)} % "
+            "(paper 2 "
             f"on its full pool: R² {paper['pooled_eq4_R2']}, MAPE {paper['pooled_eq4_cv_MAPE_pct']} %, Appendix A.9). "
             f"A drafted token costs {slope:g} ms against a {t_target:.1f} ms target pass; with paper 2's surrogate "
-            f"transitions the oracle's mean draft length is at most {cf_len(sweep)} (speedup {span(sweep['speedup'], 3)} "
-            f"over Lmax = {int(sweep.lmax.min())}..{int(sweep.lmax.max())}; paper 2: {paper['oracle_speedup_plateau']}). "
+            f"transitions the oracle's mean draft length is at most {cf_len(sweep)} (speedup "
+            f"{span(sweep['speedup'], 3)} over Lmax = {int(sweep.lmax.min())}..{int(sweep.lmax.max())}; paper 2: "
+            f"{paper['oracle_speedup_plateau']}). "
             f"With the draft cost scaled by {scale} (a labelled counterfactual, not a measurement) the oracle reaches "
             f"{num(cf['speedup'].max())}"
             + (f"; the online early-exit policy reaches {100 * online_share:.0f} % of it on held-out sequences"
@@ -492,7 +503,8 @@ def oracle_transitions(run: RunFiles) -> str:
     measured = run.csv("07_measured_fixed_k.csv")
     spec = measured[measured.K >= 1]
     best = spec.loc[spec.speedup.idxmax()]
-    sweeps = {t: _under(run.csv("07_fig2_lmax_sweep.csv"), t, "07_fig2_lmax_sweep.csv") for t in ("surrogate", "greedy")}
+    sweeps = {t: _under(run.csv("07_fig2_lmax_sweep.csv"), t, "07_fig2_lmax_sweep.csv")
+              for t in ("surrogate", "greedy")}
     fixed = {t: _under(run.csv("07_fixed_k.csv"), t, "07_fixed_k.csv").set_index("k") for t in sweeps}
     K = int(best.K)
 
@@ -511,12 +523,14 @@ def oracle_transitions(run: RunFiles) -> str:
     on_round = run.csv("07_cost_models_overview.csv")["cost_model"].astype(str).str.startswith("round model").any()
     baseline = ("the oracle's costs are notebook 05's round model (its plain baseline the plain step measured there), "
                 "the measured speedups' the K = 0 rounds." if on_round else
-                "the oracle's speedups use the fitted cost model's plain baseline, the measured ones the measured K = 0 "
+                "the oracle's speedups use the fitted cost model's plain baseline, the measured ones the measured "
+                "K = 0 "
                 "rounds.")
     return (f"The measured fixed-K rounds (tokens per round over T_T + T_D {host}against the K = 0 rounds' time per "
             f"token, `07_measured_fixed_k.csv`) reach at best {num(best.speedup)} [{num(best.speedup_lo)}, "
             f"{num(best.speedup_hi)}] at K = {K} ({num(best.accepted_per_round, 2)} drafts accepted per round; 95 % "
-            f"bootstrap interval over generations). The oracle on its reference sequences reaches {oracle_text('surrogate')} "
+            f"bootstrap interval over generations). The oracle on its reference sequences reaches "
+            f"{oracle_text('surrogate')} "
             f"with paper 2's surrogate transitions (p = P_draft(reference token)) and {oracle_text('greedy')} with the "
             f"greedy-exact transitions (p = 1 exactly when the draft's argmax is the reference token: what greedy "
             f"verification of a greedy draft accepts). At K = {K} the models' own fixed-k policies predict "
@@ -589,8 +603,10 @@ def oracle_grid(run: RunFiles) -> str:
     o = run.csv("05_oracle_predictions.csv")
     rows = []
     for state, g in o[o.k >= 1].groupby("state", sort=False):
-        realized = (f"{_within(g['speedup_rel_error_realized'])}, largest "
-                    f"{pct(g['speedup_rel_error_realized'].abs().max())}" if "speedup_rel_error_realized" in g else "n/a")
+        realized = "n/a"
+        if "speedup_rel_error_realized" in g:
+            errors = g["speedup_rel_error_realized"]
+            realized = f"{_within(errors)}, largest {pct(errors.abs().max())}"
         rows.append([state, len(g), _within(g["speedup_rel_error"]), pct(g["speedup_rel_error"].abs().max()),
                      _true(g["speedup_inside"]), realized])
     return ("Oracle draft, every (d, k, a) cell with k >= 1 (`05_oracle_predictions.csv`):\n\n"
