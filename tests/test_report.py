@@ -208,23 +208,6 @@ def test_run_folder_layouts(tmp_path, run_dir):
         RunFiles(empty).manifest
 
 
-def test_update_and_check_files_through_the_cli(run_dir, tmp_path, capsys):
-    doc = tmp_path / "doc.md"
-    doc.write_text(_doc(("goals", "notebook=05")))
-    assert cli.main(["report", str(run_dir), "--check", "--files", str(doc)]) == 1
-    assert "1 file(s) differ" in capsys.readouterr().out
-    assert cli.main(["report", str(run_dir), "--files", str(doc)]) == 0
-    assert "1 of 2 met" in doc.read_text()
-    assert cli.main(["report", str(run_dir), "--check", "--files", str(doc)]) == 0
-    bad = tmp_path / "bad.md"
-    bad.write_text(_doc(("goals", "notebook=07")))
-    before = doc.read_text()
-    doc.write_text(before.replace("1 of 2 met", "9 of 9 met"))
-    assert cli.main(["report", str(run_dir), "--files", str(doc), str(bad)]) == 1
-    assert "07_goals.csv is missing" in capsys.readouterr().err
-    assert "9 of 9 met" in doc.read_text()                  # an error anywhere writes nothing
-
-
 def test_span_and_formatting():
     assert span([0.9761, 0.9863]) == "0.976–0.986"
     assert span([0.95, 0.9504]) == "0.950"
