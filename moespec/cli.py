@@ -272,14 +272,16 @@ def _report(args) -> int:
 
 
 def _add_report(sub) -> None:
-    rpt = sub.add_parser("report", help="write the README's and docs' result blocks from a run's files",
-                         description="Rewrite every <!-- moespec-report:NAME --> block of README.md, docs/*.md and "
-                                     "figures/README.md from RUN (a runs/<run>/ folder or figures/) and the committed "
-                                     "benchmark results; a block whose file is missing is an error naming the file.")
+    rpt = sub.add_parser("report", help="write a run's REPORT.md and the README's and docs' result blocks from files",
+                         description="Write RUN's REPORT.md beside its figures (a section per notebook, from the run's "
+                                     "own files) and rewrite every <!-- moespec-report:NAME --> block of README.md, "
+                                     "docs/*.md and figures/README.md from RUN (a runs/<run>/ folder or figures/) and "
+                                     "the committed records the markers name; a block whose file is missing is an "
+                                     "error naming the file.")
     rpt.add_argument("run", type=Path, help="run folder (runs/<run>/) or figures folder (figures/)")
     rpt.add_argument("--check", action="store_true", help="change nothing; print the differences, exit 1 if any")
-    rpt.add_argument("--files", nargs="+", metavar="MD", help="Markdown files (default README.md, docs/*.md, "
-                                                               "figures/README.md)")
+    rpt.add_argument("--files", nargs="+", metavar="MD", help="only these Markdown files (default README.md, "
+                                                               "docs/*.md, figures/README.md and the run's REPORT.md)")
     rpt.add_argument("--allow-incomplete", action="store_true",
                      help="write from a run that did not finish (running, failed, interrupted); the run's "
                           "description says so and which notebooks finished")

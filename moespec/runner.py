@@ -483,6 +483,8 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
     if publish:
         manifest["published"] = {"figures": str(paths.committed_figures_dir())}
     io.write_json(manifest_path, manifest)
+    from moespec.report import write_run_report   # the run's REPORT.md, beside its figures (published with them)
+    write_run_report(run_dir)
     if publish:
         with _on_signals(signal.SIG_IGN):   # figures/ is never left half-refreshed
             removed = publish_figures(run_dir, manifest_path)

@@ -1,32 +1,74 @@
-"""``moespec report``: the README's and docs' result blocks are written from a run's files.
+"""``moespec report``: the run's REPORT.md and the README's and docs' result blocks are written from
+files.
 
-The first test is the guard of issue 18: every block of README.md, docs/*.md and figures/README.md
-rendered from the committed ``figures/`` (and the committed benchmark results) must equal the
-committed text, so no number in a block can be typed by hand or go stale."""
+The first tests are the guards: every block of README.md, docs/*.md and figures/README.md rendered
+from the committed ``figures/`` (and the committed records the markers name) must equal the
+committed text, and ``figures/REPORT.md`` must be what the committed run's files give, so no number
+in them can be typed by hand or go stale. README.md and docs/engine.md are held to a length a
+reader finishes."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
 from moespec import cli, paths, report
-from moespec.report.blocks import BLOCKS, span
+from moespec.report import sections
+from moespec.report.blocks import BLOCKS
+from moespec.report.format import md_table, span
 from moespec.report.run import ReportError, RunFiles
 
 
 def test_committed_docs_match_the_committed_figures():
     diffs = report.check_files(paths.committed_figures_dir())
-    assert not diffs, ("README/docs blocks differ from figures/ (run `moespec report figures`):\n"
+    assert not diffs, ("README/docs blocks or figures/REPORT.md differ from figures/ (run `moespec report figures`):\n"
                        + "\n".join(diffs.values())[:6000])
 
 
+def test_committed_report_regenerates_identically_from_figures():
+    run = RunFiles(paths.committed_figures_dir())
+    committed = (paths.committed_figures_dir() / report.REPORT_NAME).read_text()
+    assert sections.report_text(run) == committed
+    assert [f"## {s.notebook}." for s in sections.SECTIONS] == re.findall(r"^## \d\d\.", committed, re.M)
+
+
+@pytest.mark.parametrize("page, limit", [("README.md", 25600), ("docs/engine.md", 40960)])
+def test_front_door_and_engine_page_stay_short(page, limit):
+    size = len((paths.ROOT / page).read_bytes())
+    assert size <= limit, f"{page} is {size} bytes; at most {limit}"
+
+
+def test_readme_cites_no_commit_as_a_past_run():
+    """The README's blocks name their records by file; no block text carries a run's commit."""
+    text = (paths.ROOT / "README.md").read_text()
+    assert not re.search(r"\b(commit|published in|run of) [0-9a-f]{7,40}\b", text)
+    assert "amendment" not in text.split("<!-- moespec-report:advise")[0]
+
+
 def test_every_block_is_used_or_documented():
-    """Each registered block appears in some document (none is dead code)."""
+    """Each registered block appears in some document or in a section of the report (none is dead code)."""
     text = "".join(p.read_text() for p in report.doc_files())
-    unused = [name for name in BLOCKS if f"moespec-report:{name}" not in text]
-    assert not unused, f"blocks no document uses: {unused}"
+    parts = {name for s in sections.SECTIONS for name, _ in s.parts}
+    unused = [name for name in BLOCKS if f"moespec-report:{name}" not in text and name not in parts]
+    assert not unused, f"blocks no document or report section uses: {unused}"
+
+
+def test_the_package_reads_no_benchmark_results_it_was_not_given():
+    """A block reads a committed record only at the path its marker names: no string of the report's
+    code (docstrings aside) names a path under benchmarks/results."""
+    import ast
+
+    for src in (paths.ROOT / "moespec" / "report").glob("*.py"):
+        tree = ast.parse(src.read_text())
+        scopes = (ast.Module, ast.ClassDef, ast.FunctionDef)
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, scopes) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        named = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and id(n) not in docs and "benchmarks/results" in n.value]
+        assert not named, f"{src}: {named}"
 
 
 @pytest.fixture
@@ -47,20 +89,21 @@ def run_dir(tmp_path):
 
 
 def _doc(*names_and_args):
-    return "\n".join(f"text before\n<!-- moespec-report:{n}{(' ' + a) if a else ''} -->\nold\n<!-- /moespec-report:{n} -->"
+    return "\n".join(f"text before\n<!-- moespec-report:{n}{(' ' + a) if a else ''} -->\nold\n"
+                     f"<!-- /moespec-report:{n} -->"
                      for n, a in names_and_args) + "\nafter\n"
 
 
 def test_blocks_render_exactly_from_a_hand_made_run(run_dir):
     run = RunFiles(run_dir)
-    out = report.render_text(_doc(("goals", "notebook=05"), ("notebook-times", ""), ("run-identity", "")), run)
+    out = report.render_text(_doc(("goals", "notebook=05"), ("run-identity", "")), run)
     assert "Goals of notebook 05 (subject: toy), `05_goals.csv`: 1 of 2 met." in out
     assert "| speedup within 10 % | 3 of 4 points | all points | **not met** |" in out
     assert "| stop cost within one step | 0 steps apart | <= 1 step | met |" in out
-    assert "00 61 s, 05 120 s; 3.0 min in all." in out
-    assert ("The `make reproduce` run of 2026-12-02 10:00 UTC (run folder `runs/20261202-100000-full`, commit "
-            "abcdef0, profile full) on Test CPU, 4 logical CPUs, 8 GiB, no GPU, torch 2.13.0+cpu") in out
-    assert "\nold\n" not in out and out.endswith("after\n") and out.count("text before") == 3
+    assert ("The `make reproduce` run of 2026-12-02 10:00 UTC (run folder `runs/20261202-100000-full`, profile full) "
+            "on Test CPU, 4 logical CPUs, 8 GiB, no GPU, torch 2.13.0+cpu") in out
+    assert "abcdef0" not in out
+    assert "\nold\n" not in out and out.endswith("after\n") and out.count("text before") == 2
     assert report.render_text(out, run) == out          # idempotent
 
 
@@ -83,7 +126,8 @@ def test_discard_rule_and_fit_variant_blocks_render_exactly(run_dir):
         "cpp,0.015,0.01,0.015,unconstrained,kept\n")
     out = report.render_text(_doc(("discard-rule", ""), ("fit-variants", "")), RunFiles(run_dir))
     assert ("Share 5 %. Notebook 02's 3 group(s) read 8.00–10.00 GB/s, departing from their run's median by at "
-            "most 11.11 % (`02_discard_groups.csv`); the runs of notebook 03, minutes apart, read 9.00–12.50 GB/s") in out
+            "most 11.11 % (`02_discard_groups.csv`); the runs of notebook 03, minutes apart, read "
+            "9.00–12.50 GB/s") in out
     assert "| Table 1 | 1 | 2 | 10 | 20 |\n| fits | 1 | 2 | 10 | 20 |\n| Figure 7 transfer | 4 | 2 | 42 | 20 |" in out
     assert "| nonnegative | kept | 0.000–0.200 | 2 | 0 | 0.0200, 0.0100, 0.0200 |" in out
     assert "| unconstrained | kept | -0.300–0.200 | 0 | 2 | 0.0150, 0.0100, 0.0150 |" in out
@@ -134,7 +178,7 @@ def test_a_missing_file_fails_naming_it_and_the_block(run_dir):
 
 def test_if_present_states_the_absence(run_dir):
     out = report.render_text(_doc(("goals", "notebook=06 if-present")), RunFiles(run_dir))
-    assert "has no `06_goals.csv`: it predates the table" in out and "commit abcdef0" in out
+    assert "The run of 2026-12-02 10:00:00 has no `06_goals.csv`: it predates the table" in out
 
 
 @pytest.mark.parametrize("text, message", [
@@ -164,6 +208,73 @@ def test_run_folder_layouts(tmp_path, run_dir):
         RunFiles(empty).manifest
 
 
+def test_span_and_formatting():
+    assert span([0.9761, 0.9863]) == "0.976–0.986"
+    assert span([0.95, 0.9504]) == "0.950"
+    assert span([float("nan")]) == "n/a"
+    assert md_table(["goal", "value"], [["within 5 %", "largest |error| 6.3 %"]]).endswith(
+        "| within 5 % | largest \\|error\\| 6.3 % |")          # a pipe in a cell does not split it
+
+
+def test_old_module_names_are_gone():
+    """moespec.bench and moespec.models were aliases of moespec.measure and moespec.model_shapes;
+    nothing outside the project used them, and they are removed."""
+    import importlib
+
+    for name in ("moespec.models", "moespec.bench"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(name)
+
+
+# --- the run's report ------------------------------------------------------------------------------
+def test_report_has_a_section_per_notebook_and_names_what_a_run_lacks(run_dir):
+    """A run of notebooks 00 and 05 (hand-made files): its header, a section for each notebook it
+    has files of and none for the others, its parts rendered exactly, a part whose file is missing
+    named as missing, and the figures and tables listed."""
+    (run_dir / "05_breakdown.png").write_bytes(b"png")
+    text = sections.report_text(RunFiles(run_dir))
+    assert text.startswith("# Report of the run runs/20261202-100000-full\n")
+    assert ("The `make reproduce` run started 2026-12-02 10:00 UTC on Test CPU, 4 logical CPUs, 8 GiB, no GPU, torch "
+            "2.13.0+cpu, profile full, commit abcdef0") in text
+    assert "| `00_default_models` | 1.0 |\n| `05_whole_model` | 2.0 |\n| all | 3.0 |" in text
+    assert re.findall(r"^## .*$", text, re.M) == ["## 00. Embedded models and routing sources",
+                                                  "## 05. The whole model: the round model and the speculative runs"]
+    assert "| ppl | 157.331 | <= 150 | False |" in text                   # 00_quality.csv as it is
+    assert "*(This run has no `00_perplexity.csv`.)*" in text
+    assert "Goals of notebook 05 (subject: toy), `05_goals.csv`: 1 of 2 met." in text
+    assert "*(This run has no `05_round_terms.csv`, `05_plain_step.csv`.)*" in text
+    assert "Figures: [`05_breakdown.png`](05_breakdown.png)." in text
+    assert "Tables: `05_goals.csv`." in text
+
+
+def test_write_report_writes_it_beside_the_figures_and_check_sees_it_stale(run_dir, tmp_path, monkeypatch):
+    path = report.write_report(run_dir)
+    assert path == run_dir / "REPORT.md" and path.read_text() == sections.report_text(RunFiles(run_dir))
+    monkeypatch.setattr("moespec.report.render.doc_files", lambda: [])    # no repository document
+    assert report.check_files(run_dir) == {}
+    path.write_text("stale\n")
+    assert list(report.check_files(run_dir)) == [path]
+    assert report.check_files(run_dir, files=[]) == {}                  # --files: those files only
+    assert report.update_files(run_dir) == [path] and path.read_text() == sections.report_text(RunFiles(run_dir))
+    nested = tmp_path / "runs" / "r1"
+    (nested / "figures").mkdir(parents=True)
+    (nested / "manifest.json").write_text(json.dumps({"started": "2026-12-02T11:00:00", "profile": "quick",
+                                                      "notebooks": [{"name": "05_whole_model", "wall_s": 6.0}]}))
+    (nested / "figures" / "05_goals.csv").write_text((run_dir / "05_goals.csv").read_text())
+    assert report.write_run_report(nested) == nested / "figures" / "REPORT.md"
+    assert "Goals of notebook 05" in (nested / "figures" / "REPORT.md").read_text()
+
+
+def test_a_report_that_cannot_be_written_says_why_in_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"status": "failed", "failed": "05_whole_model",
+                                                   "started": "2026-12-02T10:00:00"}))
+    assert report.write_run_report(run) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "REPORT.md not written" in err[0] and "failed" in err[0]
+
+
 def test_update_and_check_files_through_the_cli(run_dir, tmp_path, capsys):
     doc = tmp_path / "doc.md"
     doc.write_text(_doc(("goals", "notebook=05")))
@@ -179,81 +290,51 @@ def test_update_and_check_files_through_the_cli(run_dir, tmp_path, capsys):
     assert cli.main(["report", str(run_dir), "--files", str(doc), str(bad)]) == 1
     assert "07_goals.csv is missing" in capsys.readouterr().err
     assert "9 of 9 met" in doc.read_text()                  # an error anywhere writes nothing
+    assert not (run_dir / "REPORT.md").exists()             # --files: the report is not among them
 
 
-def test_span_and_formatting():
-    assert span([0.9761, 0.9863]) == "0.976–0.986"
-    assert span([0.95, 0.9504]) == "0.950"
-    assert span([float("nan")]) == "n/a"
+# --- notebook 05's parts ----------------------------------------------------------------------------
+def _predictions(run_dir, rows: list[str], columns: str = "") -> str:
+    """The real-draft part over hand-made points (state, draft cost, k, measured, rel_error, inside)."""
+    head = "state,draft_cost,k,measured,rel_error,inside" + (f",{columns}" if columns else "")
+    (run_dir / "05_draft_cost_predictions.csv").write_text(head + "\n" + "\n".join(rows) + "\n")
+    return report.render_text(_doc(("real-draft", "")), RunFiles(run_dir))
 
 
-def test_old_module_names_are_gone():
-    """moespec.bench and moespec.models were aliases of moespec.measure and moespec.model_shapes;
-    nothing outside the project used them, and they are removed (issue 24)."""
-    import importlib
+def test_real_draft_part_counts_each_state_exactly(run_dir):
+    """Quiet: errors +1 %, -6 %, +2 % (two of three within 5 %, largest 6.0 %, mean -1.0 %), the best
+    measured point 1.4 at cost 0, k = 2; loaded: one point."""
+    out = _predictions(run_dir, ["quiet,0.0,1,1.2,0.01,True", "quiet,0.0,2,1.4,-0.06,False",
+                                 "quiet,0.1,1,1.1,0.02,True", "loaded,0.0,1,1.3,0.03,True"])
+    assert "| quiet | 3 | 2 | 6.0 % | -1.0 % | 2 | n/a | 1.400 (cost 0, k = 2) | n/a | n/a |" in out
+    assert "| loaded | 1 | 1 | 3.0 % | +3.0 % | 1 | n/a | 1.300 (cost 0, k = 1) | n/a | n/a |" in out
 
-    for name in ("moespec.models", "moespec.bench"):
-        with pytest.raises(ModuleNotFoundError):
-            importlib.import_module(name)
+
+def test_real_draft_part_states_the_noise_and_diagnostics(run_dir):
+    """Two points with the noise columns (P outside 0.2 and 0.1: 0.3 expected; prediction se 1 % and
+    3 %: median 2.0 %) and the diagnostics (geometric errors 10 % and -20 %; step-time errors 1 % and 6 %)."""
+    out = _predictions(run_dir, ["quiet,0.0,1,1.2,0.01,True,0.2,0.01,0.02,True,0.1,0.01",
+                                 "quiet,0.0,2,1.3,0.02,True,0.1,0.03,0.04,False,-0.2,0.06"],
+                       "noise_p_outside,pred_rel_se,measured_rel_se,beyond_2sd,rel_error_geometric,"
+                       "rel_error_measured_steps")
+    assert ("| quiet | 2 | 2 | 2.0 % | +1.5 % | 2 | 0.3 (prediction se 2.0 %, measurement se 3.0 %; 1 beyond 2 sd) "
+            "| 1.300 (cost 0, k = 2) | 20.0 % | 1 |") in out
 
 
-def test_round_predictions_state_the_measurement_against_itself(run_dir):
-    """The real draft's repetitions (rep0, rep1) of one point: 1.3 and 1.2, standard error 4.0 %, a
-    perfect prediction outside 5 % with probability 0.21 (tests/test_draftcost.py's hand case)."""
+def test_oracle_grid_part_counts_cells_with_k_of_one_or_more(run_dir):
     (run_dir / "05_oracle_predictions.csv").write_text(
-        "d,k,a,state,speedup_rel_error,speedup_inside\n64,1,0.8,quiet,0.01,True\n")
-    (run_dir / "05_draft_cost_predictions.csv").write_text(
-        "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric,rep0,rep1\n0.0,1,quiet,1.25,1.25,0.0,0.0,1.3,1.2\n")
-    out = report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
-    assert ("the measurement against itself: its 2 repetitions differ by more than 5 % at 1 of 1 points, standard "
-            "error of a point about 4.0 %, so a perfect prediction would fall outside 5 % at about 0.2 of 1 by that "
-            "noise alone (1 repetitions per prompt would bring that under one half)") in out
-    assert "against its calibration" not in out
-    # with the prediction's own noise (moespec.predict.noise): 3 % from the calibration, 4 % from the
-    # repetitions, 5 % together, so a perfect prediction falls outside 5 % with probability 0.317
-    (run_dir / "05_draft_cost_predictions.csv").write_text(
-        "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric,rep0,rep1,measured_rel_se,pred_rel_se,"
-        "noise_rel_sd,noise_p_outside,beyond_2sd\n0.0,1,quiet,1.25,1.25,0.0,0.0,1.3,1.2,0.04,0.03,0.05,0.3173,False\n")
-    out = report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
-    assert ("the prediction against its calibration: standard error of a point's prediction 3.0 % (median; its "
-            "measurement's 4.0 %), so a perfect prediction would fall outside 5 % at about 0.3 of 1 points by the two "
-            "noises (0.2 by the measurement's alone); 0 are outside, and 0 errors lie beyond two standard deviations "
-            "of that noise") in out
-    (run_dir / "05_draft_cost_predictions.csv").write_text(
-        "draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric\n0.0,1,quiet,1.25,1.25,0.0,0.0\n")
-    assert "against itself" not in report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
+        "d,k,a,state,speedup_rel_error,speedup_inside,speedup_rel_error_realized\n"
+        "64,0,0.8,quiet,0.3,False,0.3\n64,1,0.8,quiet,0.01,True,0.02\n64,2,0.8,quiet,-0.07,False,0.06\n")
+    out = report.render_text(_doc(("oracle-grid", "")), RunFiles(run_dir))
+    assert "| quiet | 2 | 1 | 7.0 % | 1 | 1, largest 6.0 % |" in out
 
 
-def _round_predictions(run_dir, columns: str, rows: list) -> str:
-    """The round-predictions block over one quiet oracle cell and real-draft points at k = 1, 2
-    (measured 1.2, 1.3, predicted alike), ``rows`` giving each point's rel_error and ``columns``."""
-    (run_dir / "05_oracle_predictions.csv").write_text(
-        "d,k,a,state,speedup_rel_error,speedup_inside\n64,1,0.8,quiet,0.01,True\n")
-    lines = [f"0.0,{k},quiet,{m},{m},{r.split(',', 1)[0]},0.0,{r.split(',', 1)[1]}"
-             for k, m, r in zip((1, 2), (1.2, 1.3), rows)]
-    (run_dir / "05_draft_cost_predictions.csv").write_text(
-        f"draft_cost,k,state,measured,predicted,rel_error,rel_error_geometric,{columns}\n" + "\n".join(lines) + "\n")
-    return report.render_text(_doc(("round-predictions", "")), RunFiles(run_dir))
-
-
-def test_round_predictions_state_the_routing_term(run_dir):
-    """Routed real-draft predictions: the block names the cost of one distinct pair, the prompts'
-    and the calibration's pairs per pass at the longest k, and the unrouted score beside (one of two
-    points within 5 % at the calibration's mean routing: errors 3 % and -8 %)."""
-    out = _round_predictions(run_dir, "rel_error_unrouted,ms_per_distinct_expert,distinct_test,distinct_calibration",
-                             ["0.0,0.03,0.38,57.0,56.5", "0.0,-0.08,0.38,80.25,76.0"])
-    assert ("the scored prediction puts each prompt's verify pass at its own routing (one distinct (expert, layer) "
-            "pair 0.380 ms; at k = 2 the test prompts' median pass reads 80.2 pairs, the calibration's mean pass "
-            "76.0); at the calibration's mean routing instead: within 5 % at 1, largest 8.0 %") in out
-
-
-def test_round_predictions_state_the_runs_as_measured(run_dir):
-    """A run with the machine adjustment (amendment of 2026-12-06 d): the block scores the adjusted
-    runs and says the score against the runs as measured (errors 2 % and -6 %: one of two within
-    5 %) and with the verify terms at the runs' read on the runs as measured."""
-    out = _round_predictions(run_dir, "rel_error_as_measured,rel_error_at_runs_read_as_measured,read_GBps_runs,"
-                                      "read_GBps_model", ["0.01,0.02,0.01,14.5,15.25", "-0.03,-0.06,0.07,14.5,15.25"])
-    assert "real draft within 5 % at 2 of 2 (draft cost, k) points (largest |error| 3.0 %" in out
-    assert ("against the runs as measured (no machine adjustment): within 5 % at 1, largest 6.0 %; with the verify "
-            "terms at the runs' read (14.50 GB/s, calibration 15.25, runs as measured): within 5 % at 1, largest "
-            "7.0 %") in out
+def test_draft_stop_part_and_round_model_draft_form(run_dir):
+    (run_dir / "05_draft_cost_stop.json").write_text(json.dumps(
+        {"grid": [0.0, 0.2], "best_measured": [1.3, 0.9], "best_predicted": [1.25, 0.95],
+         "stop_cost_measured": 0.2, "stop_cost_predicted": 0.2}))
+    out = report.render_text(_doc(("draft-stop", "")), RunFiles(run_dir))
+    assert "stops paying from cost 0.2 measured and 0.2 predicted" in out
+    assert "| 0 | 1.300 | 1.250 |\n| 0.2 | 0.900 | 0.950 |" in out
+    row = pd.Series({"draft_a_ms": 0.5, "draft_b_ms": 0.75, "draft_one_token_ms": -0.25, "draft_catch_up_ms": 0.125})
+    assert sections._draft_form(row) == "0.500 k + 0.750 - 0.250 [k = 1] + 0.125 s"

@@ -1,4 +1,5 @@
-"""Finding the marked blocks of a Markdown file and rewriting them (:mod:`moespec.report`)."""
+"""Finding the marked blocks of a Markdown file and rewriting them, and writing a run's report
+(:mod:`moespec.report`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from moespec import io, paths
 from moespec.validate.outputs import writable_file
 from moespec.report.blocks import BLOCKS
 from moespec.report.run import ReportError, RunFiles
+from moespec.report.sections import report_path, report_text
 
-#: The files ``moespec report`` writes, relative to the repository root.
+#: The documents whose blocks ``moespec report`` writes, relative to the repository root.
 DOC_GLOBS = ("README.md", "docs/*.md", "figures/README.md")
 
 #: Markers stand alone on their lines (an indented or quoted example in a page is not a marker).
@@ -84,9 +86,8 @@ def render_text(text: str, run: RunFiles, where: str = "<text>") -> str:
 
 
 def run_label(run: RunFiles) -> str:
-    """The run's folder name and commit, for the text of a block that has no file to read."""
-    man = run.manifest
-    return f"of {str(man.get('started', '?')).replace('T', ' ')} (commit {str(man.get('git_commit', '?'))[:7]})"
+    """The run's start, for the text of a block that has no file to read."""
+    return f"of {str(run.manifest.get('started', '?')).replace('T', ' ')}"
 
 
 def _diff(old: str, new: str, path: Path) -> str:
@@ -95,8 +96,10 @@ def _diff(old: str, new: str, path: Path) -> str:
 
 def _rendered(run_dir: str | Path, files, allow_incomplete: bool = False,
               writing: bool = False) -> dict[Path, tuple[str, str]]:
-    """``{file: (text now, text from the run)}`` for every file whose blocks change. Every file
+    """``{file: (text now, text from the run)}`` for every file whose blocks change, and for the
+    run's ``REPORT.md`` when ``files`` is None (the default documents) and it changes. Every file
     must be a readable Markdown file (and, when ``writing``, writable) before any is rendered."""
+    with_report = files is None
     files = [Path(p) for p in (files if files is not None else doc_files())]
     for path in files:
         if not path.is_file():
@@ -106,6 +109,13 @@ def _rendered(run_dir: str | Path, files, allow_incomplete: bool = False,
             writable_file(path, "--files", ReportError)
     run = RunFiles(run_dir, allow_incomplete)
     out = {}
+    if with_report:
+        path = report_path(run)
+        if writing and path.exists():
+            writable_file(path, "the run's report", ReportError)
+        old, new = (path.read_text() if path.is_file() else ""), report_text(run)
+        if new != old:
+            out[path] = (old, new)
     for path in files:
         try:
             old = path.read_text()
@@ -118,13 +128,15 @@ def _rendered(run_dir: str | Path, files, allow_incomplete: bool = False,
 
 
 def check_files(run_dir: str | Path, files=None, allow_incomplete: bool = False) -> dict[Path, str]:
-    """``{file: unified diff}`` for every file whose blocks differ from what ``run_dir`` gives."""
+    """``{file: unified diff}`` for every file whose blocks differ from what ``run_dir`` gives (and
+    the run's ``REPORT.md`` when ``files`` is None)."""
     return {path: _diff(old, new, path) for path, (old, new) in _rendered(run_dir, files, allow_incomplete).items()}
 
 
 def update_files(run_dir: str | Path, files=None, allow_incomplete: bool = False) -> list[Path]:
-    """Rewrite the blocks of ``files`` (default :func:`doc_files`) from ``run_dir``; returns the
-    files that changed. Every file is checked writable and rendered before any is written, so bad
+    """Rewrite the blocks of ``files`` (default :func:`doc_files`, and then the run's ``REPORT.md``
+    too) from ``run_dir``; returns the files that changed. Every file is checked writable and rendered
+    before any is written, so bad
     input changes nothing; a write that still fails names the files written before it.
     ``allow_incomplete``: write from a run that did not finish (:class:`RunFiles`)."""
     changed = _rendered(run_dir, files, allow_incomplete, writing=True)
