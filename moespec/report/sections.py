@@ -10,6 +10,8 @@ instead of failing (a run of some notebooks, or of the quick profile, has fewer 
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -548,13 +550,13 @@ def cf_len(sweep: pd.DataFrame) -> str:
 def advise_output(run: RunFiles, a: str = "0.8") -> str:
     """``moespec advise RUN -a A`` as it prints, RUN being this run's folder (paths shown relative
     to the repository)."""
-    try:
-        text = advice.format_text(advice.advise(run.folder, [float(a)]))
-    except ValueError as exc:      # AdviceInputError and InputError: the run lacks what advise reads
-        raise ReportError(f"moespec advise {run.folder}: {exc}") from None
     folder = run.folder.resolve()
     shown = folder.relative_to(paths.ROOT) if folder.is_relative_to(paths.ROOT) else folder
-    text = text.replace(f"{paths.ROOT}/", "")
+    try:
+        with contextlib.chdir(paths.ROOT):     # the paths advise prints, and so its line breaks, as a user sees them
+            text = advice.format_text(advice.advise(shown, [float(a)]))
+    except ValueError as exc:      # AdviceInputError and InputError: the run lacks what advise reads
+        raise ReportError(f"moespec advise {run.folder}: {exc}") from None
     return f"```\n$ moespec advise {shown} -a {a}\n{text.rstrip()}\n```"
 
 
