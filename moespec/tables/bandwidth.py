@@ -155,7 +155,8 @@ def load_breadth_run(path: str | Path = "") -> tuple[pd.DataFrame, Path]:
     :data:`BREADTH_RUN`) and the file they came from."""
     where = Path(path) if path else reference_measurement(BREADTH_RUN)
     if not where.is_file():
-        raise FileNotFoundError(f"{where}: no bench_kernels.py run there (benchmarks/bench_kernels.py --ggml writes one)")
+        raise FileNotFoundError(f"{where}: no bench_kernels.py run there (benchmarks/bench_kernels.py --ggml "
+                                "writes one)")
     return pd.read_csv(where), where
 
 
