@@ -21,6 +21,7 @@ import pytest  # noqa: E402
 import moespec.plots  # noqa: E402
 from moespec import theory as th  # noqa: E402
 from moespec.routing import distinct_share_against, synthetic  # noqa: E402
+from moespec.tables.predictions import oracle_cells  # noqa: E402
 
 RNG = np.random.default_rng(0)
 N = np.arange(1, 10)
@@ -213,7 +214,7 @@ CASES = {
                                                                      tau_slot_hi_s=1.1e-3 * n, tau_dedup_s=9e-4 * n,
                                                                      tau_dedup_lo_s=8e-4 * n, tau_dedup_hi_s=1e-3 * n)
                                                                 for n in N]), title="verify"),
-    "predictions.oracle_figure": lambda f: f(_oracle_runs(), title="oracle draft"),
+    "predictions.oracle_figure": lambda f: f(oracle_cells(_oracle_runs()), title="oracle draft"),
     "oracle_boundaries.fig_b3": lambda f: f(_appendix_b()[0].b3),
     "oracle_boundaries.fig_b5": lambda f: f(_appendix_b()[0].b5),
     "oracle_boundaries.fig_b4": lambda f: f(_appendix_b()[0], _b4_cases(), {"s0": np.ones((20, 4))}, 4),

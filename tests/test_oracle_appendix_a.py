@@ -12,7 +12,7 @@ from fakes import synthetic_rounds
 from moespec.oracle import budget, categories, robustness
 from moespec.oracle import regression as R
 from moespec.tables import oracle_appendix_a as tables
-from moespec.tables.oracle import PAPER_LABEL
+from moespec.paper_reference import PAPER2_LABEL as PAPER_LABEL
 
 COEF = {"beta0": {m: 4.0 + 0.5 * m for m in range(2, 8)}, "alpha": {m: 0.08 if m <= 3 else 0.26 for m in range(2, 8)},
         "c": 1.1e-3, "draft_a": 0.46, "draft_b": 0.07}

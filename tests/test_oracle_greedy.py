@@ -120,11 +120,12 @@ def test_with_transitions_and_saved_inputs(tmp_path):
         save_inputs([g], tmp_path / "g.npz")
     save_inputs([it], tmp_path / "x.npz")
     np.testing.assert_array_equal(load_inputs(tmp_path / "x.npz")[0].greedy, it.greedy)
-    # a file written before the greedy indicator existed is refused with what to do
+    # a file without the greedy indicator is refused with what to do
     with np.load(tmp_path / "x.npz") as z:
         old = {k: z[k] for k in z.files if k != "greedy"}
     np.savez(tmp_path / "old.npz", **old)
-    with pytest.raises(ValueError, match=r"old.npz: array 'greedy' missing .*reuse=False"):
+    with pytest.raises(ValueError, match=r"old.npz: expected the oracle-inputs arrays .*missing \['greedy'\]\)"
+                                         r".*reuse=False"):
         load_inputs(tmp_path / "old.npz")
 
 

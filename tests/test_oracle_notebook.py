@@ -20,7 +20,7 @@ FILES = ["07_rounds_summary.csv", "07_tableA4_per_k.csv", "07_eq4_categorical.cs
          "07_cf_oracle_vs_measured.png", "07_goals.csv", "07_paper2_map.csv", "07_tableB_status.json", "07_tableB_label_counts.csv",
          "07_tableB3_k_by_context.csv", "07_tableB5_new_experts.csv", "07_tableB4_cases.csv", "07_tableB_gallery.csv",
          "07_figB3_k_by_context.png", "07_figB5_new_experts.png", "07_figB4_alpha0_cases.png", "07_figB_gallery.png"]
-#: Section 2b, paper 2's Appendix A (moespec.oracle.appendix_a).
+#: Section 2b, paper 2's Appendix A (moespec.studies.ssp_oracle.SspOracleStudy).
 APPENDIX_A_FILES = ["07_tableA1_dataset.csv", "07_tableA3_factors_by_category.csv", "07_figA1_r2_by_category.png",
                     "07_tableA5_model_by_category.csv", "07_figA3_alpha_by_category.png",
                     "07_figA4_metrics_by_category.png", "07_figA5_pooled_by_k.csv", "07_figA5_pooled_vs_per_k.png",

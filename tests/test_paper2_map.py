@@ -42,17 +42,17 @@ def test_paper2_map_verdicts(tmp_path):
 
 def test_items_name_comparison_rows_that_exist():
     """Every quantity an item compares is one notebook 07 writes (tables.oracle.paper2_comparison_values)."""
-    from moespec.tables.oracle import paper_scalars
+    from moespec.paper_reference import paper2_scalars
 
-    known = set(paper_scalars().quantity)
+    known = set(paper2_scalars().quantity)
     for it in ITEMS:
         assert set(it.quantities) <= known, it.item
 
 
 def test_appendix_a_comparison_values_read_back_the_ours_rows(tmp_path):
     """Appendix A's published quantities, ours read from the section's files (paper rows ignored)."""
-    from moespec.oracle.appendix_a import comparison_values
     from moespec.oracle.categories import POOL
+    from moespec.studies.ssp_oracle import appendix_a_values
 
     ours, theirs = "ours (this machine)", "paper 2, published (theirs)"
     pd.DataFrame({"category": ["a", "b", "c", POOL, "range"], "status": ["included", "included", "excluded",
@@ -61,5 +61,5 @@ def test_appendix_a_comparison_values_read_back_the_ours_rows(tmp_path):
                  ).to_csv(tmp_path / "07_tableA3_factors_by_category.csv", index=False)
     pd.DataFrame({"K": ["1", "2", "mean", "mean"], "mape_pct": [1.0, 3.0, 2.0, 5.2], "source": [ours] * 3 + [theirs]}
                  ).to_csv(tmp_path / "07_leave_one_k_out.csv", index=False)
-    v = comparison_values(tmp_path)
+    v = appendix_a_values(tmp_path)
     assert v == {"tableA3_ubar_only_oos_R2_range": "0.8-0.9", "leave_one_K_out_MAPE_pct_mean": "2"}

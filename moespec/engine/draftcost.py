@@ -28,11 +28,10 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from moespec import paths
+from moespec import paper_reference
 from moespec.engine.speculative import ModelDraft, speculative_generate, summarize_steps
 from moespec.measure.regimes import classify
 from moespec.measure.timing import time_interleaved
-from moespec.tables.oracle import paper_number
 
 
 def draft_cost_ratios(engine, drafts: dict, prompt, reps: int = 30, warmup: int = 2, reference=None) -> pd.DataFrame:
@@ -246,7 +245,6 @@ def paper_references() -> dict:
     """The papers' published numbers drawn beside the sweep, labelled as theirs, never inputs:
     paper 1's median real-draft speedup at k = 1 (Appendix D.3) and paper 2's draft time per token
     over its pooled target intercept (eq. (6) / (A3): a drafted token's share of a target pass)."""
-
-    p1 = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv").set_index("quantity")["value"]
-    return {"paper1_k1": float(p1["real_draft_median_speedup_k1"]),
-            "paper2_ratio": paper_number("draft_time_ms") / paper_number("pooled_beta0_ms")}
+    number = paper_reference.paper2_number
+    return {"paper1_k1": paper_reference.paper1_scalar("real_draft_median_speedup_k1"),
+            "paper2_ratio": number("draft_time_ms") / number("pooled_beta0_ms")}

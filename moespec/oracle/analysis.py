@@ -17,6 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from moespec.predict.calibration import draft_name
+from moespec.predict.round_model import RoundModels
+
 from .bellman import PolicyValue, bellman, evaluate_policy, expected_cost, fixed_policy, q_values
 from .cost import CostModel, RoundCostModel, cost_ar, cost_matrix
 from .delta import boundary_slope, delta_points, quadrant_counts
@@ -26,21 +29,12 @@ from .regression import Fit, coefficient
 from .transitions import acceptance_probs
 
 
-def round_cost_model(figures, fitted: CostModel, rounds: pd.DataFrame, state: str = "quiet",
+def round_cost_model(models: RoundModels, fitted: CostModel, rounds: pd.DataFrame, state: str = "quiet",
                      label: str = "round model (notebook 05)"):
-    """The oracle's cost model from this run's round model (``05_round_model.json`` in ``figures``:
-    the machine ``state``, the real draft's prompts, the draft as trained), with ``fitted``'s
-    alpha and c around the measured rounds' mean union per pass size (``rounds``: K -> ubar);
-    None when the run has no round model of notebook 05 (:class:`~moespec.oracle.cost.RoundCostModel`)."""
-    from pathlib import Path
-
-    from moespec.predict.calibration import draft_name
-    from moespec.predict.round_model import RoundModels
-
-    path = Path(figures) / "05_round_model.json"
-    if not path.exists():
-        return None
-    models = RoundModels.load(path)
+    """The oracle's cost model from a run's round models (``models``: its round model of machine
+    ``state``, the real draft's prompts, the draft as trained), with ``fitted``'s alpha and c around
+    the measured rounds' mean union per pass size (``rounds``: K -> ubar); None when ``models`` has
+    no such round model (:class:`~moespec.oracle.cost.RoundCostModel`)."""
     found = models.select(state=state, context="chat", draft=draft_name(0.0))
     if len(found) != 1:
         return None

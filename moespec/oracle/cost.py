@@ -47,10 +47,9 @@ class CostModel:
 
 @dataclass(frozen=True)
 class RoundCostModel:
-    """Cost(i, k, a) with a round model's levels (issue 24): t_draft(k) = the round model's draft time
-    per round (``draft_levels_ms[k]``, its draft term at k = 0..kmax, e.g. the fit a k + b or its
-    catch-up form at the calibration's share, extended past kmax by a per drafted token; without
-    levels, a k + b), and
+    """Cost(i, k, a) with a round model's levels (:mod:`moespec.predict.round_model`): t_draft(k) =
+    the round model's draft time per round (``draft_levels_ms[k]``, its draft term at k = 0..kmax,
+    extended past kmax by a per drafted token; without levels, a k + b), and
 
         t_target(U, L, m) = tau(m) + h(m - 1) + alpha (U - U_bar(m)) + c (L - L_bar),
 

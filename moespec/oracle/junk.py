@@ -87,13 +87,13 @@ class OracleInputs:
                                  f"{list(want)} like q; got {self.draft_chain.shape}")
 
     def require_tokens(self, what: str = "this analysis") -> tuple[np.ndarray, np.ndarray]:
-        """(tokens, draft_chain), or a ValueError naming the missing field: inputs recorded before the
-        tokens were kept (or replayed from a trace, which has no tokens) cannot be read as text."""
+        """(tokens, draft_chain), or a ValueError naming the missing field: inputs replayed from a
+        routing trace carry no tokens and cannot be read as text."""
         missing = [name for name in ("tokens", "draft_chain") if getattr(self, name) is None]
         if missing:
             raise ValueError(f"oracle inputs {self.seq_id!r}: {what} needs {' and '.join(missing)} (the reference "
                              f"token ids and the draft's greedy chain, recorded by junk_tails); these inputs have "
-                             f"none (recorded before they were kept, or replayed from a routing trace): record the "
+                             f"none (replayed from a routing trace, which has no text): record the "
                              f"junk tails again (notebook 07 with reuse=False)")
         return self.tokens, self.draft_chain
 
@@ -292,18 +292,14 @@ def save_inputs(items: list[OracleInputs], path) -> None:
 
 
 def load_inputs(path) -> list[OracleInputs]:
-    """The sequences :func:`save_inputs` wrote. A file without the ``greedy`` array (written before the
-    greedy-exact transition model) is refused with what to do; one without the optional
-    :data:`TOKEN_ARRAYS` loads with ``tokens`` / ``draft_chain`` None."""
+    """The sequences :func:`save_inputs` wrote. A file without one of :data:`INPUT_ARRAYS` is
+    refused with what to do; one without the optional :data:`TOKEN_ARRAYS` (replayed routing) loads
+    with ``tokens`` / ``draft_chain`` None."""
     with np.load(path, allow_pickle=False) as z:
-        missing = set(INPUT_ARRAYS) - set(z.files)
-        if missing == {"greedy"}:
-            raise ValueError(f"{path}: array 'greedy' missing (expected the greedy-exact indicator, one value per "
-                             f"position, beside p; found only {sorted(z.files)}): the file predates the greedy-exact "
-                             "transition model; delete it, or run notebook 07 with reuse=False, to record the junk "
-                             "tails again")
-        if missing:
-            raise ValueError(f"{path}: not an oracle-inputs file; missing arrays {sorted(missing)}")
+        if missing := set(INPUT_ARRAYS) - set(z.files):
+            raise ValueError(f"{path}: expected the oracle-inputs arrays {list(INPUT_ARRAYS)}, found {sorted(z.files)} "
+                             f"(missing {sorted(missing)}); delete it, or run notebook 07 with reuse=False, to record "
+                             "the junk tails again")
         off = z["offsets"]
         if z["greedy"].shape != z["p"].shape:
             raise ValueError(f"{path}: array 'greedy' has shape {z['greedy'].shape}; expected {z['p'].shape} like p")

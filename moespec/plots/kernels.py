@@ -1,6 +1,6 @@
 """The expert kernels' effective bandwidth as a share of the machine's read bandwidth, per format
-(issue 4's benchmark, ``benchmarks/bench_kernels.py``; paper 1, Section 2: beta = requested bytes /
-time, per-slot on n·m·b, deduplicating on U·b)."""
+(``benchmarks/bench_kernels.py``; paper 1, Section 2: beta = requested bytes / time, per-slot on
+n·m·b, deduplicating on U·b)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from moespec.plots._layout import add_caption, legend_outside
-from moespec.tables.predictions import oracle_cells
 
 #: The versions of the prediction chain (22), each named by what it puts into (22).
 VERSION_STYLE = {"prediction": dict(color="C3", ls="-", marker="o",
@@ -51,11 +50,12 @@ def verify_time_figure(summary: pd.DataFrame, title: str = "") -> plt.Figure:
     return fig
 
 
-def oracle_figure(runs: pd.DataFrame, title: str = "") -> plt.Figure:
-    """Oracle draft: tokens per step against G_a(k), and realized acceptance against a
-    (each point one (d, k, a) cell, pooled over prompts and repetitions)."""
+def oracle_figure(cells: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Oracle draft: tokens per step against G_a(k), and realized acceptance against a (each point
+    one (d, k, a) cell of :func:`moespec.tables.predictions.oracle_cells`, pooled over prompts and
+    repetitions)."""
 
-    cells = oracle_cells(runs).rename(columns={"tokens_per_step": "tps"})
+    cells = cells.rename(columns={"tokens_per_step": "tps"})
     drafted = cells[cells["k"] > 0]
     real_a = drafted["realized_a"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.8))

@@ -1,4 +1,4 @@
-"""Paper 1's published layer-mean reuse (Section 2), read from ``data/paper_reference``.
+"""Paper 1's published layer-mean reuse (Section 2), read through :mod:`moespec.paper_reference`.
 
 These are the paper's measurements on its traces (WikiText-103 fit documents), never ours:
 plots show them as labelled reference points, and the synthetic traces of notebook 01 use them
@@ -8,29 +8,23 @@ only as calibration targets, labelled as such.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pandas as pd
 
-from moespec import paths
+from moespec import paper_reference
 from moespec.model_shapes import PRESETS
 
 #: Label for every published value drawn beside ours.
 PUBLISHED_LABEL = "paper 1, published (their traces)"
 
 
-def published_reuse(path: str | Path | None = None) -> pd.DataFrame:
+def published_reuse() -> pd.DataFrame:
     """Rows (model, paper_label, n, rho, where) for the ``rho_layer_mean_n<k>`` scalars.
 
     ``model`` is the moespec preset name (e.g. "olmoe") whose ``paper_label`` matches.
     """
-    path = Path(path) if path is not None else paths.reference_dir() / "paper1_scalars.csv"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: paper 1 reference scalars are missing (see data/paper_reference)")
-    df = pd.read_csv(path)
-    missing = {"quantity", "model_or_engine", "value", "where"} - set(df.columns)
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
+    path = paper_reference.FILES["paper1_scalars"]
+    df = paper_reference.paper1_scalars()
     by_label = {spec.paper_label: name for name, spec in PRESETS.items()}
     rows = []
     for _, r in df.iterrows():

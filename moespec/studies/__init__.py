@@ -5,6 +5,8 @@ printouts live here.
 
 * :mod:`.whole_model`: notebook 05 (breakdown, output checks, verify grid, round calibration per
   machine state, oracle-draft and real-draft runs against the round model's predictions).
+* :mod:`.ssp_oracle`: notebook 07 (paper 2: rounds, the cost regression and its Appendix A, junk
+  tails, the Bellman oracle per cost model and transition model, Appendix B, ours beside paper 2).
 """
 
 from .result import Result

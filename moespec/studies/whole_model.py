@@ -395,8 +395,8 @@ class WholeModelStudy:
         self.frames["plain"] += plain
         if state == "quiet":
             io.write_dataframe(self.out / "oracle_runs.csv", oracle)
-            io.save_figure(oracle_figure(oracle, title=f"oracle draft, {self.label}"), self._fig("05_oracle_acceptance.png"))
             cells = oracle_cells(oracle)
+            io.save_figure(oracle_figure(cells, title=f"oracle draft, {self.label}"), self._fig("05_oracle_acceptance.png"))
             self._write("05_oracle_cells.csv", cells)
             orc = SM.oracle_report(oracle, cells)
             self.results["oracle_report"] = orc

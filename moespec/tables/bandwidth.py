@@ -1,21 +1,24 @@
 """Paper 1, Table 1 (effective bandwidths, r, ubar, re-read cost), the per-layer fit table with
 its window errors (per engine too), and the distinct share of Figure 3 (right), from the rows of
-the current run and the committed benchmark runs it is compared with."""
+the current run and the reference measurements it is compared with (``data/reference_measurements``,
+:func:`reference_measurement`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from moespec import fit, paths
+from moespec import fit, paper_reference, paths
 from moespec.measure import discard, expert_op
 from moespec.measure.discard import DiscardDecision
 from moespec.routing import stats
+from moespec.validate.reference import file_digest
 
-#: Label of the paper's rows wherever they are shown beside ours.
-PAPER_LABEL = "paper 1, published (their hardware)"
+#: Label of the paper's rows wherever they are shown beside ours (:data:`moespec.paper_reference.PAPER1_LABEL`).
+PAPER_LABEL = paper_reference.PAPER1_LABEL
 TABLE1_COLUMNS = ["source", "engine", "model", "reread_cost",
                   "n2_beta_slot_GBps", "n2_beta_dedup_GBps", "n2_r", "n2_ubar",
                   "n8_beta_slot_GBps", "n8_beta_dedup_GBps", "n8_r", "n8_ubar"]
@@ -54,15 +57,15 @@ def table1(bw: pd.DataFrame, fits: pd.DataFrame | None, engine: str, source: str
 
 
 def published_table1(paper: bool | str | Path = True) -> pd.DataFrame:
-    """Paper 1's published Table 1 rows (``paper``: a CSV path, or True for
-    ``data/paper_reference/paper1_table1_bandwidth.csv``) in :data:`TABLE1_COLUMNS`, source
-    :data:`PAPER_LABEL`."""
-    path = Path(paper) if isinstance(paper, (str, Path)) else paths.reference_dir() / "paper1_table1_bandwidth.csv"
-    pub = pd.read_csv(path, dtype={"reread_cost": str}, keep_default_na=False, na_values=[""])
-    missing = set(TABLE1_COLUMNS[1:]) - set(pub.columns)
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
-    pub["reread_cost"] = pub["reread_cost"].fillna("")
+    """Paper 1's published Table 1 rows (``paper``: a CSV path, or True for the reference table,
+    :func:`moespec.paper_reference.table1`) in :data:`TABLE1_COLUMNS`, source :data:`PAPER_LABEL`."""
+    if isinstance(paper, (str, Path)):
+        pub = pd.read_csv(paper, dtype={"reread_cost": str}, keep_default_na=False, na_values=[""])
+        if missing := set(TABLE1_COLUMNS[1:]) - set(pub.columns):
+            raise ValueError(f"{paper}: missing column(s) {sorted(missing)}")
+        pub["reread_cost"] = pub["reread_cost"].fillna("")
+    else:
+        pub = paper_reference.table1()
     pub.insert(0, "source", PAPER_LABEL)
     return pub[TABLE1_COLUMNS]
 
@@ -118,19 +121,42 @@ def distinct_share(traces, ns=(2, 4, 6, 8)) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-#: The committed ``bench_kernels.py --ggml`` run at paper 1's breadth that notebook 02 reads by
-#: default (path from the repository root; docs/ggml_peer.md).
-BREADTH_RUN = "benchmarks/results/kernels/20261203T183234Z.csv"
+#: Where the reference measurements and their manifest lie, under :func:`moespec.paths.data_dir`.
+REFERENCE_MEASUREMENTS = "reference_measurements"
+
+
+def reference_measurement(name: str) -> Path:
+    """The path (a file or a run folder) of the reference measurement ``name`` of
+    ``data/reference_measurements/MANIFEST.json``, after checking every file of it against the
+    manifest's SHA-256 (a differing or missing file is refused, naming it)."""
+    folder = paths.data_dir() / REFERENCE_MEASUREMENTS
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    entries = {m["name"]: m for m in manifest["measurements"]}
+    if name not in entries:
+        raise KeyError(f"{folder / 'MANIFEST.json'}: no measurement {name!r}; known {sorted(entries)}")
+    for f in entries[name]["files"]:
+        where = folder / f["path"]
+        found = file_digest(where) if where.is_file() else "no file"
+        if found != f["sha256"]:
+            raise ValueError(f"{where}: sha256 expected {f['sha256']} (MANIFEST.json, measurement {name!r}), "
+                             f"found {found}")
+    return folder / entries[name]["path"]
+
+
+#: The reference ``bench_kernels.py --ggml`` run at paper 1's breadth that notebook 02 reads by
+#: default (a name of :func:`reference_measurement`; docs/ggml_peer.md).
+BREADTH_RUN = "kernel_breadth"
 #: The engines of a ``bench_kernels.py --ggml`` run, by its ``backend`` column.
 BREADTH_ENGINES = {"cpp": "moespec CPU", "ggml": "llama.cpp CPU (ggml MUL_MAT_ID; per-slot: one call per token)"}
 
 
 def load_breadth_run(path: str | Path = "") -> tuple[pd.DataFrame, Path]:
-    """The rows of a ``bench_kernels.py --ggml`` run (``path``, or the committed
+    """The rows of a ``bench_kernels.py --ggml`` run (``path``, or the reference measurement
     :data:`BREADTH_RUN`) and the file they came from."""
-    where = Path(path) if path else paths.ROOT / BREADTH_RUN
+    where = Path(path) if path else reference_measurement(BREADTH_RUN)
     if not where.is_file():
-        raise FileNotFoundError(f"{where}: no bench_kernels.py run there (benchmarks/bench_kernels.py --ggml writes one)")
+        raise FileNotFoundError(f"{where}: no bench_kernels.py run there (benchmarks/bench_kernels.py --ggml "
+                                "writes one)")
     return pd.read_csv(where), where
 
 
@@ -175,18 +201,19 @@ def table1_breadth(bw: pd.DataFrame, source: str, paper: bool | str | Path = Tru
     return pd.concat([ours, published_table1(paper)], ignore_index=True) if paper else ours
 
 
-#: The committed ``benchmarks/bench_engine_fits.py`` runs (another engine's expert operation timed
-#: as notebook 02 times moespec's) whose fits notebook 03 puts beside its own (paths from the
-#: repository root).
-ENGINE_FIT_RUNS = ("benchmarks/results/engine_fits/20261203T201055-olmoe-ggml-f32-1ec41f63",)
+#: The reference ``benchmarks/bench_engine_fits.py`` runs (another engine's expert operation timed
+#: as notebook 02 times moespec's) whose fits notebook 03 puts beside its own (names of
+#: :func:`reference_measurement`).
+ENGINE_FIT_RUNS = ("engine_fit_ggml_olmoe_f32",)
 
 
 def load_engine_fit_runs(runs=None) -> dict[str, DiscardDecision]:
-    """``{engine label: discard decision}`` of the expert-op runs in ``runs`` (folders; None: the
-    committed :data:`ENGINE_FIT_RUNS`), each with the discard rule applied; the label names the
-    engine (:data:`BREADTH_ENGINES`, by the run's ``backend``) and the run."""
+    """``{engine label: discard decision}`` of the expert-op runs in ``runs`` (folders, a relative
+    one from the repository root; None: the reference measurements :data:`ENGINE_FIT_RUNS`), each
+    with the discard rule applied; the label names the engine (:data:`BREADTH_ENGINES`, by the
+    run's ``backend``) and the run."""
     out = {}
-    for run in (ENGINE_FIT_RUNS if runs is None else runs):
+    for run in ([reference_measurement(name) for name in ENGINE_FIT_RUNS] if runs is None else runs):
         where = Path(run) if Path(run).is_absolute() else paths.ROOT / run
         rows = expert_op.load_rows(where)
         backends = sorted(set(rows["backend"]))

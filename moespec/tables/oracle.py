@@ -1,18 +1,18 @@
-"""Tables of paper 2 (Appendix A) for this machine, and paper 2's published scalars as labelled reference.
+"""Tables of paper 2 (Appendix A) for this machine, with paper 2's published scalars beside ours.
 
 The regression numbers come from :mod:`moespec.oracle.regression` in the current run; the published
-scalars are read from ``data/paper_reference/paper2_scalars.csv`` and only ever shown beside ours.
+scalars (:func:`moespec.paper_reference.paper2_scalars`) are only ever shown beside ours.
 """
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
-from moespec import paths
+from moespec.oracle.regression import coefficient
+from moespec.paper_reference import paper2_scalars
 
-PAPER_LABEL = "paper 2, published (Qwen3-Coder-30B-A3B + EAGLE-3, A100)"
+#: The column of paper 2's published value in :func:`ours_vs_paper`.
+THEIRS = "paper 2, published (their hardware)"
 
 
 def model_comparison(fits) -> pd.DataFrame:
@@ -23,35 +23,6 @@ def model_comparison(fits) -> pd.DataFrame:
 def coefficients(fit) -> pd.DataFrame:
     """The coefficient table of one fit with clustered standard errors (eq. A3 / A4 style)."""
     return fit.coef.assign(model=fit.name)[["model", "term", "estimate", "se", "p"]]
-
-
-def paper_scalars() -> pd.DataFrame:
-    """Paper 2's published scalars as stored (quantity, value, where) — reference, never an input."""
-    path = paths.reference_dir() / "paper2_scalars.csv"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: paper 2's published scalars are missing")
-    df = pd.read_csv(path)
-    missing = {"quantity", "value", "where"} - set(df.columns)
-    if missing:
-        raise ValueError(f"{path}: missing columns {sorted(missing)}")
-    return df.assign(source=PAPER_LABEL)
-
-
-def paper_value(quantity: str) -> str:
-    """One published scalar as paper 2 states it (e.g. '0.9669-0.9991')."""
-    df = paper_scalars().set_index("quantity")
-    if quantity not in df.index:
-        raise KeyError(f"paper2_scalars.csv has no quantity {quantity!r}")
-    return str(df.loc[quantity, "value"])
-
-
-def paper_number(quantity: str) -> float:
-    """The leading number of one published scalar (e.g. 'about 2.8 (up to Lmax=12)' -> 2.8)."""
-    value = paper_value(quantity)
-    m = re.search(r"-?\d+(\.\d+)?(e-?\d+)?", value)
-    if not m:
-        raise ValueError(f"paper2_scalars.csv: {quantity!r} has no number: {value!r}")
-    return float(m.group(0))
 
 
 def _span(values, fmt: str) -> str:
@@ -66,8 +37,6 @@ def paper2_comparison_values(fits, sweeps: dict, lmax: int) -> dict:
     (the surrogate's rows under paper 2's names; the greedy-exact ones with ``_greedy``, which the
     paper has no value for). ``fits``: :class:`moespec.oracle.regression.RoundFits`; ``sweeps``:
     transition model -> Lmax sweep (:func:`moespec.oracle.analysis.lmax_sweep`)."""
-    from moespec.oracle.regression import coefficient
-
     per_k = fits.per_k
     small, large = per_k[per_k.m <= 4].alpha_ms_per_expert, per_k[per_k.m >= 5].alpha_ms_per_expert
     a_d, b_d = coefficient(fits.draft, "K")[0], coefficient(fits.draft, "Intercept")[0]
@@ -94,8 +63,8 @@ def paper2_comparison_values(fits, sweeps: dict, lmax: int) -> dict:
 
 def ours_vs_paper(ours: dict) -> pd.DataFrame:
     """Side-by-side rows: our measured value and paper 2's published one (labelled), per quantity."""
-    ref = paper_scalars().set_index("quantity")
+    ref = paper2_scalars().set_index("quantity")
     rows = [{"quantity": q, "ours (this machine)": v,
-             "paper 2, published (their hardware)": ref.loc[q, "value"] if q in ref.index else ""}
+             THEIRS: ref.loc[q, "value"] if q in ref.index else ""}
             for q, v in ours.items()]
     return pd.DataFrame(rows)

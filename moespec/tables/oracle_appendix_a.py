@@ -1,6 +1,6 @@
 """Paper 2's Appendix A tables on this machine (Tables A1, A3, A5, A7, the pooled model per K,
 leave-one-K-out, A.9's ladder) with paper 2's published values, where its text gives them, as rows
-labelled as theirs (``source`` column; values from ``data/paper_reference/paper2_scalars.csv``,
+labelled as theirs (``source`` column; values from :func:`moespec.paper_reference.paper2_value`,
 never inputs). The numbers come from :mod:`moespec.oracle.categories`,
 :mod:`moespec.oracle.budget` and :mod:`moespec.oracle.robustness`."""
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 import pandas as pd
 
 from moespec.oracle.rounds import validate_rounds
-from moespec.tables.oracle import PAPER_LABEL, ours_vs_paper, paper_value
+from moespec.paper_reference import PAPER2_LABEL, paper2_value
+from moespec.tables.oracle import ours_vs_paper
 
 OURS = "ours (this machine)"
 
@@ -19,12 +20,12 @@ def beside_paper(table: pd.DataFrame, paper_rows: list[dict]) -> pd.DataFrame:
     Each of ``paper_rows`` maps a column to a quantity of ``paper2_scalars.csv`` (``{"q": name}``)
     or to a literal label (a plain string)."""
     def value(v):
-        return paper_value(v["q"]) if isinstance(v, dict) else v
+        return paper2_value(v["q"]) if isinstance(v, dict) else v
     theirs = pd.DataFrame([{col: value(v) for col, v in row.items()} for row in paper_rows])
     # a column that holds paper 2's text holds ours as text too, to 6 significant digits
     shared = {c: table[c].map(lambda x: "" if pd.isna(x) else format(x, ".6g"))
               for c in theirs if c in table and pd.api.types.is_float_dtype(table[c])}
-    out = pd.concat([table.assign(source=OURS, **shared), theirs.assign(source=PAPER_LABEL)], ignore_index=True)
+    out = pd.concat([table.assign(source=OURS, **shared), theirs.assign(source=PAPER2_LABEL)], ignore_index=True)
     ints = [c for c in table.select_dtypes("integer").columns if c not in theirs]   # counts stay integers beside blanks
     return out.astype({c: "Int64" for c in ints})
 

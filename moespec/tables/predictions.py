@@ -1,5 +1,5 @@
 """Paper 1, Tables 3, 4, 7 and 8 for this engine, with the paper's published rows beside ours
-(labelled ``paper 1, published (their hardware)``; never an input to our numbers)."""
+(labelled :data:`moespec.paper_reference.PAPER1_LABEL`; never an input to our numbers)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from moespec import paths
+from moespec.paper_reference import paper1_table as paper_table
 from moespec.theory import expected_tokens
 
 OURS = "this run"
-PAPER = "paper 1, published (their hardware)"
-
-
-def paper_table(name: str) -> pd.DataFrame:
-    """A published table of paper 1 from ``data/paper_reference/paper1_<name>.csv``, labelled."""
-    path = paths.reference_dir() / f"paper1_{name}.csv"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: the paper's reference table is missing")
-    return pd.read_csv(path).assign(source=PAPER)
 
 
 def _cross(c):

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moespec import paths
+from moespec import paper_reference, paths
 from moespec import theory as th
 from moespec.model_shapes import PRESETS, get_spec
-from moespec.tables.bandwidth import PAPER_LABEL
+from moespec.paper_reference import PAPER1_LABEL as PAPER_LABEL
 from moespec.validate import reference
 from moespec.validate.invariants import check_byte_share_rows
 from moespec.validate.tables import Column, check_rows, read_csv
@@ -24,7 +24,8 @@ ENGINE_FORMAT = {"MLX-LM": "mlx_4bit"}
 
 
 def published_table1_path() -> Path:
-    return paths.reference_dir() / "paper1_table1_bandwidth.csv"
+    """Paper 1's Table 1 as published, checked against its recorded digest (:mod:`moespec.paper_reference`)."""
+    return paper_reference.checked_path("table1_bandwidth")
 
 
 def label_of_rows(source: str) -> str:
@@ -123,10 +124,8 @@ def bound_curves(eps_grid) -> dict[str, np.ndarray]:
             "speedup factor - 1 = 1/(1-2 eps) - 1 (21)": np.array([th.speedup_factor_from_eps(e) - 1 for e in eps])}
 
 
-def published_epsilon() -> dict[str, float]:
-    """Paper 1's bandwidth error eps per engine (Section 4), from ``paper1_scalars.csv``."""
-    scalars = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv")
-    return {r.model_or_engine: float(r.value) for r in scalars[scalars["quantity"] == "epsilon"].itertuples()}
+#: Paper 1's bandwidth error eps per engine (Section 4), read by notebook 04 beside Table 2's bounds.
+published_epsilon = paper_reference.paper1_epsilon
 
 
 def bounds_epsilon(table1: pd.DataFrame, engine: str, bandwidth_csv: str | Path = "", epsilon_csv: str | Path = "",

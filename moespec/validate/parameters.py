@@ -91,11 +91,7 @@ RULES: dict[str, Rule] = {
     "windows_per_n": _COUNT, "flush_bytes": _NONNEG, "membw_bytes": _COUNT,
     "draft_calibration": Rule(choices=("interleaved", "before")),
     "oracle_calibration": Rule(choices=("interleaved", "before")),
-    "oracle_a": _RATE, "round_questions_per_category": _COUNT, "round_categories": _COUNT, "round_tokens": _COUNT,
-    "round_ks": Rule(low=0, nonempty=True), "repeats": _COUNT, "prompt_tokens": _COUNT, "oracle_questions": _COUNT,
-    "oracle_tokens": _COUNT, "lmax": _COUNT, "test_share": Rule(low=0, high=1, low_open=True, high_open=True),
-    "assumed_slot_GBps": Rule(low=0, low_open=True), "assumed_dedup_GBps": Rule(low=0, low_open=True),
-    "draft_scale": Rule(low=0, low_open=True),
+    "oracle_a": _RATE, "lmax": _COUNT, "draft_scale": Rule(low=0, low_open=True),
     "acceptance": Rule(low=0, high=1, high_open=True, nonempty=True),
     "transfer_models": Rule(nonempty=False), "oracle_categories": Rule(nonempty=True),
     # paths
