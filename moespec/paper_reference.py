@@ -15,10 +15,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from moespec import paths
 from moespec.validate import reference
+from moespec.validate.invariants import check_byte_share_rows
+from moespec.validate.tables import Column, check_rows, read_csv
 
 #: Label of paper 1's published rows wherever they stand beside ours.
 PAPER1_LABEL = "paper 1, published (their hardware)"
@@ -132,3 +135,51 @@ def paper2_number(quantity: str) -> float:
     if not m:
         raise ValueError(f"{FILES['paper2_scalars']}: {quantity!r} has no number: {value!r}")
     return float(m.group(0))
+
+
+# --- tables in paper 1's Table-1 layout (the published one, or a user's) -----------------------
+#: Columns a Table-1 CSV must carry (paper 1, Table 1; :func:`table1`).
+TABLE1_NEEDED = ["engine", "model", "n2_beta_slot_GBps", "n2_beta_dedup_GBps", "n2_ubar",
+                 "n8_beta_slot_GBps", "n8_beta_dedup_GBps", "n8_ubar"]
+#: Storage format of each engine's model files in paper 1 (App. D.2); others use the preset's.
+ENGINE_FORMAT = {"MLX-LM": "mlx_4bit"}
+
+
+def published_table1_path() -> Path:
+    """Paper 1's Table 1 as published, checked against its recorded digest (:mod:`moespec.paper_reference`)."""
+    return checked_path("table1_bandwidth")
+
+
+def label_of_rows(source: str) -> str:
+    """A label given for a table's rows (``--source``): ``"published"`` or ``"paper1"`` (or the
+    label itself) stands for :data:`PAPER1_LABEL`, paper 1's published numbers; any other text is
+    the label."""
+    return PAPER1_LABEL if source.strip().lower() in ("published", "paper1", PAPER1_LABEL.lower()) else source
+
+
+def read_table1(path: str | Path = "", source: str | None = None) -> pd.DataFrame:
+    """A Table-1 CSV (default: paper 1's published rows) with a ``source`` column. A row is paper
+    1's published row (:data:`PAPER1_LABEL`) when its content is, whatever the file's name or
+    folder (:func:`moespec.validate.reference.published_rows`); other rows keep the CSV's own
+    ``source`` (else the file name). ``source`` labels every row instead (``"published"``: paper
+    1's numbers). Refused, naming the file, row and column: a number column that is not positive,
+    a byte share outside [1/n, 1] (ubar(2) in [1/2, 1], ubar(8) in [1/8, 1]), and a row whose
+    ``source`` claims the published label while its numbers are not the published ones."""
+    path = Path(path) if path else published_table1_path()
+    if not path.exists():
+        raise FileNotFoundError(f"Table-1 CSV {path} does not exist")
+    columns = [Column("engine", "str"), Column("model", "str"),
+               *(Column(c, low=0, low_open=True) for c in TABLE1_NEEDED[2:])]
+    df = read_csv(path, columns, "Table-1 CSV", dtype={"reread_cost": str}, keep_default_na=False, na_values=[""])
+    for n in (2, 8):
+        check_byte_share_rows(df, path, None, f"n{n}_ubar", n=n)
+    published = reference.published_rows(df, path)
+    if source is not None:
+        df["source"] = label_of_rows(source)
+        return df
+    own = df["source"].astype(str) if "source" in df.columns else pd.Series(f"ours ({path.name})", index=df.index)
+    check_rows(df, path, (own == PAPER1_LABEL).to_numpy() & ~published, "column 'source'",
+               "paper 1's published numbers for a row labelled as theirs (their content digest, data/paper_reference/"
+               "digests.json); label an edited copy with --source (source=)", own.tolist())
+    df["source"] = np.where(published, PAPER1_LABEL, own)
+    return df

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -42,7 +42,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from moespec import io, paths
+from moespec import io, paper_reference, paths
 from moespec import theory as th
 from moespec.plots import theory as plots
 from moespec.tables import theory as tables
@@ -87,7 +87,7 @@ print(f"affine step time 1 + k/5: a_1 = {th.convex_step_points(V_affine)[0]:.6f}
 # deduplicating engine with the deduplicating kernel from n = 2.
 
 # %%
-table1 = tables.read_table1(bandwidth_csv)
+table1 = paper_reference.read_table1(bandwidth_csv)
 source = table1["source"].iloc[0]
 built_from = ("built from paper 1's published Table 1 (their hardware)" if source == PAPER_LABEL
               else f"built from {source}")

@@ -163,13 +163,14 @@ def test_committed_run_agrees_with_theory():
 
 
 def test_published_table_is_labelled_and_matches_notebook_04():
+    from moespec import paper_reference
     from moespec.tables import theory as tables
 
-    path = tables.published_table1_path()
+    path = paper_reference.published_table1_path()
     adv = advice.advise(bandwidth=path, engine="llama.cpp Metal", model="Qwen3", acceptance=[0.8], free_draft=True)
     assert adv["subject"]["source"] == PAPER_LABEL and "their hardware" in adv["subject"]["from"]
     assert adv["error"]["eps"] == 0.031  # paper 1's published eps of llama.cpp Metal (reference data)
-    row = tables.read_table1(path).query("engine == 'llama.cpp Metal' and model == 'Qwen3'")
+    row = paper_reference.read_table1(path).query("engine == 'llama.cpp Metal' and model == 'Qwen3'")
     rec = tables.table1_step_times(row, kmax=8, dense_ratio=0.5)[0]   # notebook 04's step times (ms)
     tau_slot = [r["tau_slot_ms"] for r in adv["dedup"]["pass_sizes"]]
     tau_dedup = [r["tau_dedup_ms"] for r in adv["dedup"]["pass_sizes"]]

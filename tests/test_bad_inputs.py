@@ -24,7 +24,7 @@ from moespec.predict import run_file
 from moespec.advice.errors import AdviceInputError
 from moespec.report.run import ReportError, RunFiles
 from moespec.routing import RoutingTrace
-from moespec.tables import theory as t1
+from moespec import paper_reference as t1
 from moespec.tables.bandwidth import PAPER_LABEL
 from moespec.validate import InputError, invariants, jsonfile, parameters, reference, runs
 from moespec.validate.outputs import private_folder, writable_file, writable_folder

@@ -65,7 +65,7 @@ def _readers():
     from moespec.tables import oracle, predictions, theory
 
     return {"paper1_scalars": [paper_references, theory.published_epsilon, published_reuse],
-            "table1_bandwidth": [bandwidth.published_table1, theory.read_table1],
+            "table1_bandwidth": [bandwidth.published_table1, PR.read_table1],
             "table7_error": [lambda: predictions.table7({}, "engine", "model")],
             "paper2_scalars": [lambda: oracle.ours_vs_paper({"pooled_eq4_R2": "0.9"})]}
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from moespec import theory as th
+from moespec import paper_reference
 from moespec.tables import theory as tables
 
 FIGURES = ["04_staircases.png", "04_thresholds_bytes.png", "04_thresholds_time.png",
@@ -47,7 +48,7 @@ def test_theory_notebook_published(run_notebook):
     assert "pattern 00102: rho_bar_1 = 1/5, rho_bar_2 = 2/5, speedup: no" in text
     assert "eps = 1/10: delta = 1/9, speedup factor = 5/4" in text
     assert "built from paper 1's published Table 1 (their hardware)" in text
-    check_step_points(figures / "04_step_points.csv", tables.read_table1())
+    check_step_points(figures / "04_step_points.csv", paper_reference.read_table1())
     # Tables 5 and 6 from the source readings, for OLMoE's shape (Q8_0)
     t5 = pd.read_csv(figures / "04_table5_kernel_dispatch.csv")
     t6 = pd.read_csv(figures / "04_table6_dedup_switch.csv")
@@ -60,7 +61,7 @@ def test_theory_notebook_published(run_notebook):
 
 @pytest.mark.notebook
 def test_theory_notebook_own_csv(run_notebook, tmp_path):
-    pub = pd.read_csv(tables.published_table1_path())
+    pub = pd.read_csv(paper_reference.published_table1_path())
     ours = pub[pub["model"] == "OLMoE"].head(1).assign(source="ours (test machine)")
     ours["n8_beta_dedup_GBps"] *= 1.5
     path = tmp_path / "table1_ours.csv"
@@ -69,14 +70,14 @@ def test_theory_notebook_own_csv(run_notebook, tmp_path):
     _, figures, text = run_notebook("04_theory", bandwidth_csv=str(path))
     assert "built from ours (test machine)" in text and "published Table 1 (their" not in text
     assert "eps for llama.cpp CUDA: 0.0375 (notebook 03's engine eps (03_epsilon.csv))" in text
-    check_step_points(figures / "04_step_points.csv", tables.read_table1(path))
+    check_step_points(figures / "04_step_points.csv", paper_reference.read_table1(path))
 
 
 def test_bounds_epsilon_comes_from_the_data(tmp_path, monkeypatch):
     """The paper's eps for its published rows, notebook 03's for ours (beside the CSV, given, or in
     this run's figures), an override when given; never an invented value."""
     monkeypatch.setenv("MOESPEC_RUN_DIR", str(tmp_path / "run"))
-    pub = tables.read_table1()
+    pub = paper_reference.read_table1()
     assert tables.bounds_epsilon(pub, "llama.cpp CUDA") == (0.054, "paper 1's published eps of llama.cpp CUDA")
     assert tables.bounds_epsilon(pub, "MLX-LM")[0] == 0.148
     assert tables.bounds_epsilon(pub, "MLX-LM", eps_override=0.2) == (0.2, "eps_override = 0.2")
@@ -107,11 +108,11 @@ def test_table1_csv_errors(tmp_path):
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"engine": ["x"], "model": ["OLMoE"]}).to_csv(bad, index=False)
     with pytest.raises(ValueError, match="missing column"):
-        tables.read_table1(bad)
-    pub = pd.read_csv(tables.published_table1_path())
+        paper_reference.read_table1(bad)
+    pub = pd.read_csv(paper_reference.published_table1_path())
     pub.loc[0, "n2_ubar"] = -1
     pub.to_csv(bad, index=False)
     with pytest.raises(ValueError, match="column .n2_ubar.: expected a finite number > 0"):
-        tables.read_table1(bad)
+        paper_reference.read_table1(bad)
     with pytest.raises(FileNotFoundError):
-        tables.read_table1(tmp_path / "none.csv")
+        paper_reference.read_table1(tmp_path / "none.csv")

@@ -11,24 +11,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moespec import paths
 from moespec import theory as th
 from moespec.model_shapes import get_spec, preset_name
+from moespec.paper_reference import ENGINE_FORMAT, PAPER1_LABEL, label_of_rows, paper1_epsilon, read_table1
 from moespec.predict.round_model import DraftTime
 from moespec.routing import byte_share
-from moespec.tables.bandwidth import PAPER_LABEL
-from moespec.tables.theory import ENGINE_FORMAT, label_of_rows, read_table1
 from moespec.validate.tables import check_rows
 
 from . import validate
 from .curves import N_MAX, VerifyCurves, draft_assumption, draft_or_refuse, finite, predicted_round
 from .errors import AdviceInputError
-
-
-def _published_eps(engine: str) -> float | None:
-    scalars = pd.read_csv(paths.reference_dir() / "paper1_scalars.csv")
-    row = scalars[(scalars["quantity"] == "epsilon") & (scalars["model_or_engine"] == engine)]
-    return float(row["value"].iloc[0]) if len(row) else None
 
 
 def _pick_row(df: pd.DataFrame, path: Path, engine: str | None, model: str | None) -> pd.Series:
@@ -133,7 +125,7 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
         need = ["n", "beta_slot_GBps", "beta_dedup_GBps"]
         df = validate.read_bandwidth_table(path, need)
         if "source" in df.columns:
-            check_rows(df, path, (df["source"] == PAPER_LABEL).to_numpy(), "column 'source'",
+            check_rows(df, path, (df["source"] == PAPER1_LABEL).to_numpy(), "column 'source'",
                        "a label of these numbers (paper 1 publishes no per-n table; its Table 1 has n = 2 and 8)",
                        df["source"].tolist(), AdviceInputError)
         if "model" in df.columns and (model or df["model"].nunique() > 1):
@@ -166,7 +158,7 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
         eng_name = engine or (f"moespec {df['backend'].iloc[0]}" if "backend" in df.columns else "as measured")
         fmt = fmt or (str(df["fmt"].iloc[0]) if "fmt" in df.columns else spec.default_format)
     source = source if source_label is None else label_of_rows(source_label)
-    theirs = source == PAPER_LABEL
+    theirs = source == PAPER1_LABEL
     if trace is not None:
         validate.check_trace(trace, spec, model_name)
 
@@ -177,7 +169,7 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
         raise AdviceInputError(f"{path}: no ubar column; give a routing trace")
     eps_source = "given (--eps)"
     if eps is None:
-        eps = _published_eps(eng_name) if theirs else None
+        eps = paper1_epsilon().get(eng_name) if theirs else None
         if eps is None:
             raise AdviceInputError(f"{path}: no bandwidth error eps for these rows; give eps")
         assumptions.append(f"eps = {eps} of {eng_name}: paper 1's published value (their hardware)")
@@ -198,7 +190,7 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
                     "margin (19) judged over the table's rounding (each cell +- half a unit of its last printed "
                     "digit): 'within rounding' where that rounding alone can decide it"]
     subject = {"model": model_name, "engine": eng_name, "format": fmt,
-               "source": PAPER_LABEL if theirs else source,
+               "source": PAPER1_LABEL if theirs else source,
                "from": "paper 1's published Table 1 (their hardware): an illustration, not a measurement of "
                        "this project" if theirs else f"bandwidth table {path.name}"}
     rm = predicted_round({"slot": slot.tau(), "dedup": dedup.tau()},
