@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from moespec import advice, io, paths
+from moespec import advice, io, paper_reference, paths
 from moespec.report.blocks import BLOCKS, block
 from moespec.report.format import (frame_table, machine, md_table, named_table, num, pct, run_folder_name,
                                    short_commit, span, verdict, when)
@@ -165,11 +165,11 @@ def reuse_sources(run: RunFiles) -> str:
 
 
 def _paper_table1(run: RunFiles) -> pd.DataFrame:
-    return run.repo_csv("data/paper_reference/paper1_table1_bandwidth.csv")
+    return paper_reference.read("table1_bandwidth")
 
 
 def _paper_scalar(run: RunFiles, quantity: str) -> pd.DataFrame:
-    df = run.repo_csv("data/paper_reference/paper1_scalars.csv")
+    df = paper_reference.paper1_scalars()
     return df[df["quantity"] == quantity]
 
 
@@ -429,11 +429,10 @@ def _paper2(run: RunFiles, quantity: str) -> tuple[str, str]:
 
 def _paper2_published(run: RunFiles, quantity: str) -> str:
     """One of paper 2's published scalars as the paper states it (``data/paper_reference/paper2_scalars.csv``)."""
-    df = run.repo_csv("data/paper_reference/paper2_scalars.csv")
-    row = df[df["quantity"] == quantity]
-    if row.empty:
-        raise ReportError(f"data/paper_reference/paper2_scalars.csv has no row {quantity!r}")
-    return str(row.iloc[0]["value"])
+    try:
+        return paper_reference.paper2_value(quantity)
+    except KeyError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def _under(table: pd.DataFrame, transitions: str, file: str) -> pd.DataFrame:
