@@ -442,23 +442,3 @@ def _checkpoint_subject(path, draft_path, device, backend, fmt, dtype, seed, dra
     if drafter is not None and draft_cost > 0:
         sub.description.update(widen_draft(drafter, sub.expert_bytes_per_token(), draft_cost, seed=seed + 1))
     return sub
-
-
-#: The arguments of :func:`load_subject` that define a subject (written to a run's run.json).
-SUBJECT_ARGS = ("model", "like", "fmt", "dtype", "draft", "trace_file", "layers", "draft_cost", "layout")
-
-
-def subject_args_from_run(run: dict, **given) -> dict:
-    """The subject arguments recorded by notebook 05 in ``run`` (its run.json ``subject_args``),
-    checked against those ``given`` to a later notebook: a given value that is set (not '' / 0)
-    must equal the recorded one, so that notebook 06 predicts the runs of the subject it times."""
-    rec = run.get("subject_args")
-    if rec is None:
-        raise ValueError("the run record has no subject_args (written by notebook 05 of this version); rerun notebook 05")
-    for name, value in given.items():
-        if name not in SUBJECT_ARGS:
-            raise ValueError(f"{name!r} is not a subject argument; known {SUBJECT_ARGS}")
-        if value not in ("", 0, 0.0, None) and value != rec.get(name):
-            raise ValueError(f"{name}={value!r} differs from notebook 05's run ({name}={rec.get(name)!r}); "
-                             "run notebook 05 on this subject first, or leave the parameter empty")
-    return dict(rec)

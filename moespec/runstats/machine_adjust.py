@@ -1,12 +1,11 @@
-"""The real-draft sweep's runs at the sweep's typical machine state (amendment of 2026-12-06 d).
+"""The runs of a shuffled real-draft sweep taken to the sweep's typical machine state.
 
 A real-draft sweep (:func:`moespec.engine.draftcost.interleaved_sweep`) runs every cell (part,
 prompt, draft cost, k, kernel) in one shuffled order, so every cell meets the same mixture of the
-machine's moments. On this 2-core VM those moments move a run's time by several percent, and they
-are not independent from run to run: over the five published runs the residuals of consecutive
-runs correlate by 0.39-0.50, and the same-round reference read (:class:`moespec.measure.regimes.ReferenceRead`,
-timed just before each run) explains 27-48 % of their variance on the quiet machine
-(``benchmarks/results/sweep_timing``). Both are measured beside each run, so part of each run's
+machine's moments. On a shared machine those moments move a run's time by several percent, and
+they are not independent from run to run: consecutive runs' residuals correlate, and the
+same-round reference read (:class:`moespec.measure.regimes.ReferenceRead`, timed just before each
+run) explains part of their variance. Both are measured beside each run, so part of each run's
 noise can be taken out before any statistic is formed.
 
 A run's *residual* is its log throughput minus the mean of its cell's (cells of one run have none
@@ -15,27 +14,24 @@ and take no part in the estimates). Each run gets a *machine factor* ``f`` from 
 1. its read: the residuals of the repeated cells regressed on the log of the run's read about its
    cell's mean (the within-cell regression: the raw log read would attenuate the slope by the
    share of the read's variance that lies within cells), one slope ``b`` for the sweep's plain runs
-   and one for its drafted runs (amendment of 2026-12-07 a, :data:`SLOPE_GROUPS`; one per sweep
-   before it: on the run of b6ef1d9 the plain runs followed the read by 1.27 quiet and 0.79 loaded,
-   the drafted ones by 0.79 and 0.58, and the one slope over both left more noise out of sample,
-   ``benchmarks/read_slopes.py``), each run's read term ``b (log B - median log B)``. ``B`` is the
-   geometric mean of the two reads that bracket the run: its own same-round read, timed just
-   before it, and the next run's, timed just after it (:func:`run_reads`; the last run of a sweep
-   has its own alone;
-   amendment of 2026-12-06 k: on the run of ae85c51 it left less noise in both states than the
-   read before alone, ``benchmarks/read_bracketing.py``); ``read="own"`` is the rule before it;
-2. its neighbours in time: after step 1, the median residual of the ``neighbours`` nearest runs of
-   repeated cells before it and after it in the sweep's order (``seq``), the run itself left out
-   (``iterations`` passes, each on what the passes before left; one by default).
+   and one for its drafted runs (a plain step is all weight reads; a drafted round adds the
+   draft's compute, which the read does not move), each run's read term
+   ``b (log B - median log B)``. ``B`` is the geometric mean of the two reads that bracket the run:
+   its own same-round read, timed just before it, and the next run's, timed just after it
+   (:func:`run_reads`; the last run of a sweep has its own alone). A group with fewer than
+   :data:`MIN_GROUP_RUNS` repeated runs, or no spread of read within its cells, takes the slope
+   over the whole sweep;
+2. its neighbours in time: after step 1, the median residual of the :data:`NEIGHBOURS` nearest runs
+   of repeated cells before it and after it in the sweep's order (``seq``), the run itself left
+   out (:data:`ITERATIONS` passes, each on what the passes before left).
 
 ``f = exp(read term + neighbour term)``, above 1 for a run that met a faster moment than typical.
 A run *adjusted* to the typical state has its times multiplied by ``f`` and its throughput divided
 by it (:func:`adjusted`); its speedup is recomputed over its own part's adjusted plain runs. In a
 shuffled order the factor's distribution is the same for every cell, so the adjustment moves no
 cell's expectation: it takes out noise and nothing else (the covariate adjustment of a randomized
-experiment). The runs' files keep the times as measured, with ``machine_factor`` beside them;
-notebook 05 reports the predictions against the runs as measured beside those against the
-adjusted runs, and its goals read the adjusted ones (pre-registered in the amendment).
+experiment). The runs' files keep the times as measured, with ``machine_factor`` beside them; the
+round models and the scored speedups are the adjusted runs'.
 """
 
 from __future__ import annotations
@@ -45,55 +41,25 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from moespec.engine.draftcost import speedups_by_part
+from .speedups import speedups_by_part
 
 #: The columns that name a cell of a real-draft sweep (one setting run several times).
 CELL = ["part", "prompt", "draft_cost", "k", "dedup"]
 #: A run's time columns (:func:`moespec.engine.speculative.summarize_steps`): scaled by the factor.
 TIME_COLUMNS = ("time_s", "t_step_median_s", "t_verify_median_s", "t_draft_median_s", "t_step_mean_s",
                 "t_verify_mean_s", "t_draft_mean_s", "h_median_s", "t_host_mean_s")
-#: Runs on each side whose residuals estimate a run's neighbour term, and the passes over them: the
-#: settings of the amendment of 2026-12-06 d, chosen on the per-run noise that is left (the spread
-#: of the adjusted runs about their cells' means) of the run published in b77d5a7, never on a
-#: prediction: 2 or 4 neighbours left the least (4 taken: its median rests on twice the runs);
-#: a second pass left more than one.
+#: Runs on each side whose residuals estimate a run's neighbour term, and the passes over them
+#: (chosen on the per-run noise the adjustment leaves, the spread of the adjusted runs about their
+#: cells' means, never on a prediction).
 NEIGHBOURS, ITERATIONS = 4, 1
 FACTOR = "machine_factor"
-#: Which reads give a run's ``B`` (:func:`run_reads`): ``"bracketing"`` (amendment of 2026-12-06 k,
-#: the default) or ``"own"`` (the run's own same-round read alone, amendment d's rule).
-READS = ("bracketing", "own")
-#: The columns that name a kind of run (a cell without its prompt and part).
-KIND = ["draft_cost", "k", "dedup"]
-
-
-def _one_group(rows: pd.DataFrame) -> pd.Series:
-    return pd.Series("all", index=rows.index)
+#: The fewest repeated runs of a group (plain, drafted) whose slope is its own (fewer: the sweep's slope).
+MIN_GROUP_RUNS = 10
 
 
 def _plain_or_drafted(rows: pd.DataFrame) -> pd.Series:
+    """Each run's read-slope group: ``plain`` (k = 0) or ``drafted``."""
     return pd.Series(np.where(rows["k"].to_numpy() == 0, "plain", "drafted"), index=rows.index)
-
-
-def _by_k(rows: pd.DataFrame) -> pd.Series:
-    return "k=" + rows["k"].astype(int).astype(str)
-
-
-def kind_keys(rows: pd.DataFrame) -> pd.Series:
-    """Each run's kind (:data:`KIND`: its cell without prompt and part) as one key."""
-    return cell_keys(rows, KIND)
-
-
-#: The groups of runs over which the read slope ``b`` is estimated, one slope per group (``slope_by``
-#: of :func:`machine_factors`; each maps the rows to their group): ``"sweep"``, one slope over every
-#: repeated run (amendment d's rule); ``"plain-drafted"``, one for the plain runs and one for the
-#: drafted ones (amendment of 2026-12-07 a, the default: a plain step is all weight reads, a drafted
-#: round adds the draft's compute, which the read does not move); ``"k"`` and ``"kind"`` (draft
-#: cost, k and kernel), finer groups ``benchmarks/read_slopes.py`` compares. A group with fewer than
-#: :data:`MIN_GROUP_RUNS` repeated runs, or no spread of read within its cells, takes the sweep's.
-SLOPE_GROUPS = {"plain-drafted": _plain_or_drafted, "sweep": _one_group, "k": _by_k, "kind": kind_keys}
-SLOPES = tuple(SLOPE_GROUPS)
-#: The fewest repeated runs of a group whose slope is its own (fewer: the sweep's slope).
-MIN_GROUP_RUNS = 10
 
 
 @dataclass(frozen=True)
@@ -106,9 +72,7 @@ class MachineFactors:
     neighbours: int
     iterations: int
     repeated_runs: int
-    read: str = READS[0]
-    slope_by: str = SLOPES[0]
-    #: each group's slope (:data:`SLOPE_GROUPS`; the sweep's where a group took it); ``slope`` is the sweep's
+    #: each group's slope (plain, drafted; the sweep's where a group took it); ``slope`` is the sweep's
     group_slopes: dict | None = None
 
 
@@ -149,13 +113,13 @@ def _group_slopes(within: np.ndarray, r: np.ndarray, groups: np.ndarray, fit: np
     return dict(sorted(out.items()))
 
 
-def _in_order(rows: pd.DataFrame, read: str):
-    """One sweep's runs in sweep order, with what both the factors and their held-out check start
-    from: (order, cells, repeated (a run of a cell run at least twice), log throughput, log read)."""
+def _in_order(rows: pd.DataFrame):
+    """One sweep's runs in sweep order: (order, cells, repeated (a run of a cell run at least
+    twice), log throughput, log read)."""
     order = _checked(rows).sort_values("seq")
     cells = cell_keys(order)
     repeated = (cells.groupby(cells).transform("size") >= 2).to_numpy()
-    return order, cells, repeated, np.log(order["throughput"].to_numpy(float)), np.log(run_reads(order, read))
+    return order, cells, repeated, np.log(order["throughput"].to_numpy(float)), np.log(run_reads(order))
 
 
 def _residuals(log_t: np.ndarray, cells: pd.Series) -> np.ndarray:
@@ -178,37 +142,32 @@ def _neighbour_medians(r: np.ndarray, repeated: np.ndarray, h: int) -> np.ndarra
     return out
 
 
-def run_reads(order: pd.DataFrame, read: str = READS[0]) -> np.ndarray:
+def run_reads(order: pd.DataFrame) -> np.ndarray:
     """Each run's read ``B`` (GB/s) for the machine factor, the runs ``order`` in sweep order
-    (``seq`` ascending, column ``ref_GBps``): ``"bracketing"``, the geometric mean of its own
-    same-round read (timed just before it) and the next run's (timed just after it ends; the last
-    run its own alone); ``"own"``, its own alone. NaN where a read it takes is missing."""
-    if read not in READS:
-        raise ValueError(f"read must be one of {list(READS)}; found {read!r}")
+    (``seq`` ascending, column ``ref_GBps``): the geometric mean of its own same-round read (timed
+    just before it) and the next run's (timed just after it ends; the last run its own alone). NaN
+    where a read it takes is missing."""
     own = order["ref_GBps"].to_numpy(float) if "ref_GBps" in order else np.full(len(order), np.nan)
-    if read == "own" or own.size == 0:
+    if own.size == 0:
         return own
     return np.sqrt(own * np.r_[own[1:], own[-1]])
 
 
-def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations: int = ITERATIONS,
-                    read: str = READS[0], slope_by: str = SLOPES[0]) -> MachineFactors:
+def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations: int = ITERATIONS) -> MachineFactors:
     """Each run's machine factor (module docstring) over the runs of one sweep in one machine state
-    (columns :data:`CELL` (``part`` optional), ``seq``, ``throughput``, ``ref_GBps`` optional), the
-    run's read ``B`` from :func:`run_reads` (``read``), the read slope over the sweep or per group of
-    runs (``slope_by``, :data:`SLOPE_GROUPS`)."""
+    (columns :data:`CELL` (``part`` optional), ``seq``, ``throughput``, ``ref_GBps`` optional): the
+    run's read ``B`` from :func:`run_reads`, one read slope for the plain runs and one for the
+    drafted ones."""
     if int(neighbours) < 1 or int(iterations) < 0:
         raise ValueError(f"neighbours must be >= 1 and iterations >= 0; found {neighbours}, {iterations}")
-    if slope_by not in SLOPES:
-        raise ValueError(f"slope_by must be one of {list(SLOPES)}; found {slope_by!r}")
-    order, cells, repeated, log_t, log_b = _in_order(rows, read)
+    order, cells, repeated, log_t, log_b = _in_order(rows)
     r = _residuals(log_t, cells)
     slope, read_term, group_slopes = 0.0, np.zeros(len(order)), None
     if repeated.sum() >= 3 and np.isfinite(log_b).all():
         within = _residuals(log_b, cells)                    # the read about its cell's mean, as r is
         if (pooled := _slope(within[repeated], r[repeated])) is not None:
             slope = pooled
-            groups = SLOPE_GROUPS[slope_by](order).to_numpy()
+            groups = _plain_or_drafted(order).to_numpy()
             group_slopes = _group_slopes(within, r, groups, repeated, slope)
             read_term = np.array([group_slopes[str(g)] for g in groups]) * (log_b - np.median(log_b))
     drift = np.zeros(len(order))
@@ -216,8 +175,7 @@ def machine_factors(rows: pd.DataFrame, neighbours: int = NEIGHBOURS, iterations
         for _ in range(int(iterations)):
             drift += _neighbour_medians(_residuals(log_t - read_term - drift, cells), repeated, int(neighbours))
     factor = pd.Series(np.exp(read_term + drift), index=order.index).reindex(rows.index)
-    return MachineFactors(factor, slope, int(neighbours), int(iterations), int(repeated.sum()), read, slope_by,
-                          group_slopes)
+    return MachineFactors(factor, slope, int(neighbours), int(iterations), int(repeated.sum()), group_slopes)
 
 
 def with_machine_factors(rows: pd.DataFrame, **settings) -> tuple[pd.DataFrame, MachineFactors]:
@@ -230,7 +188,7 @@ def with_machine_factors(rows: pd.DataFrame, **settings) -> tuple[pd.DataFrame, 
 def adjusted(rows: pd.DataFrame) -> pd.DataFrame:
     """The runs at the sweep's typical machine state: every time column times the run's
     ``machine_factor``, the throughput over it, and the speedups recomputed over the adjusted plain
-    runs of the same part (:func:`moespec.engine.draftcost.speedups_by_part`)."""
+    runs of the same part (:func:`moespec.runstats.speedups.speedups_by_part`)."""
     if FACTOR not in rows.columns:
         raise ValueError(f"real-draft runs carry no {FACTOR} column: adjust them with with_machine_factors first")
     f = rows[FACTOR].to_numpy(float)
@@ -246,54 +204,22 @@ def adjusted(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def as_analysed(rows: pd.DataFrame) -> pd.DataFrame:
-    """The runs as notebook 05 analysed them: :func:`adjusted` where they carry machine factors,
-    as measured where they do not (runs recorded before the amendment of 2026-12-06 d)."""
-    return adjusted(rows) if FACTOR in rows.columns else rows
-
-
 def settings() -> dict:
-    """The adjustment's rule as a run records it (``run.json``, key ``machine_adjustment``): read,
-    slope grouping, neighbours and passes."""
-    return {"read": READS[0], "slope_by": SLOPES[0], "neighbours": NEIGHBOURS, "iterations": ITERATIONS,
-            "min_group_runs": MIN_GROUP_RUNS}
+    """The adjustment's settings as a run records them (``run.json``, key ``machine_adjustment``):
+    neighbours a side, passes, and the fewest runs of a slope group."""
+    return {"neighbours": NEIGHBOURS, "iterations": ITERATIONS, "min_group_runs": MIN_GROUP_RUNS}
 
 
 def factor_summary(mf: MachineFactors, rows: pd.DataFrame) -> dict:
     """The adjustment in numbers (notebook 05's line): the read slope (the sweep's, and each group's
-    as ``slope_<group>`` where ``slope_by`` groups the runs), the 5th and 95th percentiles
+    as ``slope_<group>``: ``slope_plain``, ``slope_drafted``), the 5th and 95th percentiles
     of the factors, the runs the estimates rest on, and the noise of one run (:func:`run_noise`) of
     ``rows`` (the runs as measured, with their factors) as measured and adjusted."""
     f = mf.factor.to_numpy(float)
     return {"slope": mf.slope, "q05": float(np.quantile(f, 0.05)), "q95": float(np.quantile(f, 0.95)),
             "runs": int(f.size), "repeated_runs": mf.repeated_runs, "neighbours": mf.neighbours,
-            "iterations": mf.iterations, "read": mf.read, "slope_by": mf.slope_by,
-            **({f"slope_{g}": b for g, b in mf.group_slopes.items()}
-               if mf.group_slopes and mf.slope_by != "sweep" else {}),
+            "iterations": mf.iterations, **{f"slope_{g}": b for g, b in (mf.group_slopes or {}).items()},
             "noise_measured": run_noise(rows), "noise_adjusted": run_noise(adjusted(rows))}
-
-
-def held_out_read_noise(rows: pd.DataFrame, slope_by: str = SLOPES[0], read: str = READS[0]) -> float:
-    """The noise of one run that the read term alone leaves out of sample: for each prompt of each
-    part, every group's slope (``slope_by``) estimated on the other prompts' repeated runs and
-    applied to this prompt's, the root mean square of the residuals so left over every repeated run
-    (no neighbour term). A finer grouping always leaves less noise in sample; this is the measure
-    amendment of 2026-12-07 a chose its grouping on (``benchmarks/read_slopes.py``)."""
-    if slope_by not in SLOPES:
-        raise ValueError(f"slope_by must be one of {list(SLOPES)}; found {slope_by!r}")
-    order, cells, repeated, log_t, log_b = _in_order(rows, read)
-    if repeated.sum() < 3 or not np.isfinite(log_b).all():
-        raise ValueError("held-out read noise needs reads in every run and at least 3 runs of repeated cells")
-    r, within = _residuals(log_t, cells), _residuals(log_b, cells)
-    prompt = (order["part"].astype(str) + ":" if "part" in order else "") + order["prompt"].astype(str)
-    prompt, groups = prompt.to_numpy(), SLOPE_GROUPS[slope_by](order).to_numpy()
-    left = []
-    for p in pd.unique(prompt[repeated]):
-        train, test = repeated & (prompt != p), repeated & (prompt == p)
-        slopes = _group_slopes(within, r, groups, train, _slope(within[train], r[train]) or 0.0)
-        b = np.array([slopes[str(g)] for g in groups[test]])
-        left.append(r[test] - b * within[test])
-    return float(np.sqrt(np.mean(np.concatenate(left) ** 2)))
 
 
 def repeated_residuals(log_values, rows: pd.DataFrame) -> pd.Series:

@@ -1,7 +1,7 @@
-"""Issue 16's and issue 24's goals for the whole-model results, decided from a run's own numbers: each goal's
-value, its target and ``met`` (True) or short (False). They are pre-registered beside the rules
-(``goals_reported`` of ``data/preregistration/scoring_rules_byte_faithful.json``) and are reported,
-never used to tune the subject."""
+"""The goals of the whole-model results (notebooks 05-07), decided from a run's own numbers: each
+goal's value, its target, ``met`` (True) or short (False), and ``preregistered``: whether the goal
+stands in the pre-registration (``goals_reported`` of ``data/preregistration/scoring_rules_*.json``)
+or is reported beside those (False). Goals are reported, never used to tune the subject."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from moespec.predict.noise import noise_summary, prediction_noise_phrase
 from moespec.predict.speculative import measurement_noise, rep_columns
 
 
-def _row(goal: str, value: str, target: str, met: bool) -> dict:
-    return {"goal": goal, "value": value, "target": target, "met": bool(met)}
+def _row(goal: str, value: str, target: str, met: bool, preregistered: bool = True) -> dict:
+    return {"goal": goal, "value": value, "target": target, "met": bool(met), "preregistered": bool(preregistered)}
 
 
 def chain_goals(metrics: dict) -> pd.DataFrame:
@@ -60,7 +60,7 @@ def stop_paying_goal(stop: dict) -> pd.DataFrame:
 
 def round_model_goals(plain: pd.DataFrame, oracle: pd.DataFrame | None, real: pd.DataFrame | None,
                       plain_tolerance: float = 0.03, tolerance: float = 0.05) -> pd.DataFrame:
-    """Issue 24's prediction goals per machine state, from notebook 05's tables: the plain decode
+    """The round model's prediction goals per machine state, from notebook 05's tables: the plain decode
     step V(0) within ``plain_tolerance`` of the measured one in every context (``plain``:
     :func:`moespec.predict.speculative.plain_step` rows), the oracle-draft speedup within
     ``tolerance`` in every (d, k, a) cell and the real-draft speedup within ``tolerance`` at every
@@ -88,23 +88,22 @@ def round_model_goals(plain: pd.DataFrame, oracle: pd.DataFrame | None, real: pd
             if name == "real-draft" and len(reps := rep_columns(f)) >= 2:
                 n = measurement_noise(f[reps], tolerance)
                 rows.append(_row(f"real-draft measurement resolves {100 * tolerance:.0f} % (its repetitions against "
-                                 f"each other; added after the run of 2026-12-05, not pre-registered), {state}",
+                                 f"each other), {state}",
                                  f"standard error of a point {100 * n['se']:.1f} %; a perfect prediction outside "
                                  f"{100 * tolerance:.0f} % at about {n['expected_outside']:.1f} of {n['points']} by noise "
                                  f"alone; {n['reps_needed']} repetitions per prompt needed, {n['reps']} run",
-                                 "under half a point (reported)", n["expected_outside"] < 0.5))
+                                 "under half a point (reported)", n["expected_outside"] < 0.5, preregistered=False))
             if name == "real-draft" and "noise_p_outside" in f:
                 n = noise_summary(f, tolerance)
                 rows.append(_row(f"real-draft prediction and measurement together resolve {100 * tolerance:.0f} % (the "
-                                 f"calibration turns resampled, and the repetitions; added after the run published in "
-                                 f"80bc719, not pre-registered), {state}", prediction_noise_phrase(n),
-                                 "under half a point (reported)", n["expected_outside"] < 0.5))
+                                 f"calibration turns resampled, and the repetitions), {state}", prediction_noise_phrase(n),
+                                 "under half a point (reported)", n["expected_outside"] < 0.5, preregistered=False))
             if name == "oracle-draft" and "speedup_rel_error_realized" in f:
                 ok = int((f["speedup_rel_error_realized"].abs() <= tolerance).sum())
-                rows.append(_row(f"oracle-draft speedup with each cell's realized tokens per step (time alone; added "
-                                 f"after the sizing run, not pre-registered) within {100 * tolerance:.0f} %, {state}",
+                rows.append(_row(f"oracle-draft speedup with each cell's realized tokens per step (time alone) within "
+                                 f"{100 * tolerance:.0f} %, {state}",
                                  f"{ok} of {len(f)}; largest |error| {100 * f['speedup_rel_error_realized'].abs().max():.1f} %",
-                                 "all (reported)", ok == len(f)))
+                                 "all (reported)", ok == len(f), preregistered=False))
     return pd.DataFrame(rows)
 
 
@@ -121,7 +120,7 @@ def paper2_goals(regression: dict, online_info: dict) -> pd.DataFrame:
 
 
 def oracle_bound_goal(oracle_speedup: float, measured: pd.DataFrame, transitions: str = "greedy") -> pd.DataFrame:
-    """Issue 24's goal for notebook 07: the ``transitions`` oracle's speedup at least the best measured
+    """Notebook 07's oracle goal: the ``transitions`` oracle's speedup at least the best measured
     fixed-K rounds' speedup within its interval (``measured``: :func:`moespec.oracle.rounds.fixed_k_speedups`;
     met when the oracle reaches the lower end of the best K's interval). The oracle runs on its
     reference sequences under the fitted cost model, the rounds on theirs under the clock."""
