@@ -7,7 +7,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -93,7 +93,7 @@ import pandas as pd
 from moespec import io, paths, provenance
 from moespec.measure.regimes import ReferenceRead, classify, dominant, split_point
 from moespec.engine import OracleDraft
-from moespec.engine import goals as G
+from moespec.studies import goals as G
 from moespec.notebook_profiles import resolve, setup
 from moespec.threads import untimed_threads as untimed
 from moespec.engine.subject import load_subject, routing_twin
