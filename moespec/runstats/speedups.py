@@ -38,15 +38,19 @@ def speedups_by_part(runs: pd.DataFrame) -> pd.Series:
 
 def catch_up_share(runs: pd.DataFrame) -> pd.Series:
     """Per run (rows of :func:`moespec.engine.speculative.summarize_steps`' fields): the share of its
-    rounds whose draft began with two tokens, ``catch_up`` / ``steps``; 0 at k = 0. A row whose count
-    is missing takes its expectation from the fully accepted rounds, (steps - rejections)
-    (steps - 1) / steps (the last round is followed by none)."""
+    rounds whose draft began with two tokens (the last draft and the bonus token, after a round that
+    accepted every draft), ``catch_up`` / ``steps``; 0 at k = 0."""
+    if missing := sorted({"k", "steps", "catch_up"} - set(runs.columns)):
+        raise ValueError(f"speculative runs lack column(s) {missing} (catch-up share)")
     steps = runs["steps"].astype(float)
     if (steps <= 0).any():
         raise ValueError("runs with no steps have no catch-up share")
-    expected = (steps - runs["rejections"].astype(float)) * (steps - 1) / steps
-    count = runs["catch_up"].astype(float).where(runs["catch_up"].notna(), expected) if "catch_up" in runs else expected
-    return pd.Series((count / steps).where(runs["k"] >= 1, 0.0), index=runs.index, name="catch_up_share")
+    count = runs["catch_up"].astype(float)
+    drafted = runs["k"] >= 1
+    if count[drafted].isna().any():
+        raise ValueError(f"speculative runs: catch_up missing in {int(count[drafted].isna().sum())} of "
+                         f"{int(drafted.sum())} drafted runs")
+    return pd.Series((count / steps).where(drafted, 0.0), index=runs.index, name="catch_up_share")
 
 
 def throughput_grid(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
