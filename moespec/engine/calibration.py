@@ -62,7 +62,8 @@ def _loop_grid(n_max: int) -> list:
     return [(n, dd) for n in range(1, n_max + 1) for dd in (False, True)]
 
 
-def _loop_run(engine, prompt, first, text, cell, pi, rep, vocab, seed, n_tokens, reference, first_prompt, depth) -> dict:
+def _loop_run(engine, prompt, first, text, cell, pi, rep, vocab, seed, n_tokens, reference, first_prompt,
+              depth) -> dict:
     """One verify loop of prompt ``pi`` (the oracle draft at acceptance 1 and k = n - 1, kernel
     ``cell[1]``, seeded by (``seed``, prompt, repetition, n)) as a row; the row's prompt is
     ``first_prompt`` + ``pi``."""

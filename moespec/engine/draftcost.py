@@ -62,7 +62,8 @@ def draft_cost_ratios(engine, drafts: dict, prompt, reps: int = 30, warmup: int 
     rows = []
     for r in drafts:
         ratio = np.asarray(t[r].samples_ns, float) / base
-        rows.append({"draft_cost": float(r), "t_draft_token_s": t[r].median_s, "t_target_step_s": t["target_step"].median_s,
+        rows.append({"draft_cost": float(r), "t_draft_token_s": t[r].median_s,
+                     "t_target_step_s": t["target_step"].median_s,
                      "cost_ratio": float(np.median(ratio)), "cost_ratio_q25": float(np.quantile(ratio, 0.25)),
                      "cost_ratio_q75": float(np.quantile(ratio, 0.75)), "reps": reps,
                      "ref_GBps": float(np.median(bw)) if bw is not None else float("nan")})

@@ -70,7 +70,8 @@ def _routing_term(rows: pd.DataFrame, source: str) -> RoutingTerm | None:
     if np.isnan(u).all():
         return None
     if np.isnan(u).any():
-        raise ValueError(f"draft calibration rows: distinct_experts missing in {int(np.isnan(u).sum())} of {u.size} runs")
+        raise ValueError(f"draft calibration rows: distinct_experts missing in {int(np.isnan(u).sum())} of {u.size} "
+                         f"runs")
     return RoutingTerm.fit(rows["k"].to_numpy(int), u, rows["t_verify_mean_s"].to_numpy(float), source)
 
 

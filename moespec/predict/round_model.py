@@ -85,7 +85,8 @@ class Term:
 
     def __post_init__(self):
         v = _arr(self.values_s, f"term ({self.source}) values")
-        lo, hi = _arr(self.lo_s, f"term ({self.source}) lower ends"), _arr(self.hi_s, f"term ({self.source}) upper ends")
+        lo = _arr(self.lo_s, f"term ({self.source}) lower ends")
+        hi = _arr(self.hi_s, f"term ({self.source}) upper ends")
         runs = np.asarray(self.runs, dtype=int).reshape(-1)
         if not (v.shape == lo.shape == hi.shape == runs.shape):
             raise RoundModelError(f"term ({self.source}): values, interval and runs differ in length "
@@ -336,7 +337,8 @@ class RoutingTerm:
         d = _arr(self.distinct, "routing term: distinct experts per pass")
         object.__setattr__(self, "distinct", d)
         if not np.isfinite(self.s_per_expert):
-            raise RoundModelError(f"routing term: seconds per distinct expert must be finite, found {self.s_per_expert}")
+            raise RoundModelError(f"routing term: seconds per distinct expert must be finite, found "
+                                  f"{self.s_per_expert}")
         if np.any(d <= 0):
             raise RoundModelError(f"routing term: distinct experts per pass must be positive, found {d.tolist()}")
 
@@ -374,7 +376,8 @@ class RoutingTerm:
             ceiling = float(np.min(means_t / means_u))
             if not 0.0 <= slope <= ceiling:
                 clipped = min(max(slope, 0.0), ceiling)
-                source = (f"{source} (least squares gave {slope * 1e3:.4g} ms per pair, outside [0, {ceiling * 1e3:.4g}]: "
+                source = (f"{source} (least squares gave {slope * 1e3:.4g} ms per pair, outside "
+                          f"[0, {ceiling * 1e3:.4g}]: "
                           f"taken as {clipped * 1e3:.4g})")
                 slope = clipped
         return cls(slope, means_u, int(k.size), source)
@@ -421,7 +424,8 @@ class RoundModel:
 
     def __post_init__(self):
         if set(self.verify) != set(KERNELS):
-            raise RoundModelError(f"round model {self.context!r}: verify terms for {sorted(self.verify)}, need {KERNELS}")
+            raise RoundModelError(f"round model {self.context!r}: verify terms for {sorted(self.verify)}, "
+                                  f"need {KERNELS}")
         n = {p: len(t) for p, t in self.verify.items()}
         if len(set(n.values())) != 1 or n["slot"] < 1:
             raise RoundModelError(f"round model {self.context!r}: verify terms cover different pass sizes {n}")
@@ -518,7 +522,8 @@ class RoundModel:
         with two tokens instead of the calibration's (:meth:`DraftTime.shift_s`); V(0) is unchanged
         (a one-token pass touches m experts per layer whatever the token, and nothing is drafted)."""
         if self.routing is None and distinct is not None:
-            raise RoundModelError(f"round model {self.context!r}: no routing term (its calibration recorded no routing)")
+            raise RoundModelError(f"round model {self.context!r}: no routing term (its calibration recorded no "
+                                  f"routing)")
         V = self.step_times("dedup")
         if not 0 <= int(k) <= self.kmax:
             raise RoundModelError(f"round model {self.context!r} covers k = 0..{self.kmax}, asked k = {k}")
@@ -526,7 +531,8 @@ class RoundModel:
         if catch_up is not None:
             Vk += self.draft.shift_s(int(k), catch_up)
         if Vk <= 0:
-            raise RoundModelError(f"round model {self.context!r}: V({k}) at {distinct:g} distinct pairs is not positive")
+            raise RoundModelError(f"round model {self.context!r}: V({k}) at {distinct:g} distinct pairs is not "
+                                  f"positive")
         return float(V[0]), Vk
 
     # --- variants ---------------------------------------------------------------------------
@@ -566,8 +572,10 @@ class RoundModel:
             ctx = d["context"]
             return cls(subject=str(d["subject"]), context=str(ctx), state=str(d["state"]),
                        verify={p: Term.from_dict(d["verify"][p], f"round model {ctx!r} verify {p}") for p in KERNELS},
-                       host=Term.from_dict(d["host"], f"round model {ctx!r} host"), draft=DraftTime.from_dict(d["draft"]),
-                       saving=None if d.get("saving") is None else Term.from_dict(d["saving"], f"round model {ctx!r} saving"),
+                       host=Term.from_dict(d["host"], f"round model {ctx!r} host"),
+                       draft=DraftTime.from_dict(d["draft"]),
+                       saving=(None if d.get("saving") is None
+                               else Term.from_dict(d["saving"], f"round model {ctx!r} saving")),
                        depth=d.get("depth"), regime=str(d.get("regime", "one")), read_GBps=d.get("read_GBps"),
                        notes=dict(d.get("notes") or {}),
                        routing=None if d.get("routing") is None else RoutingTerm.from_dict(d["routing"]))
@@ -578,8 +586,8 @@ class RoundModel:
 @dataclass
 class RoundModels:
     """The round models of one run (every machine state, context and draft it calibrated), and the
-    order of its measurements (``order``: phase -> UTC start time, so that a reader can check that
-    every input of a prediction was measured before the runs that test it)."""
+    order of its measurements (``order``: phase -> UTC start time, so that a reader can check when
+    every input of a prediction was measured against the runs that test it)."""
 
     models: list
     order: dict = field(default_factory=dict)

@@ -46,7 +46,8 @@ def draft_cost_goals(pred: pd.DataFrame, stop: dict) -> pd.DataFrame:
     inside = int((pred["rel_error"].abs() <= 0.10).sum())
     return pd.concat([pd.DataFrame([
         _row("real-draft speedup predicted within 10 % at every (draft cost, k)",
-             f"{inside} of {len(pred)} points; largest |error| {100 * worst:.1f} %", "all points", inside == len(pred))]),
+             f"{inside} of {len(pred)} points; largest |error| {100 * worst:.1f} %", "all points",
+             inside == len(pred))]),
         stop_paying_goal(stop)], ignore_index=True)
 
 
@@ -90,19 +91,22 @@ def round_model_goals(plain: pd.DataFrame, oracle: pd.DataFrame | None, real: pd
                 rows.append(_row(f"real-draft measurement resolves {100 * tolerance:.0f} % (its repetitions against "
                                  f"each other), {state}",
                                  f"standard error of a point {100 * n['se']:.1f} %; a perfect prediction outside "
-                                 f"{100 * tolerance:.0f} % at about {n['expected_outside']:.1f} of {n['points']} by noise "
+                                 f"{100 * tolerance:.0f} % at about {n['expected_outside']:.1f} of {n['points']} by "
+                                 f"noise "
                                  f"alone; {n['reps_needed']} repetitions per prompt needed, {n['reps']} run",
                                  "under half a point (reported)", n["expected_outside"] < 0.5, preregistered=False))
             if name == "real-draft" and "noise_p_outside" in f:
                 n = noise_summary(f, tolerance)
                 rows.append(_row(f"real-draft prediction and measurement together resolve {100 * tolerance:.0f} % (the "
-                                 f"calibration turns resampled, and the repetitions), {state}", prediction_noise_phrase(n),
+                                 f"calibration turns resampled, and the repetitions), {state}",
+                                 prediction_noise_phrase(n),
                                  "under half a point (reported)", n["expected_outside"] < 0.5, preregistered=False))
             if name == "oracle-draft" and "speedup_rel_error_realized" in f:
                 ok = int((f["speedup_rel_error_realized"].abs() <= tolerance).sum())
                 rows.append(_row(f"oracle-draft speedup with each cell's realized tokens per step (time alone) within "
                                  f"{100 * tolerance:.0f} %, {state}",
-                                 f"{ok} of {len(f)}; largest |error| {100 * f['speedup_rel_error_realized'].abs().max():.1f} %",
+                                 f"{ok} of {len(f)}; largest |error| "
+                                 f"{100 * f['speedup_rel_error_realized'].abs().max():.1f} %",
                                  "all (reported)", ok == len(f), preregistered=False))
     return pd.DataFrame(rows)
 
@@ -113,7 +117,8 @@ def paper2_goals(regression: dict, online_info: dict) -> pd.DataFrame:
     share = online_info["online"] / online_info["oracle"]
     rows = regression["rows"]
     return pd.DataFrame([
-        _row(f"eq. (4) in-sample R2, {rows}", f"{regression['eq4_r2_in']:.3f}", ">= 0.9", regression["eq4_r2_in"] >= 0.9),
+        _row(f"eq. (4) in-sample R2, {rows}", f"{regression['eq4_r2_in']:.3f}", ">= 0.9",
+             regression["eq4_r2_in"] >= 0.9),
         _row(f"eq. (4) GroupKFold MAPE, {rows}", f"{regression['eq4_cv_mape_pct']:.2f} %", "<= 10 %",
              regression["eq4_cv_mape_pct"] <= 10.0),
         _row("online early exit / oracle on held-out sequences", f"{100 * share:.1f} %", ">= 90 %", share >= 0.9)])

@@ -146,7 +146,8 @@ class WholeModelStudy:
         return self.fig_dir / name
 
     def _write(self, name: str, df: pd.DataFrame, figure: bool = True) -> None:
-        io.write_dataframe((self.fig_dir if figure else self.out) / name, df.assign(subject=self.label) if figure else df)
+        io.write_dataframe((self.fig_dir if figure else self.out) / name,
+                           df.assign(subject=self.label) if figure else df)
 
     def _drafts(self, costs) -> dict:
         """The subject's draft widened to each draft cost, built once per cost (the calibration and
@@ -305,8 +306,9 @@ class WholeModelStudy:
         with machine_state(state, pin=self.device == "cpu") as ms:
             for d in P["depths"]:
                 routing = [] if state == "quiet" else None
-                cal, runs = depth_sweep(self.sub.engine, self._cal_prompts(d, P), self.prompts_by_depth[d][:P["oracle_prompts"]],
-                                        P["oracle_ks"], P["a_values"], P["n_tokens"], n_max=9, cal_reps=P["cal_reps"],
+                cal, runs = depth_sweep(self.sub.engine, self._cal_prompts(d, P),
+                                        self.prompts_by_depth[d][:P["oracle_prompts"]], P["oracle_ks"], P["a_values"],
+                                        P["n_tokens"], n_max=9, cal_reps=P["cal_reps"],
                                         oracle_reps=P["oracle_reps"], cal_seed=self.seed + 7, oracle_seed=self.seed,
                                         seed=self.seed + 13, depth=d, reference=self.ref,
                                         first_cal_prompt=self.P["oracle_prompts"], routing_out=routing)
@@ -314,7 +316,8 @@ class WholeModelStudy:
                 parts.append(runs.assign(state=state))
                 if state == "quiet":
                     RoutingTrace(routing, num_experts=int(self.sub.description["expert_shape"][0]),
-                                 source=f"greedy continuations verified at d={d}").save(self.out / f"routing_text_d{d}.npz")
+                                 source=f"greedy continuations verified at d={d}").save(
+                                     self.out / f"routing_text_d{d}.npz")
         self.states[state] = ms.describe()
         oracle = pd.concat(parts, ignore_index=True)
         loops = pd.concat(loops, ignore_index=True)
@@ -424,9 +427,9 @@ class WholeModelStudy:
                          f"ratios {np.round(stop['cost_ratio'], 3).tolist()}")
         else:
             io.write_dataframe(self.out / real_draft_file(state), measured)
-        return Result(calibrated.lines + lines, {**calibrated.tables, f"real draft: predicted vs measured ({state})": table(
-            pred, ["draft_cost", "k", "tokens_per_step", "V_hat_ms", "V_meas_ms", "predicted", "predicted_lo",
-                   "predicted_hi", "measured", "rel_error", "predicted_unrouted", "predicted_geometric"])})
+        shown = table(pred, ["draft_cost", "k", "tokens_per_step", "V_hat_ms", "V_meas_ms", "predicted", "predicted_lo",
+                             "predicted_hi", "measured", "rel_error", "predicted_unrouted", "predicted_geometric"])
+        return Result(calibrated.lines + lines, {**calibrated.tables, f"real draft: predicted vs measured ({state})": shown})
 
     # --- 4. side by side, goals, files ----------------------------------------------------------
     def finish(self, rules_prov: dict, **record_fields) -> Result:
@@ -467,8 +470,8 @@ class WholeModelStudy:
         if "stop" in self.results:
             goals = pd.concat([goals, G.stop_paying_goal(self.results["stop"])], ignore_index=True)
         self._write("05_goals.csv", goals)
-        record = {"schema_version": RUN_SCHEMA_VERSION, "profile": self.profile, "subject": self.label, "subject_kind": self.sub.kind,
-                  "description": self.sub.description, "depths": self.P["depths"], "sizes": self.P,
+        record = {"schema_version": RUN_SCHEMA_VERSION, "profile": self.profile, "subject": self.label,
+                  "subject_kind": self.sub.kind, "description": self.sub.description, "depths": self.P["depths"], "sizes": self.P,
                   "device": self.device, "backend": self.backend, "seed": self.seed, "started": self.order,
                   "finished": _now(),
                   "rules": rules_prov, "regimes": self.regimes, "verify_argmax": self.argmax,
