@@ -80,6 +80,33 @@ def test_profiles_keep_what_the_caller_set():
     assert (state_sizes(quick, "quiet")["draft_cal_prompts"], state_sizes(quick, "loaded")["draft_cal_prompts"]) == (2, 2)
 
 
+def test_subject_spec_defaults_refusals_and_the_runs_subject():
+    """The notebooks' ``subject`` dict read by SubjectSpec: unset fields take load_subject's defaults,
+    an unknown field or a wrong type is refused in one line, and a later notebook's given fields must
+    match the ones notebook 05's run recorded."""
+    import inspect
+
+    from moespec.engine.subject import load_subject as load
+    from moespec.notebook_profiles import SubjectSpec
+
+    defaults = {k: v.default for k, v in inspect.signature(load).parameters.items() if k in SubjectSpec.types()}
+    assert SubjectSpec.from_dict({}).args() == defaults and SubjectSpec.from_dict(None) == SubjectSpec()
+    spec = SubjectSpec.from_dict({"model": "byte-faithful", "draft_cost": 1, "layers": 2})
+    assert (spec.model, spec.draft_cost, spec.layers, spec.fmt) == ("byte-faithful", 1.0, 2, "")
+    assert isinstance(spec.draft_cost, float)
+    with pytest.raises(ValueError, match=r"^subject: unknown field 'modle'; expected one of \['draft', "):
+        SubjectSpec.from_dict({"modle": "x"})
+    with pytest.raises(ValueError, match=r"^subject: field 'layers': expected int; found True$"):
+        SubjectSpec.from_dict({"layers": True})
+    with pytest.raises(ValueError, match=r"^subject: field 'draft_cost': expected float; found '0.1'$"):
+        SubjectSpec.from_dict({"draft_cost": "0.1"})
+    recorded = SubjectSpec.from_dict({"model": "byte-faithful", "draft_cost": 0.1}).args()
+    assert SubjectSpec.from_run(recorded, {}) == SubjectSpec.from_dict(recorded)
+    assert SubjectSpec.from_run(recorded, {"model": "byte-faithful", "fmt": ""}).draft_cost == 0.1
+    with pytest.raises(ValueError, match="field 'model' is 'default', notebook 05's run used 'byte-faithful'"):
+        SubjectSpec.from_run(recorded, {"model": "default"})
+
+
 def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3, slot: float = 1.2,
           ks=(1, 2, 4)) -> pd.DataFrame:
     """Synthetic sweep rows whose times and acceptance follow the theory exactly: verify t_verify[k]
