@@ -106,7 +106,7 @@ def test_no_cell_moved_in_expectation_under_a_shuffled_order():
     assert abs(float(logf.mean())) < 0.01
 
 
-def test_as_analysed_and_refusals():
+def test_refusals():
     cells = [(0, 0), (0, 1)] * 3
     rows = sweep([30, 45, 31, 44, 29, 46], cells)
     with pytest.raises(ValueError, match="no machine_factor column"):
