@@ -32,7 +32,9 @@ build-ext: $(STAMP)
 	$(BIN)/python -m moespec.kernels cpp
 	$(BIN)/python benchmarks/ggml_peer/build.py --jobs 2
 
+# lint-imports: the package's layers (the contract in pyproject.toml, docs/DEVELOPING.md)
 test: $(STAMP) build-ext
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 # JupyterLab driven by Playwright in Debian's Chromium (installed here if missing: apt-get); a missing

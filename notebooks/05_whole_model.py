@@ -21,7 +21,7 @@
 # per-slot kernel for passes of up to 9 tokens; **dedup on**: the deduplicating kernel from n = 2
 # (n = 1 is per-slot either way; prefill runs the deduplicating kernel either way).
 #
-# **The subject** (`model=`, docs/engine.md "Subjects"). By default the *byte-faithful-all* subject:
+# **The subject** (`subject = {"model": ...}`, docs/engine.md "Subjects"). By default the *byte-faithful-all* subject:
 # the default MoE trained here with every expert embedded, function-preservingly, in an expert of
 # OLMoE's shape in the kernels' int8 format, and its attention projections and LM head in
 # OLMoE-sized matrices, so that its routing, tokens and draft acceptance are the trained models' and
@@ -33,13 +33,14 @@
 # 1. The output check of Appendix E (greedy tokens and verify argmax, dedup off and on) and, for a
 #    widened subject, the same greedy tokens as the unwidened model in the same format.
 # 2. Verify time tau_p(n), n = 1..9, both settings, at two context depths, in the shuffled grid
-#    (each pass after an unrelated pass; the earlier protocol, kept as the second one).
-# 3. Per machine state (a quiet machine, then a declared memory-bandwidth load on the other core):
-#    a. **round calibration**: the round model V(k) = t_draft(k) + tau_p(k + 1) + h(k), every term
-#       timed inside decode-loop rounds, on prompts the runs below do not use (`moespec.predict.round_model`);
-#    b. speculative decoding with the oracle draft (every k x the pre-registered acceptance values,
-#       dedup on) against the round model's prediction;
-#    c. the real draft model on MT-Bench first turns at several draft costs per token (its MLPs widened
+#    (each pass after an unrelated pass: the second protocol, beside the decode loops' in section 4).
+# 3. Per machine state (a quiet machine, then a declared memory-bandwidth load on the other core),
+#    each prediction's round model V(k) = t_draft(k) + tau_p(k + 1) + h(k) timed inside decode-loop
+#    rounds on prompts the runs it predicts do not use, in one shuffled sweep with them
+#    (`moespec.predict.round_model`):
+#    a. speculative decoding with the oracle draft (every k x the pre-registered acceptance values,
+#       dedup on) against its depth's round model;
+#    b. the real draft model on MT-Bench first turns at several draft costs per token (its MLPs widened
 #       function-preservingly), measured speedups beside the round model's.
 # 4. The two verify protocols side by side, the goals, and the round-model file that notebooks 06-08 read.
 #
@@ -52,82 +53,32 @@
 # The scoring rules were committed before any speculative run on this subject (the commit is printed below).
 
 # %% tags=["parameters"]
-profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
+profile = "quick"   # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce)
 device = "cpu"
 seed = 0
 threads = 1
 backend = "auto"
-model = "byte-faithful-all"
-like = ""
-fmt = ""
-dtype = ""
-draft = ""
-trace_file = ""
-layers = 0
-draft_cost = 0.0
-depths = None
-prompts_per_depth = None
-verify_reps = None
-n_boot = None
-oracle_ks = None
-a_values = None
-n_tokens = None
-oracle_prompts = None
-oracle_reps = None
-real_ks = None
-real_tokens = None
-real_prompts = None
-draft_costs = None
-agree_tokens = None
-breakdown_reps = None
-ratio_reps = None
-states = None            # machine states measured in: ["quiet", "loaded"] (moespec.measure.load)
-cal_prompts = None       # round calibration: prompts per depth for the verify loops (not used by the oracle runs)
-cal_reps = None
-draft_cal_prompts = None # round calibration: MT-Bench turns for the real draft (not used by the test runs)
-loaded_oracle_prompts = None   # the loaded state's smaller runs (same acceptance values and k)
-loaded_oracle_reps = None
-loaded_draft_costs = None
-loaded_real_prompts = None
-plain_runs = None        # real-draft sweeps: plain decoding runs per prompt and repetition (the speedups' denominator)
-real_reps = None         # real-draft test runs: repetitions per prompt
-loaded_real_reps = None  # real-draft test runs in the loaded state: repetitions per prompt
-loaded_draft_cal_prompts = None  # round calibration in the loaded state: MT-Bench turns for the real draft
-draft_cal_plain_runs = None  # round calibration: plain decoding runs per MT-Bench turn (V(0) rests on them)
-noise_resamples = None   # the real draft's calibration turns resampled this often: the prediction's own noise (reported)
-draft_calibration = None # the real draft's round calibration: "interleaved" with its test runs in one sweep, or "before" them
-oracle_calibration = None  # the oracle draft's depth calibration: "interleaved" with the oracle runs, or "before" them
-out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
+subject = {}        # moespec.notebook_profiles.SubjectSpec fields, e.g. {"model": "byte-faithful", "draft_cost": 0.1}
+sizes = {}          # the profile's run sizes to override, e.g. {"real_prompts": 4} (moespec.notebook_profiles.DEFAULTS)
+out_dir = ""        # "": inside the run folder (paths.run_data_dir())
 
 # %%
 from moespec import paths, predict
-from moespec.notebook_profiles import default_depths, resolve, setup
 from moespec.engine.subject import load_subject
+from moespec.notebook_profiles import SubjectSpec, default_depths, resolve, setup
 from moespec.studies.whole_model import WholeModelStudy
 
 out = setup(profile, device, threads, out_dir)
-subject_args = dict(model=model, like=like, fmt=fmt, dtype=dtype, draft=draft, trace_file=trace_file, layers=layers,
-                    draft_cost=draft_cost, layout="published")
-sub = load_subject(profile=profile, device=device, backend=backend, seed=seed, **subject_args)
+spec = SubjectSpec.from_dict(subject)
+sub = load_subject(profile=profile, device=device, backend=backend, seed=seed, **spec.args())
 rules = predict.load_rules(sub.rules_file)
 rules_prov = predict.rules_provenance(sub.rules_file)
-P, from_profile = resolve("05", profile, depths=depths, prompts_per_depth=prompts_per_depth, verify_reps=verify_reps,
-                          n_boot=n_boot, oracle_ks=oracle_ks, a_values=a_values, n_tokens=n_tokens,
-                          oracle_prompts=oracle_prompts, oracle_reps=oracle_reps, real_ks=real_ks,
-                          real_tokens=real_tokens, real_prompts=real_prompts, draft_costs=draft_costs,
-                          agree_tokens=agree_tokens, breakdown_reps=breakdown_reps, ratio_reps=ratio_reps,
-                          states=states, cal_prompts=cal_prompts, cal_reps=cal_reps, draft_cal_prompts=draft_cal_prompts,
-                          loaded_oracle_prompts=loaded_oracle_prompts, loaded_oracle_reps=loaded_oracle_reps,
-                          loaded_draft_costs=loaded_draft_costs, loaded_real_prompts=loaded_real_prompts,
-                          plain_runs=plain_runs, real_reps=real_reps, draft_calibration=draft_calibration,
-                          loaded_real_reps=loaded_real_reps, draft_cal_plain_runs=draft_cal_plain_runs,
-                          noise_resamples=noise_resamples, loaded_draft_cal_prompts=loaded_draft_cal_prompts,
-                          oracle_calibration=oracle_calibration)
+P, from_profile = resolve("05", profile, sizes)
 P["a_values"] = P["a_values"] or rules["acceptance_values"]
 P["draft_costs"] = P["draft_costs"] if P["draft_costs"] is not None else rules.get("draft_cost_grid", {}).get("values", [0.0])
 P["depths"] = P["depths"] or default_depths(sub.context, P["n_tokens"])
 study = WholeModelStudy(sub, P, out, paths.ensure(paths.figures_dir()), profile, device=device, seed=seed,
-                        backend=backend, dtype=dtype)
+                        backend=backend, dtype=spec.dtype)
 print(f"subject: {sub.label}")
 for key, value in sub.description.items():
     print(f"  {key}: {value}")
@@ -149,7 +100,7 @@ study.breakdown()
 study.agreement()
 
 # %% [markdown]
-# ## 2. Verify time tau_p(n) in the shuffled grid (the earlier protocol)
+# ## 2. Verify time tau_p(n) in the shuffled grid
 #
 # Each repetition times the 18 (n, kernel) passes and a 256 MiB reference read in a fresh random
 # order, the cache cropped back after every pass: a pass follows an unrelated one. Section 4 sets
@@ -159,33 +110,28 @@ study.agreement()
 study.verify_grid()
 
 # %% [markdown]
-# ## 3. Per machine state: round calibration, then the runs it predicts
+# ## 3. Per machine state: the runs and the round calibration that predicts them
 #
-# **a. Round calibration.** Teacher-forced decode loops (the oracle draft at acceptance 1 and
+# **a. The oracle draft** (every k x acceptance value, dedup on), measured against G_a(k) V(0) / V(k).
+# Its round model comes from teacher-forced decode loops (the oracle draft at acceptance 1 and
 # k = n - 1: every verify pass holds n tokens and follows the previous round's) at each depth, on
-# prompts the oracle runs do not use. They give each term of V(k) = t_draft(k) + tau_p(k + 1) + h(k)
-# with a 95 % interval. With `oracle_calibration = "interleaved"` (the default since the amendment
-# of 2026-12-06 m) they run in step b, in one shuffled order with the oracle runs of their depth,
-# so both meet the same stretch of the machine; `"before"` runs them here.
+# prompts the oracle runs do not use, in one shuffled order with the oracle runs of their depth, so
+# both meet the same stretch of the machine. They give each term of
+# V(k) = t_draft(k) + tau_p(k + 1) + h(k) with a 95 % interval.
 #
-# **b. The oracle draft** (every k x acceptance value, dedup on): measured against G_a(k) / V(k).
-#
-# **c. The real draft** at every draft cost and k. Its round model comes from MT-Bench turns the
-# test turns do not use (with the per-slot kernel too, for the draft as trained); with
-# `draft_calibration = "interleaved"` (the default since the amendment of 2026-12-05 evening) those
-# calibration turns and the test turns run in one shuffled sweep, so both meet the same stretch of
-# the machine, and the round model is fitted from the calibration turns alone; `"before"` runs them
-# in a sweep of their own in step a. Measured speedup against E(k) V(0) / V(k), E(k) the tokens per
-# step the runs measured (a real draft's acceptance is not geometric; the geometric G_a(k) is shown
-# beside it). Before any of it, each run is taken to its sweep's typical machine state by the two same-round
-# reads that bracket it and its neighbours in time (amendments of 2026-12-06 d and k, `moespec.engine.machine_adjust`); the
-# predictions against the runs as measured are printed and tabled beside the scored ones.
+# **b. The real draft** at every draft cost and k. Its round model comes from MT-Bench turns the
+# test turns do not use (with the per-slot kernel too, for the draft as trained), run in one
+# shuffled sweep with the test turns. Measured speedup against the median over prompts of each
+# prompt's E_p(k) V(0) / V_p(k), E_p(k) the tokens per step the prompt's runs measured (a real
+# draft's acceptance is not geometric; the geometric G_a(k) is shown beside it), V_p(k) with the
+# prompt's own routing and catch-up share. Before any of it, each run is taken to its sweep's
+# typical machine state by the two same-round reads that bracket it and its neighbours in time
+# (`moespec.runstats.machine_adjust`); the files keep the runs as measured.
 
 # %%
 from IPython.display import display
 
 for state in P["states"]:
-    display(study.calibrate(state))
     display(study.oracle_runs(state))
     display(study.real_draft(state))
 
@@ -193,7 +139,7 @@ for state in P["states"]:
 # ## 4. The two protocols side by side, the goals, and the round-model file
 
 # %%
-study.finish(rules_prov, subject_args=subject_args, from_profile=from_profile, threads=threads,
+study.finish(rules_prov, subject_args=spec.args(), from_profile=from_profile, threads=threads,
              subject_kind=sub.kind)
 
 

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -17,7 +17,7 @@
 # # 06 — The prediction chain against the whole-model runs (Tables 3, 4, 7, 8; Figures 4, 5, 6)
 #
 # Paper 1, Section 4 and 4.4, on the subject of notebook 05's run (read from its `run.json`; the
-# subject parameters here, when set, must match it). The expert operation of each of the engine's
+# `subject` fields here, when set, must match it). The expert operation of each of the engine's
 # own layers (its real weights; for the byte-faithful subject the embedded experts at the
 # published shape) is timed alone by `moespec.measure` on passes with chosen ids and on windows of
 # recorded WikiText routing; `moespec.fit` fits (4) and (E.1) and gives the bandwidth error eps.
@@ -39,46 +39,29 @@
 # reference data (their hardware).
 
 # %% tags=["parameters"]
-profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
+profile = "quick"   # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce)
 device = "cpu"
 seed = 0
 threads = 1
 untimed_threads = 0   # torch threads for work not timed (the fits' WikiText routing); 0: every core
 backend = "auto"
-model = ""
-like = ""
-fmt = ""
-dtype = ""
-draft = ""
-trace_file = ""
-layers = 0
-wiki_docs = None
-context = None
-bench_reps = None
-loaded_bench_reps = None
-u_count = None
-windows_per_n = None
-flush_bytes = None
-membw_bytes = None
-out_dir = ""           # "" : inside the run folder (paths.run_data_dir())
+subject = {}        # SubjectSpec fields that must match notebook 05's run (empty: its subject)
+sizes = {}          # the profile's run sizes to override, e.g. {"wiki_docs": 40} (moespec.notebook_profiles.DEFAULTS)
+out_dir = ""        # "": inside the run folder (paths.run_data_dir())
 
 # %%
-import json
-
 from IPython.display import Markdown, display
 
 from moespec import paths
-from moespec.engine.subject import load_subject, subject_args_from_run
-from moespec.notebook_profiles import resolve, setup
+from moespec.engine.subject import load_subject
+from moespec.notebook_profiles import SubjectSpec, resolve, setup
 from moespec.studies.prediction_chain import PredictionChainStudy
+from moespec.studies.whole_model import read_run
 
 out = setup(profile, device, threads, out_dir)
-args = subject_args_from_run(json.loads((out / "run.json").read_text()), model=model, like=like, fmt=fmt, dtype=dtype,
-                             draft=draft, trace_file=trace_file, layers=layers)
-sub = load_subject(profile=profile, device=device, backend=backend, seed=seed, **args)
-P, from_profile = resolve("06", profile, wiki_docs=wiki_docs, context=context, bench_reps=bench_reps,
-                          loaded_bench_reps=loaded_bench_reps, u_count=u_count, windows_per_n=windows_per_n,
-                          flush_bytes=flush_bytes, membw_bytes=membw_bytes)
+spec = SubjectSpec.from_run(read_run(out)["subject_args"], subject)
+sub = load_subject(profile=profile, device=device, backend=backend, seed=seed, **spec.args())
+P, from_profile = resolve("06", profile, sizes)
 study = PredictionChainStudy(sub, P, out, paths.ensure(paths.figures_dir()), profile, device=device, seed=seed,
                              backend=backend, untimed_threads=untimed_threads)
 print(f"subject: {sub.label}")

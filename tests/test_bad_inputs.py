@@ -316,12 +316,17 @@ def test_reproduce_refuses_bad_parameters_before_anything_runs(tmp_path, extra, 
 @pytest.mark.parametrize("notebook, extra, says", [
     ("08", {"acceptance": [0.5, 1.2]}, "parameter 'acceptance[1]': expected >= 0 and < 1; found 1.2"),
     ("08", {"acceptance": []}, "parameter 'acceptance': expected a non-empty list; found []"),
-    ("05", {"depths": "abc"}, "parameter 'depths': expected a list of integers or None; found 'abc'"),
+    ("05", {"sizes": {"depths": "abc"}}, "parameter 'sizes.depths': expected a list of integers or None; found 'abc'"),
+    ("05", {"sizes": {"real_prompts": 0}}, "parameter 'sizes.real_prompts': expected >= 1; found 0"),
+    ("05", {"sizes": {"draft_calibration": "before"}}, "parameter 'sizes': expected a key of the sizes of the "
+     "notebook's profiles (moespec.notebook_profiles.DEFAULTS): ['a_values', "),
+    ("05", {"subject": {"draft_cost": -0.1}}, "parameter 'subject.draft_cost': expected >= 0; found -0.1"),
+    ("05", {"subject": {"layers": "4"}}, "parameter 'subject.layers': expected an integer; found '4' (str)"),
+    ("05", {"subject": {"modle": "default"}}, "parameter 'subject': expected a key of the fields of "
+     "moespec.notebook_profiles.SubjectSpec: ['draft', 'draft_cost', 'dtype', 'fmt', 'layers', 'layout', 'like', "
+     "'model', 'trace_file']; found key 'modle'"),
+    ("06", {"subject": "default"}, "parameter 'subject': expected a dict; found 'default' (str)"),
     ("05", {"threads": 0}, "parameter 'threads': expected >= 1; found 0"),
-    ("05", {"oracle_calibration": "after"},
-     "parameter 'oracle_calibration': expected one of ['interleaved', 'before']; found 'after'"),
-    ("05", {"draft_calibration": "during"},
-     "parameter 'draft_calibration': expected one of ['interleaved', 'before']; found 'during'"),
     ("00", {"retrain": 1}, "parameter 'retrain': expected True or False; found 1 (int)"),
     ("03", {"transfer_models": "qwen3"}, "parameter 'transfer_models': expected a list of texts; found 'qwen3'"),
 ])
@@ -333,7 +338,7 @@ def test_parameter_types_come_from_the_defaults(notebook, extra, says):
 
 
 def test_every_notebook_default_passes_its_own_rules():
-    from moespec.notebook_profiles import DEFAULTS
+    from moespec.notebook_profiles import DEFAULTS, SubjectSpec
 
     declared_anywhere = set()
     for nb in runner.discover():
@@ -342,6 +347,13 @@ def test_every_notebook_default_passes_its_own_rules():
         assert parameters.check_values(nb, declared, declared) == declared
         for table in DEFAULTS.get(nb.stem[:2], {}).values():
             parameters.check_values(nb, {k: v for k, v in table.items() if k in declared}, declared)
+            if "sizes" in declared:                     # the sizes dict takes every profile value
+                declared_anywhere |= set(table)
+                assert parameters.check_values(nb, {"sizes": table}, declared) == {"sizes": table}
+        if "subject" in declared:
+            declared_anywhere |= set(SubjectSpec.types())
+            assert parameters.check_values(nb, {"subject": SubjectSpec().args()}, declared) == {
+                "subject": SubjectSpec().args()}
     assert not set(parameters.RULES) - declared_anywhere, "rules for parameters no notebook declares"
 
 

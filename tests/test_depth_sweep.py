@@ -1,6 +1,6 @@
-"""The oracle draft's round calibration interleaved with the runs it predicts (notebook 05's
-``oracle_calibration = "interleaved"``, amendment of 2026-12-06 m): one shuffled order over both
-parts changes no token, step or routing of either, only the order the runs meet the machine in."""
+"""The oracle draft's round calibration interleaved with the runs it predicts (notebook 05's depth
+sweep): one shuffled order over both parts changes no token, step or routing of either, only the
+order the runs meet the machine in."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The draft's time per round in the catch-up form (amendment of 2026-12-07 b): a round whose draft
-begins by feeding two tokens (after a round that accepted every draft) counted by the engine, the
-fit t_draft(k) = a k + b + c [k = 1] + e s(k), and each test prompt's draft at its own share."""
+"""The draft's time per round in the catch-up form: a round whose draft begins by feeding two tokens
+(after a round that accepted every draft) counted by the engine, the fit
+t_draft(k) = a k + b + c [k = 1] + e s(k), and each test prompt's draft at its own share."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 
 from moespec.engine import ModelDraft, speculative_generate, summarize_steps
-from moespec.engine.speculative import Step, catch_up_share
+from moespec.engine.speculative import Step
 from moespec.oracle.cost import RoundCostModel
 from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
 from moespec.predict.round_model import DraftTime, RoundModel, RoundModelError, fit_draft_time
+from moespec.runstats import catch_up_share
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread on the shared cores
 MS = 1e-3
@@ -30,13 +31,14 @@ def test_catch_up_rounds_counted_by_hand():
     assert summarize_steps(steps)["catch_up"] == 3
     assert summarize_steps([_step(2, j) for j in (2, 0, 2, 2, 2)])["catch_up"] == 3
     assert summarize_steps([_step(0, 0)] * 4)["catch_up"] == 0           # nothing drafted at k = 0
-    rows = pd.DataFrame({"k": [2, 2, 0], "steps": [5, 10, 4], "rejections": [2, 4, 0], "catch_up": [3, np.nan, 0]})
-    share = catch_up_share(rows)
-    # the second run has no count: (10 - 4) full rounds, less the last's 1/10 chance, over 10 rounds
-    assert share.tolist() == pytest.approx([3 / 5, 6 * 9 / 10 / 10, 0.0])
-    assert catch_up_share(rows.drop(columns="catch_up")).tolist() == pytest.approx([3 * 4 / 5 / 5, 0.54, 0.0])
+    rows = pd.DataFrame({"k": [2, 2, 0], "steps": [5, 10, 4], "catch_up": [3, 6, np.nan]})
+    assert catch_up_share(rows).tolist() == pytest.approx([3 / 5, 6 / 10, 0.0])
     with pytest.raises(ValueError, match="no steps"):
         catch_up_share(rows.assign(steps=0))
+    with pytest.raises(ValueError, match=r"lack column\(s\) \['catch_up'\]"):
+        catch_up_share(rows.drop(columns="catch_up"))
+    with pytest.raises(ValueError, match="catch_up missing in 1 of 2 drafted runs"):
+        catch_up_share(rows.assign(catch_up=[3, np.nan, 0]))
 
 
 def test_the_draft_feeds_two_tokens_exactly_in_the_counted_rounds():
@@ -86,10 +88,10 @@ def test_catch_up_fit_recovers_its_coefficients_and_evaluates_at_the_mean_share(
     assert d.term.values_s == pytest.approx(want) and d.form == "catch-up"
     assert np.all(d.term.lo_s <= d.term.values_s) and np.all(d.term.hi_s >= d.term.values_s)
     assert d.shift_s(2, mean[2] + 0.1) == pytest.approx(1.5e-4) and d.shift_s(0, 0.9) == 0.0
-    # the line alone cannot follow the one-draft round and the share: its k = 1 value misses
-    line = fit_draft_time(k, t, "d", kmax=4, source="hand", n_boot=50)
+    # a draft given as a line a k + b (no share) is the fit's degenerate case: no shift at any share
+    line = DraftTime.from_fit("d", 0.4e-3, 0.1e-3, kmax=4, source="given")
     assert line.form == "line" and line.shift_s(2, 0.9) == 0.0
-    assert abs(line.term.values_s[1] - want[1]) > 1e-5
+    assert line.term.values_s == pytest.approx([0, 0.5e-3, 0.9e-3, 1.3e-3, 1.7e-3])
     again = DraftTime.from_dict(d.to_dict())
     assert again.to_dict() == d.to_dict() and again.shift_s(3, 0.3) == pytest.approx(d.shift_s(3, 0.3))
     assert DraftTime.from_dict({k_: v for k_, v in line.to_dict().items()
@@ -145,14 +147,16 @@ def _sweep(share_of: dict, e: float = 2e-3, prompts: int = 3, tps: float = 2.0) 
 def test_each_test_prompt_is_predicted_at_its_own_catch_up_share():
     """Calibration shares 0.3/0.4/0.5 times 0.8^k; test prompts at 0.6, 0.7, 0.8 times 0.8^k (more
     accepted rounds). The catch-up form predicts each prompt's round exactly; the line, fitted
-    to the calibration's shares, under-predicts the test's draft and misses."""
+    at the calibration's mean shares (the diagnostics' ``predicted_unrouted``), under-predicts the
+    test's draft and misses."""
     cal = _sweep({(p, k): (0.3 + 0.1 * p) * 0.8 ** k for p in range(3) for k in (1, 2, 3)})
     test = _sweep({(p, k): (0.6 + 0.1 * p) * 0.8 ** k for p in range(3) for k in (1, 2, 3)})[lambda f: f.dedup]
-    models = CAL.from_draft_runs(cal, "synthetic", n_boot=30, draft_form="catch-up")
+    models = CAL.from_draft_runs(cal, "synthetic", n_boot=30)
     rm: RoundModel = models[0.2]
     assert rm.draft.catch_up_s == pytest.approx(2e-3) and rm.draft.a_s == pytest.approx(1e-3)
-    pred = SP.real_draft_predictions(models, test)
+    pred = SP.real_draft_predictions(models, test).merge(SP.real_draft_diagnostics(models, test), on=["draft_cost", "k"])
     assert np.allclose(pred.rel_error, 0, atol=1e-9)
+    assert (pred.rel_error_unrouted > 0.005).all()              # the test's drafts take longer than the calibration's
     row = pred[pred.k == 2].iloc[0]
     s_test = 0.7 * 0.64
     V2 = 2e-3 + 0.2e-3 + 2e-3 * round(100 * s_test) / 100 + 14e-3 + 0.5e-3
@@ -160,12 +164,8 @@ def test_each_test_prompt_is_predicted_at_its_own_catch_up_share():
     assert row.catch_up_test == pytest.approx(round(100 * s_test) / 100) and row.ms_per_catch_up == pytest.approx(2.0)
     assert row.catch_up_calibration == pytest.approx(np.mean([round(100 * (0.3 + 0.1 * p) * 0.64) / 100
                                                               for p in range(3)]))
-    line = CAL.from_draft_runs(cal, "synthetic", n_boot=30)
-    assert (SP.real_draft_predictions(line, test).rel_error > 0.005).all()   # the test's drafts take longer
     again = RoundModel.from_dict(rm.to_dict())
     assert again.step_times_routed(2, 56.0, 0.5) == pytest.approx(rm.step_times_routed(2, 56.0, 0.5))
-    with pytest.raises(ValueError, match="draft_form"):
-        CAL.from_draft_runs(cal, "synthetic", n_boot=10, draft_form="quadratic")
 
 
 def test_the_oracle_reads_the_draft_term_and_extends_it_per_token():

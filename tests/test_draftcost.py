@@ -1,5 +1,5 @@
 """Bandwidth regimes, the draft-cost sweep and its prediction, the decode-step breakdown, the
-profile defaults and the package functions notebooks 05/06/07 call (issue 16)."""
+profile defaults and the package functions notebooks 05/06/07 call."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from moespec.measure.regimes import ReferenceRead, classify, dominant, regime_su
 from moespec.notebook_profiles import DEFAULTS, default_depths, resolve
 from moespec.predict import calibration as CAL
 from moespec.predict import speculative as SP
+from moespec.runstats import speedup_over_plain
 from moespec.theory import expected_tokens
 
 
@@ -56,15 +57,16 @@ def test_profiles_keep_what_the_caller_set():
     assert values["verify_reps"] == 7 and "verify_reps" not in defaulted
     assert values["depths"] == DEFAULTS["05"]["quick"]["depths"] and "depths" in defaulted
     assert resolve("07", "full", repeats=1)[0]["repeats"] == 1
-    with pytest.raises(ValueError, match="no profile default"):
-        resolve("05", "quick", no_such=1)
+    assert resolve("05", "quick", {"verify_reps": 7})[0] == values        # the sizes dict, as a notebook passes it
+    with pytest.raises(ValueError, match=r"sizes \['no_such'\] are not sizes of the quick profile"):
+        resolve("05", "quick", {"no_such": 1})
     with pytest.raises(ValueError, match="profile"):
         resolve("05", "medium")
     assert default_depths(256, 48) == [64, 198]
     with pytest.raises(ValueError, match="no room"):
         default_depths(64, 48)
     # the loaded state takes its own sizes where the profile has them (full: 3 quiet and 5 loaded
-    # repetitions since amendment 2026-12-06 l, 3 and 3 since h; the quick profile keeps 3 and 2)
+    # repetitions; the quick profile 3 and 2)
     from moespec.studies.whole_model import state_sizes
     full = resolve("05", "full")[0]
     assert (state_sizes(full, "quiet")["real_reps"], state_sizes(full, "loaded")["real_reps"]) == (3, 5)
@@ -73,20 +75,48 @@ def test_profiles_keep_what_the_caller_set():
     assert state_sizes(full, "loaded")["real_prompts"] == full["loaded_real_prompts"] == 6
     own = dict(full, loaded_real_prompts=5)        # a loaded size of its own is the loaded state's, not the quiet one's
     assert (state_sizes(own, "loaded")["real_prompts"], state_sizes(own, "quiet")["real_prompts"]) == (5, 6)
-    # the round calibration's turns: 8 under the load (amendment 2026-12-06 j) and 8 quiet (l; 5 before);
-    # quick 2 and 2
+    # the round calibration's turns: 8 in each state; quick 2 and 2
     assert (state_sizes(full, "quiet")["draft_cal_prompts"], state_sizes(full, "loaded")["draft_cal_prompts"]) == (8, 8)
     assert (state_sizes(quick, "quiet")["draft_cal_prompts"], state_sizes(quick, "loaded")["draft_cal_prompts"]) == (2, 2)
+
+
+def test_subject_spec_defaults_refusals_and_the_runs_subject():
+    """The notebooks' ``subject`` dict read by SubjectSpec: unset fields take load_subject's defaults,
+    an unknown field or a wrong type is refused in one line, and a later notebook's given fields must
+    match the ones notebook 05's run recorded."""
+    import inspect
+
+    from moespec.engine.subject import load_subject as load
+    from moespec.notebook_profiles import SubjectSpec
+
+    defaults = {k: v.default for k, v in inspect.signature(load).parameters.items() if k in SubjectSpec.types()}
+    assert SubjectSpec.from_dict({}).args() == defaults and SubjectSpec.from_dict(None) == SubjectSpec()
+    spec = SubjectSpec.from_dict({"model": "byte-faithful", "draft_cost": 1, "layers": 2})
+    assert (spec.model, spec.draft_cost, spec.layers, spec.fmt) == ("byte-faithful", 1.0, 2, "")
+    assert isinstance(spec.draft_cost, float)
+    with pytest.raises(ValueError, match=r"^subject: unknown field 'modle'; expected one of \['draft', "):
+        SubjectSpec.from_dict({"modle": "x"})
+    with pytest.raises(ValueError, match=r"^subject: field 'layers': expected int; found True$"):
+        SubjectSpec.from_dict({"layers": True})
+    with pytest.raises(ValueError, match=r"^subject: field 'draft_cost': expected float; found '0.1'$"):
+        SubjectSpec.from_dict({"draft_cost": "0.1"})
+    recorded = SubjectSpec.from_dict({"model": "byte-faithful", "draft_cost": 0.1}).args()
+    assert SubjectSpec.from_run(recorded, {}) == SubjectSpec.from_dict(recorded)
+    assert SubjectSpec.from_run(recorded, {"model": "byte-faithful", "fmt": ""}).draft_cost == 0.1
+    with pytest.raises(ValueError, match="field 'model' is 'default', notebook 05's run used 'byte-faithful'"):
+        SubjectSpec.from_run(recorded, {"model": "default"})
 
 
 def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3, slot: float = 1.2,
           ks=(1, 2, 4)) -> pd.DataFrame:
     """Synthetic sweep rows whose times and acceptance follow the theory exactly: verify t_verify[k]
-    (per-slot: ``slot`` times it, draft cost 0 only), draft a_d k + b_d, host h per round."""
+    (per-slot: ``slot`` times it, draft cost 0 only), draft a_d k + b_d, host h per round; a share
+    a^k of the rounds begins its draft with two tokens (the catch-up form's fit of these times is the
+    line itself, c = e = 0)."""
     rows = []
     for p in range(prompts):
         rows.append({"prompt": p, "rep": 0, "prompt_tokens": 40, "draft_cost": np.nan, "k": 0, "dedup": True,
-                     "accepted": 0, "rejections": 0, "steps": 100, "emitted": 100, "tokens_per_step": 1.0,
+                     "accepted": 0, "rejections": 0, "steps": 100, "emitted": 100, "tokens_per_step": 1.0, "catch_up": 0,
                      "t_verify_mean_s": t_verify[0], "t_draft_mean_s": 0.0, "t_host_mean_s": h,
                      "t_step_mean_s": t_verify[0] + h, "throughput": 1 / (t_verify[0] + h), "speedup": 1.0,
                      "ref_GBps": 10.0})
@@ -99,15 +129,16 @@ def _runs(a: float, t_verify: dict, t_draft: dict, h: float, prompts: int = 3, s
                     acc = 1000 * a                              # accepted / (accepted + rejections) = a
                     rows.append({"prompt": p, "rep": 0, "prompt_tokens": 40, "draft_cost": r, "k": k, "dedup": dedup,
                                  "accepted": acc, "rejections": 1000 - acc, "steps": 1000, "emitted": 1000 * G,
+                                 "catch_up": 1000 * a ** k,
                                  "tokens_per_step": G, "t_verify_mean_s": tv, "t_draft_mean_s": ad * k + bd,
                                  "t_host_mean_s": h, "t_step_mean_s": V, "throughput": G / V,
                                  "speedup": G / V * (t_verify[0] + h), "ref_GBps": 10.0})
     return pd.DataFrame(rows)
 
 
-def test_round_model_on_every_run_or_on_the_dominant_read_regime():
-    """Amendment 2026-12-06 f: runs taken to their sweep's typical machine state are fitted whole
-    (by_regime=False); runs as measured keep the rule of the dominant read regime (by_regime=True)."""
+def test_round_model_on_every_run_of_both_read_regimes():
+    """The calibration runs (taken to their sweep's typical machine state) are fitted whole: every
+    run of both read regimes enters each term, and the model says so."""
     tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
     drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3)}
     fast = _runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3, 4))
@@ -115,40 +146,25 @@ def test_round_model_on_every_run_or_on_the_dominant_read_regime():
     for col in ("t_verify_mean_s", "t_draft_mean_s", "t_host_mean_s", "t_step_mean_s"):
         slow[col] = slow[col] * 1.3
     rows = pd.concat([fast, fast.assign(rep=2), slow], ignore_index=True)   # the fast regime dominates, 2 : 1
-    regime = CAL.from_draft_runs(rows, "synthetic", n_boot=50)[0.2]
-    whole = CAL.from_draft_runs(rows, "synthetic", n_boot=50, by_regime=False)[0.2]
-    assert regime.verify["dedup"].values_s[0] == pytest.approx(10e-3)                    # the fast runs alone
+    whole = CAL.from_draft_runs(rows, "synthetic", n_boot=50)[0.2]
     assert whole.verify["dedup"].values_s[0] == pytest.approx((2 * 10e-3 + 13e-3) / 3)  # every run
     assert whole.verify["dedup"].values_s[3] == pytest.approx((2 * 18e-3 + 1.3 * 18e-3) / 3)
     assert whole.host.values_s[0] == pytest.approx((2 * 0.5e-3 + 0.65e-3) / 3)
-    assert regime.regime == "high" and whole.regime == "all rows"
+    assert whole.regime == "all rows" and CAL.from_draft_runs(fast, "synthetic", n_boot=50)[0.2].regime == "one"
 
 
 def test_verify_term_per_draft_cost():
-    """Amendment 2026-12-06 g: where the target's pass is slower after a costlier draft, each draft's
-    verify term is the pooled runs moved along each k's slope on the cost (or its own runs); pooled,
-    one term for all. Runs whose verify time is exactly t_k + c_k r recover it exactly."""
+    """Where the target's pass is slower after a costlier draft, each draft's verify term comes from
+    its own runs: runs whose verify time is exactly t_k + c_k r recover it exactly for every r."""
     tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3}
     slope = {1: 5e-3, 2: 2e-3, 3: 0.0}                        # seconds per unit of draft cost, per k
     drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3), 0.4: (4e-3, 0.1e-3)}
     rows = _runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3))
     spec = rows["k"] >= 1
     rows.loc[spec, "t_verify_mean_s"] += rows.loc[spec, "k"].map(slope) * rows.loc[spec, "draft_cost"]
-    ded = CAL.verify_at_cost(rows[spec & rows.dedup], 0.4)         # every deduplicating run moved to cost 0.4
-    assert np.allclose(ded["t_verify_mean_s"], [tv[k] + slope[k] * 0.4 for k in ded["k"]])
-    one_cost = rows[spec & rows.dedup & (rows.draft_cost == 0.2)]
-    assert CAL.verify_at_cost(one_cost, 0.4).equals(one_cost)      # one cost: no slope, times kept
-    for how in ("linear", "own"):
-        models = CAL.from_draft_runs(rows, "synthetic", n_boot=50, verify_by_cost=how)
-        for r, model in models.items():
-            want = [tv[0]] + [tv[k] + slope[k] * r for k in (1, 2, 3)]
-            assert np.allclose(model.verify["dedup"].values_s, want), (how, r)
-    pooled = CAL.from_draft_runs(rows, "synthetic", n_boot=50)
-    mean_cost = np.mean(list(drafts))
-    assert np.allclose(pooled[0.0].verify["dedup"].values_s, pooled[0.4].verify["dedup"].values_s)
-    assert pooled[0.0].verify["dedup"].values_s[1] == pytest.approx(tv[1] + slope[1] * mean_cost)
-    with pytest.raises(ValueError, match="verify_by_cost"):
-        CAL.from_draft_runs(rows, "synthetic", n_boot=50, verify_by_cost="per draft")
+    for r, model in CAL.from_draft_runs(rows, "synthetic", n_boot=50).items():
+        want = [tv[0]] + [tv[k] + slope[k] * r for k in (1, 2, 3)]
+        assert np.allclose(model.verify["dedup"].values_s, want), r
 
 
 def test_prediction_equals_the_theory_on_runs_that_follow_it():
@@ -158,7 +174,8 @@ def test_prediction_equals_the_theory_on_runs_that_follow_it():
     models = CAL.from_draft_runs(cal, "synthetic", n_boot=50)
     test = _runs(0.6, tv, {r: ab for r, ab in drafts.items()}, h=0.5e-3)[lambda f: f.dedup]
     pred = SP.real_draft_predictions(models, test)
-    assert np.allclose(pred.rel_error, 0, atol=1e-9) and np.allclose(pred.rel_error_geometric, 0, atol=1e-9)
+    assert np.allclose(pred.rel_error, 0, atol=1e-9)
+    assert np.allclose(SP.real_draft_diagnostics(models, test).rel_error_geometric, 0, atol=1e-9)
     row = pred[(pred.draft_cost == 0.2) & (pred.k == 2)].iloc[0]
     V = 2e-3 * 2 + 0.1e-3 + 16e-3 + 0.5e-3
     assert row.predicted == pytest.approx((1 + 0.6 + 0.36) * 10.5e-3 / V)
@@ -176,11 +193,10 @@ def test_prediction_equals_the_theory_on_runs_that_follow_it():
     assert plain["rel_error"] == pytest.approx(0, abs=1e-12)
 
 
-def test_verify_term_is_pooled_over_draft_costs_and_host_is_each_drafts():
-    """Widening a draft changes no token, so the target's verify pass after every draft is the same
-    pass: tau_dedup(k + 1) is the mean over the runs of every draft cost, the same in every draft's
-    round model; h(k) and t_draft(k) stay the draft's own. Hand case: at k = 2 the three drafts'
-    runs (3 prompts each) time the pass at 16, 18 and 15 ms: pooled 49/3 ms."""
+def test_every_term_is_each_drafts_own():
+    """tau_dedup(k + 1), h(k) and t_draft(k) of each draft's round model come from that draft's runs
+    (and the plain runs at k = 0); tau_slot from the per-slot runs of the draft as trained. Hand
+    case: at k = 2 the three drafts' runs (3 prompts each) time the pass at 16, 18 and 15 ms."""
     tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
     drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3), 0.4: (4e-3, 0.1e-3)}
     cal = _runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3, 4))
@@ -189,23 +205,23 @@ def test_verify_term_is_pooled_over_draft_costs_and_host_is_each_drafts():
     cal.loc[at2 & (cal.draft_cost == 0.4), "t_verify_mean_s"] = 15e-3
     cal.loc[(cal.draft_cost == 0.4) & (cal.k >= 1), "t_host_mean_s"] = 0.7e-3
     models = CAL.from_draft_runs(cal, "synthetic", n_boot=50)
-    for r, rm in models.items():
-        assert rm.tau("dedup")[2] == pytest.approx(49e-3 / 3)
+    for r, want in ((0.0, 16e-3), (0.2, 18e-3), (0.4, 15e-3)):
+        rm = models[r]
+        assert rm.tau("dedup")[2] == pytest.approx(want)
         assert rm.tau("dedup")[1] == pytest.approx(14e-3) and rm.tau("dedup")[0] == pytest.approx(10e-3)
-        assert rm.verify["dedup"].runs[2] == 9 and rm.verify["dedup"].runs[0] == 3   # 3 drafts x 3 prompts; plain
-        assert "pooled" in rm.verify["dedup"].source
+        assert rm.verify["dedup"].runs[2] == 3 and rm.verify["dedup"].runs[0] == 3   # 3 prompts; plain
+        assert "this draft's runs" in rm.verify["dedup"].source
         assert rm.tau("slot")[2] == pytest.approx(1.2 * 16e-3)    # the per-slot runs: draft cost 0 only
-    assert np.array_equal(models[0.0].verify["dedup"].lo_s, models[0.4].verify["dedup"].lo_s)
     assert models[0.4].host.values_s[2] == pytest.approx(0.7e-3) and models[0.0].host.values_s[2] == pytest.approx(0.5e-3)
     assert models[0.2].draft.a_s == pytest.approx(2e-3)
 
 
-def test_verify_terms_at_the_runs_read_and_where_the_error_comes_from():
+def test_where_the_error_comes_from():
     """Calibration runs at reads 14, 16, 18 GB/s (one prompt each) whose verify pass takes
-    base_k + bytes_k / B; test runs at 22 GB/s, faster. Averaged over the calibration runs the
-    round model misses the test's speedups; at the test runs' read (``at_GBps``) every verify term
-    is base_k + bytes_k / 22 exactly and the prediction is exact, as is the one from the runs' own
-    step times (``predicted_measured_steps``)."""
+    base_k + bytes_k / B; test runs at 22 GB/s, faster. The round model, averaged over the
+    calibration runs, misses the test's speedups; the diagnostics' prediction from the runs' own
+    step times (``predicted_measured_steps``) is exact, and the geometric G_a(k) is exact too on
+    runs whose acceptance is geometric."""
     base = {k: 4e-3 + 1e-3 * k for k in range(5)}
     nbytes = {k: 0.1 + 0.02 * k for k in range(5)}           # GB read per pass: time = bytes / (GB/s)
     drafts = {0.0: (0.4e-3, 0.1e-3), 0.2: (2e-3, 0.1e-3)}
@@ -215,27 +231,24 @@ def test_verify_terms_at_the_runs_read_and_where_the_error_comes_from():
                                 ks=(1, 2, 3, 4)).assign(prompt=i, ref_GBps=b) for i, b in enumerate(reads)],
                          ignore_index=True)
 
-    cal = at([14.0, 16.0, 18.0])         # one bandwidth regime (reads within 1.4x)
+    models = CAL.from_draft_runs(at([14.0, 16.0, 18.0]), "synthetic", n_boot=50)
     test = at([22.0, 22.0])[lambda f: f.dedup]
-    models = CAL.from_draft_runs(cal, "synthetic", n_boot=50)
-    matched = CAL.from_draft_runs(cal, "synthetic", n_boot=50, at_GBps=22.0)
-    for k in range(5):
-        assert matched[0.2].tau("dedup")[k] == pytest.approx(base[k] + nbytes[k] / 22)
-        assert matched[0.0].tau("slot")[k] == pytest.approx((1.2 if k else 1) * (base[k] + nbytes[k] / 22))
-    assert matched[0.2].read_GBps == 22.0 and matched[0.2].notes["calibration_read_GBps"] == pytest.approx(16.0)
-    assert matched[0.2].draft.a_s == pytest.approx(2e-3) and matched[0.2].verify["dedup"].protocol == "read-fit"
-    pred = SP.real_draft_predictions(models, test, matched)
-    assert np.allclose(pred.rel_error_at_runs_read, 0, atol=1e-9)
-    assert np.allclose(pred.rel_error_measured_steps, 0, atol=1e-9)
+    pred = SP.real_draft_predictions(models, test)
+    diag = SP.real_draft_diagnostics(models, test)
+    assert list(diag[["draft_cost", "k"]].itertuples(index=False)) == list(pred[["draft_cost", "k"]].itertuples(index=False))
+    assert np.allclose(diag.rel_error_measured_steps, 0, atol=1e-9)
     assert (pred.rel_error.abs() > 1e-3).all()                  # the calibration's average state is not the test's
-    assert (pred.read_GBps_runs == 22.0).all() and np.allclose(pred.read_GBps_model, 16.0)
+    assert np.allclose(diag.rel_error_geometric, pred.rel_error, atol=1e-9)   # geometric acceptance: G_a(k) = E(k)
+    V = diag.set_index(["draft_cost", "k"])
+    assert V.loc[(0.2, 2), "V_hat_ms"] == pytest.approx(1e3 * models[0.2].step_times()[2])
+    assert V.loc[(0.2, 2), "V_meas_ms"] == pytest.approx(1e3 * (2e-3 * 2 + 0.1e-3 + base[2] + nbytes[2] / 22 + 0.5e-3))
+    assert "predicted_pooled" not in pred and "predicted_unrouted" not in diag   # no routing term: no unrouted column
 
 
 def test_prediction_is_the_median_prompts_when_one_prompt_rarely_accepts():
     """The measured speedup is a median over prompts; a prompt whose drafts are rarely accepted
-    takes many steps and pulls the pooled tokens per step down, not the median. The prediction uses
-    the median prompt's tokens per step (``predicted`` is exact here), the pooled one
-    (``predicted_pooled``) misses by the pooled-to-median ratio."""
+    takes many steps and would pull a pooled tokens per step down, not the median. The prediction
+    uses each prompt's own tokens per step and takes the median (exact here)."""
     tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
     drafts = {0.0: (0.4e-3, 0.1e-3)}
     models = CAL.from_draft_runs(_runs(0.6, tv, drafts, h=0.5e-3, ks=(1, 2, 3, 4)), "synthetic", n_boot=50)
@@ -248,11 +261,7 @@ def test_prediction_is_the_median_prompts_when_one_prompt_rarely_accepts():
     test.loc[bad, "speedup"] = 1.0 / V * (tv[0] + 0.5e-3)
     pred = SP.real_draft_predictions(models, test)
     assert np.allclose(pred.rel_error, 0, atol=1e-9)                       # the median prompt's E(k): exact
-    row = pred[pred.k == 2].iloc[0]
-    G = 1 + 0.6 + 0.36
-    assert row.tokens_per_step == pytest.approx(G)
-    assert row.tokens_per_step_pooled == pytest.approx((2 * 1000 * G + 10_000) / (2 * 1000 + 10_000))
-    assert row.rel_error_pooled == pytest.approx(row.tokens_per_step_pooled / G - 1)
+    assert pred[pred.k == 2].iloc[0].tokens_per_step == pytest.approx(1 + 0.6 + 0.36)
 
 
 def test_acceptance_is_the_median_prompts():
@@ -298,8 +307,8 @@ def test_draft_cost_sweep_on_the_engine(subject):
     # a function-preserving widening changes no token: same accepted drafts at every cost
     acc = runs[runs.k > 0].pivot_table(index=["prompt", "k"], columns="draft_cost", values="accepted")
     assert (acc[0.0] == acc[0.5]).all()
-    cal = DC.draft_cost_sweep(subject.engine, drafts, prompts[:1], [1, 2], 8, progress=False, slot_costs=[0.0])
-    assert len(cal) == 1 + 2 * 2 + 2 and (~cal.dedup).sum() == 2   # plain, two drafts x two k, per-slot x two k
+    cal = DC.draft_cost_sweep(subject.engine, drafts, prompts[:1], [1, 2, 3], 8, progress=False, slot_costs=[0.0])
+    assert len(cal) == 1 + 2 * 3 + 3 and (~cal.dedup).sum() == 3   # plain, two drafts x three k, per-slot x three k
     pred = SP.real_draft_predictions(CAL.from_draft_runs(cal, "quick", n_boot=20), runs)
     assert set(pred.k) == {1, 2} and np.isfinite(pred.predicted).all()
     with pytest.raises(ValueError, match="draft length >= 1"):
@@ -412,7 +421,7 @@ def test_analyse_bundles_paper2s_analysis():
 
 
 def test_goals_are_decided_from_the_numbers():
-    from moespec.engine import goals as G
+    from moespec.studies import goals as G
 
     metrics = {("prediction", 64): {"sign_correct": 5, "sign_total": 5, "tau_err": 0.08},
                ("prediction", 198): {"sign_correct": 4, "sign_total": 6, "tau_err": 0.12}}
@@ -426,6 +435,7 @@ def test_goals_are_decided_from_the_numbers():
     p2 = G.paper2_goals({"rows": "regime high", "eq4_r2_in": 0.93, "eq4_cv_mape_pct": 11.0},
                         {"online": 0.95, "oracle": 1.0})
     assert list(p2.met) == [True, False, True]
+    assert g.preregistered.all() and d.preregistered.all() and p2.preregistered.all()
 
 
 def _two_rep_runs() -> pd.DataFrame:
@@ -463,11 +473,11 @@ def test_the_measurement_against_itself_by_hand():
     with pytest.raises(ValueError, match="finite and positive"):
         SP.measurement_noise(by_rep.assign(rep1=np.nan))
     with pytest.raises(ValueError, match=r"no plain run \(k = 0\) for prompts \[1\]"):
-        DC.speedup_over_plain(_two_rep_runs()[lambda f: ~((f.prompt == 1) & (f.k == 0))])
+        speedup_over_plain(_two_rep_runs()[lambda f: ~((f.prompt == 1) & (f.k == 0))])
 
 
 def test_predictions_carry_the_repetitions_and_the_goal_row():
-    from moespec.engine.goals import round_model_goals
+    from moespec.studies.goals import round_model_goals
 
     tv = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3, 4: 20e-3}
     drafts = {0.0: (0.4e-3, 0.1e-3)}
@@ -483,9 +493,10 @@ def test_predictions_carry_the_repetitions_and_the_goal_row():
     plain = pd.DataFrame([{"context": "chat", "state": "quiet", "rel_error": 0.0}])
     noisy = pred.assign(state="quiet", rep1=pred.rep0 * 1.2)
     g = round_model_goals(plain, None, noisy).set_index("goal")
-    row = g.loc[[i for i in g.index if i.startswith("real-draft measurement resolves 5 %")][0]]
+    row = g.loc["real-draft measurement resolves 5 % (its repetitions against each other), quiet"]
     n = SP.measurement_noise(noisy[["rep0", "rep1"]])
     assert not row.met and f"about {n['expected_outside']:.1f} of {len(pred)}" in row.value
+    assert not row.preregistered and g.loc["plain step V(0) predicted within 3 %, every context, quiet"].preregistered
     assert SP.noise_line(noisy, "quiet").startswith("[quiet] the measurement against itself: its 2 repetitions")
     # two states' rows with 3 and 2 repetitions: the second's rep2 is empty and not one of its repetitions
     third = pred.assign(state="quiet", rep2=pred.rep0 * 1.1)
@@ -495,21 +506,6 @@ def test_predictions_carry_the_repetitions_and_the_goal_row():
     assert SP.measurement_noise(both[both.state == "loaded"][SP.rep_columns(both[both.state == "loaded"])])["reps"] == 2
     with pytest.raises(ValueError, match="finite and positive"):          # a partly empty repetition is refused
         SP.measurement_noise(both[["rep0", "rep1", "rep2"]])
-
-
-def test_notebook_05_refuses_an_unknown_draft_calibration():
-    from moespec.studies.whole_model import DRAFT_CALIBRATION, WholeModelStudy
-    assert [WholeModelStudy._draft_protocol({"draft_calibration": p}) for p in DRAFT_CALIBRATION] == ["interleaved",
-                                                                                                   "before"]
-    with pytest.raises(ValueError, match=r"draft_calibration must be one of \['interleaved', 'before'\]; found 'after'"):
-        WholeModelStudy._draft_protocol({"draft_calibration": "after"})
-    # the oracle draft's depth calibration (amendment 2026-12-06 m): interleaved by default, "before" selectable
-    from moespec.studies.whole_model import ORACLE_CALIBRATION
-    pick = lambda P: WholeModelStudy._protocol(P, "oracle_calibration", ORACLE_CALIBRATION)   # noqa: E731
-    assert (pick({}), pick({"oracle_calibration": None}), pick({"oracle_calibration": "before"})) == (
-        "interleaved", "interleaved", "before")
-    with pytest.raises(ValueError, match=r"oracle_calibration must be one of \['interleaved', 'before'\]; found 'after'"):
-        pick({"oracle_calibration": "after"})
 
 
 def test_interleaved_sweep_mixes_the_parts_and_changes_no_token(subject):
@@ -536,7 +532,7 @@ def test_interleaved_sweep_mixes_the_parts_and_changes_no_token(subject):
         a = rows.groupby(key, dropna=False)[tokens].sum().sort_index()
         b = alone.groupby(key, dropna=False)[tokens].sum().sort_index()
         assert a.equals(b)
-        assert np.allclose(rows.speedup, DC.speedup_over_plain(rows))
+        assert np.allclose(rows.speedup, speedup_over_plain(rows))
     with pytest.raises(ValueError, match="distinct names"):
         DC.interleaved_sweep(subject.engine, drafts, [parts[0], parts[0]], [1], 4, progress=False)
     with pytest.raises(ValueError, match="at least one prompt"):
@@ -583,35 +579,3 @@ def test_a_draft_holding_its_prompts_drafts_as_one_that_feeds_them(subject):
         assert a == b and holding.cache.get_seq_length() >= len(prompts[pi])
         assert len(holding._held) <= 2
     assert set(holding._held) == {tuple(prompts[2]), tuple(prompts[0])} and not fresh._held   # 0 dropped, fed again
-
-
-def test_a_results_folder_read_back(tmp_path):
-    """moespec.engine.results_folder: a notebook-05 folder's states (quiet first), each state's
-    calibration and test rows, its stamp and source; refusals name what is missing."""
-    import json
-
-    from moespec.engine.results_folder import read_real_draft_folder
-
-    pd.DataFrame({"state": ["loaded", "quiet", "quiet"], "time_s": [3.0, 1.0, 2.0]}).to_csv(
-        tmp_path / "draft_calibration.csv", index=False)
-    pd.DataFrame({"time_s": [5.0]}).to_csv(tmp_path / "real_draft.csv", index=False)
-    (tmp_path / "run.json").write_text(json.dumps({
-        "started": {"b": "2026-12-06T10:00:00+00:00", "a": "2026-12-06T09:59:58+00:00"}, "finished": "x",
-        "subject": "s", "sizes": {"draft_calibration": "interleaved"}, "provenance": {"git_commit": "abc"}}))
-    folder = read_real_draft_folder(tmp_path)
-    assert folder.states == ["quiet", "loaded"] and folder.stamp == "20261206T095958Z"
-    cal, test = folder.sweep("quiet")
-    assert list(cal.time_s) == [1.0, 2.0] and list(test.time_s) == [5.0]
-    assert folder.sweep("quiet", analysed=True)[0].equals(cal)      # no machine factors: as measured
-    pd.DataFrame({"time_s": [5.0], "throughput": [6.4], "machine_factor": [0.8]}).to_csv(
-        tmp_path / "real_draft.csv", index=False)
-    test = folder.sweep("quiet", analysed=True)[1]                   # as notebook 05 analysed it
-    assert list(test.time_s) == [4.0] and list(test.throughput) == [8.0]
-    assert folder.source()["commit"] == "abc" and folder.source()["draft_calibration"] == "interleaved"
-    with pytest.raises(FileNotFoundError, match="no real_draft_loaded.csv"):
-        folder.sweep("loaded")
-    with pytest.raises(ValueError, match="no real-draft runs in state 'busy'"):
-        folder.sweep("busy")
-    (tmp_path / "run.json").unlink()
-    with pytest.raises(FileNotFoundError, match="holds no run.json"):
-        read_real_draft_folder(tmp_path)

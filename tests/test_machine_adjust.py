@@ -1,8 +1,7 @@
-"""The machine adjustment of a real-draft sweep's runs (moespec.engine.machine_adjust, amendment of
-2026-12-06 d): the read slope (one per sweep, or one for the plain runs and one for the drafted:
-amendment of 2026-12-07 a) and the neighbour term on hand-checkable sweeps, the run's read from
-the two reads that bracket it (amendment k), the run itself left out, no cell moved in expectation
-under a shuffled order, and clear refusals."""
+"""The machine adjustment of a real-draft sweep's runs (moespec.runstats.machine_adjust): the read
+slopes (one for the plain runs, one for the drafted) and the neighbour term on hand-checkable
+sweeps, the run's read from the two reads that bracket it, the run itself left out, no cell moved
+in expectation under a shuffled order, and clear refusals."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from moespec.engine import machine_adjust as MA
-from moespec.engine.draftcost import speedup_over_plain
+from moespec.runstats import machine_adjust as MA
+from moespec.runstats import speedup_over_plain
 
 
 def sweep(throughput, cells, ref=None) -> pd.DataFrame:
@@ -26,15 +25,23 @@ def sweep(throughput, cells, ref=None) -> pd.DataFrame:
     return rows
 
 
+def bracketing_log_read(ref) -> np.ndarray:
+    """Each run's log read as the adjustment takes it, about its median: the geometric mean of its
+    own read and the next run's (the last run's its own alone)."""
+    ref = np.asarray(ref, float)
+    b = np.log(np.sqrt(ref * np.r_[ref[1:], ref[-1]]))
+    return b - np.median(b)
+
+
 def test_read_slope_recovered_and_taken_out_exactly():
     rng = np.random.default_rng(1)
     cells = [(0, 0), (0, 1), (1, 0), (1, 1)] * 6
     base = {(0, 0): 30.0, (0, 1): 45.0, (1, 0): 28.0, (1, 1): 40.0}
     ref = rng.uniform(10, 20, len(cells))
-    x = np.log(ref) - np.median(np.log(ref))
+    x = bracketing_log_read(ref)
     thr = np.array([base[c] for c in cells]) * np.exp(0.5 * x)
-    mf = MA.machine_factors(sweep(thr, cells, ref), read="own")      # amendment d's rule: the read before
-    assert mf.slope == pytest.approx(0.5) and mf.read == "own"
+    mf = MA.machine_factors(sweep(thr, cells, ref))
+    assert mf.slope == pytest.approx(0.5) and mf.group_slopes == pytest.approx({"drafted": 0.5, "plain": 0.5})
     assert mf.factor.to_numpy() == pytest.approx(np.exp(0.5 * x))      # nothing left for the neighbours
     adj = MA.adjusted(sweep(thr, cells, ref).assign(machine_factor=mf.factor))
     assert adj["throughput"].to_numpy() == pytest.approx([base[c] for c in cells])
@@ -44,26 +51,11 @@ def test_read_slope_recovered_and_taken_out_exactly():
         [base[(p, 1)] / base[(p, 0)] for p, k in cells if k == 1])
 
 
-def test_bracketing_reads_by_hand_and_their_slope_recovered():
+def test_bracketing_reads_by_hand():
     order = pd.DataFrame({"seq": [0, 1, 2], "ref_GBps": [10.0, 40.0, 20.0]})
     # each run: its own read and the next run's (timed just after it), the last its own alone
     assert MA.run_reads(order) == pytest.approx([20.0, np.sqrt(800.0), 20.0])
-    assert MA.run_reads(order, "own") == pytest.approx([10.0, 40.0, 20.0])
-    with pytest.raises(ValueError, match="read must be one of"):
-        MA.run_reads(order, "next")
-    rng = np.random.default_rng(3)
-    cells = [(0, 0), (0, 1), (1, 0), (1, 1)] * 6
-    base = np.array([{(0, 0): 30.0, (0, 1): 45.0, (1, 0): 28.0, (1, 1): 40.0}[c] for c in cells])
-    ref = rng.uniform(10, 20, len(cells))
-    b = np.log(np.sqrt(ref * np.r_[ref[1:], ref[-1]]))
-    thr = base * np.exp(0.7 * (b - np.median(b)))           # the machine during a run: between its two reads
-    mf = MA.machine_factors(sweep(thr, cells, ref))
-    assert mf.read == "bracketing" and mf.slope == pytest.approx(0.7)
-    assert MA.adjusted(sweep(thr, cells, ref).assign(machine_factor=mf.factor))["throughput"].to_numpy() == \
-        pytest.approx(base)
-    own = MA.machine_factors(sweep(thr, cells, ref), read="own")  # the read before alone sees part of it
-    assert MA.run_noise(MA.adjusted(sweep(thr, cells, ref).assign(machine_factor=own.factor))) > 0.01
-    assert MA.factor_summary(mf, sweep(thr, cells, ref).assign(machine_factor=mf.factor))["read"] == "bracketing"
+    assert np.isnan(MA.run_reads(order.drop(columns="ref_GBps"))).all()
 
 
 def test_neighbour_term_takes_out_a_step_in_the_machine():
@@ -114,10 +106,9 @@ def test_no_cell_moved_in_expectation_under_a_shuffled_order():
     assert abs(float(logf.mean())) < 0.01
 
 
-def test_as_analysed_and_refusals():
+def test_refusals():
     cells = [(0, 0), (0, 1)] * 3
     rows = sweep([30, 45, 31, 44, 29, 46], cells)
-    assert MA.as_analysed(rows) is rows                       # a run recorded before the amendment
     with pytest.raises(ValueError, match="no machine_factor column"):
         MA.adjusted(rows)
     with pytest.raises(ValueError, match="positive and finite"):
@@ -130,54 +121,40 @@ def test_as_analysed_and_refusals():
         MA.machine_factors(rows.assign(seq=[0, 1, 1, 2, 3, 4]))
     with pytest.raises(ValueError, match="neighbours must be >= 1"):
         MA.machine_factors(rows, neighbours=0)
-    with pytest.raises(ValueError, match="read must be one of"):
-        MA.machine_factors(rows, read="after")
     with pytest.raises(ValueError, match="cells run at least twice"):
         MA.run_noise(rows.assign(prompt=range(6)))
 
 
 def _two_slope_sweep(seed=5, reps=6):
-    """Plain runs that follow the read with slope 1, drafted ones with slope 0.5 (amendment of
-    2026-12-07 a's premise, exactly), three prompts in a seeded order."""
+    """Plain runs that follow the read with slope 1, drafted ones with slope 0.5 (a plain step is
+    all weight reads, a drafted round adds the draft's compute), three prompts in a seeded order."""
     rng = np.random.default_rng(seed)
     cells = [(p, k) for p in range(3) for k in (0, 1, 2)] * reps
     cells = [cells[i] for i in rng.permutation(len(cells))]
     base = np.array([{0: 30.0, 1: 45.0, 2: 50.0}[k] + p for p, k in cells])
     ref = rng.uniform(10, 30, len(cells))
-    x = np.log(ref) - np.median(np.log(ref))
     power = np.array([1.0 if k == 0 else 0.5 for _, k in cells])
-    return sweep(base * np.exp(power * x), cells, ref), base, x
+    return sweep(base * np.exp(power * bracketing_log_read(ref)), cells, ref), base
 
 
-def test_plain_and_drafted_slopes_recovered_where_one_sweep_slope_is_not():
-    rows, base, x = _two_slope_sweep()
-    mf = MA.machine_factors(rows, read="own", iterations=0)
-    assert mf.slope_by == "plain-drafted"                     # the default since amendment 2026-12-07 a
-    assert mf.group_slopes == pytest.approx({"drafted": 0.5, "plain": 1.0})
+def test_plain_and_drafted_slopes_recovered():
+    rows, base = _two_slope_sweep()
+    mf = MA.machine_factors(rows, iterations=0)
+    assert mf.group_slopes == pytest.approx({"drafted": 0.5, "plain": 1.0}) and 0.5 < mf.slope < 1.0
     adj = MA.adjusted(rows.assign(machine_factor=mf.factor))
     assert adj["throughput"].to_numpy() == pytest.approx(base)
     assert MA.run_noise(adj) == pytest.approx(0, abs=1e-12)
-    one = MA.machine_factors(rows, read="own", iterations=0, slope_by="sweep")
-    assert one.group_slopes == {"all": pytest.approx(one.slope)} and 0.5 < one.slope < 1.0
-    assert MA.run_noise(MA.adjusted(rows.assign(machine_factor=one.factor))) > 0.01
     summary = MA.factor_summary(mf, rows.assign(machine_factor=mf.factor))
-    assert summary["slope_by"] == "plain-drafted" and summary["slope_plain"] == pytest.approx(1.0)
-    assert "slope_all" not in MA.factor_summary(one, rows.assign(machine_factor=one.factor))
+    assert summary["slope_plain"] == pytest.approx(1.0) and summary["slope_drafted"] == pytest.approx(0.5)
+    assert summary["slope"] == pytest.approx(mf.slope) and summary["noise_adjusted"] == pytest.approx(0, abs=1e-12)
+    assert MA.settings() == {"neighbours": 4, "iterations": 1, "min_group_runs": MA.MIN_GROUP_RUNS}
 
 
-def test_held_out_read_noise_prefers_the_true_grouping_and_a_thin_group_takes_the_sweeps_slope():
-    rows, _, _ = _two_slope_sweep()
-    assert MA.held_out_read_noise(rows, "plain-drafted", read="own") == pytest.approx(0, abs=1e-12)
-    assert MA.held_out_read_noise(rows, "sweep", read="own") > 0.01
-    # by k: the two drafted k's each hold their slope 0.5, so nothing is left either
-    assert MA.held_out_read_noise(rows, "k", read="own") == pytest.approx(0, abs=1e-12)
+def test_a_thin_group_takes_the_sweeps_slope():
+    rows, _ = _two_slope_sweep()
     few = rows[(rows.k != 0) | (rows.seq < 12)]                # a handful of plain runs: under MIN_GROUP_RUNS
     few = few.assign(seq=np.arange(len(few)))
-    mf = MA.machine_factors(few, read="own", iterations=0)
+    mf = MA.machine_factors(few, iterations=0)
     plain_cells = MA.cell_keys(few[few.k == 0]).value_counts()
     assert plain_cells[plain_cells >= 2].sum() < MA.MIN_GROUP_RUNS   # the plain runs of repeated cells
-    assert mf.group_slopes["plain"] == pytest.approx(mf.slope)
-    with pytest.raises(ValueError, match="slope_by must be one of"):
-        MA.machine_factors(rows, slope_by="prompt")
-    with pytest.raises(ValueError, match="slope_by must be one of"):
-        MA.held_out_read_noise(rows, "prompt")
+    assert mf.group_slopes["plain"] == pytest.approx(mf.slope) and mf.group_slopes["drafted"] != mf.slope

@@ -1,6 +1,6 @@
 """Notebooks 05 (whole-model runs) and 06 (prediction chain, Tables 3/4/7/8, Figures 4/5/6),
 quick profile, on the byte-faithful-all default subject and on a replayed published shape: the files
-they write and the numbers they print."""
+they write and the numbers they print, each recomputed from the run's own rows."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_scripts import load_benchmark
 from moespec import paths, predict
-from moespec.engine import machine_adjust as MA
-from moespec.engine.results_folder import read_real_draft_folder, real_draft_file
 from moespec.engine.subject import load_subject
 from moespec.predict import calibration as CAL
 from moespec.predict import noise as NOISE
 from moespec.predict import speculative as SP
+from moespec.runstats import machine_adjust as MA
+from moespec.studies.whole_model import RUN_SCHEMA_VERSION, read_run, real_draft_file
 
 pytestmark = pytest.mark.notebook
 RULES = paths.data_dir() / "preregistration" / "scoring_rules_byte_faithful_all.json"   # the default subject's (Subject.rules_file)
@@ -35,7 +34,8 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
               "05_verify_protocols.png", "05_oracle_predictions.csv", "05_plain_step.csv", "05_predictions.png",
               "05_real_draft_acceptance.csv", "05_goals.csv"):
         assert (figs / f).stat().st_size > 0, f
-    assert re.search(r"^subject: .*byte-faithful", text, re.M)
+    assert re.search(r"^subject: .*byte-faithful-all", text, re.M)
+    assert "scoring_rules_byte_faithful_all.json" in text and "pre-registered for this subject: True" in text
     # every table names the subject it was made on
     label = pd.read_csv(figs / "05_breakdown.csv")["label"].iloc[0]
     for f in ("05_verify_summary.csv", "05_oracle_cells.csv", "05_draft_cost_predictions.csv", "05_plain_step.csv"):
@@ -47,11 +47,21 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     assert g and g.group(1) == g.group(2) == "72"   # 3 prompts x 12 tokens x 2 depths
     assert v and v.group(1) == v.group(2)
     assert w and w.group(1) == w.group(2) == "72"
+    same = pd.read_csv(figs / "05_function_preserved.csv")
+    assert (same.greedy_equal == same.tokens).all() and (same.max_abs_logit_diff <= 1e-4 * same.max_abs_logit).all()
+    bd = pd.read_csv(figs / "05_breakdown.csv").iloc[0]
+    assert bd.attention_ms > 0 and bd.lm_head_ms > 0 and "byte-faithful-all" in bd.label
+    # each component's bytes beside its time and the published model's byte share
+    parts = ("attention", "experts", "lm_head", "kv_cache", "other")
+    assert sum(bd[f"{c}_share"] for c in parts) == pytest.approx(1)
+    assert sum(bd[f"{c}_share_published"] for c in parts) == pytest.approx(1)
+    assert bd.experts_GBps == pytest.approx(bd.experts_MB / bd.experts_ms)
+    assert re.search(r"experts: [\d.]+ MB per step, share [\d.]+ \([^)]+: [\d.]+\); [\d.]+ ms alone", text)
     prov = predict.rules_provenance(RULES)
     if prov["commit"]:
         assert f"commit {prov['commit']}" in text and "unchanged on disk: True" in text
         assert re.search(r"before the speculative runs started .*: True", text)
-    # the round model: every state, context and draft, measured before the runs it predicts
+    # the round model: every state, context and draft, calibrated in the sweeps of the runs it predicts
     models = predict.RoundModels.load(figs / "05_round_model.json")
     assert models.states == ["quiet", "loaded"]
     assert {m.key() for m in models.select(state="quiet")} == {
@@ -59,13 +69,13 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         ("quiet", "chat", "the run's own draft (as trained)"), ("quiet", "chat", "the run's draft widened to cost 0.3")}
     order = models.order
     for state in ("quiet", "loaded"):
-        assert order[f"calibration {state}"] < order[f"oracle runs {state}"] < order[f"real-draft runs {state}"]
+        assert order[f"oracle runs {state}"] < order[f"real-draft runs {state}"]
     loops = pd.read_csv(out / "verify_loops.csv")
     assert set(loops["n"]) == set(range(1, 10)) and set(loops["dedup"]) == {True, False}
     assert (loops["ref_GBps"] > 0).all() and set(loops["state"]) == {"quiet", "loaded"}
     # the calibration's prompts are not the test runs' (the oracle runs use the first two per depth)
     assert set(loops["prompt"]) == {2}
-    # the depth calibration ran in one shuffled order with the oracle runs of its depth (amendment m)
+    # the depth calibration ran in one shuffled order with the oracle runs of its depth
     runs = pd.read_csv(out / "oracle_runs.csv")
     for d in (24, 48):
         both = pd.concat([loops[(loops.state == "quiet") & (loops.d == d)].assign(part="loops"),
@@ -89,12 +99,11 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     real = pd.read_csv(out / "real_draft.csv")
     assert set(real["k"]) == {0, 1, 2, 3} and set(real["draft_cost"].dropna()) == {0.0, 0.3}
     assert (real[real.k == 0].groupby(["state", "prompt", "rep"]).size() == 2).all()   # quick: plain_runs = 2
-    # quick: real_reps = 3 quiet, loaded_real_reps = 2 (amendment of 2026-12-06 c)
+    # quick: real_reps = 3 quiet, loaded_real_reps = 2
     assert {s: set(pd.read_csv(out / real_draft_file(s))["rep"]) for s in ("quiet", "loaded")} == {
         "quiet": {0, 1, 2}, "loaded": {0, 1}}
-    # the real draft's round calibration ran in one shuffled sweep with its test runs (draft_calibration
-    # "interleaved", the default), and its round models are fitted from the calibration turns alone
-    assert "[quiet] the real draft's round calibration runs interleaved with its test runs (step c)" in text
+    # the real draft's round calibration ran in one shuffled sweep with its test runs, and its round
+    # models are fitted from the calibration turns alone
     cal_rows = pd.read_csv(out / "draft_calibration.csv")
     assert (cal_rows[cal_rows.k == 0].groupby(["state", "prompt"]).size() == 3).all()    # draft_cal_plain_runs = 3
     for state in ("quiet", "loaded"):
@@ -103,9 +112,8 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         assert c.seq.min() < t.seq.max() and t.seq.min() < c.seq.max()     # the parts overlap in time
         assert sorted([*c.seq, *t.seq]) == list(range(len(c) + len(t)))    # one sweep held both
         # the files hold the runs as measured with each run's machine factor over the whole sweep, and
-        # the round models are fitted to the calibration runs adjusted by them (amendment 2026-12-06 d)
-        both = read_real_draft_folder(out).whole_sweep(state)      # the state's calibration and test rows
-        assert len(both) == len(c) + len(t) and set(both.part) == {"calibration", "test"}
+        # the round models are fitted to the calibration runs adjusted by them
+        both = pd.concat([c.assign(part="calibration"), t.assign(part="test")], ignore_index=True)
         refactored = MA.machine_factors(both.drop(columns=MA.FACTOR))
         assert np.allclose(refactored.factor.to_numpy(), both[MA.FACTOR].to_numpy())
         assert (both[MA.FACTOR] != 1).any()
@@ -113,8 +121,7 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         assert said.slope == pytest.approx(refactored.slope) and said.runs == len(both)
         assert said.noise_measured == pytest.approx(MA.run_noise(both))
         assert said.noise_adjusted == pytest.approx(MA.run_noise(MA.adjusted(both)))
-        refit = CAL.from_draft_runs(MA.adjusted(c), label, state, n_boot=200, seed=0, by_regime=False,
-                                    verify_by_cost="own", draft_form="catch-up")   # amendments 2026-12-06 i, 12-07 b
+        refit = CAL.from_draft_runs(MA.adjusted(c), label, state, n_boot=200, seed=0)
         for fitted in refit.values():
             saved = models.get(state, "chat", fitted.draft.name)
             assert np.allclose(saved.step_times("dedup"), fitted.step_times("dedup"))
@@ -124,36 +131,34 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         # the engine counted each run's catch-up rounds: never more than its fully accepted rounds
         drafted = t[t.k >= 1]
         assert (drafted.catch_up <= drafted.steps - drafted.rejections).all() and (t[t.k == 0].catch_up == 0).all()
-    assert read_real_draft_folder(out).draft_form == "catch-up"
     chat = models.select(state="quiet", context="chat")     # one verify term per draft, from its own runs
     assert len(chat) == 2 and not np.array_equal(chat[0].tau("dedup"), chat[1].tau("dedup"))
     assert chat[0].verify["dedup"].runs[1] == chat[0].verify["slot"].runs[1]   # its own runs, as many as per-slot
     pred = pd.read_csv(figs / "05_draft_cost_predictions.csv")
     assert len(pred) == 2 * 3 + 1 * 3 and set(pred.state) == {"quiet", "loaded"}
-    # where the error comes from: the runs' own step times, and the verify terms at the runs' read
+    # the predictions and their diagnostics, from the round models and the adjusted runs of each state
+    for state, g in pred.groupby("state", sort=False):
+        runs_of = MA.adjusted(pd.read_csv(out / real_draft_file(state)))
+        cost = {m.draft.name: m for m in models.select(state=state, context="chat")}
+        by_cost = {r: cost[CAL.draft_name(r)] for r in sorted(runs_of.draft_cost.dropna().unique())}
+        again = SP.real_draft_predictions(by_cost, runs_of).merge(SP.real_draft_diagnostics(by_cost, runs_of),
+                                                                   on=["draft_cost", "k"])
+        for col in again.columns:
+            if pd.api.types.is_numeric_dtype(again[col]) or pd.api.types.is_bool_dtype(again[col]):
+                assert np.allclose(g[col].to_numpy(float), again[col].to_numpy(float)), (state, col)
+            else:
+                assert list(g[col]) == list(again[col]), (state, col)
     assert pred.predicted_measured_steps.to_numpy() == pytest.approx(
         (pred.tokens_per_step * pred.V0_meas_ms / pred.V_meas_ms).to_numpy())
-    for state, g in pred.groupby("state"):
-        runs_of = pd.read_csv(out / real_draft_file(state))
-        assert g.read_GBps_runs.iloc[0] == pytest.approx(runs_of.ref_GBps.median())
+    assert not {"predicted_pooled", "rel_error_as_measured", "read_GBps_runs"} & set(pred.columns)
     assert re.findall(r"\[(\w+)\] where the error comes from: with the runs' own step times in place of the "
                       r"round model's, within 5 % at \d+ of \d+", text) == ["quiet", "loaded"]
-    lines = re.findall(r"\[(\w+)\] machine adjustment: .* Against the runs as measured: within 5 % at (\d+) of \d+ "
-                       r".*with the verify terms at the runs' read \([\d.]+ GB/s; calibration [\d.]+ GB/s\) "
-                       r"(within 5 % at \d+|not computed \(.+\))", text)
-    assert [state for state, _, _ in lines] == ["quiet", "loaded"]
-    for state, inside, said in lines:  # a tiny model's few runs at close reads may fit no positive time: it says so
-        g = pred[pred.state == state]
-        assert int(inside) == int((g.rel_error_as_measured.abs() <= 0.05).sum())
-        if said.startswith("within"):
-            assert g.predicted_at_runs_read_as_measured.notna().all()
-        else:
-            assert "predicted_at_runs_read_as_measured" not in g or g.predicted_at_runs_read_as_measured.isna().all()
-        # the as-measured columns are the predictions from the runs as measured
-        runs_of = pd.read_csv(out / real_draft_file(state))
-        cal_of = pd.read_csv(out / "draft_calibration.csv").query("state == @state")
-        raw = SP.real_draft_predictions(CAL.from_draft_runs(cal_of, label, state, n_boot=200, seed=0), runs_of)
-        assert np.allclose(g.measured_as_measured.to_numpy(), raw.measured.to_numpy())
+    lines = re.findall(r"\[(\w+)\] machine adjustment: read slope (-?[\d.]+) over the sweep, drafted -?[\d.]+, plain "
+                       r"-?[\d.]+, 4 neighbours a side, factors", text)
+    assert [state for state, _ in lines] == ["quiet", "loaded"]
+    for state, slope in lines:
+        assert float(slope) == pytest.approx(pd.read_csv(figs / "05_machine_adjustment.csv").set_index("state")
+                                             .loc[state, "slope"], abs=0.006)
     # the measurement against itself: each repetition's speedups over its own plain runs, per state
     for state, g in pred.groupby("state"):
         runs_of = MA.adjusted(pd.read_csv(out / real_draft_file(state)))
@@ -175,6 +180,11 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         assert (f"[{state}] the prediction against its own calibration (turns resampled 10 times): "
                 f"{NOISE.prediction_noise_phrase(n)}") in text
     assert goals["goal"].str.startswith("real-draft prediction and measurement together resolve 5 %").sum() == 2
+    assert not goals["goal"].str.contains("added after|not pre-registered").any()
+    assert set(goals.loc[~goals.preregistered, "goal"].str.split(",").str[0]) == {
+        "real-draft measurement resolves 5 % (its repetitions against each other)",
+        "real-draft prediction and measurement together resolve 5 % (the calibration turns resampled",
+        "oracle-draft speedup with each cell's realized tokens per step (time alone) within 5 %"}
     # advise's acceptance: per state, the median over prompts of each prompt's rate (draft as trained)
     acc = pd.read_csv(figs / "05_real_draft_acceptance.csv").set_index("state")
     per = pd.read_csv(figs / "05_real_draft_acceptance_by_prompt.csv")
@@ -187,9 +197,11 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         assert acc.loc[state, "a_pooled"] == pytest.approx(counts.accepted.sum() / counts.to_numpy().sum())
         assert acc.loc[state, "prompts"] == len(counts) == len(per[per.state == state])
     assert re.search(r"plain decoding fastest on \d of 2 prompts", text)
-    record = json.loads((out / "run.json").read_text())
+    record = read_run(out)
+    assert record["schema_version"] == RUN_SCHEMA_VERSION and "draft_form" not in record
     assert record["subject_args"]["model"] == "byte-faithful-all" and "verify_reps" in record["from_profile"]
     assert set(record["machine_states"]) == {"quiet", "loaded"}
+    assert record["machine_adjustment"] == MA.settings()
 
     _, figs, text = run_notebook("06_predictions", out_dir=str(out), backend="torch")
     for f in ("06_fig4_saving.png", "06_fig5_kstar_bounds.png", "06_fig6_preregistered.png", "06_fits.csv",
@@ -236,51 +248,19 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
     if prov["commit"]:
         assert f"read unchanged; commit {prov['commit']}" in text
     assert re.search(r"engine eps = \d+\.\d{3}", text)
-    # notebook 06 refuses to predict another subject than notebook 05 ran
-    with pytest.raises(Exception, match="differs from notebook 05's run"):
-        run_notebook("06_predictions", out_dir=str(out), backend="torch", model="default")
-
-
-def test_byte_faithful_all_subject_through_05(run_notebook, tmp_path):
-    """The subject with attention and LM head padded too runs notebook 05 by name: its own
-    pre-registered rules, its function check against the unpadded model in the format (attention
-    and head included), and the breakdown's attention and LM-head components."""
-    out = tmp_path / "engine"
-    _, figs, text = run_notebook("05_whole_model", out_dir=str(out), model="byte-faithful-all",
-                                 draft_calibration="before")
-    assert re.search(r"^subject: .*byte-faithful-all", text, re.M)
-    # the earlier protocol, kept selectable: the real draft's calibration sweep ran in step a, on its own
-    assert "runs interleaved with its test runs" not in text
-    cal_rows, real = pd.read_csv(out / "draft_calibration.csv"), pd.read_csv(out / "real_draft.csv")
-    assert set(cal_rows.state) == {"quiet", "loaded"} and "part" not in cal_rows and "part" not in real
-    assert list(cal_rows[cal_rows.state == "quiet"].seq) == list(range((cal_rows.state == "quiet").sum()))
-    assert "scoring_rules_byte_faithful_all.json" in text and "pre-registered for this subject: True" in text
-    w = re.search(r"greedy tokens equal to the unwidened model in int8_b32: (\d+) of (\d+)", text)
-    assert w and w.group(1) == w.group(2)
-    same = pd.read_csv(figs / "05_function_preserved.csv")
-    assert (same.greedy_equal == same.tokens).all() and (same.max_abs_logit_diff <= 1e-4 * same.max_abs_logit).all()
-    bd = pd.read_csv(figs / "05_breakdown.csv").iloc[0]
-    assert bd.attention_ms > 0 and bd.lm_head_ms > 0 and "byte-faithful-all" in bd.label
-    # each component's bytes beside its time and the published model's byte share
-    parts = ("attention", "experts", "lm_head", "kv_cache", "other")
-    assert sum(bd[f"{c}_share"] for c in parts) == pytest.approx(1)
-    assert sum(bd[f"{c}_share_published"] for c in parts) == pytest.approx(1)
-    assert bd.experts_GBps == pytest.approx(bd.experts_MB / bd.experts_ms)
-    assert re.search(r"experts: [\d.]+ MB per step, share [\d.]+ \([^)]+: [\d.]+\); [\d.]+ ms alone", text)
-    # the routing each run recorded as it was timed is the routing of its tokens replayed untimed
-    # (benchmarks/replay_routing.py, the amendment's retrospective), and the rescoring runs on it
-    res = load_benchmark("replay_routing").run(out, tmp_path / "replay")
-    replayed = pd.read_csv(next((tmp_path / "replay").glob("*_routing_replay_distinct.csv")))
-    recorded = pd.concat([cal_rows.assign(part="calibration"), real.assign(part="test", state="quiet")])
-    both = recorded.merge(replayed, on=["state", "part", "prompt", "k"], suffixes=("", "_replayed"))
-    assert len(both) == len(recorded) and np.allclose(both.distinct_experts, both.distinct_experts_replayed)
-    assert res["by_state"]["quiet"]["points"] == len(real.loc[real.k >= 1, ["draft_cost", "k"]].drop_duplicates())
+    # notebook 06 refuses to predict another subject than notebook 05 ran, and a run record of another version
+    with pytest.raises(Exception, match="field 'model' is 'default', notebook 05's run used 'byte-faithful-all'"):
+        run_notebook("06_predictions", out_dir=str(out), backend="torch", subject={"model": "default"})
+    (out / "run.json").write_text(json.dumps({**record, "schema_version": None}))
+    with pytest.raises(Exception, match=f"run.json: field schema_version: expected {RUN_SCHEMA_VERSION}; found None"):
+        run_notebook("06_predictions", out_dir=str(out), backend="torch")
 
 
 def test_replayed_published_shape_through_05_06_07(run_notebook, tmp_path):
     out = tmp_path / "replay"
     small = dict(verify_reps=2, oracle_ks=[0, 1, 2], a_values=[0.8])
-    _, figs, text = run_notebook("05_whole_model", out_dir=str(out), backend="torch", model="replay", **small)
+    _, figs, text = run_notebook("05_whole_model", out_dir=str(out), backend="torch", subject={"model": "replay"},
+                                 sizes=small)
     assert re.search(r"^subject: .*routing replayed from synthetic sticky routing", text, re.M)
     assert "no real draft for this subject" in text and "pre-registered for this subject: False" in text
     assert not (figs / "05_draft_cost.png").exists()

@@ -208,7 +208,7 @@ def test_fixed_k_speedups_by_hand():
 
 
 def test_oracle_bound_goal():
-    from moespec.engine import goals as G
+    from moespec.studies import goals as G
 
     measured = pd.DataFrame({"K": [0, 1, 2], "speedup": [1.0, 0.97, 0.93], "speedup_lo": [1.0, 0.94, 0.9],
                              "speedup_hi": [1.0, 1.0, 0.96]})

@@ -1,21 +1,17 @@
-"""moespec.predict.noise: the resampling keeps whole turns (or each cell's size), a calibration
-without noise gives a prediction without noise, a slow calibration turn shows as prediction noise,
-the counts and notebook 05's goal row; and benchmarks/prediction_noise.py's record."""
+"""moespec.predict.noise: the resampling keeps whole turns, a calibration without noise gives a
+prediction without noise, a slow calibration turn shows as prediction noise, the counts and
+notebook 05's goal row."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from bench_scripts import load_benchmark
-from moespec.engine.goals import round_model_goals
-from moespec.engine.results_folder import RealDraftFolder
 from moespec.predict import calibration as CAL
 from moespec.predict import noise as NOISE
 from moespec.predict import speculative as SP
+from moespec.studies.goals import round_model_goals
 from test_draftcost import _runs
 
 TV = {0: 10e-3, 1: 14e-3, 2: 16e-3, 3: 18e-3}
@@ -28,7 +24,7 @@ def _sweep(prompts: int = 4) -> pd.DataFrame:
 
 
 def _fit(rows):
-    return CAL.real_draft_models(rows, "synthetic", n_boot=20)
+    return CAL.from_draft_runs(rows, "synthetic", n_boot=20)
 
 
 def _slow_turn(cal: pd.DataFrame) -> pd.DataFrame:
@@ -40,24 +36,18 @@ def _slow_turn(cal: pd.DataFrame) -> pd.DataFrame:
     return noisy
 
 
-def test_resample_units():
+def test_resample_whole_turns():
     cal = _sweep()
-    rng = np.random.default_rng(1)
-    turns = NOISE.resample_calibration(cal, "turn", rng)
+    turns = NOISE.resample_calibration(cal.assign(t_verify_mean_s=cal["prompt"]), np.random.default_rng(1))
     assert len(turns) == len(cal) and turns["prompt"].nunique() == 4            # copies of a turn renumbered
     for _, g in turns.groupby("prompt"):                                         # every run of a drawn turn, together
-        assert len(g) == len(cal) // 4
-    runs = NOISE.resample_calibration(cal, "run", rng)
-    sizes = lambda f: f.groupby(["draft_cost", "k", "dedup"], dropna=False).size()     # noqa: E731
-    assert sizes(runs).equals(sizes(cal))
-    with pytest.raises(ValueError, match="unit"):
-        NOISE.resample_calibration(cal, "prompt", rng)
+        assert len(g) == len(cal) // 4 and g["t_verify_mean_s"].nunique() == 1
 
 
 def test_no_noise_then_noise():
     cal, test = _sweep(), _sweep()[lambda f: f.dedup]
     pred = SP.real_draft_predictions(_fit(cal), test)
-    quiet = NOISE.with_noise(pred, NOISE.prediction_se(cal, test, _fit, resamples=5, unit="run"))
+    quiet = NOISE.with_noise(pred, NOISE.prediction_se(cal, test, _fit, resamples=5))
     assert np.allclose(quiet["pred_rel_se"], 0, atol=1e-12) and np.allclose(quiet["noise_rel_sd"], 0, atol=1e-12)
     assert np.allclose(quiet["rel_error"], 0, atol=1e-9) and quiet["noise_p_outside"].eq(0).all()
     s = NOISE.noise_summary(quiet)
@@ -66,7 +56,7 @@ def test_no_noise_then_noise():
     # 10 % times the spread of the share of slow turns drawn, sqrt(1/4 * 3/4 / 4) = 0.2165, so the
     # verify term's relative noise is about 2.2 % of the step's verify share
     noisy = _slow_turn(cal)
-    se = NOISE.prediction_se(noisy, test, _fit, resamples=200, unit="turn", seed=3)
+    se = NOISE.prediction_se(noisy, test, _fit, resamples=200, seed=3)
     shaken = NOISE.with_noise(SP.real_draft_predictions(_fit(noisy), test), se)
     assert (shaken["rel_error"] < 0).all() and (shaken["pred_rel_se"] > 0.005).all()
     assert (shaken["pred_rel_se"] < 0.1 * 0.2165 * 1.3).all()
@@ -92,29 +82,6 @@ def test_goal_row_and_phrase():
     assert f"about {n['expected_outside']:.1f} of 6 points" in row["value"]
 
 
-def test_benchmark_record(tmp_path, monkeypatch):
-    bench = load_benchmark("prediction_noise")
-    rows = _slow_turn(_sweep())
-
-    class Folder:                                              # a stand-in results folder of one state
-        states, stamp = ["quiet"], "20260101T000000Z"
-        write_record = RealDraftFolder.write_record
-
-        def sweep(self, state, analysed=False):
-            return rows, _sweep()[lambda f: f.dedup]
-
-        def source(self):
-            return {"commit": "abc"}
-
-    monkeypatch.setattr(bench, "read_real_draft_folder", lambda data: Folder())
-    record = bench.run(tmp_path / "data", out=tmp_path, resamples=20)
-    saved = json.loads((tmp_path / "20260101T000000Z_prediction_noise.json").read_text())
-    assert saved["states"]["quiet"]["points"] == 6 and saved["resamples"] == 20 and saved["unit"] == "turn"
-    assert record["source"] == {"commit": "abc"}
-    table = pd.read_csv(tmp_path / "20260101T000000Z_prediction_noise.csv")
-    assert {"pred_rel_se", "noise_rel_sd", "noise_p_outside", "beyond_2sd"} <= set(table.columns)
-
-
 def test_p_outside_hand_values():
     """P(|N(0, sd)| > tol): 0.3173 at sd = tol (one standard deviation), 0.0455 at sd = tol / 2, 0
     without noise; noise_summary's measurement-only count is the sum of it over the points."""
@@ -124,14 +91,3 @@ def test_p_outside_hand_values():
     f = pd.DataFrame({"k": [1, 2], "rel_error": [0.0, 0.06], "measured_rel_se": [0.05, 0.025],
                       "pred_rel_se": [0.0, 0.0], "noise_p_outside": [0.0, 0.0], "beyond_2sd": [False, True]})
     assert NOISE.noise_summary(f)["expected_outside_measurement_only"] == pytest.approx(0.317311 + 0.045500, abs=1e-5)
-
-
-def test_error_score_by_hand():
-    error_score = SP.error_score
-    got = error_score([0.03, -0.06, 0.05, 0.0])
-    assert got["points"] == 4 and got["within"] == 3                 # |0.05| counts as within
-    assert got["largest_abs_error"] == pytest.approx(0.06) and got["mean_error"] == pytest.approx(0.005)
-    assert got["rms_error"] == pytest.approx(np.sqrt((0.03**2 + 0.06**2 + 0.05**2) / 4))
-    assert error_score([0.03, -0.06], tolerance=0.07)["within"] == 2
-    with pytest.raises(ValueError, match="finite relative errors"):
-        error_score([0.01, np.nan])

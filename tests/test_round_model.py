@@ -50,41 +50,30 @@ def test_step_time_is_draft_plus_verify_plus_host_by_hand():
 def test_draft_fit_keeps_the_intercept_and_its_interval_holds_it_and_is_never_negative():
     rng = np.random.default_rng(0)
     k = np.repeat(np.arange(1, 9), 6)
+    share = rng.uniform(0, 1, k.size)                    # each run's catch-up share; its time does not depend on it
     t = (0.284 * k + 0.745) * MS + rng.normal(0, 0.01 * MS, k.size)
-    d = fit_draft_time(k, t, "the run's own draft", kmax=8, source="synthetic", n_boot=400)
-    assert d.a_s / MS == pytest.approx(0.284, abs=0.005) and d.b_s / MS == pytest.approx(0.745, abs=0.02)
+    d = fit_draft_time(k, t, "the run's own draft", kmax=8, source="synthetic", n_boot=400, share=share)
+    assert d.a_s / MS == pytest.approx(0.284, abs=0.005) and d.b_s / MS == pytest.approx(0.745, abs=0.03)
+    assert d.catch_up_s / MS < 0.02 and abs(d.one_token_s / MS) < 0.02
     assert d.term.values_s[0] == 0                       # no draft at k = 0
-    assert d.term.values_s[1] / MS == pytest.approx(d.a_s / MS + d.b_s / MS)
+    assert d.term.values_s[1] == pytest.approx(d.a_s + d.b_s + d.one_token_s + d.catch_up_s * d.catch_up_share[1])
     assert np.all(d.term.lo_s <= d.term.values_s) and np.all(d.term.values_s <= d.term.hi_s)
-    exact = fit_draft_time([1, 2, 3], np.array([2, 3, 4]) * MS, "x", kmax=3, source="hand", n_boot=10)
-    assert (exact.a_s / MS, exact.b_s / MS) == pytest.approx((1, 1)) and exact.term.values_s / MS == pytest.approx([0, 2, 3, 4])
-    # times 1, 3, 5 ms at k = 1, 2, 3: least squares says 2 k - 1 ms, negative intercept; with a, b >= 0
-    # the optimum is on b = 0: a = sum(k t) / sum(k^2) = 22/14 ms (SSE 0.43 against 8 on a = 0)
-    tilted = fit_draft_time([1, 2, 3], np.array([1, 3, 5]) * MS, "x", kmax=3, source="hand", n_boot=50)
-    assert (tilted.a_s / MS, tilted.b_s / MS) == pytest.approx((22 / 14, 0))
+    k4, s4 = np.arange(1, 5), 0.6 ** np.arange(1, 5)
+    exact = fit_draft_time(k4, (k4 + 1) * MS, "x", kmax=4, source="hand", n_boot=10, share=s4)
+    assert (exact.a_s / MS, exact.b_s / MS) == pytest.approx((1, 1))
+    assert exact.term.values_s / MS == pytest.approx([0, 2, 3, 4, 5])
+    # times 1, 3, 5, 7 ms at k = 1..4: least squares says 2 k - 1 ms, a negative intercept; with a, b, e >= 0
+    # the optimum is on b = e = 0: the one-draft round's own level c takes k = 1, and a = sum(k t) / sum(k^2)
+    # over k = 2..4 = 49/29 ms
+    tilted = fit_draft_time(k4, np.array([1, 3, 5, 7]) * MS, "x", kmax=4, source="hand", n_boot=50, share=s4)
+    assert (tilted.a_s / MS, tilted.b_s / MS, tilted.catch_up_s) == pytest.approx((49 / 29, 0, 0))
+    assert tilted.one_token_s / MS == pytest.approx(1 - 49 / 29)
     assert np.all(tilted.term.lo_s >= 0) and np.all(tilted.term.lo_s <= tilted.term.values_s)
-    with pytest.raises(RoundModelError, match="two draft lengths"):
-        fit_draft_time([2, 2], [1e-3, 1e-3], "x", kmax=3, source="hand")
+    with pytest.raises(RoundModelError, match="three draft lengths"):
+        fit_draft_time([1, 2, 2], [1e-3, 2e-3, 2e-3], "x", kmax=3, source="hand", share=[0.1, 0.2, 0.2])
     with pytest.raises(RoundModelError, match="time >= 0 at every k = 1..3"):
         DraftTime.from_fit("x", 1e-3, -2e-3, kmax=3, source="hand")
     assert DraftTime.from_fit("x", -1e-3, 4e-3, kmax=3, source="hand").term.values_s[3] == pytest.approx(1e-3)
-
-
-def test_term_at_a_read_is_the_fit_c_plus_d_over_b_by_hand():
-    """Runs whose time is exactly 2 ms + 30 GB.ms / B at reads 10, 15 and 20 GB/s: at 12 GB/s the
-    term is 2 + 2.5 = 4.5 ms, with an interval that holds it; one read, a bad read, no fit."""
-    reads = [np.array([10.0, 15.0, 20.0, 10.0]), np.array([10.0, 20.0])]
-    times = [2e-3 + 30e-3 / b for b in reads]
-    t = Term.at_read(times, reads, 12.0, "hand", n_boot=100)
-    assert t.values_s == pytest.approx([4.5e-3, 4.5e-3])
-    assert np.all(t.lo_s <= t.values_s) and np.all(t.hi_s >= t.values_s) and t.protocol == "read-fit"
-    assert t.runs.tolist() == [4, 2]
-    with pytest.raises(RoundModelError, match="two or more"):
-        Term.at_read([np.array([1e-3, 2e-3])], [np.array([10.0, 10.0])], 12.0, "hand")
-    with pytest.raises(RoundModelError, match="positive read per run"):
-        Term.at_read([np.array([1e-3, 2e-3])], [np.array([10.0, np.nan])], 12.0, "hand")
-    with pytest.raises(RoundModelError, match="positive number"):
-        Term.at_read(times, reads, 0.0, "hand")
 
 
 def test_per_k_band_is_bound_21_with_delta_k():
@@ -175,20 +164,18 @@ def test_verify_loops_build_the_depth_model_by_hand():
     assert list(rm.verify["dedup"].runs) == [6, 6, 6]
 
 
-def test_depth_model_on_the_dominant_regime_or_on_every_loop():
+def test_depth_model_on_every_loop_of_both_regimes():
     """Two read regimes: prompts 0 and 1 at 30 GB/s, prompt 2 at 15 GB/s with every pass 1.5 times
-    as long. The regime rule fits the dominant (high) regime's loops alone; by_regime=False (loops
-    interleaved with the runs they predict, amendment of 2026-12-06 n) the mean over every loop."""
+    as long. The loops run interleaved with the runs they predict, which meet both regimes alike:
+    the depth's model is the mean over every loop, and says that it spans both."""
     rows = loop_rows([10, 16, 20], [10, 14, 16], [0.2, 0.3, 0.3], jitter=0.0)
     low = rows.prompt == 2
     rows.loc[:, "ref_GBps"] = np.where(low, 15.0, 30.0)
     rows.loc[low, "t_verify_mean_s"] *= 1.5
-    high = CAL.from_verify_loops(rows, "hand", n_boot=50)[64]
-    every = CAL.from_verify_loops(rows, "hand", n_boot=50, by_regime=False)[64]
-    assert high.regime == "high" and every.regime == "all rows"
-    assert high.tau("dedup") / MS == pytest.approx([10, 14, 16])
+    every = CAL.from_verify_loops(rows, "hand", n_boot=50)[64]
+    assert every.regime == "all rows" and every.notes["runs"] == len(rows)
     assert every.tau("dedup") / MS == pytest.approx(np.array([10, 14, 16]) * (2 + 1.5) / 3)
-    assert high.notes["runs"] == 2 * len(rows) // 3 and every.notes["runs"] == len(rows)
+    assert every.read_GBps == pytest.approx(30.0)                 # the median same-round read
 
 
 def test_saving_falls_back_to_the_kernels_means_where_no_run_is_paired():
@@ -218,14 +205,14 @@ def test_oracle_predictions_on_runs_that_follow_the_model():
 
 
 def test_goals_decide_each_tolerance():
-    from moespec.engine.goals import round_model_goals
+    from moespec.studies.goals import round_model_goals
 
     plain = pd.DataFrame([{"context": "d=64", "state": "quiet", "rel_error": 0.029},
                           {"context": "chat", "state": "quiet", "rel_error": -0.031}])
     oracle = pd.DataFrame({"k": [1, 2], "state": "quiet", "speedup_rel_error": [0.01, -0.049], "speedup_inside": True})
     real = pd.DataFrame({"k": [1, 2], "state": "quiet", "rel_error": [0.051, 0.0], "inside": [True, False]})
-    g = round_model_goals(plain, oracle, real).set_index("goal")["met"]
-    assert list(g) == [False, True, True, False, False]
+    g = round_model_goals(plain, oracle, real).set_index("goal")
+    assert list(g.met) == [False, True, True, False, False] and g.preregistered.all()
 
 
 # --- machine states -------------------------------------------------------------------------------------

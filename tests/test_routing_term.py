@@ -59,12 +59,12 @@ def _runs(u_of: dict, prompts: int = 3, ks=(1, 2, 3), a: float = 0.6, slope: flo
     """Synthetic sweep rows of one draft cost (0.0) whose deduplicating verify pass takes
     base + per_token k + slope u exactly, u = u_of[(prompt, k)] distinct pairs per pass (32 at
     k = 0); per-slot runs at 1.2 times the pass; draft time 0.1 ms per token; tokens per step
-    G_a(k), or tps_of[(prompt, k)]."""
+    G_a(k), or tps_of[(prompt, k)]; a share a^k of the rounds begins its draft with two tokens."""
     rows = []
     for p in range(prompts):
         t0 = base + slope * 32
         rows.append({"prompt": p, "rep": 0, "prompt_tokens": 40, "draft_cost": np.nan, "k": 0, "dedup": True,
-                     "accepted": 0, "rejections": 0, "steps": 100, "emitted": 100, "t_verify_mean_s": t0,
+                     "accepted": 0, "rejections": 0, "steps": 100, "emitted": 100, "catch_up": 0, "t_verify_mean_s": t0,
                      "t_draft_mean_s": 0.0, "t_host_mean_s": h, "t_step_mean_s": t0 + h, "throughput": 1 / (t0 + h),
                      "speedup": 1.0, "ref_GBps": 10.0, "distinct_experts": 32.0})
         for k in ks:
@@ -75,6 +75,7 @@ def _runs(u_of: dict, prompts: int = 3, ks=(1, 2, 3), a: float = 0.6, slope: flo
                 V = 0.1e-3 * k + tv + h
                 rows.append({"prompt": p, "rep": 0, "prompt_tokens": 40, "draft_cost": 0.0, "k": k, "dedup": dedup,
                              "accepted": 600, "rejections": 400, "steps": 1000, "emitted": 1000 * E,
+                             "catch_up": round(1000 * a ** k),
                              "t_verify_mean_s": tv, "t_draft_mean_s": 0.1e-3 * k, "t_host_mean_s": h,
                              "t_step_mean_s": V, "throughput": E / V, "speedup": E / V * (t0 + h), "ref_GBps": 10.0,
                              "distinct_experts": float(u)})
@@ -95,7 +96,7 @@ def test_calibration_fits_the_routing_term_and_predicts_each_prompt_at_its_routi
     tps = {0: 2.0, 1: 2.1, 2: 2.2}
     test = _runs({(p, k): u_test[p] for p in range(3) for k in (1, 2, 3)},
                  tps_of={(p, k): tps[p] for p in range(3) for k in (1, 2, 3)})[lambda f: f.dedup]
-    pred = SP.real_draft_predictions(models, test)
+    pred = SP.real_draft_predictions(models, test).merge(SP.real_draft_diagnostics(models, test), on=["draft_cost", "k"])
     assert np.allclose(pred.rel_error, 0, atol=1e-9)
     row = pred[pred.k == 2].iloc[0]
     V0 = 4e-3 + 0.4e-3 * 32 + 0.5e-3
@@ -118,7 +119,7 @@ def test_calibration_fits_the_routing_term_and_predicts_each_prompt_at_its_routi
 
 
 def test_routing_refusals():
-    cal = _runs({(p, k): 50 + 6 * p for p in range(3) for k in (1, 2)}, ks=(1, 2))
+    cal = _runs({(p, k): 50 + 6 * p for p in range(3) for k in (1, 2, 3)})
     models = CAL.from_draft_runs(cal, "synthetic", n_boot=20)
     test = cal[cal.dedup].copy()
     test.loc[test.index[2], "distinct_experts"] = np.nan

@@ -1,6 +1,6 @@
-"""Round calibration: the terms of the round model timed where rounds run, before the speculative
-runs that test the predictions made from them (paper 1's protocol: inputs first, tests after;
-:mod:`moespec.predict.round_model`).
+"""Round calibration: the terms of the round model timed where rounds run, in the same shuffled
+sweep as the runs that test the predictions made from them, on prompts those runs do not use
+(:mod:`moespec.predict.round_model`).
 
 * :func:`verify_loops`: teacher-forced decode loops, one per pass size n = 1..n_max and kernel:
   speculative decoding with the oracle draft at acceptance 1 and draft length k = n - 1, so that
@@ -8,14 +8,11 @@ runs that test the predictions made from them (paper 1's protocol: inputs first,
   round, and the cache grows as in decoding (over the same ``n_tokens`` positions as the runs it
   predicts). Each loop is preceded by a same-round reference read. Gives tau_p(n) for both kernels,
   the host time h(k) and the oracle draft's own time per round.
-* :func:`depth_sweep`: the same loops and the oracle runs of their depth in one shuffled order
-  (notebook 05's default since the amendment of 2026-12-06 m): the calibration meets the machine
-  its runs meet, in the same sweep on other prompts.
-* the draft's time as it runs comes from the real-draft runs on calibration prompts (other MT-Bench
-  turns than the runs it predicts), with the per-slot kernel for the draft as trained
-  (``slot_costs``): in notebook 05 one :func:`moespec.engine.draftcost.interleaved_sweep` with the
-  test turns (amendment of 2026-12-05 evening), or :func:`moespec.engine.draftcost.draft_cost_sweep`
-  before them (``draft_calibration = "before"``).
+* :func:`depth_sweep`: those loops and the oracle runs of their depth in one shuffled order, so
+  that the calibration meets the machine its runs meet (notebook 05's oracle-draft calibration).
+* the real draft's terms come from its runs on calibration prompts (other MT-Bench turns than the
+  runs it predicts) in one :func:`moespec.engine.draftcost.interleaved_sweep` with the test turns,
+  the draft as trained also with the per-slot kernel (``slot_costs``).
 
 Nothing here computes a prediction; the rows go to :mod:`moespec.predict.calibration`.
 """
@@ -65,7 +62,8 @@ def _loop_grid(n_max: int) -> list:
     return [(n, dd) for n in range(1, n_max + 1) for dd in (False, True)]
 
 
-def _loop_run(engine, prompt, first, text, cell, pi, rep, vocab, seed, n_tokens, reference, first_prompt, depth) -> dict:
+def _loop_run(engine, prompt, first, text, cell, pi, rep, vocab, seed, n_tokens, reference, first_prompt,
+              depth) -> dict:
     """One verify loop of prompt ``pi`` (the oracle draft at acceptance 1 and k = n - 1, kernel
     ``cell[1]``, seeded by (``seed``, prompt, repetition, n)) as a row; the row's prompt is
     ``first_prompt`` + ``pi``."""
@@ -80,17 +78,15 @@ def depth_sweep(engine, cal_prompts: list, oracle_prompts: list, ks, a_values, n
                 cal_reps: int = 1, oracle_reps: int = 1, cal_seed: int = 0, oracle_seed: int = 0, seed: int = 0,
                 depth: int | None = None, reference=None, vocab: int | None = None, progress: bool = True,
                 first_cal_prompt: int = 0, routing_out: list | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The round calibration at one depth and the oracle runs it predicts, in one shuffled order
-    (amendment of 2026-12-06 m; notebook 05's ``oracle_calibration = "interleaved"``): (the rows of
+    """The round calibration at one depth and the oracle runs it predicts, in one shuffled order: (the rows of
     :func:`verify_loops` on ``cal_prompts``, the rows of :func:`moespec.engine.runs.oracle_sweep`
     (deduplicating kernel) on ``oracle_prompts``), each with ``seq``, its place in the one order.
 
     Every (part, prompt, repetition, cell) is one unit of a plan shuffled with ``seed``, so that the
     calibration meets the same mixture of the machine's states as the runs it predicts, as the real
-    draft's calibration does since the amendment of 2026-12-05 evening
-    (:func:`moespec.engine.draftcost.interleaved_sweep`); when a unit's prompt is not the one the
-    unit before ran on, that one is set aside (the engine's ``hold``) and this one resumed from
-    its own prefill (``resume``). Each prompt is prefilled and its greedy continuation decoded
+    draft's calibration does (:func:`moespec.engine.draftcost.interleaved_sweep`); when a unit's
+    prompt is not the one the unit before ran on, that one is set aside (the engine's ``hold``) and
+    this one resumed from its own prefill (``resume``). Each prompt is prefilled and its greedy continuation decoded
     (untimed) with its own part's kernel, and each run's draft is seeded as in the two sweeps
     (``cal_seed``, ``oracle_seed``), so the tokens and steps of every run are those of the two
     sweeps run one after the other; only the order, and so the machine each run meets, differs.

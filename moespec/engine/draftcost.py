@@ -14,7 +14,7 @@ sweep proposes the same tokens and the acceptance is the same at every cost: onl
   same-round reference read; speedup over the same prompt's plain runs of the same regime;
 * :func:`interleaved_sweep`: several sets of turns (:class:`SweepPart`: a round calibration's and
   the test turns it predicts) in one shuffled order, so that each meets the same mixture of the
-  machine's states (the pilot ``benchmarks/bench_interleaved_calibration.py``);
+  machine's states;
 * the predictions of these runs are the round model's (:mod:`moespec.predict.speculative`), from
   terms measured before them (:mod:`moespec.engine.calibration`).
 """
@@ -32,6 +32,7 @@ from moespec import paper_reference
 from moespec.engine.speculative import ModelDraft, speculative_generate, summarize_steps
 from moespec.measure.regimes import classify
 from moespec.measure.timing import time_interleaved
+from moespec.runstats import speedups_by_part
 
 
 def draft_cost_ratios(engine, drafts: dict, prompt, reps: int = 30, warmup: int = 2, reference=None) -> pd.DataFrame:
@@ -60,7 +61,8 @@ def draft_cost_ratios(engine, drafts: dict, prompt, reps: int = 30, warmup: int 
     rows = []
     for r in drafts:
         ratio = np.asarray(t[r].samples_ns, float) / base
-        rows.append({"draft_cost": float(r), "t_draft_token_s": t[r].median_s, "t_target_step_s": t["target_step"].median_s,
+        rows.append({"draft_cost": float(r), "t_draft_token_s": t[r].median_s,
+                     "t_target_step_s": t["target_step"].median_s,
                      "cost_ratio": float(np.median(ratio)), "cost_ratio_q25": float(np.quantile(ratio, 0.25)),
                      "cost_ratio_q75": float(np.quantile(ratio, 0.75)), "reps": reps,
                      "ref_GBps": float(np.median(bw)) if bw is not None else float("nan")})
@@ -82,7 +84,8 @@ def draft_cost_sweep(engine, drafts: dict, prompts: list, ks, n_tokens: int, rep
     distinct (expert, layer) pairs each reads, :meth:`moespec.engine.target.Engine.routing_tap`;
     NaN for a target without routing), and ``speedup``: its throughput over the median throughput of the same
     prompt's plain runs in the same bandwidth regime (:func:`moespec.measure.regimes.classify` over
-    the run's readings; all of the prompt's plain runs when that regime has none)."""
+    the run's readings; all of the prompt's plain runs when that regime has none;
+    :func:`moespec.runstats.speedup_over_plain`)."""
     part = SweepPart("sweep", list(prompts), reps=reps, slot_costs=tuple(slot_costs), plain_runs=plain_runs)
     drafters, ks = _checked(drafts, ks, [part])
     rng = np.random.default_rng(seed)
@@ -159,8 +162,8 @@ def _run_plan(engine, drafters: dict, parts: list, plan: list, n_tokens: int, re
               desc: str) -> list:
     """Run ``plan`` ((part index, prompt index, repetition, cell) in order), each prompt prefilled
     once: when the run before was on another prompt, that one is set aside (the target's ``hold``)
-    and this one resumed from its own prefill (``resume``; amendment of 2026-12-06: the same cache,
-    value for value, as prefilling it again, a pass over the whole prompt that measured nothing);
+    and this one resumed from its own prefill (``resume``: the same cache, value for value, as
+    prefilling it again, a pass over the whole prompt that measured nothing);
     ``seq`` is each run's place in the plan."""
     prompts = [[[int(t) for t in p] for p in part.prompts] for part in parts]
     rows, current, first, held = [], None, None, {}
@@ -212,33 +215,6 @@ def _finish(rows: list) -> pd.DataFrame:
     df["regime"] = "one" if df["ref_GBps"].isna().all() else classify(df["ref_GBps"].to_numpy(float))
     df["speedup"] = speedups_by_part(df)
     return df
-
-
-def speedups_by_part(runs: pd.DataFrame) -> pd.Series:
-    """Each run's :func:`speedup_over_plain` over the plain runs of its own part (column ``part``;
-    all the rows one part where there is none), on the rows' index."""
-    parts = runs.groupby("part", sort=False).groups.values() if "part" in runs else [runs.index]
-    out = pd.Series(np.nan, index=runs.index)
-    for idx in parts:
-        out.loc[idx] = speedup_over_plain(runs.loc[idx])
-    return out
-
-
-def speedup_over_plain(runs: pd.DataFrame) -> np.ndarray:
-    """Each run's throughput over the median throughput of the same prompt's plain runs (k = 0) in
-    the same bandwidth regime (``regime`` column of :func:`draft_cost_sweep`), all of the prompt's
-    plain runs where that regime has none. Over a subset of a sweep's rows (one repetition, say) it
-    divides by that subset's plain runs only."""
-    missing = {"prompt", "k", "regime", "throughput"} - set(runs.columns)
-    if missing:
-        raise ValueError(f"draft-cost runs lack columns {sorted(missing)}")
-    plain = runs[runs.k == 0]
-    if unplain := sorted(set(runs.prompt) - set(plain.prompt)):
-        raise ValueError(f"no plain run (k = 0) for prompts {unplain}: their speedups have no denominator")
-    by_regime = plain.groupby(["prompt", "regime"])["throughput"].median()
-    by_prompt = plain.groupby("prompt")["throughput"].median()
-    base = [by_regime.get((p, g), by_prompt[p]) for p, g in zip(runs.prompt, runs.regime)]
-    return runs["throughput"].to_numpy(float) / np.asarray(base, float)
 
 
 def paper_references() -> dict:

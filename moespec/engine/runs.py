@@ -128,11 +128,3 @@ def real_draft_sweep(engine, draft_model, prompts: list, ks, n_tokens: int, dedu
     plain = df[df["k"] == 0].set_index("prompt")["throughput"]
     df["speedup"] = df["throughput"] / df["prompt"].map(plain)
     return df
-
-
-def throughput_grid(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(a_values, ks, T[a, k]): the median throughput of the oracle runs per (a, k) (tokens/s)."""
-    med = runs.groupby(["a", "k"])["throughput"].median().unstack("k").sort_index()
-    if med.isna().any().any():
-        raise ValueError("oracle runs do not cover every (a, k) pair")
-    return med.index.to_numpy(float), med.columns.to_numpy(int), med.to_numpy()

@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 
 
@@ -86,7 +85,7 @@ class ModelDraft:
     ``held_prompts``: how many prompts' caches :meth:`begin` keeps (0: none, every run feeds its
     prompt afresh). A run that begins on a kept prompt starts from that prompt's cache cropped back
     to the prompt: the values the prompt's own pass wrote, which no later pass rewrites (a sweep
-    that returns to its prompts in a shuffled order feeds each once; amendment of 2026-12-06)."""
+    that returns to its prompts in a shuffled order feeds each once)."""
 
     def __init__(self, model: torch.nn.Module, held_prompts: int = 0):
         self.model = model.eval()
@@ -285,17 +284,3 @@ def summarize_steps(steps: list[Step]) -> dict:
             "t_draft_mean_s": float(np.mean([s.t_draft_s for s in steps])),
             "h_median_s": float(np.median([s.t_step_s - s.t_verify_s for s in steps])),
             "t_host_mean_s": float(np.mean([s.t_step_s - s.t_verify_s - s.t_draft_s for s in steps]))}
-
-
-def catch_up_share(runs: pd.DataFrame) -> pd.Series:
-    """Per run (rows of :func:`summarize_steps`' fields): the share of its rounds whose draft began
-    with two tokens, ``catch_up`` / ``steps``. Runs recorded before the count existed (no
-    ``catch_up`` column, or NaN in it) take its expectation from the fully accepted rounds,
-    (steps - rejections) (steps - 1) / steps, the fully accepted rounds with the last round's
-    chance of being one of them taken out (it is followed by none); 0 at k = 0."""
-    steps = runs["steps"].astype(float)
-    if (steps <= 0).any():
-        raise ValueError("runs with no steps have no catch-up share")
-    expected = (steps - runs["rejections"].astype(float)) * (steps - 1) / steps
-    count = runs["catch_up"].astype(float).where(runs["catch_up"].notna(), expected) if "catch_up" in runs else expected
-    return pd.Series((count / steps).where(runs["k"] >= 1, 0.0), index=runs.index, name="catch_up_share")

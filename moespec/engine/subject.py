@@ -4,7 +4,7 @@
 
 * ``"byte-faithful-all"`` (default): the byte-faithful subject below with its attention
   projections and LM head embedded, function-preservingly, in OLMoE-sized matrices too, so that
-  every component's share of a step's bytes is OLMoE's (:func:`widen_attention_and_head`, issue 27).
+  every component's share of a step's bytes is OLMoE's (:func:`widen_attention_and_head`).
 * ``"byte-faithful"``: the trained default MoE with every expert embedded,
   function-preservingly, in an expert of a published model's shape (``like``, OLMoE by default)
   in the kernels' format (``fmt``, int8_b32 by default): the trained model's routing, tokens and
@@ -94,13 +94,13 @@ class Subject:
 
     @property
     def rules_file(self) -> Path:
-        """The pre-registered scoring rules for this subject: the byte-faithful subject's, registered
-        again with the round-model protocol (issue 24; the rules of issue 16's file, unchanged), the
-        same rules registered again for the byte-faithful-all subject (issue 27), the original ones
-        for the default subject, else the byte-faithful file's rules, applied but not pre-registered
-        for this subject (:attr:`preregistered`)."""
+        """The pre-registered scoring rules for this subject (``data/preregistration/``): the
+        byte-faithful-all subject's own file, the default subject's, and for every other kind the
+        byte-faithful subject's rules with the round-model protocol (pre-registered for the
+        byte-faithful subject, applied to the others: :attr:`preregistered`)."""
         name = {"default": "scoring_rules.json",
-                "byte-faithful-all": "scoring_rules_byte_faithful_all.json"}.get(self.kind, "scoring_rules_round_model.json")
+                "byte-faithful-all": "scoring_rules_byte_faithful_all.json"}.get(self.kind,
+                                                                                 "scoring_rules_round_model.json")
         return paths.data_dir() / "preregistration" / name
 
     @property
@@ -442,23 +442,3 @@ def _checkpoint_subject(path, draft_path, device, backend, fmt, dtype, seed, dra
     if drafter is not None and draft_cost > 0:
         sub.description.update(widen_draft(drafter, sub.expert_bytes_per_token(), draft_cost, seed=seed + 1))
     return sub
-
-
-#: The arguments of :func:`load_subject` that define a subject (written to a run's run.json).
-SUBJECT_ARGS = ("model", "like", "fmt", "dtype", "draft", "trace_file", "layers", "draft_cost", "layout")
-
-
-def subject_args_from_run(run: dict, **given) -> dict:
-    """The subject arguments recorded by notebook 05 in ``run`` (its run.json ``subject_args``),
-    checked against those ``given`` to a later notebook: a given value that is set (not '' / 0)
-    must equal the recorded one, so that notebook 06 predicts the runs of the subject it times."""
-    rec = run.get("subject_args")
-    if rec is None:
-        raise ValueError("the run record has no subject_args (written by notebook 05 of this version); rerun notebook 05")
-    for name, value in given.items():
-        if name not in SUBJECT_ARGS:
-            raise ValueError(f"{name!r} is not a subject argument; known {SUBJECT_ARGS}")
-        if value not in ("", 0, 0.0, None) and value != rec.get(name):
-            raise ValueError(f"{name}={value!r} differs from notebook 05's run ({name}={rec.get(name)!r}); "
-                             "run notebook 05 on this subject first, or leave the parameter empty")
-    return dict(rec)

@@ -2,7 +2,8 @@
 
 * :mod:`.round_model`: the round model V(k) = t_draft(k) + tau_p(k + 1) + h(k), one object per
   context, draft and machine state, every term with its source, protocol and interval;
-* :mod:`.calibration`: round models built from notebook 05's calibration rows (decode loops);
+* :mod:`.calibration`: round models built from notebook 05's calibration rows (decode loops and
+  real-draft runs);
 * :mod:`.chain`: chain (22), per-layer operation times -> whole-model verify times, in four versions;
 * :mod:`.scoring`: a version against one depth's measurements (Tables 3, 4, 7, 8; Figures 4-6);
 * :mod:`.speculative`: the round model's predictions of the oracle-draft and real-draft runs
@@ -10,8 +11,8 @@
 * :mod:`.noise`: the real-draft predictions' own noise, from their calibration turns resampled;
 * :mod:`.rules`: the pre-registered rules of Table 8, read unchanged and decided.
 
-``moespec.predict`` sits above :mod:`moespec.engine` (it reads the engine's run tables); in the
-engine only :mod:`moespec.engine.goals`, which scores notebook 05's prediction tables, imports it.
+``moespec.predict`` and :mod:`moespec.engine` do not import each other: the predictions read the
+engine's run tables as data, and the row statistics both need live in :mod:`moespec.runstats`.
 """
 
 from moespec.theory import crossover, crossover_distance

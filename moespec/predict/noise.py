@@ -3,12 +3,11 @@ the noise of the prediction beside the noise of the measurement.
 
 The measurement's noise is its repetitions' (:func:`moespec.predict.speculative.measurement_noise`:
 ``measured_rel_se`` per point). The prediction rests on runs too: the round models are fitted to
-the calibration turns (:func:`moespec.predict.calibration.real_draft_models`), as noisy as the
-test's runs and fewer per term. :func:`prediction_se` resamples the calibration with replacement
-(``unit="turn"``: whole calibration turns, every run of a turn together, so the sample of turns
-counts as well as the machine; ``"run"``: runs within each (draft cost, k, kernel) cell, the machine
-alone), refits, predicts the same test runs and takes the spread of each point's log prediction
-over the resamples: ``pred_rel_se``. A perfect model's error at a point is then about
+the calibration turns (:func:`moespec.predict.calibration.from_draft_runs`), as noisy as the
+test's runs and fewer per term. :func:`prediction_se` resamples the calibration's turns with
+replacement (every run of a turn together, so the sample of turns counts as well as the machine),
+refits, predicts the same test runs and takes the spread of each point's log prediction over the
+resamples: ``pred_rel_se``. A perfect model's error at a point is then about
 N(0, pred_rel_se^2 + measured_rel_se^2) (``noise_rel_sd``), so it would fall outside the goal's
 tolerance with probability ``noise_p_outside``, and a published error more than two of those
 standard deviations from 0 (``beyond_2sd``) is error the noise does not explain
@@ -26,37 +25,26 @@ from tqdm.auto import tqdm
 
 from .speculative import p_outside, real_draft_predictions
 
-UNITS = ("turn", "run")
-
-
-def resample_calibration(cal: pd.DataFrame, unit: str, rng: np.random.Generator) -> pd.DataFrame:
-    """``cal`` (calibration rows with ``prompt``, ``draft_cost``, ``k``, ``dedup``) drawn again with
-    replacement: whole turns (``prompt``; a turn drawn twice enters twice, renumbered so that the two
-    copies are two turns) or runs within each (draft cost, k, kernel) cell (each cell keeps its size)."""
-    if unit == "turn":
-        turns = cal["prompt"].unique()
-        picks = rng.choice(turns, size=len(turns), replace=True)
-        return pd.concat([cal[cal["prompt"] == t].assign(prompt=i) for i, t in enumerate(picks)], ignore_index=True)
-    if unit == "run":
-        cells = cal.groupby(["draft_cost", "k", "dedup"], dropna=False, sort=False).indices.values()
-        return cal.iloc[np.concatenate([rng.choice(ix, size=len(ix), replace=True) for ix in cells])].reset_index(drop=True)
-    raise ValueError(f"unit must be one of {list(UNITS)}; found {unit!r}")
+def resample_calibration(cal: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+    """``cal`` (calibration rows with ``prompt``) drawn again with replacement by whole turns
+    (``prompt``; a turn drawn twice enters twice, renumbered so that the two copies are two turns)."""
+    turns = cal["prompt"].unique()
+    picks = rng.choice(turns, size=len(turns), replace=True)
+    return pd.concat([cal[cal["prompt"] == t].assign(prompt=i) for i, t in enumerate(picks)], ignore_index=True)
 
 
 def prediction_se(cal: pd.DataFrame, test: pd.DataFrame, fit: Callable[[pd.DataFrame], dict], resamples: int = 200,
-                  unit: str = "turn", seed: int = 0, desc: str = "prediction noise") -> pd.Series:
+                  seed: int = 0, desc: str = "prediction noise") -> pd.Series:
     """``pred_rel_se`` per (draft cost, k >= 1) of ``test``: the standard deviation over ``resamples``
     calibrations (:func:`resample_calibration`) of the log of the prediction
     (:func:`moespec.predict.speculative.real_draft_predictions` with the round models ``fit`` makes
     of the resampled rows: {draft cost: RoundModel})."""
     if resamples < 2:
         raise ValueError(f"resamples must be at least 2; found {resamples}")
-    if unit not in UNITS:
-        raise ValueError(f"unit must be one of {list(UNITS)}; found {unit!r}")
     rng = np.random.default_rng(seed)
     draws = []
-    for _ in tqdm(range(resamples), desc=f"{desc} (calibration resampled by {unit})", leave=False):
-        pred = real_draft_predictions(fit(resample_calibration(cal, unit, rng)), test)
+    for _ in tqdm(range(resamples), desc=f"{desc} (calibration turns resampled)", leave=False):
+        pred = real_draft_predictions(fit(resample_calibration(cal, rng)), test)
         draws.append(np.log(pred.set_index(["draft_cost", "k"])["predicted"]))
     return pd.concat(draws, axis=1).std(axis=1, ddof=1).rename("pred_rel_se")
 

@@ -4,10 +4,11 @@
 
 paper 1's step time (Section 3.1, the denominator of eq. (9)) with the draft's time written out as
 paper 2 fits it (eq. (A4): t_draft(k) = a_d k + b_d for k >= 1; no draft runs at k = 0, so
-t_draft(0) = 0) or, for the real draft since amendment of 2026-12-07 b, with the one-draft round
-apart and a time per round whose draft began with two tokens (:class:`DraftTime`). tau_p(n) is the target's verify pass of n tokens with expert kernel p (``slot``,
-``dedup``, or the ``switch`` engine: per-slot below a crossover, deduplicating from it) and h(k) the
-host's work of a round outside the draft and the verify pass (acceptance, cache crop).
+t_draft(0) = 0), with the one-draft round apart and a time per round whose draft began with two
+tokens (:data:`DRAFT_FORM`, :class:`DraftTime`). tau_p(n) is the target's verify pass of n tokens
+with expert kernel p (``slot``, ``dedup``, or the ``switch`` engine: per-slot below a crossover,
+deduplicating from it) and h(k) the host's work of a round outside the draft and the verify pass
+(acceptance, cache crop).
 
 Every term is a :class:`Term`: its values, a 95 % interval of each value, the runs behind it, and
 where it comes from (``source``: which measurement; ``protocol``: how it was timed). A
@@ -43,8 +44,6 @@ PROTOCOLS = {
     "loop": "timed inside decode-loop rounds (the state a round leaves the machine in)",
     "grid": "timed in notebook 05's shuffled grid (each pass after an unrelated pass or a 256 MiB read)",
     "fit": "a least-squares fit over runs of the loop (intercept kept)",
-    "read-fit": ("timed inside decode-loop rounds, fitted over the runs as t = c + d / B on each run's "
-                 "same-round read B and evaluated at a given read (the machine state of the runs predicted)"),
     "prediction": "predicted by chain (22) from the expert-operation fits, interval of bound (17)",
     "given": "given by the user",
     "free": "taken as free (zero) by request",
@@ -86,7 +85,8 @@ class Term:
 
     def __post_init__(self):
         v = _arr(self.values_s, f"term ({self.source}) values")
-        lo, hi = _arr(self.lo_s, f"term ({self.source}) lower ends"), _arr(self.hi_s, f"term ({self.source}) upper ends")
+        lo = _arr(self.lo_s, f"term ({self.source}) lower ends")
+        hi = _arr(self.hi_s, f"term ({self.source}) upper ends")
         runs = np.asarray(self.runs, dtype=int).reshape(-1)
         if not (v.shape == lo.shape == hi.shape == runs.shape):
             raise RoundModelError(f"term ({self.source}): values, interval and runs differ in length "
@@ -133,39 +133,6 @@ class Term:
         return cls(np.array(vals), np.array(lo), np.array(hi), np.array(runs), source, protocol)
 
     @classmethod
-    def at_read(cls, samples: list, reads: list, at_GBps: float, source: str, n_boot: int = 2000, seed: int = 0,
-                level: float = 0.95) -> "Term":
-        """Each index's runs (``samples``: one time per run; ``reads``: the same runs' same-round read
-        bandwidths, GB/s) fitted by least squares as t = c + d / B, the form of paper 1's eq. (4) (a
-        fixed time and bytes over bandwidth), and evaluated at the read ``at_GBps``; a bootstrap
-        interval of that value (runs resampled, refitted). Every index needs runs at two reads or more."""
-        if not (np.isfinite(at_GBps) and at_GBps > 0):
-            raise RoundModelError(f"term ({source}): the read to evaluate at must be a positive number, found {at_GBps}")
-        rng = np.random.default_rng(seed)
-        vals, lo, hi, runs = [], [], [], []
-        for i, (t, b) in enumerate(zip(samples, reads)):
-            t, b = np.asarray(t, float).reshape(-1), np.asarray(b, float).reshape(-1)
-            if t.size != b.size or not (np.all(np.isfinite(t)) and np.all(np.isfinite(b)) and np.all(b > 0)):
-                raise RoundModelError(f"term ({source}): index {i} needs a finite time and a positive read per run, "
-                                      f"found times {t.tolist()} and reads {b.tolist()}")
-            if np.unique(b).size < 2:
-                raise RoundModelError(f"term ({source}): index {i} has runs at {np.unique(b).size} read(s); a fit "
-                                      f"t = c + d / B needs two or more")
-            X = np.column_stack([np.ones(t.size), 1.0 / b])
-            x0 = np.array([1.0, 1.0 / at_GBps])
-            vals.append(float(x0 @ np.linalg.lstsq(X, t, rcond=None)[0]))
-            boot = []
-            for _ in range(n_boot):
-                j = rng.integers(t.size, size=t.size)
-                if np.unique(b[j]).size >= 2:
-                    boot.append(float(x0 @ np.linalg.lstsq(X[j], t[j], rcond=None)[0]))
-            ends = _bootstrap_ends(vals[-1], boot, level)
-            lo.append(ends[0])
-            hi.append(ends[1])
-            runs.append(t.size)
-        return cls(np.array(vals), np.array(lo), np.array(hi), np.array(runs), source, "read-fit")
-
-    @classmethod
     def difference(cls, a: "Term", b: "Term", source: str) -> "Term":
         """a - b where the two were not measured paired: the difference of the values, its interval
         from the ends of theirs (a.lo - b.hi, a.hi - b.lo), the fewer runs of the two."""
@@ -187,29 +154,26 @@ class Term:
             raise RoundModelError(f"{what}: needs values_ms, lo_ms, hi_ms, runs, source, protocol ({err})") from None
 
 
-#: The forms of the draft's time per round a calibration can fit (:func:`fit_draft_time`).
-DRAFT_FORMS = {
-    "line": "t_draft(k) = a k + b (paper 2, eq. (A4))",
-    "catch-up": ("t_draft(k) = a k + b + c [k = 1] + e s(k): paper 2's line, the one-draft round apart, and e "
-                 "per round whose draft began with two tokens (share s(k); amendment of 2026-12-07 b)"),
-}
+#: The form of the draft's time per round a calibration fits (:func:`fit_draft_time`).
+DRAFT_FORM = ("t_draft(k) = a k + b + c [k = 1] + e s(k): paper 2's line (eq. (A4)), the one-draft round apart, "
+              "and e per round whose draft began with two tokens (share s(k))")
 
 
 @dataclass(frozen=True)
 class DraftTime:
     """The draft's time per round, k = 0..kmax: ``term`` (t_draft(0) = 0), and the fit it was
-    evaluated from, where there is one: paper 2's line t_draft(k) = a k + b (eq. (A4); ``a_s``,
-    ``b_s``, seconds per drafted token and per round) or, in the ``"catch-up"`` form
-    (:data:`DRAFT_FORMS`),
+    evaluated from, where there is one (:data:`DRAFT_FORM`),
 
         t_draft(k) = a k + b + c [k = 1] + e s(k),
 
-    with ``one_token_s`` = c, the one-draft round's own departure from the line, and
-    ``catch_up_s`` = e, the time of a round whose draft began by feeding two tokens (the last draft
-    and the bonus token, after a round that accepted every draft) over one that fed one; s(k) the
-    share of such rounds (:func:`moespec.engine.speculative.catch_up_share`). ``catch_up_share``
-    per k = 0..kmax is the calibration's mean share the term is evaluated at; at another share s,
-    the draft takes :meth:`shift_s` longer, e (s - s_cal(k))."""
+    ``a_s``, ``b_s`` seconds per drafted token and per round (paper 2's line, eq. (A4)),
+    ``one_token_s`` = c, the one-draft round's own departure from the line, and ``catch_up_s`` = e,
+    the time of a round whose draft began by feeding two tokens (the last draft and the bonus
+    token, after a round that accepted every draft) over one that fed one; s(k) the share of such
+    rounds (:func:`moespec.runstats.catch_up_share`). ``catch_up_share`` per k = 0..kmax is the
+    calibration's mean share the term is evaluated at; at another share s, the draft takes
+    :meth:`shift_s` longer, e (s - s_cal(k)). A draft given as a line a k + b (by a user of ``moespec
+    advise``) has no share: c = e = 0 and :attr:`form` ``"line"``."""
 
     name: str
     term: Term
@@ -232,7 +196,8 @@ class DraftTime:
 
     @property
     def form(self) -> str:
-        """``"catch-up"`` where the fit has a catch-up share, else ``"line"`` (:data:`DRAFT_FORMS`)."""
+        """``"catch-up"`` where the fit has a catch-up share (:data:`DRAFT_FORM`), else ``"line"`` (a
+        draft given as a k + b)."""
         return "line" if self.catch_up_share is None else "catch-up"
 
     def shift_s(self, k: int, share: float) -> float:
@@ -297,43 +262,35 @@ class DraftTime:
 
 
 def fit_draft_time(k, t_s, name: str, kmax: int, source: str, n_boot: int = 2000, seed: int = 0,
-                   level: float = 0.95, share=None) -> DraftTime:
-    """The draft's time per round fitted by least squares over runs (one mean draft time per round
-    per run at its k >= 1), with a bootstrap interval of the fitted value at each k (runs resampled
-    within each k).
-
-    Without ``share``: paper 2's line t_draft(k) = a k + b (eq. (A4), intercept kept) with a, b >= 0
-    (a draft's time is not negative: where the unconstrained fit has a, b >= 0, as on every full run
-    so far, this is that fit; where a few noisy runs tilt it below zero, the constrained optimum on
-    the boundary instead of a refusal).
-
-    With ``share`` (each run's catch-up share, :func:`moespec.engine.speculative.catch_up_share`):
-    the ``"catch-up"`` form of :class:`DraftTime`, t_draft(k) = a k + b + c [k = 1] + e s with a, b,
-    e >= 0 and c free, evaluated at the runs' mean share per k. The one-draft round gets its own
-    level (c) because its draft runs one pass, so nothing of a pass's set-up is shared with a second
-    one; e is what the second token of a two-token first pass costs (amendment of 2026-12-07 b)."""
+                   level: float = 0.95, *, share) -> DraftTime:
+    """The draft's time per round (:data:`DRAFT_FORM`) fitted by least squares over runs (one mean
+    draft time per round per run at its k >= 1, ``share`` each run's catch-up share,
+    :func:`moespec.runstats.catch_up_share`): t_draft(k) = a k + b + c [k = 1] + e s with a, b, e >= 0
+    and c free, evaluated at the runs' mean share per k, with a bootstrap interval of the fitted value
+    at each k (runs resampled within each k). The one-draft round gets its own level (c) because its
+    draft runs one pass, so nothing of a pass's set-up is shared with a second one; e is what the
+    second token of a two-token first pass costs. The bounds keep a draft's time from going
+    negative: where a few noisy runs tilt the unconstrained fit below zero, the constrained optimum
+    on the boundary instead of a refusal."""
     k = np.asarray(k, float)
     t = np.asarray(t_s, float)
-    s = None if share is None else np.asarray(share, float)
-    if s is not None and s.shape != k.shape:
+    s = np.asarray(share, float)
+    if s.shape != k.shape:
         raise RoundModelError(f"draft {name!r}: {s.size} catch-up shares for {k.size} runs")
     ok = k >= 1
-    k, t = k[ok], t[ok]
-    s = None if s is None else s[ok]
-    if np.unique(k).size < (2 if s is None else 3):
-        raise RoundModelError(f"draft {name!r}: a fit a k + b needs runs at {'two' if s is None else 'three'} draft "
-                              f"lengths or more; found k = {sorted(set(k.astype(int).tolist()))}")
-    if not np.all(np.isfinite(t)) or (s is not None and not np.all(np.isfinite(s))):
+    k, t, s = k[ok], t[ok], s[ok]
+    if np.unique(k).size < 3:
+        raise RoundModelError(f"draft {name!r}: a fit a k + b + c [k = 1] + e s needs runs at three draft lengths or "
+                              f"more; found k = {sorted(set(k.astype(int).tolist()))}")
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(s))):
         raise RoundModelError(f"draft {name!r}: non-finite draft times or catch-up shares")
     ks = np.arange(kmax + 1, dtype=float)
-    mean_share = None if s is None else np.array([0.0] + [float(s[k == j].mean()) if np.any(k == j) else 0.0
-                                                          for j in range(1, kmax + 1)])
+    mean_share = np.array([0.0] + [float(s[k == j].mean()) if np.any(k == j) else 0.0 for j in range(1, kmax + 1)])
 
     def values(idx) -> tuple[np.ndarray, tuple]:
-        coef = _draft_coefficients(k[idx], t[idx], None if s is None else s[idx])
+        coef = _draft_coefficients(k[idx], t[idx], s[idx])
         a, b, c, e = coef
-        share_k = np.zeros(kmax + 1) if mean_share is None else mean_share
-        return np.where(ks > 0, a * ks + b + c * (ks == 1) + e * share_k, 0.0), coef
+        return np.where(ks > 0, a * ks + b + c * (ks == 1) + e * mean_share, 0.0), coef
 
     v, (a, b, c, e) = values(np.arange(k.size))
     rng = np.random.default_rng(seed)
@@ -348,24 +305,12 @@ def fit_draft_time(k, t_s, name: str, kmax: int, source: str, n_boot: int = 2000
 
 
 def _draft_coefficients(k, t, share) -> tuple[float, float, float, float]:
-    """(a, b, c, e) of the draft fit (:func:`fit_draft_time`): the line alone (c = e = 0) without
-    ``share``, else the catch-up form; a, b, e >= 0, c free."""
-    if share is None:
-        a, b = _nonnegative_line(k, t)
-        return a, b, 0.0, 0.0
+    """(a, b, c, e) of the draft fit (:func:`fit_draft_time`); a, b, e >= 0, c free."""
     from scipy.optimize import lsq_linear
 
     X = np.column_stack([k, np.ones_like(k), (k == 1).astype(float), share])
     fit = lsq_linear(X, t, bounds=([0, 0, -np.inf, 0], [np.inf, np.inf, np.inf, np.inf]), method="bvls")
     return tuple(float(x) for x in fit.x)
-
-
-def _nonnegative_line(x, y) -> tuple[float, float]:
-    """(a, b) minimizing sum (a x + b - y)^2 subject to a, b >= 0 (non-negative least squares)."""
-    from scipy.optimize import nnls
-
-    (a, b), _ = nnls(np.column_stack([x, np.ones_like(x)]), y)
-    return float(a), float(b)
 
 
 @dataclass(frozen=True)
@@ -392,7 +337,8 @@ class RoutingTerm:
         d = _arr(self.distinct, "routing term: distinct experts per pass")
         object.__setattr__(self, "distinct", d)
         if not np.isfinite(self.s_per_expert):
-            raise RoundModelError(f"routing term: seconds per distinct expert must be finite, found {self.s_per_expert}")
+            raise RoundModelError(f"routing term: seconds per distinct expert must be finite, found "
+                                  f"{self.s_per_expert}")
         if np.any(d <= 0):
             raise RoundModelError(f"routing term: distinct experts per pass must be positive, found {d.tolist()}")
 
@@ -430,7 +376,8 @@ class RoutingTerm:
             ceiling = float(np.min(means_t / means_u))
             if not 0.0 <= slope <= ceiling:
                 clipped = min(max(slope, 0.0), ceiling)
-                source = (f"{source} (least squares gave {slope * 1e3:.4g} ms per pair, outside [0, {ceiling * 1e3:.4g}]: "
+                source = (f"{source} (least squares gave {slope * 1e3:.4g} ms per pair, outside "
+                          f"[0, {ceiling * 1e3:.4g}]: "
                           f"taken as {clipped * 1e3:.4g})")
                 slope = clipped
         return cls(slope, means_u, int(k.size), source)
@@ -477,7 +424,8 @@ class RoundModel:
 
     def __post_init__(self):
         if set(self.verify) != set(KERNELS):
-            raise RoundModelError(f"round model {self.context!r}: verify terms for {sorted(self.verify)}, need {KERNELS}")
+            raise RoundModelError(f"round model {self.context!r}: verify terms for {sorted(self.verify)}, "
+                                  f"need {KERNELS}")
         n = {p: len(t) for p, t in self.verify.items()}
         if len(set(n.values())) != 1 or n["slot"] < 1:
             raise RoundModelError(f"round model {self.context!r}: verify terms cover different pass sizes {n}")
@@ -574,7 +522,8 @@ class RoundModel:
         with two tokens instead of the calibration's (:meth:`DraftTime.shift_s`); V(0) is unchanged
         (a one-token pass touches m experts per layer whatever the token, and nothing is drafted)."""
         if self.routing is None and distinct is not None:
-            raise RoundModelError(f"round model {self.context!r}: no routing term (its calibration recorded no routing)")
+            raise RoundModelError(f"round model {self.context!r}: no routing term (its calibration recorded no "
+                                  f"routing)")
         V = self.step_times("dedup")
         if not 0 <= int(k) <= self.kmax:
             raise RoundModelError(f"round model {self.context!r} covers k = 0..{self.kmax}, asked k = {k}")
@@ -582,7 +531,8 @@ class RoundModel:
         if catch_up is not None:
             Vk += self.draft.shift_s(int(k), catch_up)
         if Vk <= 0:
-            raise RoundModelError(f"round model {self.context!r}: V({k}) at {distinct:g} distinct pairs is not positive")
+            raise RoundModelError(f"round model {self.context!r}: V({k}) at {distinct:g} distinct pairs is not "
+                                  f"positive")
         return float(V[0]), Vk
 
     # --- variants ---------------------------------------------------------------------------
@@ -622,8 +572,10 @@ class RoundModel:
             ctx = d["context"]
             return cls(subject=str(d["subject"]), context=str(ctx), state=str(d["state"]),
                        verify={p: Term.from_dict(d["verify"][p], f"round model {ctx!r} verify {p}") for p in KERNELS},
-                       host=Term.from_dict(d["host"], f"round model {ctx!r} host"), draft=DraftTime.from_dict(d["draft"]),
-                       saving=None if d.get("saving") is None else Term.from_dict(d["saving"], f"round model {ctx!r} saving"),
+                       host=Term.from_dict(d["host"], f"round model {ctx!r} host"),
+                       draft=DraftTime.from_dict(d["draft"]),
+                       saving=(None if d.get("saving") is None
+                               else Term.from_dict(d["saving"], f"round model {ctx!r} saving")),
                        depth=d.get("depth"), regime=str(d.get("regime", "one")), read_GBps=d.get("read_GBps"),
                        notes=dict(d.get("notes") or {}),
                        routing=None if d.get("routing") is None else RoutingTerm.from_dict(d["routing"]))
@@ -634,8 +586,8 @@ class RoundModel:
 @dataclass
 class RoundModels:
     """The round models of one run (every machine state, context and draft it calibrated), and the
-    order of its measurements (``order``: phase -> UTC start time, so that a reader can check that
-    every input of a prediction was measured before the runs that test it)."""
+    order of its measurements (``order``: phase -> UTC start time, so that a reader can check when
+    every input of a prediction was measured against the runs that test it)."""
 
     models: list
     order: dict = field(default_factory=dict)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from moespec.engine.runs import throughput_grid
+from moespec.runstats import throughput_grid
 from moespec.measure.regimes import classify
 from moespec.theory import (best_draft_length, crossover, crossover_distance, relative_step_error,
                             speedup_interval, throughput, throughput_loss_bound)
@@ -138,7 +138,7 @@ def curves(d: int, chains: dict, meas: Measured, grid: pd.DataFrame | None = Non
 
 def measured_at(round_model: RoundModel, oracle: pd.DataFrame, d: int, eps: float) -> Measured:
     """One depth's measurements: the round model of that depth and the throughput grid of the
-    oracle runs there (:func:`moespec.engine.runs.throughput_grid`)."""
+    oracle runs there (:func:`moespec.runstats.throughput_grid`)."""
     if round_model.saving is None:
         raise ValueError(f"round model {round_model.context!r} has no measured saving (both kernels needed)")
     runs_d = oracle[oracle["d"] == d]

@@ -6,12 +6,13 @@ the same machine state, reported with its gap.
   throughput G_a(k) / V(k) and the speedup G_a(k) V(0) / V(k) of the depth's round model against the
   runs' (the oracle draft's acceptance is geometric by construction, so G_a(k) is the theory's);
 * :func:`real_draft_predictions`: the real-draft sweep (Appendix D.3) at every (draft cost, k): the
-  speedup E(k) V(0) / V(k) of that draft's round model, with E(k) the median over prompts of each
-  prompt's measured tokens per step at k (a real draft's acceptance is not geometric: its accepted
-  tokens come in runs; the median, because the measured speedup is a median over prompts), beside
-  it the same with the runs' pooled tokens per step and the geometric G_a(k) at the measured acceptance;
-  where the round model carries a routing term, each prompt's verify pass at its own distinct
-  experts (:func:`prompt_speedups`) and the median of the prompts' predictions;
+  measured speedup (a median over prompts) and the prediction with its band, the median over
+  prompts of each prompt's E_p(k) V(0) / V_p(k) (a real draft's acceptance is not geometric: its
+  accepted tokens come in runs; :func:`prompt_speedups`);
+* :func:`real_draft_diagnostics`: where a real-draft prediction's error comes from, beside it: the
+  geometric G_a(k) at the measured acceptance instead of the measured tokens per step, the runs'
+  own step times instead of the round model's, the calibration's mean routing and catch-up share
+  instead of each prompt's;
 * :func:`plain_step` : the plain decode step V(0) predicted against the measured one;
 * :func:`stop_paying`: the first draft cost from which drafting no longer pays, measured and predicted;
 * :func:`measured_by_rep` and :func:`measurement_noise`: the measurement against itself, each
@@ -20,7 +21,8 @@ the same machine state, reported with its gap.
 
 Measured speedups are medians over prompts of the runs' speedups (each run's throughput over the
 same prompt's plain runs in the same regime); measured step times are means of the runs' mean time
-per round. The round model was measured before these runs (:mod:`moespec.engine.calibration`).
+per round. The round model is calibrated on other prompts than the runs it predicts
+(:mod:`moespec.engine.calibration`).
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ import pandas as pd
 
 from statistics import NormalDist
 
-from moespec.engine.draftcost import speedup_over_plain
-from moespec.engine.speculative import catch_up_share
+from moespec.runstats import catch_up_share, speedup_over_plain
 from moespec.theory import expected_tokens
 
 from .round_model import RoundModel
@@ -95,12 +96,6 @@ def inside_band(x, lo, hi, rtol: float = 1e-9):
     return (x >= lo * (1 - rtol)) & (x <= hi * (1 + rtol))
 
 
-def tokens_per_step(runs: pd.DataFrame) -> pd.Series:
-    """Per k: the measured tokens per step (emitted over steps, pooled over the runs at k)."""
-    g = runs.groupby("k")[["emitted", "steps"]].sum()
-    return g["emitted"] / g["steps"]
-
-
 def prompt_tokens_per_step(runs: pd.DataFrame) -> pd.Series:
     """Per (k, prompt): the prompt's tokens per step (emitted over steps, pooled over its
     repetitions and draft costs: widening a draft changes no token)."""
@@ -110,8 +105,9 @@ def prompt_tokens_per_step(runs: pd.DataFrame) -> pd.Series:
 
 def median_prompt_tokens_per_step(runs: pd.DataFrame) -> pd.Series:
     """Per k: the median over prompts of each prompt's tokens per step (:func:`prompt_tokens_per_step`).
-    Where one prompt's draft is rarely accepted it takes many more steps than the others, so the
-    pooled ratio (:func:`tokens_per_step`) leans towards it while a median over prompts does not."""
+    Where one prompt's draft is rarely accepted it takes many more steps than the others, so a ratio
+    pooled over the prompts' runs leans towards it while a median over prompts does not (and the
+    measured speedup is a median over prompts)."""
     return prompt_tokens_per_step(runs).groupby(level="k").median()
 
 
@@ -129,7 +125,7 @@ def prompt_distinct_experts(runs: pd.DataFrame) -> pd.Series:
 
 def prompt_catch_up_share(runs: pd.DataFrame) -> pd.Series:
     """Per (k, prompt): the share of the prompt's rounds whose draft began with two tokens
-    (:func:`moespec.engine.speculative.catch_up_share`), pooled over its repetitions and draft costs
+    (:func:`moespec.runstats.catch_up_share`), pooled over its repetitions and draft costs
     (widening a draft changes no token, so every run of a prompt at k accepts alike)."""
     _check(runs, {"k", "prompt", "steps", "rejections"}, "real-draft runs")
     g = runs.assign(_rounds=catch_up_share(runs) * runs["steps"]).groupby(["k", "prompt"])[["_rounds", "steps"]].sum()
@@ -199,7 +195,7 @@ def median_prompt_speedups(runs: pd.DataFrame, column: str = "speedup") -> pd.Se
 def measured_by_rep(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (draft cost, k >= 1) of a real-draft sweep, the measured speedup (median over prompts of
     :func:`median_prompt_speedups`) from each repetition alone, every run divided by the plain runs
-    of its own repetition (:func:`moespec.engine.draftcost.speedup_over_plain`): one column per
+    of its own repetition (:func:`moespec.runstats.speedup_over_plain`): one column per
     repetition (``rep0``, ``rep1``, ...). The repetitions run the same prompts in fresh shuffled
     orders, so they differ only by the machine's timing noise."""
     _check(runs, {"prompt", "k", "draft_cost", "rep", "regime", "throughput"}, "real-draft runs")
@@ -215,19 +211,6 @@ def p_outside(sd: float, tolerance: float = 0.05) -> float:
     """P(|N(0, sd)| > tolerance): the chance that a perfect prediction, off only by noise of standard
     deviation ``sd`` (relative), misses by more than ``tolerance``; 0 where there is no noise."""
     return 2 * (1 - NormalDist().cdf(tolerance / sd)) if sd > 0 else 0.0
-
-
-def error_score(rel_errors, tolerance: float = 0.05) -> dict:
-    """How a set of relative prediction errors scores against the 5 % goal: ``points``, how many lie
-    ``within`` ``tolerance`` (|error| <= tolerance), the ``largest_abs_error``, ``mean_error`` and
-    ``rms_error`` (what the benchmarks that rescore a run's real-draft predictions report)."""
-    err = np.asarray(rel_errors, float)
-    if err.size == 0 or not np.isfinite(err).all():
-        raise ValueError(f"error_score needs finite relative errors; found {err.size} with "
-                         f"{int((~np.isfinite(err)).sum())} not finite")
-    return {"points": int(err.size), "within": int((np.abs(err) <= tolerance).sum()),
-            "largest_abs_error": float(np.abs(err).max()), "mean_error": float(err.mean()),
-            "rms_error": float(np.sqrt(np.mean(err ** 2)))}
 
 
 def measurement_noise(by_rep: pd.DataFrame, tolerance: float = 0.05) -> dict:
@@ -285,154 +268,161 @@ def noise_line(pred: pd.DataFrame, state: str) -> str:
     return f"[{state}] {noise_phrase(n)}; largest difference between repetitions {100 * n['largest_apart']:.1f} %"
 
 
-def as_measured_line(pred: pd.DataFrame, adjustment: dict, state: str) -> str:
-    """One state's real-draft predictions against the runs as measured (the ``*_as_measured``
-    columns notebook 05 joins to :func:`real_draft_predictions`' rows), beside what the machine
-    adjustment did (``adjustment``: :func:`moespec.engine.machine_adjust.factor_summary`)."""
-    a, e = adjustment, pred["rel_error_as_measured"].abs()
-    at_read = pred.get("rel_error_at_runs_read_as_measured")
-    read = (f"within 5 % at {int((at_read.abs() <= 0.05).sum())} (largest {100 * at_read.abs().max():.1f} %)"
-            if at_read is not None and at_read.notna().all() else "not computed (no positive time at that read)")
-    reps = [c for c in pred.columns if c.startswith("rep") and c.endswith("_as_measured") and pred[c].notna().any()]
-    se = (f"; standard error of a point {100 * measurement_noise(pred[reps])['se']:.1f} % as measured"
-          if len(reps) >= 2 else "")
-    groups = {k[len("slope_"):]: v for k, v in a.items() if k.startswith("slope_") and k != "slope_by"}
-    slopes = (f"read slope {a['slope']:.2f} over the sweep, per {a.get('slope_by')} group "
-              + ", ".join(f"{g} {b:.2f}" for g, b in groups.items()) if groups else f"read slope {a['slope']:.2f}")
+def adjustment_line(adjustment: dict, state: str) -> str:
+    """What the machine adjustment did to one state's sweep (``adjustment``:
+    :func:`moespec.runstats.machine_adjust.factor_summary`), in one line."""
+    a = adjustment
+    groups = {k[len("slope_"):]: v for k, v in a.items() if k.startswith("slope_")}
+    slopes = f"read slope {a['slope']:.2f} over the sweep" + "".join(f", {g} {b:.2f}" for g, b in groups.items())
     return (f"[{state}] machine adjustment: {slopes}, {a['neighbours']} neighbours a side, factors "
             f"{a['q05']:.3f} to {a['q95']:.3f} (5th to 95th percentile over {a['runs']} runs); the noise of one run "
-            f"{100 * a['noise_measured']:.1f} % as measured, {100 * a['noise_adjusted']:.1f} % adjusted{se}. Against the runs "
-            f"as measured: within 5 % at {int((e <= 0.05).sum())} of {len(pred)} (largest {100 * e.max():.1f} %); with "
-            f"the verify terms at the runs' read ({pred['read_GBps_runs'].iloc[0]:.2f} GB/s; calibration "
-            f"{pred['read_GBps_model'].iloc[0]:.2f} GB/s) {read}")
+            f"{100 * a['noise_measured']:.1f} % as measured, {100 * a['noise_adjusted']:.1f} % adjusted")
 
 
 def routing_line(pred: pd.DataFrame, state: str) -> str:
-    """What the routing term did to one state's :func:`real_draft_predictions` rows (routed ones):
-    the cost of one distinct (expert, layer) pair, the prompts' and the calibration's distinct pairs
-    per pass at the longest k, and the unrouted prediction's score beside the routed one's."""
+    """What the routing term did to one state's real-draft points (:func:`real_draft_predictions`
+    rows joined to :func:`real_draft_diagnostics`' of routed round models): the cost of one
+    distinct (expert, layer) pair, the prompts' and the calibration's distinct pairs per pass at the
+    longest k, and the prediction at the calibration's mean routing beside the scored one."""
     last = pred[pred["k"] == pred["k"].max()].iloc[0]
     inside = lambda col: int((pred[col].abs() <= 0.05).sum())   # noqa: E731
     return (f"[{state}] routing: one distinct (expert, layer) pair costs {last['ms_per_distinct_expert']:.3f} ms of a "
             f"verify pass; at k = {int(last['k'])} the test prompts' median pass reads {last['distinct_test']:.1f} "
             f"pairs, the calibration's mean pass {last['distinct_calibration']:.1f}; with every prompt's verify pass "
             f"at its own routing within 5 % at {inside('rel_error')} of {len(pred)}, at the calibration's mean "
-            f"routing (unrouted) {inside('rel_error_unrouted')} (largest {100 * pred['rel_error_unrouted'].abs().max():.1f} %)")
+            f"routing (unrouted) {inside('rel_error_unrouted')} (largest "
+            f"{100 * pred['rel_error_unrouted'].abs().max():.1f} %)")
 
 
-def real_draft_predictions(models: dict, runs: pd.DataFrame, at_runs_read: dict | None = None) -> pd.DataFrame:
-    """Per (draft cost, k >= 1) of a real-draft sweep (``runs``:
-    :func:`moespec.engine.draftcost.draft_cost_sweep` rows) and ``models`` {draft cost: RoundModel}:
-    the measured speedup (median over prompts, quartiles), the round model's prediction with
-    E(k) = the median over prompts of each prompt's tokens per step at k (``predicted``, with
-    ``predicted_lo``/``_hi`` from the model's per-k delta; since E(k) V(0)/V(k) grows with E(k), it
-    is the median of the per-prompt predictions, the statistic the measured speedup is), with the
-    runs' pooled tokens per step (``predicted_pooled``) and with the geometric G_a(k) at the runs'
-    acceptance (``predicted_geometric``), measured and predicted step times (ms), and the relative
-    error of each. Widening a draft changes no token, so E(k) and a are pooled over draft costs.
+_REAL_RUNS = {"prompt", "k", "draft_cost", "speedup", "emitted", "steps", "accepted", "rejections", "t_step_mean_s"}
 
-    Where the round models carry a routing term (their calibration recorded each verify pass's
-    distinct experts; amendment of 2026-12-05 night), ``predicted`` is instead the median over
-    prompts of :func:`prompt_speedups`: each prompt's E_p(k) V(0) / V_p(k) with its verify
-    pass at its own routing (the runs' ``distinct_experts``), the band scaled alike; the unrouted
-    prediction stays beside it (``predicted_unrouted``, ``rel_error_unrouted``) with the prompts'
-    median and the calibration's mean distinct pairs per pass (``distinct_test``,
-    ``distinct_calibration``) and the fitted cost of one pair (``ms_per_distinct_expert``). Where
-    a round model's draft is in the ``"catch-up"`` form (amendment of 2026-12-07 b), ``predicted``
-    is that median with each prompt's draft also at the prompt's own share of rounds whose draft
-    began with two tokens (:func:`prompt_catch_up_share`), with or without a routing term;
-    ``catch_up_test`` and ``catch_up_calibration`` are the prompts' median share and the
-    calibration's mean, ``ms_per_catch_up`` the fitted time of one such round.
 
-    Beside them, where the error comes from: ``predicted_measured_steps`` = E(k) V_meas(0) / V_meas(k)
-    with the runs' own mean step times (what is left of the error is the tokens per step and the
-    statistic; the rest of ``rel_error`` is the step times'), and, with ``at_runs_read`` ({draft
-    cost: RoundModel} whose verify terms are at the runs' median same-round read,
-    :func:`moespec.predict.calibration.from_draft_runs` ``at_GBps``), ``predicted_at_runs_read``:
-    the same prediction in the machine state the runs met. ``read_GBps_model`` and
-    ``read_GBps_runs`` are the calibration's and the runs' median reads. With two or more
-    repetitions, the measurement against itself: each repetition's measured speedup (``rep0``,
-    ``rep1``, ...: :func:`measured_by_rep`) and ``measured_rel_se`` (:func:`measurement_noise`)."""
-    _check(runs, {"prompt", "k", "draft_cost", "speedup", "emitted", "steps", "accepted", "rejections",
-                  "t_step_mean_s"}, "real-draft runs")
-    E_pooled = tokens_per_step(runs)
-    E = median_prompt_tokens_per_step(runs)
-    routed = any(m.routing is not None for m in models.values())
-    if routed:
-        if unrouted := sorted(r for r, m in models.items() if m.routing is None):
+class _PerPrompt:
+    """Each test prompt's inputs of a real-draft prediction at every k: its tokens per step and,
+    where the round models carry them, its distinct (expert, layer) pairs per verify pass (routing
+    term) and its catch-up share (a draft in the catch-up form)."""
+
+    def __init__(self, models: dict, runs: pd.DataFrame):
+        _check(runs, _REAL_RUNS, "real-draft runs")
+        self.routed = any(m.routing is not None for m in models.values())
+        if self.routed and (unrouted := sorted(r for r, m in models.items() if m.routing is None)):
             raise ValueError(f"round models for draft costs {unrouted} have no routing term and others have one")
-    caught = any(m.draft.catch_up_share is not None for m in models.values())
-    E_by_prompt = u_by_prompt = s_by_prompt = None
-    if routed or caught:      # each prompt predicted at its own routing and catch-up share
-        E_by_prompt = prompt_tokens_per_step(runs)
-        u_by_prompt = prompt_distinct_experts(runs) if routed else None
-        s_by_prompt = prompt_catch_up_share(runs) if caught else None
+        self.caught = any(m.draft.catch_up_share is not None for m in models.values())
+        self.E = median_prompt_tokens_per_step(runs)
+        self.tokens = prompt_tokens_per_step(runs) if self.routed or self.caught else None
+        self.distinct = prompt_distinct_experts(runs) if self.routed else None
+        self.share = prompt_catch_up_share(runs) if self.caught else None
 
-    def own(model: RoundModel, k: int) -> float:
-        return float(prompt_speedups(model, k, E_by_prompt[k], None if u_by_prompt is None else u_by_prompt[k],
-                                     None if s_by_prompt is None else s_by_prompt[k]).median())
+    @staticmethod
+    def model(models: dict, r: float, k: int) -> RoundModel:
+        if float(r) not in models:
+            raise ValueError(f"no round model for draft cost {r:g} (round models for {sorted(models)})")
+        rm = models[float(r)]
+        if k > rm.kmax:
+            raise ValueError(f"real-draft runs at k = {k} beyond the round model's kmax = {rm.kmax}")
+        return rm
 
-    a_k = acceptance_by_k(runs)
-    plain_step = float(runs.loc[runs.k == 0, "t_step_mean_s"].mean())
-    runs_read = float(runs["ref_GBps"].median()) if "ref_GBps" in runs else float("nan")
+    def median_prompt(self, rm: RoundModel) -> dict:
+        """:meth:`RoundModel.speedups` with E(k) the median prompt's tokens per step (k's without
+        runs take 1: they do not enter another k's row)."""
+        tps = np.array([1.0] + [float(self.E.get(j, np.nan)) for j in range(1, rm.kmax + 1)])
+        return rm.speedups(np.where(np.isfinite(tps), tps, 1.0))
+
+    def each_prompt(self, rm: RoundModel, k: int) -> float:
+        """The median over prompts of :func:`prompt_speedups` at the prompts' own routing and share."""
+        return float(prompt_speedups(rm, k, self.tokens[k], None if self.distinct is None else self.distinct[k],
+                                     None if self.share is None else self.share[k]).median())
+
+
+def real_draft_predictions(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (draft cost, k >= 1) of a real-draft sweep (``runs``: the test part's rows of
+    :func:`moespec.engine.draftcost.interleaved_sweep`) and ``models`` {draft cost: RoundModel}: the
+    measured speedup (``measured``: median over prompts, quartiles) and the prediction with its band
+    (``predicted``, ``predicted_lo``, ``predicted_hi``), their relative error (``rel_error``,
+    predicted / measured - 1) and whether the measurement lies in the band (``inside``).
+
+    The prediction is the median over prompts of each prompt's E_p(k) V(0) / V_p(k)
+    (:func:`prompt_speedups`), each prompt at its own tokens per step and, where the round model
+    carries them, with its verify pass at its own distinct experts (routing term) and its draft at
+    its own share of rounds whose draft began with two tokens (catch-up form); the band is the round
+    model's per-k interval (from delta_k, :meth:`RoundModel.speedups`) scaled alike. A round model
+    with neither predicts E(k) V(0) / V(k), E(k) the median over prompts of each prompt's tokens per
+    step. Widening a draft changes no token, so the prompts' inputs are pooled over draft costs
+    (``tokens_per_step``: the median prompt's E(k)). With two or more repetitions, the measurement
+    against itself: each repetition's measured speedup (``rep0``, ``rep1``, ...:
+    :func:`measured_by_rep`) and ``measured_rel_se`` (:func:`measurement_noise`)."""
+    each = _PerPrompt(models, runs)
     out = []
     for (r, k), g in runs[runs.k >= 1].groupby(["draft_cost", "k"]):
         k = int(k)
-        if float(r) not in models:
-            raise ValueError(f"no round model for draft cost {r:g} (round models for {sorted(models)})")
-        rm: RoundModel = models[float(r)]
-        if k > rm.kmax:
-            raise ValueError(f"real-draft runs at k = {k} beyond the round model's kmax = {rm.kmax}")
-        tps = np.array([1.0] + [float(E.get(j, np.nan)) for j in range(1, rm.kmax + 1)])
-        tps = np.where(np.isfinite(tps), tps, 1.0)   # k's without runs do not enter row k
-        sp = rm.speedups(tps)
-        pooled = float(E_pooled[k]) * sp["V_s"][0] / sp["V_s"][k]
-        a = float(min(a_k[k], 1 - 1e-9))
-        geo = float(expected_tokens(a, k)) * sp["V_s"][0] / sp["V_s"][k]
-        per_prompt = median_prompt_speedups(g)
-        V_meas = float(g["t_step_mean_s"].mean())
-        extra = {}
-        if at_runs_read is not None:
-            V_read = at_runs_read[float(r)].step_times("dedup")
-            extra = {"predicted_at_runs_read": (own(at_runs_read[float(r)], k) if routed or caught else
-                                                float(E[k]) * float(V_read[0] / V_read[k])),
-                     "V_hat_at_runs_read_ms": 1e3 * float(V_read[k]), "V0_hat_at_runs_read_ms": 1e3 * float(V_read[0])}
+        rm = each.model(models, r, k)
+        sp = each.median_prompt(rm)
         point, lo, hi = float(sp["speedup"][k]), float(sp["speedup_lo"][k]), float(sp["speedup_hi"][k])
-        if routed:
-            extra |= {"predicted_unrouted": point, "distinct_test": float(u_by_prompt[k].median()),
-                      "distinct_calibration": float(rm.routing.distinct[k]),
-                      "ms_per_distinct_expert": 1e3 * rm.routing.s_per_expert}
-        if rm.draft.catch_up_share is not None:
-            extra |= {"catch_up_test": float(s_by_prompt[k].median()),
-                      "catch_up_calibration": float(rm.draft.catch_up_share[k]), "ms_per_catch_up": 1e3 * rm.draft.catch_up_s}
-        if routed or caught:   # each prompt at its own routing and share; the band's relative width from delta_k
-            each = own(rm, k)
-            point, lo, hi = each, lo * each / point, hi * each / point
-        out.append({"draft_cost": float(r), "k": k, "a": a, "G": float(expected_tokens(a, k)),
-                    "tokens_per_step": float(E[k]), "tokens_per_step_pooled": float(E_pooled[k]),
-                    "V_hat_ms": 1e3 * float(sp["V_s"][k]),
-                    "V_meas_ms": 1e3 * V_meas, "V0_hat_ms": 1e3 * float(sp["V_s"][0]),
-                    "V0_meas_ms": 1e3 * plain_step, "predicted": point, "predicted_lo": lo, "predicted_hi": hi,
-                    "predicted_pooled": pooled, "predicted_geometric": geo, "measured": float(per_prompt.median()),
-                    "measured_q25": float(per_prompt.quantile(0.25)), "measured_q75": float(per_prompt.quantile(0.75)),
-                    "predicted_measured_steps": float(E[k]) * plain_step / V_meas,
-                    "read_GBps_model": rm.read_GBps if rm.read_GBps is not None else float("nan"),
-                    "read_GBps_runs": runs_read, "state": rm.state, **extra})
+        if each.routed or each.caught:   # each prompt at its own routing and share; the band's relative width kept
+            mine = each.each_prompt(rm, k)
+            point, lo, hi = mine, lo * mine / point, hi * mine / point
+        per_prompt = median_prompt_speedups(g)
+        out.append({"draft_cost": float(r), "k": k, "state": rm.state, "tokens_per_step": float(each.E[k]),
+                    "predicted": point, "predicted_lo": lo, "predicted_hi": hi, "measured": float(per_prompt.median()),
+                    "measured_q25": float(per_prompt.quantile(0.25)), "measured_q75": float(per_prompt.quantile(0.75))})
     df = pd.DataFrame(out)
     if {"rep", "regime", "throughput"} <= set(runs.columns) and runs["rep"].nunique() >= 2:
         by_rep = measured_by_rep(runs)
         by_rep["measured_rel_se"] = measurement_noise(by_rep)["rel_se"]
         df = df.join(by_rep, on=["draft_cost", "k"])
-    df["rel_error_measured_steps"] = df["predicted_measured_steps"] / df["measured"] - 1
-    if at_runs_read is not None:
-        df["rel_error_at_runs_read"] = df["predicted_at_runs_read"] / df["measured"] - 1
     df["rel_error"] = df["predicted"] / df["measured"] - 1
-    if routed:
-        df["rel_error_unrouted"] = df["predicted_unrouted"] / df["measured"] - 1
-    df["rel_error_pooled"] = df["predicted_pooled"] / df["measured"] - 1
-    df["rel_error_geometric"] = df["predicted_geometric"] / df["measured"] - 1
     df["inside"] = inside_band(df["measured"], df["predicted_lo"], df["predicted_hi"])
     return df
+
+
+def real_draft_diagnostics(models: dict, runs: pd.DataFrame) -> pd.DataFrame:
+    """Where each real-draft point's prediction error comes from (:func:`real_draft_predictions`'
+    points, the same ``models`` and ``runs``), per (draft cost, k >= 1):
+
+    * the step times: predicted ``V_hat_ms`` and ``V0_hat_ms`` against the runs' mean ``V_meas_ms``
+      and ``V0_meas_ms``; ``predicted_measured_steps`` = E(k) V_meas(0) / V_meas(k), the prediction
+      with the runs' own step times (what is left of its error is the tokens per step and the
+      statistic);
+    * the acceptance: ``a``, the runs' measured acceptance at k (pooled), ``G`` = G_a(k), and
+      ``predicted_geometric`` = G_a(k) V(0) / V(k), the geometric tokens per step in place of the
+      measured ones;
+    * where the round model carries a routing term: ``predicted_unrouted`` = E(k) V(0) / V(k), every
+      prompt at the calibration's mean routing and catch-up share, with the test prompts' median
+      and the calibration's mean distinct pairs per pass (``distinct_test``,
+      ``distinct_calibration``) and the fitted cost of one pair (``ms_per_distinct_expert``);
+    * where its draft is in the catch-up form: the test prompts' median and the calibration's mean
+      catch-up share (``catch_up_test``, ``catch_up_calibration``) and the fitted time of one such
+      round (``ms_per_catch_up``).
+
+    Each ``predicted_<x>`` has its relative error to the measured speedup, ``rel_error_<x>``."""
+    each = _PerPrompt(models, runs)
+    a_k = acceptance_by_k(runs)
+    plain_step = float(runs.loc[runs.k == 0, "t_step_mean_s"].mean())
+    out = []
+    for (r, k), g in runs[runs.k >= 1].groupby(["draft_cost", "k"]):
+        k = int(k)
+        rm = each.model(models, r, k)
+        sp = each.median_prompt(rm)
+        a = float(min(a_k[k], 1 - 1e-9))
+        V_meas = float(g["t_step_mean_s"].mean())
+        row = {"draft_cost": float(r), "k": k, "a": a, "G": float(expected_tokens(a, k)),
+               "V_hat_ms": 1e3 * float(sp["V_s"][k]), "V_meas_ms": 1e3 * V_meas, "V0_hat_ms": 1e3 * float(sp["V_s"][0]),
+               "V0_meas_ms": 1e3 * plain_step, "measured": float(median_prompt_speedups(g).median()),
+               "predicted_geometric": float(expected_tokens(a, k)) * sp["V_s"][0] / sp["V_s"][k],
+               "predicted_measured_steps": float(each.E[k]) * plain_step / V_meas}
+        if each.routed:
+            row |= {"predicted_unrouted": float(sp["speedup"][k]), "distinct_test": float(each.distinct[k].median()),
+                    "distinct_calibration": float(rm.routing.distinct[k]),
+                    "ms_per_distinct_expert": 1e3 * rm.routing.s_per_expert}
+        if rm.draft.catch_up_share is not None:
+            row |= {"catch_up_test": float(each.share[k].median()),
+                    "catch_up_calibration": float(rm.draft.catch_up_share[k]),
+                    "ms_per_catch_up": 1e3 * rm.draft.catch_up_s}
+        out.append(row)
+    df = pd.DataFrame(out)
+    for col in [c for c in df.columns if c.startswith("predicted_")]:
+        df["rel_error_" + col[len("predicted_"):]] = df[col] / df["measured"] - 1
+    return df.drop(columns="measured")
 
 
 def plain_step(model: RoundModel, runs: pd.DataFrame, label: str) -> dict:

@@ -11,13 +11,11 @@ pre-registration.
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pandas as pd
 
 from moespec import corpus, fit, io, predict
-from moespec.engine import goals as G
 from moespec.engine.operation import bench_engine, record_trace_on_twin
 from moespec.engine.subject import routing_twin
 from moespec.measure import discard
@@ -31,8 +29,9 @@ from moespec.tables import predictions as T
 from moespec.threads import torch_threads
 from moespec.threads import untimed_threads as threads_for_untimed
 
+from . import goals as G
 from .result import Result, table
-from .whole_model import ROUND_MODEL_FILE
+from .whole_model import ROUND_MODEL_FILE, read_run
 
 
 class PredictionChainStudy:
@@ -45,7 +44,7 @@ class PredictionChainStudy:
         self.untimed_threads = threads_for_untimed(untimed_threads)   # threads of the untimed routing record
         self.profile, self.device, self.seed, self.backend = profile, device, seed, backend
         self.label = sub.label
-        self.run = json.loads((out / "run.json").read_text())
+        self.run = read_run(out)
         self.round_models = RoundModels.load(fig_dir / ROUND_MODEL_FILE)
         self.rules = predict.load_rules(sub.rules_file)
         self.rules_prov = predict.rules_provenance(sub.rules_file)

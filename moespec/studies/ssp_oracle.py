@@ -32,7 +32,7 @@ import pandas as pd
 
 from moespec import io, paths, provenance
 from moespec.engine import OracleDraft
-from moespec.engine import goals as G
+from moespec.studies import goals as G
 from moespec.engine.subject import routing_twin
 from moespec.measure.regimes import ReferenceRead, classify, dominant, split_point
 from moespec.oracle import analysis as A

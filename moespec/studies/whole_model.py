@@ -1,41 +1,39 @@
 """Notebook 05's sections: the whole-model runs of paper 1 (Section 4, Appendices D-E) on one
-subject, and the round model that predicts them (issue 24).
+subject, and the round model that predicts them.
 
 Order of a run (recorded in ``run.json`` and in the round-model file, so that a reader can check
-that every input of a prediction was measured before the runs that test it, or, for the real
-draft's interleaved calibration, in the same sweep on other turns, its rows apart from the test's):
+that every input of a prediction was measured on other prompts than the runs that test it, in the
+same shuffled sweep):
 
 0. where a decode step's time goes (one interleaved run);
 1. the output checks (dedup off/on, and a widened subject against the unwidened model);
-2. the verify grid: tau_p(n) in the shuffled grid (the earlier protocol, kept beside the loop's);
+2. the verify grid: tau_p(n) in the shuffled grid, each pass after an unrelated pass (the second
+   protocol, shown beside the decode loops' in step 4);
 3. per machine state (``quiet``, then ``loaded``: :func:`moespec.measure.load.machine_state`):
-   a. round calibration: teacher-forced decode loops at each depth on prompts the oracle runs do
-      not use; the depths' round models (:mod:`moespec.predict.calibration`). Where those loops run
-      is ``P["oracle_calibration"]``: ``"interleaved"`` (the default, amendment of 2026-12-06 m) in
-      one shuffled order with the oracle runs of their depth in step b
-      (:func:`moespec.engine.calibration.depth_sweep`), the depth's round model fitted from the
-      loops alone, every loop of both read regimes (amendment of 2026-12-06 n); ``"before"`` (the
-      earlier protocol) here, in a stretch of their own, on the dominant regime's loops;
-   b. the oracle-draft grid, against the depth's round model (:func:`moespec.predict.speculative.oracle_predictions`);
-   c. the real draft on the test MT-Bench turns at every draft cost, against each draft's round
-      model, fitted from the real draft at every cost and k on MT-Bench turns the test runs do not
-      use. Where those calibration turns run is ``P["draft_calibration"]``: ``"interleaved"`` (the
-      default, amendment of 2026-12-05 evening) in one shuffled sweep with the test turns
+   a. the oracle draft: at each depth, the round calibration's teacher-forced decode loops on
+      prompts the oracle runs do not use and the oracle runs in one shuffled order
+      (:func:`moespec.engine.calibration.depth_sweep`); the depth's round model from every loop
+      (:func:`moespec.predict.calibration.from_verify_loops`) against the oracle grid
+      (:func:`moespec.predict.speculative.oracle_predictions`);
+   b. the real draft on the test MT-Bench turns at every draft cost and k, and its round calibration
+      on MT-Bench turns the test does not use, in one shuffled sweep
       (:func:`moespec.engine.draftcost.interleaved_sweep`), so that both meet the same stretch of a
-      shared machine, the round model fitted from the calibration turns alone; ``"before"`` (the
-      earlier protocol) in a sweep of their own in step a. Every run records its verify passes'
-      routing; each prompt's prediction puts its verify pass at its own distinct experts (the round
-      model's routing term, fitted from the calibration turns; amendment of 2026-12-05 night).
-      Every run of the sweep gets its machine factor (:mod:`moespec.engine.machine_adjust`; amendment
-      of 2026-12-06 d): the round models and the measured speedups are the runs' at the sweep's
-      typical machine state, the files keep them as measured, and the predictions against the runs
-      as measured stand beside the scored ones (``*_as_measured``);
-4. the two verify protocols side by side; the goals; the round-model file ``05_round_model.json``.
+      shared machine. Every run of the sweep gets its machine factor
+      (:mod:`moespec.runstats.machine_adjust`): the round models (fitted from the calibration turns,
+      :func:`moespec.predict.calibration.from_draft_runs`) and the measured speedups are the runs' at
+      the sweep's typical machine state; the files keep the runs as measured. Every run records its
+      verify passes' routing; each prompt's prediction puts its verify pass at its own distinct
+      experts and its draft at its own catch-up share
+      (:func:`moespec.predict.speculative.real_draft_predictions`);
+4. the two verify protocols side by side; the goals; the round-model file ``05_round_model.json``
+   and ``run.json`` (:data:`RUN_SCHEMA_VERSION`, read back by :func:`read_run`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -44,12 +42,8 @@ from moespec import io, provenance
 from moespec.engine import breakdown as B
 from moespec.engine.byte_shares import byte_shares
 from moespec.engine import draftcost as DC
-from moespec.engine import goals as G
-from moespec.engine import machine_adjust as MA
-from moespec.engine import summaries as SM
-from moespec.engine.calibration import depth_sweep, verify_loops
-from moespec.engine.results_folder import real_draft_file
-from moespec.engine.runs import greedy_agreement, oracle_sweep
+from moespec.engine.calibration import depth_sweep
+from moespec.engine.runs import greedy_agreement
 from moespec.engine.subject import load_subject
 from moespec.engine.verify import measure_verify_times, regime_summaries
 from moespec.engine.widen import attention_and_head_in_format
@@ -61,16 +55,39 @@ from moespec.plots.rounds import predictions_figure, protocols_figure, round_ter
 from moespec.predict import calibration as CAL
 from moespec.predict import noise as NOISE
 from moespec.predict import speculative as SP
-from moespec.predict.round_model import RoundModelError, RoundModels
+from moespec.predict.round_model import RoundModels
 from moespec.routing import RoutingTrace
+from moespec.runstats import machine_adjust as MA
 from moespec.tables.predictions import oracle_cells
 from moespec.tables.rounds import protocol_table, round_terms_table
 
+from . import goals as G
+from . import summaries as SM
 from .result import Result, table
 
 ROUND_MODEL_FILE = "05_round_model.json"
-DRAFT_CALIBRATION = ("interleaved", "before")      # where the real draft's round calibration runs
-ORACLE_CALIBRATION = ("interleaved", "before")     # where the oracle draft's depth calibration runs
+RUN_FILE = "run.json"
+#: The version of ``run.json`` this package writes and reads (:func:`read_run`).
+RUN_SCHEMA_VERSION = 1
+
+
+def real_draft_file(state: str) -> str:
+    """The file of machine state ``state``'s real-draft test runs in a notebook-05 results folder."""
+    return "real_draft.csv" if state == "quiet" else f"real_draft_{state}.csv"
+
+
+def read_run(folder) -> dict:
+    """Notebook 05's run record (``<folder>/run.json``); a folder without one, or with a record of
+    another schema version than :data:`RUN_SCHEMA_VERSION`, is refused in one line."""
+    path = Path(folder) / RUN_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no run record; run notebook 05 with this out_dir first")
+    record = json.loads(path.read_text())
+    found = record.get("schema_version") if isinstance(record, dict) else None
+    if found != RUN_SCHEMA_VERSION:
+        raise ValueError(f"{path}: field schema_version: expected {RUN_SCHEMA_VERSION}; found {found} "
+                         f"(rerun notebook 05 with this version of moespec)")
+    return record
 
 
 def real_draft_parts(sub, P: dict, seed: int = 0) -> tuple:
@@ -78,13 +95,12 @@ def real_draft_parts(sub, P: dict, seed: int = 0) -> tuple:
     calibration's (``draft_cal_prompts`` MT-Bench turns the test does not use, once each, the lowest
     draft cost with the per-slot kernel too) and the test's (``real_prompts`` turns, ``real_reps``
     times), the calibration's with ``draft_cal_plain_runs`` plain runs per turn, the test's with
-    ``plain_runs`` per prompt and repetition. A run recorded before ``draft_cal_plain_runs`` existed
-    (its ``run.json`` sizes, read back by ``benchmarks/replay_routing.py``) ran ``plain_runs`` in both."""
+    ``plain_runs`` per prompt and repetition."""
     room = sub.context - P["real_tokens"] - 10
     cal = DC.SweepPart("calibration", sub.calibration_chat_prompts(P["draft_cal_prompts"], room, P["real_prompts"],
                                                                    seed=seed),
                        reps=1, slot_costs=(min(map(float, P["draft_costs"])),),
-                       plain_runs=P.get("draft_cal_plain_runs") or P["plain_runs"])
+                       plain_runs=P["draft_cal_plain_runs"])
     test = DC.SweepPart("test", sub.chat_prompts(P["real_prompts"], max_tokens=room, seed=seed),
                         reps=P["real_reps"], plain_runs=P["plain_runs"])
     return cal, test
@@ -115,8 +131,6 @@ class WholeModelStudy:
         self.sub, self.P, self.out, self.fig_dir = sub, P, out, fig_dir
         self.profile, self.device, self.seed, self.backend, self.dtype = profile, device, seed, backend, dtype
         self.label = sub.label
-        self.draft_protocol = self._draft_protocol(P)     # refused before anything is measured
-        self.oracle_protocol = self._protocol(P, "oracle_calibration", ORACLE_CALIBRATION)
         self.ref = ReferenceRead(device=device)
         self.prompts_by_depth = {d: sub.depth_prompts(d, P["prompts_per_depth"], seed) for d in P["depths"]}
         self.order: dict = {}
@@ -132,7 +146,8 @@ class WholeModelStudy:
         return self.fig_dir / name
 
     def _write(self, name: str, df: pd.DataFrame, figure: bool = True) -> None:
-        io.write_dataframe((self.fig_dir if figure else self.out) / name, df.assign(subject=self.label) if figure else df)
+        io.write_dataframe((self.fig_dir if figure else self.out) / name,
+                           df.assign(subject=self.label) if figure else df)
 
     def _drafts(self, costs) -> dict:
         """The subject's draft widened to each draft cost, built once per cost (the calibration and
@@ -195,7 +210,7 @@ class WholeModelStudy:
     # --- 2. the shuffled grid -----------------------------------------------------------------
     def verify_grid(self) -> Result:
         """Section 2: tau_p(n) in the shuffled grid of 18 passes and a reference read per repetition
-        (the earlier protocol, kept as the second protocol beside the decode loops)."""
+        (each pass after an unrelated one: the protocol set beside the decode loops' in :meth:`finish`)."""
         self.order["verify_grid"] = _now()
         parts, argmax = [], {"rows": 0, "settings": 0, "greedy": 0}
         for d in self.P["depths"]:
@@ -226,43 +241,7 @@ class WholeModelStudy:
                          f"tau_dedup(9) = {r['tau_dedup_last_ms']:.3f} ms; crossover {r['crossover']}")
         return Result(lines)
 
-    # --- 3a. round calibration ----------------------------------------------------------------
-    def calibrate(self, state: str) -> Result:
-        """Round calibration in ``state``: with ``oracle_calibration = "before"``, verify loops at each
-        depth (with ``"interleaved"`` they run with the oracle runs: :meth:`oracle_runs`) and, with
-        ``draft_calibration = "before"``, the real draft at every cost and k on calibration turns; the
-        state's round models of what ran here (the real draft's, with ``"interleaved"``, come with its
-        test runs: :meth:`real_draft`)."""
-        P = self.sizes(state)
-        self.order[f"calibration {state}"] = _now()
-        self.results[f"models {state}"] = {"depth": {}, "cost": {}}
-        with machine_state(state, pin=self.device == "cpu") as ms:
-            loops = None
-            if self.oracle_protocol == "before":
-                loops = pd.concat([verify_loops(self.sub.engine, self._cal_prompts(d, P), n_max=9, n_tokens=P["n_tokens"],
-                                                reps=P["cal_reps"], seed=self.seed + 7, depth=d, reference=self.ref,
-                                                first_prompt=self.P["oracle_prompts"]).assign(state=state)
-                                   for d in P["depths"]], ignore_index=True)
-            draft_rows = None
-            if self.sub.draft is not None and self.draft_protocol == "before":
-                cal = real_draft_parts(self.sub, P, self.seed)[0]
-                draft_rows = DC.draft_cost_sweep(self.sub.engine, self._drafts(P["draft_costs"]), cal.prompts,
-                                                 P["real_ks"], P["real_tokens"], seed=self.seed + 11,
-                                                 reference=self.ref, slot_costs=cal.slot_costs,
-                                                 plain_runs=cal.plain_runs,
-                                                 desc=f"draft calibration ({state})").assign(state=state)
-        self.states[state] = ms.describe()
-        lines = [f"[{state}] {ms.describe()['what']}"]
-        by_depth = {}
-        if loops is not None:
-            by_depth = self._depth_models(state, loops, P)
-            lines[0] += f"; read {np.nanmedian(loops['ref_GBps']):.2f} GB/s (median of the loops' same-round reads)"
-        else:
-            lines.append(f"[{state}] the oracle draft's round calibration runs interleaved with the oracle runs (step b)")
-        if self.sub.draft is not None and self.draft_protocol == "interleaved":
-            lines.append(f"[{state}] the real draft's round calibration runs interleaved with its test runs (step c)")
-        return self._models_result(state, list(by_depth.values()) + self._draft_models(state, draft_rows, P), lines)
-
+    # --- 3. round calibration with the runs it predicts -----------------------------------------
     def _cal_prompts(self, d: int, P: dict) -> list:
         """The depth's calibration prompts: the ``cal_prompts`` after the oracle runs' own."""
         n_oracle = self.P["oracle_prompts"]
@@ -276,41 +255,21 @@ class WholeModelStudy:
         """The oracle draft's round model per depth from ``state``'s verify loops (written first)."""
         self.frames["verify_loops"].append(loops)       # the rows are written before anything is built from them
         io.write_dataframe(self.out / "verify_loops.csv", pd.concat(self.frames["verify_loops"], ignore_index=True))
-        by_depth = CAL.from_verify_loops(loops, self.label, state, n_boot=P["n_boot"], seed=self.seed,
-                                         by_regime=self.oracle_protocol == "before")
+        by_depth = CAL.from_verify_loops(loops, self.label, state, n_boot=P["n_boot"], seed=self.seed)
         self.models += list(by_depth.values())
-        self.results[f"models {state}"]["depth"] = by_depth
+        self.results.setdefault(f"models {state}", {"depth": {}, "cost": {}})["depth"] = by_depth
         return by_depth
 
-    @staticmethod
-    def _protocol(P: dict, key: str, allowed: tuple) -> str:
-        """Where a round calibration runs (``P[key]``, default the first of ``allowed``), checked."""
-        protocol = P.get(key) or allowed[0]
-        if protocol not in allowed:
-            raise ValueError(f"{key} must be one of {list(allowed)}; found {protocol!r}")
-        return protocol
-
-    @classmethod
-    def _draft_protocol(cls, P: dict) -> str:
-        """Where the real draft's round calibration runs (``P["draft_calibration"]``), checked."""
-        return cls._protocol(P, "draft_calibration", DRAFT_CALIBRATION)
-
-    def _draft_models(self, state: str, draft_rows, P: dict) -> list:
+    def _draft_models(self, state: str, draft_rows: pd.DataFrame, P: dict) -> list:
         """The real draft's round models of ``state`` from its calibration rows (written first, as
-        measured with their machine factors; the models from every run adjusted by them,
-        :mod:`moespec.engine.machine_adjust`, both read regimes, as the measured speedups are over
-        every test run: amendment of 2026-12-06 f; each draft's verify term moved to its cost along each
-        k's slope of the verify time on the draft cost: amendment of 2026-12-06 g)."""
-        if draft_rows is None:
-            return []
-        if MA.FACTOR not in draft_rows:                  # the protocol "before": its own sweep, its own factors
-            draft_rows = MA.with_machine_factors(draft_rows)[0]
+        measured with their machine factors; the models from the runs adjusted by them,
+        :mod:`moespec.runstats.machine_adjust`)."""
         self.frames["draft_cal"].append(draft_rows)
         io.write_dataframe(self.out / "draft_calibration.csv", pd.concat(self.frames["draft_cal"], ignore_index=True))
         self.results[f"draft calibration {state}"] = draft_rows
-        by_cost = CAL.real_draft_models(MA.adjusted(draft_rows), self.label, state, n_boot=P["n_boot"], seed=self.seed)
+        by_cost = CAL.from_draft_runs(MA.adjusted(draft_rows), self.label, state, n_boot=P["n_boot"], seed=self.seed)
         self.models += list(by_cost.values())
-        self.results[f"models {state}"]["cost"] = by_cost
+        self.results.setdefault(f"models {state}", {"depth": {}, "cost": {}})["cost"] = by_cost
         return list(by_cost.values())
 
     def _prediction_se(self, state: str, real: pd.DataFrame, P: dict) -> pd.Series:
@@ -318,27 +277,9 @@ class WholeModelStudy:
         state's adjusted calibration turns resampled ``P["noise_resamples"]`` times, the round models
         refitted as :meth:`_draft_models` fits them (their intervals, not used, from 20 resamples)."""
         cal = MA.adjusted(self.results[f"draft calibration {state}"])
-        return NOISE.prediction_se(cal, real, lambda rows: CAL.real_draft_models(rows, self.label, state, n_boot=20,
-                                                                                 seed=self.seed),
+        return NOISE.prediction_se(cal, real, lambda rows: CAL.from_draft_runs(rows, self.label, state, n_boot=20,
+                                                                               seed=self.seed),
                                    resamples=P["noise_resamples"], seed=self.seed, desc=f"prediction noise ({state})")
-
-    def _as_measured(self, state: str, measured: pd.DataFrame, P: dict) -> pd.DataFrame:
-        """The real-draft predictions against the runs as measured (no machine adjustment), from
-        round models fitted to the calibration runs as measured, with the verify terms also at the
-        runs' median read (:func:`moespec.predict.calibration.from_draft_runs` ``at_GBps``): per
-        (draft cost, k) the measured and predicted speedups, errors and repetition noise, suffixed
-        ``_as_measured``; beside the adjusted ones (amendment of 2026-12-06 d)."""
-        cal_rows = self.results[f"draft calibration {state}"]
-        models = CAL.from_draft_runs(cal_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed)
-        try:
-            matched = CAL.from_draft_runs(cal_rows, self.label, state, n_boot=P["n_boot"], seed=self.seed,
-                                          at_GBps=float(np.nanmedian(measured["ref_GBps"])))
-        except RoundModelError:                           # e.g. a fit t = c + d / B that predicts no positive time
-            matched = None
-        raw = SP.real_draft_predictions(models, measured, matched)
-        keep = [c for c in ("measured", "predicted", "rel_error", "predicted_at_runs_read", "rel_error_at_runs_read",
-                            "measured_rel_se", *SP.rep_columns(raw)) if c in raw]
-        return raw[["draft_cost", "k", *keep]].rename(columns={c: f"{c}_as_measured" for c in keep})
 
     @staticmethod
     def _models_result(state: str, models: list, lines: list) -> Result:
@@ -354,39 +295,38 @@ class WholeModelStudy:
             "context", "draft", "k", "t_draft_ms", "tau_dedup_ms", "tau_slot_ms", "host_ms", "V_ms", "V_lo_ms",
             "V_hi_ms", "delta"])} if models else {})
 
-    # --- 3b. the oracle-draft grid ------------------------------------------------------------
+    # --- 3a. the oracle-draft grid with its depth calibration ---------------------------------
     def oracle_runs(self, state: str) -> Result:
+        """In machine state ``state``: at each depth, the verify loops of the round calibration and the
+        oracle runs in one shuffled order (:func:`moespec.engine.calibration.depth_sweep`), the
+        depth's round model from the loops, and the oracle runs against it."""
         P = self.sizes(state)
         self.order[f"oracle runs {state}"] = _now()
         parts, loops = [], []
-        with machine_state(state, pin=self.device == "cpu"):
+        with machine_state(state, pin=self.device == "cpu") as ms:
             for d in P["depths"]:
                 routing = [] if state == "quiet" else None
-                oracle_prompts = self.prompts_by_depth[d][:P["oracle_prompts"]]
-                if self.oracle_protocol == "interleaved":
-                    cal, runs = depth_sweep(self.sub.engine, self._cal_prompts(d, P), oracle_prompts, P["oracle_ks"],
-                                            P["a_values"], P["n_tokens"], n_max=9, cal_reps=P["cal_reps"],
-                                            oracle_reps=P["oracle_reps"], cal_seed=self.seed + 7,
-                                            oracle_seed=self.seed, seed=self.seed + 13, depth=d, reference=self.ref,
-                                            first_cal_prompt=self.P["oracle_prompts"], routing_out=routing)
-                    loops.append(cal.assign(state=state))
-                else:
-                    runs = oracle_sweep(self.sub.engine, oracle_prompts, P["oracle_ks"], P["a_values"], P["n_tokens"],
-                                        reps=P["oracle_reps"], seed=self.seed, depth=d, routing_out=routing,
-                                        reference=self.ref)
+                cal, runs = depth_sweep(self.sub.engine, self._cal_prompts(d, P),
+                                        self.prompts_by_depth[d][:P["oracle_prompts"]], P["oracle_ks"], P["a_values"],
+                                        P["n_tokens"], n_max=9, cal_reps=P["cal_reps"],
+                                        oracle_reps=P["oracle_reps"], cal_seed=self.seed + 7, oracle_seed=self.seed,
+                                        seed=self.seed + 13, depth=d, reference=self.ref,
+                                        first_cal_prompt=self.P["oracle_prompts"], routing_out=routing)
+                loops.append(cal.assign(state=state))
                 parts.append(runs.assign(state=state))
                 if state == "quiet":
                     RoutingTrace(routing, num_experts=int(self.sub.description["expert_shape"][0]),
-                                 source=f"greedy continuations verified at d={d}").save(self.out / f"routing_text_d{d}.npz")
+                                 source=f"greedy continuations verified at d={d}").save(
+                                     self.out / f"routing_text_d{d}.npz")
+        self.states[state] = ms.describe()
         oracle = pd.concat(parts, ignore_index=True)
-        lines, tables = [], {}
-        if loops:                                         # the depth models from the loops run with the oracle runs
-            loops = pd.concat(loops, ignore_index=True)
-            fitted = self._models_result(state, list(self._depth_models(state, loops, P).values()), [])
-            lines, tables = fitted.lines, fitted.tables
-            lines.append(f"[{state}] the oracle draft's round calibration ran interleaved with the oracle runs; read "
-                         f"{np.nanmedian(loops['ref_GBps']):.2f} GB/s in its loops, "
-                         f"{np.nanmedian(oracle['ref_GBps']):.2f} GB/s in the runs (medians of the same-round reads)")
+        loops = pd.concat(loops, ignore_index=True)
+        fitted = self._models_result(state, list(self._depth_models(state, loops, P).values()),
+                                     [f"[{state}] {ms.describe()['what']}"])
+        lines, tables = fitted.lines, fitted.tables
+        lines.append(f"[{state}] the oracle draft's round calibration ran interleaved with the oracle runs; read "
+                     f"{np.nanmedian(loops['ref_GBps']):.2f} GB/s in its loops, "
+                     f"{np.nanmedian(oracle['ref_GBps']):.2f} GB/s in the runs (medians of the same-round reads)")
         models = self.results[f"models {state}"]["depth"]
         pred = SP.oracle_predictions(models, oracle)
         plain = [SP.plain_step(models[d], oracle[oracle["d"] == d], f"oracle runs d={d}") for d in P["depths"]]
@@ -415,8 +355,11 @@ class WholeModelStudy:
                   f"measured inside the predicted interval at {int(spec.speedup_inside.sum())}"]
         return Result(lines, tables)
 
-    # --- 3c. the real draft -------------------------------------------------------------------
+    # --- 3b. the real draft with its round calibration -----------------------------------------
     def real_draft(self, state: str) -> Result:
+        """In machine state ``state``: the real draft's calibration turns and test turns in one
+        shuffled sweep, every run's machine factor, the round models from the adjusted calibration
+        runs, and the adjusted test runs against them."""
         if self.sub.draft is None:
             return Result([f"no real draft for this subject ({self.sub.description['real']}); section skipped"])
         P = self.sizes(state)
@@ -426,24 +369,16 @@ class WholeModelStudy:
         with machine_state(state, pin=self.device == "cpu"):
             ratios = (DC.draft_cost_ratios(self.sub.engine, drafts, test.prompts[0], reps=P["ratio_reps"],
                                            reference=self.ref) if state == "quiet" else None)
-            if self.draft_protocol == "interleaved":
-                rows = DC.interleaved_sweep(self.sub.engine, drafts, [cal, test], P["real_ks"], P["real_tokens"],
-                                            seed=self.seed, reference=self.ref,
-                                            desc=f"real draft with its calibration ({state})").assign(state=state)
-                swept, factors = MA.with_machine_factors(rows)
-                draft_rows, measured = DC.split_parts(swept, [cal, test])
-            else:                                        # calibrated in step a
-                draft_rows = None
-                measured, factors = MA.with_machine_factors(DC.draft_cost_sweep(
-                    self.sub.engine, drafts, test.prompts, P["real_ks"], P["real_tokens"], seed=self.seed,
-                    reps=test.reps, plain_runs=test.plain_runs, reference=self.ref,
-                    desc=f"real draft ({state})").assign(state=state))
-                swept = measured
+            rows = DC.interleaved_sweep(self.sub.engine, drafts, [cal, test], P["real_ks"], P["real_tokens"],
+                                        seed=self.seed, reference=self.ref,
+                                        desc=f"real draft with its calibration ({state})").assign(state=state)
+        swept, factors = MA.with_machine_factors(rows)
+        draft_rows, measured = DC.split_parts(swept, [cal, test])
         calibrated = self._models_result(state, self._draft_models(state, draft_rows, P), [])
         models = self.results[f"models {state}"]["cost"]
         real = MA.adjusted(measured)                      # the runs at the sweep's typical machine state
-        pred = SP.real_draft_predictions(models, real).join(
-            self._as_measured(state, measured, P).set_index(["draft_cost", "k"]), on=["draft_cost", "k"])
+        pred = SP.real_draft_predictions(models, real).merge(SP.real_draft_diagnostics(models, real),
+                                                             on=["draft_cost", "k"], how="left", validate="one_to_one")
         pred = NOISE.with_noise(pred, self._prediction_se(state, real, P))
         plain = SP.plain_step(models[min(models)], real, "real-draft runs (MT-Bench)")
         adjustment = {"state": state, **MA.factor_summary(factors, swept)}     # over the whole sweep
@@ -455,14 +390,14 @@ class WholeModelStudy:
         lines = [f"[{state}] plain step V(0), MT-Bench: predicted {plain['V0_hat_ms']:.3f} ms, measured "
                  f"{plain['V0_meas_ms']:.3f} ms ({100 * plain['rel_error']:+.1f} %)",
                  f"[{state}] real-draft speedup predicted within 5 % at {int((pred.rel_error.abs() <= 0.05).sum())} of "
-                 f"{len(pred)} (cost, k) points; largest |error| {100 * pred.rel_error.abs().max():.1f} % (the runs' "
-                 f"pooled tokens per step instead of the median prompt's: {100 * pred.rel_error_pooled.abs().max():.1f} %; "
-                 f"geometric G_a(k): {100 * pred.rel_error_geometric.abs().max():.1f} %); "
+                 f"{len(pred)} (cost, k) points; largest |error| {100 * pred.rel_error.abs().max():.1f} % (with the "
+                 f"geometric G_a(k) instead of the measured tokens per step: "
+                 f"{100 * pred.rel_error_geometric.abs().max():.1f} %); "
                  f"measured inside the predicted interval at {int(pred.inside.sum())}",
                  f"[{state}] where the error comes from: with the runs' own step times in place of the round model's, "
                  f"within 5 % at {int((pred.rel_error_measured_steps.abs() <= 0.05).sum())} of {len(pred)} (largest "
                  f"{100 * pred.rel_error_measured_steps.abs().max():.1f} %)",
-                 SP.as_measured_line(pred, adjustment, state),
+                 SP.adjustment_line(adjustment, state),
                  *([SP.routing_line(pred, state)] if "predicted_unrouted" in pred else []),
                  *([SP.noise_line(pred, state)] if SP.rep_columns(pred) else []),
                  f"[{state}] the prediction against its own calibration (turns resampled "
@@ -492,10 +427,9 @@ class WholeModelStudy:
                          f"ratios {np.round(stop['cost_ratio'], 3).tolist()}")
         else:
             io.write_dataframe(self.out / real_draft_file(state), measured)
-        return Result(calibrated.lines + lines, {**calibrated.tables, f"real draft: predicted vs measured ({state})": table(
-            pred, ["draft_cost", "k", "tokens_per_step", "V_hat_ms", "V_meas_ms", "predicted", "predicted_lo",
-                   "predicted_hi", "measured", "rel_error", "predicted_unrouted", "predicted_pooled",
-                   "predicted_geometric"])})
+        shown = table(pred, ["draft_cost", "k", "tokens_per_step", "V_hat_ms", "V_meas_ms", "predicted", "predicted_lo",
+                             "predicted_hi", "measured", "rel_error", "predicted_unrouted", "predicted_geometric"])
+        return Result(calibrated.lines + lines, {**calibrated.tables, f"real draft: predicted vs measured ({state})": shown})
 
     # --- 4. side by side, goals, files ----------------------------------------------------------
     def finish(self, rules_prov: dict, **record_fields) -> Result:
@@ -536,16 +470,15 @@ class WholeModelStudy:
         if "stop" in self.results:
             goals = pd.concat([goals, G.stop_paying_goal(self.results["stop"])], ignore_index=True)
         self._write("05_goals.csv", goals)
-        record = {"profile": self.profile, "subject": self.label, "subject_kind": self.sub.kind,
-                  "description": self.sub.description, "depths": self.P["depths"], "sizes": self.P,
+        record = {"schema_version": RUN_SCHEMA_VERSION, "profile": self.profile, "subject": self.label,
+                  "subject_kind": self.sub.kind, "description": self.sub.description, "depths": self.P["depths"], "sizes": self.P,
                   "device": self.device, "backend": self.backend, "seed": self.seed, "started": self.order,
                   "finished": _now(),
                   "rules": rules_prov, "regimes": self.regimes, "verify_argmax": self.argmax,
                   "machine_states": self.states, "n_tokens": self.P["n_tokens"], "ks": self.P["oracle_ks"],
                   "a_values": list(self.P["a_values"]), "machine_adjustment": MA.settings(),
-                  "draft_form": CAL.REAL_DRAFT_FORM,
                   "provenance": provenance.full_record(), **record_fields}
-        io.write_json(self.out / "run.json", record)
+        io.write_json(self.out / RUN_FILE, record)
         self.record = record
         first_test = self.order.get("oracle runs quiet")
         before = (rules_prov.get("committed_at") is not None and first_test is not None

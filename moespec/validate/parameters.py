@@ -3,11 +3,14 @@
 
 The type of each parameter is that of its default in the notebook's ``parameters`` cell (an int
 default takes integers, a float default numbers, a list default a list of the items' type, a bool
-True or False, a str text). A default of ``None`` (notebooks 05-07: "the profile's value") takes
-the type of the profile values in :data:`moespec.notebook_profiles.DEFAULTS`, or ``None``. The
-ranges and choices the notebooks need are declared beside them here, by parameter name
-(:data:`RULES`, with :data:`NOTEBOOK_RULES` for a name that means something else in one
-notebook), e.g. ``kmax >= 1``, ``profile`` one of quick/full, an acceptance rate in [0, 1).
+True or False, a str text, a dict a dict). A default of ``None`` ("the profile's value") takes the
+type of the profile values in :data:`moespec.notebook_profiles.DEFAULTS`, or ``None``. Two dict
+parameters have typed keys (:data:`DICT_PARAMETERS`): ``subject`` (the fields of
+:class:`moespec.notebook_profiles.SubjectSpec`) and ``sizes`` (the notebook's profile sizes); each
+key is checked as a parameter of its own name would be. The ranges and choices the notebooks need
+are declared beside them here, by parameter name (:data:`RULES`, with :data:`NOTEBOOK_RULES` for a
+name that means something else in one notebook), e.g. ``kmax >= 1``, ``profile`` one of
+quick/full, an acceptance rate in [0, 1).
 
 Paths given by the user are resolved against the user's working directory (``base``), not the
 notebooks' (papermill runs a notebook in ``notebooks/``): a path parameter's relative value is
@@ -87,15 +90,19 @@ RULES: dict[str, Rule] = {
     "n_tokens": _COUNT, "oracle_prompts": _COUNT, "oracle_reps": _COUNT, "real_ks": Rule(low=1, nonempty=True),
     "real_tokens": _COUNT, "real_prompts": _COUNT, "agree_tokens": _COUNT, "breakdown_reps": _COUNT,
     "ratio_reps": _COUNT, "noise_resamples": Rule(low=2), "draft_cal_prompts": _COUNT,
-    "loaded_draft_cal_prompts": _COUNT, "loaded_real_prompts": _COUNT, "loaded_real_reps": _COUNT, "plain_runs": _COUNT, "real_reps": _COUNT, "wiki_docs": _COUNT, "context": _COUNT, "bench_reps": _COUNT, "u_count": _COUNT,
+    "loaded_draft_cal_prompts": _COUNT, "loaded_real_prompts": _COUNT, "loaded_real_reps": _COUNT,
+    "loaded_oracle_prompts": _COUNT, "loaded_oracle_reps": _COUNT, "loaded_draft_costs": _NONNEG,
+    "cal_prompts": _COUNT, "cal_reps": _COUNT, "draft_cal_plain_runs": _COUNT, "loaded_bench_reps": _COUNT,
+    "states": Rule(choices=("quiet", "loaded"), nonempty=True),
+    "plain_runs": _COUNT, "real_reps": _COUNT, "wiki_docs": _COUNT, "context": _COUNT, "bench_reps": _COUNT,
+    "u_count": _COUNT,
     "windows_per_n": _COUNT, "flush_bytes": _NONNEG, "membw_bytes": _COUNT,
-    "draft_calibration": Rule(choices=("interleaved", "before")),
-    "oracle_calibration": Rule(choices=("interleaved", "before")),
     "oracle_a": _RATE, "lmax": _COUNT, "draft_scale": Rule(low=0, low_open=True),
     "acceptance": Rule(low=0, high=1, high_open=True, nonempty=True),
     "transfer_models": Rule(nonempty=False), "oracle_categories": Rule(nonempty=True),
     # paths
-    "bandwidth_csv": Rule(path="input"), "breadth_csv": Rule(path="input"), "epsilon_csv": Rule(path="input"), "run_folder": Rule(path="input"),
+    "bandwidth_csv": Rule(path="input"), "breadth_csv": Rule(path="input"), "epsilon_csv": Rule(path="input"),
+    "run_folder": Rule(path="input"),
     "trace_file": Rule(path="maybe", keywords=("synthetic",)),
     "model": Rule(path="maybe"), "draft": Rule(path="maybe"),
     "out_dir": Rule(path="output"),
@@ -106,7 +113,11 @@ NOTEBOOK_RULES: dict[tuple[str, str], Rule] = {
     ("05", "threads"): _COUNT, ("06", "threads"): _COUNT, ("07", "threads"): _COUNT,
 }
 
-_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a text", list: "a list"}
+_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a text", list: "a list",
+          dict: "a dict"}
+#: Dict parameters whose keys are typed: name -> what gives the keys' types (:func:`dict_key_types`).
+DICT_PARAMETERS = {"subject": "the fields of moespec.notebook_profiles.SubjectSpec",
+                   "sizes": "the sizes of the notebook's profiles (moespec.notebook_profiles.DEFAULTS)"}
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,8 @@ def _kind_of(value) -> type | None:
         return str
     if isinstance(value, (list, tuple)):
         return list
+    if isinstance(value, dict):
+        return dict
     return None
 
 
@@ -181,6 +194,20 @@ def parameter_types(notebook: Path | str, declared: Mapping[str, Any]) -> dict[s
     return out
 
 
+def dict_key_types(notebook: Path | str, name: str) -> dict[str, ParameterType] | None:
+    """The type of each key of the dict parameter ``name`` (:data:`DICT_PARAMETERS`), None for a
+    parameter whose keys are not typed."""
+    from moespec.notebook_profiles import DEFAULTS, SubjectSpec   # imports torch: only where needed
+
+    if name == "subject":
+        return {key: ParameterType(kind) for key, kind in SubjectSpec.types().items()}
+    if name == "sizes":
+        tables = DEFAULTS.get(notebook_number(notebook), {})
+        keys = dict.fromkeys(k for table in tables.values() for k in table)
+        return {key: type_of(None, [table.get(key) for table in tables.values()]) for key in keys}
+    return None
+
+
 def rule_for(notebook: Path | str, name: str) -> Rule | None:
     return NOTEBOOK_RULES.get((notebook_number(notebook), name), RULES.get(name))
 
@@ -215,6 +242,10 @@ def _convert(value, kind: type, where: str, name: str, expected: str, error):
         if not isinstance(value, (list, tuple)):
             bad()
         return list(value)
+    if kind is dict:
+        if not isinstance(value, dict):
+            bad()
+        return dict(value)
     return value
 
 
@@ -231,16 +262,18 @@ def _in_range(value, rule: Rule) -> bool:
     return True
 
 
-def _resolve_path(value: str, rule: Rule, base: Path, where: str, name: str, error, local: bool = True) -> str:
+def _resolve_path(value: str, rule: Rule, base: Path, where: str, name: str, error, local: bool = True,
+                  label: str | None = None) -> str:
     """A path parameter's value with a relative path made absolute against ``base``; with
     ``local`` (the notebook runs on this machine), an input that does not exist is refused."""
     if not value or value in rule.keywords:
         return value
+    shown = label or name
     given = Path(value).expanduser()
     path = given if given.is_absolute() else base / given
-    missing = error(f"{where}: parameter {name!r}: expected an existing file or folder; found {value!r}"
+    missing = error(f"{where}: parameter {shown!r}: expected an existing file or folder; found {value!r}"
                     + ("" if given.is_absolute() else f" (looked for {path}, relative to {base})"),
-                    where=where, field=name, expected="an existing path", found=value)
+                    where=where, field=shown, expected="an existing path", found=value)
     if rule.path == "maybe":   # a path, or a name the notebook resolves (a preset, a trace-folder file)
         looks_like_path = given.is_absolute() or value.startswith((".", "~")) or os.sep in value
         if path.exists() and (looks_like_path or name == "trace_file"):
@@ -251,30 +284,53 @@ def _resolve_path(value: str, rule: Rule, base: Path, where: str, name: str, err
     if rule.path == "input" and local and not path.exists():
         raise missing
     if rule.path == "output" and local:
-        writable_folder(path, f"{where}: parameter {name!r}", error)
+        writable_folder(path, f"{where}: parameter {shown!r}", error)
     return str(path)
 
 
+def _check_dict(notebook: Path | str, name: str, value: dict, base: Path | None, error: type[InputError],
+                local: bool) -> dict:
+    """A dict parameter's keys and values checked (:func:`dict_key_types`), each value as a
+    parameter of the key's name; an unknown key is refused."""
+    types = dict_key_types(notebook, name)
+    if types is None:
+        return value
+    where = Path(notebook).name
+    out = {}
+    for key, v in value.items():
+        if key not in types:
+            expected = f"a key of {DICT_PARAMETERS[name]}: {sorted(types)}"
+            raise error(f"{where}: parameter {name!r}: expected {expected}; found key {key!r}",
+                        where=where, field=f"{name}.{key}", expected=expected, found=key)
+        out[key] = check_value(notebook, key, v, types[key], base, error, local, label=f"{name}.{key}")
+    return out
+
+
 def check_value(notebook: Path | str, name: str, value, ptype: ParameterType, base: Path | None = None,
-                error: type[InputError] = InputError, local: bool = True):
+                error: type[InputError] = InputError, local: bool = True, label: str | None = None):
     """``value`` of parameter ``name`` checked (type, range) and normalized (ints for floats made
-    floats, relative paths made absolute against ``base``, default the working directory).
-    ``local``: the notebook runs on this machine, so input paths must exist here."""
+    floats, relative paths made absolute against ``base``, default the working directory; a dict
+    parameter's keys by :func:`_check_dict`). ``local``: the notebook runs on this machine, so input
+    paths must exist here. ``label``: how refusals name the value (default ``name``; a key of a dict
+    parameter is checked under its own name and named ``parameter.key``)."""
     where = Path(notebook).name
     rule = rule_for(notebook, name)
+    shown = label or name
     if value is None:
         if ptype.nullable:
             return None
-        raise error(f"{where}: parameter {name!r}: expected {ptype.describe()}; found None",
-                    where=where, field=name, expected=ptype.describe(), found=None)
+        raise error(f"{where}: parameter {shown!r}: expected {ptype.describe()}; found None",
+                    where=where, field=shown, expected=ptype.describe(), found=None)
     if ptype.kind is not None:
-        value = _convert(value, ptype.kind, where, name, ptype.describe(), error)
+        value = _convert(value, ptype.kind, where, shown, ptype.describe(), error)
+    if ptype.kind is dict:
+        return _check_dict(notebook, name, value, base, error, local)
     if ptype.kind is list:
         if rule is not None and rule.nonempty and not value:
-            raise error(f"{where}: parameter {name!r}: expected a non-empty list; found []",
-                        where=where, field=name, expected="a non-empty list", found=value)
+            raise error(f"{where}: parameter {shown!r}: expected a non-empty list; found []",
+                        where=where, field=shown, expected="a non-empty list", found=value)
         if ptype.item is not None:
-            value = [_convert(x, ptype.item, where, f"{name}[{i}]", _WORDS[ptype.item], error)
+            value = [_convert(x, ptype.item, where, f"{shown}[{i}]", _WORDS[ptype.item], error)
                      for i, x in enumerate(value)]
         items = value
     else:
@@ -282,11 +338,11 @@ def check_value(notebook: Path | str, name: str, value, ptype: ParameterType, ba
     if rule is not None:
         for i, x in enumerate(items):
             if not (rule.path and x == "") and not _in_range(x, rule):
-                field = f"{name}[{i}]" if ptype.kind is list else name
+                field = f"{shown}[{i}]" if ptype.kind is list else shown
                 raise error(f"{where}: parameter {field!r}: expected {rule.describe()}; found {describe(x)}",
                             where=where, field=field, expected=rule.describe(), found=x)
         if rule.path and isinstance(value, str):
-            value = _resolve_path(value, rule, Path(base) if base else Path.cwd(), where, name, error, local)
+            value = _resolve_path(value, rule, Path(base) if base else Path.cwd(), where, name, error, local, shown)
     return value
 
 
