@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import traceback
 from pathlib import Path
 
@@ -50,9 +51,19 @@ def _reproduce(args) -> int:
 
 
 def _list(args) -> int:
+    """Each notebook's parameters: name, type, default and the comment of its ``parameters`` cell;
+    a dict parameter's typed keys beside it."""
+    from moespec.validate.parameters import dict_key_types, parameter_types
+
     for nb in runner.discover():
-        params = runner.declared_parameters(nb)
-        print(f"{nb.stem}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+        declared, helps = runner.declared_parameters(nb), runner.parameter_help(nb)
+        print(nb.stem)
+        for name, kind in parameter_types(nb, declared).items():
+            print(f"  {name}: {kind.describe()} = {declared[name]!r}" + (f"  # {helps[name]}" if helps.get(name) else ""))
+            keys = dict_key_types(nb, name)
+            if keys:
+                print(textwrap.fill(", ".join(f"{k} ({t.describe()})" for k, t in keys.items()), 120,
+                                    initial_indent="      keys: ", subsequent_indent="        "))
     return 0
 
 

@@ -138,6 +138,13 @@ def declared_parameters(notebook: Path) -> dict[str, Any]:
     return {name: _literal(info.get("default")) for name, info in declared.items()}
 
 
+def parameter_help(notebook: Path) -> dict[str, str]:
+    """The comment beside each parameter of the notebook's ``parameters`` cell ("" where none)."""
+    import papermill as pm
+
+    return {name: info.get("help", "") for name, info in pm.inspect_notebook(str(notebook)).items()}
+
+
 def check_parameters(notebook: Path, parameters: dict[str, Any], base: Path | None = None,
                      local: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     """(declared defaults, checked values): :class:`UnknownParameterError` for a parameter the

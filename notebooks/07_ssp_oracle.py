@@ -58,16 +58,7 @@ seed = 0
 threads = 1
 untimed_threads = 0   # torch threads for work not timed (reference text, junk tails); 0: every core
 backend = "auto"
-# the subject (moespec.engine.subject.load_subject)
-model = "byte-faithful-all"
-like = ""
-fmt = ""
-dtype = ""
-draft = ""
-trace_file = ""
-layers = 0
-draft_cost = 0.0
-# the study
+subject = {}        # moespec.notebook_profiles.SubjectSpec fields, e.g. {"model": "replay"}; {}: the default subject
 oracle_a = 0.7             # the oracle draft's acceptance, for a subject without a draft model
 oracle_categories = None   # None: the profile's categories (full: every Spec-Bench category); a list names them
 lmax = None                # None: the profile's longest draft of the oracle (quick 4, full 12)
@@ -82,13 +73,12 @@ from IPython.display import Markdown, display
 
 from moespec import paths
 from moespec.engine.subject import load_subject
-from moespec.notebook_profiles import resolve, setup
+from moespec.notebook_profiles import SubjectSpec, resolve, setup
 from moespec.studies.ssp_oracle import SspOracleStudy
 
 setup(profile, device, threads)
 out = Path(out_dir) if out_dir else paths.run_data_dir() / "oracle" / profile
-sub = load_subject(model, profile=profile, device=device, backend=backend, fmt=fmt, like=like, draft=draft,
-                   trace_file=trace_file, dtype=dtype, draft_cost=draft_cost, layers=layers, seed=seed)
+sub = load_subject(profile=profile, device=device, backend=backend, seed=seed, **SubjectSpec.from_dict(subject).args())
 P, from_profile = resolve("07", profile, oracle_categories=oracle_categories, lmax=lmax, reuse=reuse)
 study = SspOracleStudy(sub, P, out, paths.ensure(paths.figures_dir()), profile, device=device, seed=seed,
                        threads=threads, untimed_threads=untimed_threads, backend=backend, oracle_a=oracle_a,

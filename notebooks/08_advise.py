@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -40,7 +40,7 @@ device = "cpu"
 seed = 0
 run_folder = ""          # empty: this run's tables (else the committed full run's figures/)
 acceptance = [0.5, 0.7, 0.9]
-draft_fit = ""           # A,B: another draft, t_draft(k) = A k + B ms; empty: the draft of the run (measured)
+draft_fit = ""           # another draft: "A,B" for A k + B ms per round; empty: the draft of the run (measured)
 free_draft = False       # True: take the draft as free (the theory's idealization; only when asked for)
 dense_ratio = 0.5        # dense bytes per pass / (m W) where the run has none (notebook 03's fits)
 

@@ -267,8 +267,8 @@ def test_replayed_published_shape_through_05_06_07(run_notebook, tmp_path):
     _, figs, text = run_notebook("06_predictions", out_dir=str(out), backend="torch")
     assert "routing of the fits: the replayed trace itself" in text
     assert len(json.loads((out / "metrics.json").read_text())) == 4 * 2
-    _, figs, text = run_notebook("07_ssp_oracle", out_dir=str(tmp_path / "oracle"), backend="torch", model="replay",
-                                 oracle_a=0.6)
+    _, figs, text = run_notebook("07_ssp_oracle", out_dir=str(tmp_path / "oracle"), backend="torch",
+                                 subject={"model": "replay"}, oracle_a=0.6)
     assert "replayed routing: U from the trace, draft confidence a = 0.6" in text
     assert (figs / "07_fig2_lmax_sweep.csv").is_file()
     status = json.loads((figs / "07_tableB_status.json").read_text())   # a trace has routing, not text

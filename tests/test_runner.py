@@ -4,7 +4,9 @@ second live run; honest interrupts (SIGINT/SIGTERM); clear errors for a bad ``--
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import os
 import signal
 import subprocess
@@ -315,3 +317,24 @@ def test_a_relative_out_is_the_callers_folder(folder, tmp_path, monkeypatch):
     assert (work / "runs" / "rel" / "figures" / "01_figure.txt").read_text() == "profile quick"
     assert (work / "runs" / "rel" / "data" / "bench" / "rows.csv").exists()
     assert not (folder / "runs").exists()
+
+
+def test_notebooks_command_lists_every_parameter_with_its_type(capsys):
+    """``moespec notebooks``: every parameter the notebooks' ``parameters`` cells declare (papermill
+    must parse each line, comments included), with its type and default, and the typed keys of the
+    subject and sizes dicts."""
+    from moespec import cli
+
+    assert cli.main(["notebooks"]) == 0
+    out = capsys.readouterr().out
+    blocks = dict(re.findall(r"^(\d\d_\w+)\n((?:  .*\n)+)", out, re.M))
+    assert sorted(blocks) == [nb.stem for nb in runner.discover()]
+    for nb in runner.discover():
+        source = nb.with_suffix(".py").read_text()
+        cell = source.split('# %% tags=["parameters"]\n', 1)[1].split("\n# %%", 1)[0]
+        assigned = [n.targets[0].id for n in ast.parse(cell).body if isinstance(n, ast.Assign)]
+        assert re.findall(r"^  (\w+): ", blocks[nb.stem], re.M) == assigned, nb.stem
+    assert "  draft_fit: a text = ''" in blocks["08_advise"]
+    assert re.search(r"  subject: a dict = \{\}.*\n      keys: model \(a text\)", blocks["05_whole_model"])
+    assert re.search(r"  sizes: a dict = \{\}.*\n      keys: depths \(a list of integers or None\)", blocks["05_whole_model"])
+    assert "  subject: a dict" in blocks["07_ssp_oracle"] and "  model:" not in blocks["07_ssp_oracle"]

@@ -69,7 +69,7 @@ def short_commit(commit) -> str:
 
 
 def when(stamp: str) -> str:
-    """``2026-11-29T17:58:09`` -> ``2026-11-29 17:58 UTC``."""
+    """An ISO time stamp ``YYYY-MM-DDTHH:MM:SS`` as ``YYYY-MM-DD HH:MM UTC``."""
     try:
         return datetime.fromisoformat(str(stamp)).strftime("%Y-%m-%d %H:%M UTC")
     except ValueError:
