@@ -11,39 +11,11 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
-#: The engine versions whose option names the settings use, and where each name was read.
-VERSIONS = {
-    "vllm": {"project": "vllm-project/vllm", "commit": "002e77c1f0ef9b19cff8b9e21cfbd6feb3d6b443",
-             "where": "vllm/config/speculative.py: SpeculativeConfig.method ('draft_model'), .model, "
-                      ".num_speculative_tokens (> 0); passed as --speculative-config JSON"},
-    "sglang": {"project": "sgl-project/sglang", "commit": "fc6d465375b9e4e49d32cd9ea24024a355125435",
-               "where": "docs/advanced_features/speculative_decoding.md, 'Full Parameter Reference': "
-                        "--speculative-algorithm STANDALONE, --speculative-draft-model-path, "
-                        "--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens"},
-    "llama.cpp": {"project": "ggml-org/llama.cpp", "commit": "00dc8057ab28c9cb4c79a6dd6dfce07fe779f63b",
-                  "where": "tools/server/README.md: --spec-type draft-simple, --spec-draft-model (aliases -md, "
-                           "--model-draft), --spec-draft-n-max (default 3), --spec-draft-n-min (default 0), "
-                           "--spec-draft-p-min (alias --draft-p-min, default 0.00); it lists --draft-max/--draft-min "
-                           "as removed. Builds from PR 22964 (2026-05-12: draft-* type names) on; PR 22397 "
-                           "(2026-04-26) replaced --draft-max/--draft-min"},
-    "llama.cpp-legacy": {"project": "ggml-org/llama.cpp", "commit": "25d5b0c53f9a146f3d7a99a18610d9d623b5041e",
-                         "where": "tools/server/README.md of a build before PR 22397: -md/--model-draft, --draft-max "
-                                  "(default 16), --draft-min (default 0), --draft-p-min (default 0.8); no --spec-type "
-                                  "(a draft model alone turns speculation on)"},
-    "llama.cpp-cuda-kernel": {"project": "ggml-org/llama.cpp", "commit": "1d67db96f5d1f01c369c442541d4b9ba45570a09",
-                              "where": "ggml/src/ggml-cuda/mmvq.cuh: #define MMVQ_MAX_BATCH_SIZE 8 and "
-                                       "get_mmvq_mmid_max_batch(type, cc), the largest batch for which MUL_MAT_ID "
-                                       "runs the matrix-vector (MMVQ, per-slot) kernel. The per-architecture table "
-                                       "(MMVQ_MMID_MAX_BATCH) is read from the stored copies of "
-                                       "ggml/src/ggml-cuda/mmvq.cu with that signature; the source index names no "
-                                       "commit for them (docs/advise.md); PRs 26079 and 28912 retune it"},
-    "llama.cpp-cuda-mmq": {"project": "ggml-org/llama.cpp", "commit": "b75c39127609061756e3c2ed85b1f4f0b476bb8f",
-                           "where": "ggml/src/ggml-cuda/mmq.cu: ggml_cuda_should_use_mmq(type, cc, ne11, n_experts), "
-                                    "whether the tiled MMQ kernel (deduplicating, paper 1 Table 6) runs above the MMVQ "
-                                    "cap: true with turing_mma_available(cc); false below GGML_CUDA_CC_DP4A; on other "
-                                    "NVIDIA GPUs !fp16_mma_hardware_available(cc) || ne11 < MMQ_DP4A_MAX_BATCH_SIZE"},
-}
+#: The engine versions whose option names the settings use, and where each name was read
+#: (``engine_sources.json`` beside this module: per source, the project, the commit and where in it).
+VERSIONS = json.loads((Path(__file__).with_name("engine_sources.json")).read_text())
 
 
 #: Every engine option, value and kernel name advise prints -> the VERSIONS entry it was read from;

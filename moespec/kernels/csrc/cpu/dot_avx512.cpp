@@ -44,27 +44,22 @@ static inline __attribute__((always_inline)) TGT_512 void finish_rows(__m512 (&p
 // Independent accumulator chains: enough to cover the FMA latency when few tokens share a row.
 template <int T> constexpr int chains() { return T == 1 ? 4 : (T <= 3 ? 2 : 1); }
 
-// Float vectors of 8 (256-bit) or 16 (512-bit) lanes for the f32 micro-kernel.
-struct F32x8 {
-  using V = __m256;
-  static constexpr int L = 8;
-  static TGT_512 V zero() { return _mm256_setzero_ps(); }
-  static TGT_512 V load(const float* p) { return _mm256_loadu_ps(p); }
-  static TGT_512 V loadz(int n, const float* p) { return _mm256_maskz_loadu_ps((__mmask8)((1u << n) - 1), p); }
-  static TGT_512 V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static TGT_512 V add(V a, V b) { return _mm256_add_ps(a, b); }
-  static TGT_512 __m512 widen(V a) { return _mm512_zextps256_ps512(a); }
-};
-struct F32x16 {
-  using V = __m512;
-  static constexpr int L = 16;
-  static TGT_512 V zero() { return _mm512_setzero_ps(); }
-  static TGT_512 V load(const float* p) { return _mm512_loadu_ps(p); }
-  static TGT_512 V loadz(int n, const float* p) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
-  static TGT_512 V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static TGT_512 V add(V a, V b) { return _mm512_add_ps(a, b); }
-  static TGT_512 __m512 widen(V a) { return a; }
-};
+// Float vectors of 8 (256-bit) or 16 (512-bit) lanes for the f32 micro-kernel: the same operations,
+// spelled with each width's intrinsics (P: _mm256 or _mm512), and `widen` to 512 bits for the sums.
+#define MOESPEC_F32_VECTOR(NAME, VEC, LANES, MASK, P, WIDEN)                                             \
+  struct NAME {                                                                                          \
+    using V = VEC;                                                                                       \
+    static constexpr int L = LANES;                                                                      \
+    static TGT_512 V zero() { return P##_setzero_ps(); }                                                 \
+    static TGT_512 V load(const float* p) { return P##_loadu_ps(p); }                                    \
+    static TGT_512 V loadz(int n, const float* p) { return P##_maskz_loadu_ps((MASK)((1u << n) - 1), p); } \
+    static TGT_512 V fma(V a, V b, V c) { return P##_fmadd_ps(a, b, c); }                                \
+    static TGT_512 V add(V a, V b) { return P##_add_ps(a, b); }                                          \
+    static TGT_512 __m512 widen(V a) { return WIDEN; }                                                   \
+  };
+MOESPEC_F32_VECTOR(F32x8, __m256, 8, __mmask8, _mm256, _mm512_zextps256_ps512(a))
+MOESPEC_F32_VECTOR(F32x16, __m512, 16, __mmask16, _mm512, a)
+#undef MOESPEC_F32_VECTOR
 
 // Adds up a token's U accumulators and keeps the sum, widened to 512 bits, as row q's partials.
 template <class F, int U, int T>

@@ -99,10 +99,10 @@ struct Group {
   int64_t count;
 };
 
-static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
-                            const at::Tensor& wg_in, const at::Tensor& wu_in, const at::Tensor& wd_in,
-                            const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
-                            const c10::optional<at::Tensor>& sd, bool dedup) {
+at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
+                     const at::Tensor& wg_in, const at::Tensor& wu_in, const at::Tensor& wd_in,
+                     const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
+                     const c10::optional<at::Tensor>& sd, bool dedup) {
   const bool clock_on = g_stage_clock.load(std::memory_order_relaxed);
   StageTimes st;
   if (clock_on) st.entry = clock_ns();
@@ -267,20 +267,6 @@ static at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c1
     g_last_stages = st;
   }
   return y;
-}
-
-at::Tensor expert_slot_cpu(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
-                           const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd,
-                           const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
-                           const c10::optional<at::Tensor>& sd) {
-  return expert_op(x, ids, gates, wg, wu, wd, sg, su, sd, false);
-}
-
-at::Tensor expert_dedup_cpu(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
-                            const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd,
-                            const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
-                            const c10::optional<at::Tensor>& sd) {
-  return expert_op(x, ids, gates, wg, wu, wd, sg, su, sd, true);
 }
 
 }  // namespace moespec

@@ -12,15 +12,20 @@
 
 namespace moespec {
 
-// driver.cpp: the expert operation, per-slot and deduplicating.
-at::Tensor expert_slot_cpu(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
-                           const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd,
-                           const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
-                           const c10::optional<at::Tensor>& sd);
-at::Tensor expert_dedup_cpu(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
-                            const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd,
-                            const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
-                            const c10::optional<at::Tensor>& sd);
+// driver.cpp: the expert operation, per-slot (dedup false) or deduplicating (dedup true).
+at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
+                     const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd,
+                     const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
+                     const c10::optional<at::Tensor>& sd, bool dedup);
+
+// The registered ops (registration.cpp): expert_cpu<false> is expert_slot, expert_cpu<true> expert_dedup.
+template <bool Dedup>
+at::Tensor expert_cpu(const at::Tensor& x, const at::Tensor& ids, const c10::optional<at::Tensor>& gates,
+                      const at::Tensor& wg, const at::Tensor& wu, const at::Tensor& wd,
+                      const c10::optional<at::Tensor>& sg, const c10::optional<at::Tensor>& su,
+                      const c10::optional<at::Tensor>& sd) {
+  return expert_op(x, ids, gates, wg, wu, wd, sg, su, sd, Dedup);
+}
 
 // dense.cpp: the dense linear y = x W^T [n, N] on the same dot kernels (w [N, K] f32, bf16, plain int8 or
 // packed uint8; s: int8 block scales [N, K/32]).

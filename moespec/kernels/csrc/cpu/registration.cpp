@@ -11,8 +11,8 @@
 // dispatcher, which matches the 9 arguments against the schema and costs more than pybind11's call
 // (docs/kernels.md, "Entry from Python").
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("expert_slot", &moespec::expert_slot_cpu, "per-slot kernel on CPU (same as torch.ops.moespec.expert_slot)");
-  m.def("expert_dedup", &moespec::expert_dedup_cpu, "dedup kernel on CPU (same as torch.ops.moespec.expert_dedup)");
+  m.def("expert_slot", &moespec::expert_cpu<false>, "per-slot kernel on CPU (same as torch.ops.moespec.expert_slot)");
+  m.def("expert_dedup", &moespec::expert_cpu<true>, "dedup kernel on CPU (same as torch.ops.moespec.expert_dedup)");
   m.def("dense", &moespec::dense_cpu, "dense linear y = x W^T on CPU (same as torch.ops.moespec.dense)");
   m.def("set_stage_clock", &moespec::set_stage_clock, "switch the per-call stage clock on or off (all threads)");
   m.def("take_last_stages", &moespec::take_last_stages,
@@ -39,8 +39,8 @@ TORCH_LIBRARY(moespec, m) {
 }
 
 TORCH_LIBRARY_IMPL(moespec, CPU, m) {
-  m.impl("expert_slot", &moespec::expert_slot_cpu);
-  m.impl("expert_dedup", &moespec::expert_dedup_cpu);
+  m.impl("expert_slot", &moespec::expert_cpu<false>);
+  m.impl("expert_dedup", &moespec::expert_cpu<true>);
   m.impl("dense", &moespec::dense_cpu);
   m.impl("pack_int8_cpu", &moespec::pack_int8_cpu);
   m.impl("quantize_acts_int8_cpu", &moespec::quantize_acts_int8_cpu);

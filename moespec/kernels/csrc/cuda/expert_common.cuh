@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 #include <cuda_runtime.h>
 
 #include "async_copy.cuh"
@@ -35,25 +36,22 @@ constexpr int kMinBlocksPerSm = 4;        // ... as many as leave at least this 
 constexpr int kQBlock = 32;               // int8-block format: one scale per 32 values
 
 // ---- scalar conversions (host and device: the standalone harness reuses them) --------------
-__host__ __device__ inline float bits_to_float(uint32_t u) {
+// The 32 bits of a float as an unsigned integer, or back (the device's intrinsics; a copy on the host).
+template <typename To, typename From>
+__host__ __device__ inline To bits_as(From v) {
+  static_assert(sizeof(To) == 4 && sizeof(From) == 4, "bits_as: 32-bit values");
 #ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
+  if constexpr (std::is_same<To, float>::value) return __uint_as_float(v);
+  else return __float_as_uint(v);
 #else
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
+  To out;
+  __builtin_memcpy(&out, &v, 4);
+  return out;
 #endif
 }
 
-__host__ __device__ inline uint32_t float_to_bits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-#endif
-}
+__host__ __device__ inline float bits_to_float(uint32_t u) { return bits_as<float>(u); }
+__host__ __device__ inline uint32_t float_to_bits(float f) { return bits_as<uint32_t>(f); }
 
 __host__ __device__ inline float bf16_bits_to_float(uint32_t bits16) {
   return bits_to_float(bits16 << 16);  // bf16 is the top half of an IEEE float32: exact
