@@ -42,7 +42,8 @@
 #       dedup on) against its depth's round model;
 #    b. the real draft model on MT-Bench first turns at several draft costs per token (its MLPs widened
 #       function-preservingly), measured speedups beside the round model's.
-# 4. The two verify protocols side by side, the goals, and the round-model file that notebooks 06-08 read.
+# 4. The two verify protocols side by side, the goals, and the round-model file that notebooks 06 and 07
+#    read and the run file of `moespec advise` carries.
 #
 # **Differences from the paper.** The trained model is small; the byte-faithful-all subject gives its
 # experts and attention OLMoE's bytes per layer, not OLMoE's layer count (4 MoE layers, not 16; the

@@ -17,7 +17,7 @@
 # %% [markdown]
 # # 07 — Paper 2: the verification-cost regression and the sequence-conditioned Bellman oracle
 #
-# Paper 2 ("The Limits of Speculation") on a subject of `moespec.engine.subject` (`model=`; by
+# Paper 2 ("The Limits of Speculation") on a subject of `moespec.engine.subject` (`subject`; by
 # default the byte-faithful-all subject: the default MoE trained here with its experts embedded in
 # OLMoE-shaped int8 experts and its attention and LM head in OLMoE-sized int8 matrices, and the draft trained here, whose token costs a small share of a
 # target step: the regime of paper 2's EAGLE-3 draft). Every figure and table names the subject.

@@ -9,7 +9,7 @@ namespace moespec {
 // place in a block of 16 rows); finish_rows() then adds up 16 rows at once (hsum16). One row at a
 // time: no row blocking. bf16 runs on 256-bit vectors, f32 on 256-bit for one token and 512-bit for
 // more (each row's partial sums are widened to 512 bits for hsum16), int8 on 512-bit. Each of these
-// choices was measured (docs/kernels.md, "Vector width" and "Lab notes").
+// choices was measured (docs/decisions.md, "Lab notes: the CPU kernels").
 constexpr int RB = 16;  // rows per horizontal-sum block
 
 // part[t][q] -> out[t][r0 + q] for q < nr: lane i of hsum16 is the sum of the 16 lanes of its i-th
@@ -87,7 +87,7 @@ static inline __attribute__((always_inline)) TGT_512 void dot_f32_avx512(const f
       typename F::V wv = F::load(w + k + L * u);
       // The weight stream gets its own load instruction, x is the FMA's memory operand: with the
       // weight folded into the FMA (what GCC chose for T = 1) one thread streamed slower
-      // (docs/kernels.md, "Lab notes").
+      // (docs/decisions.md, "Lab notes").
       asm("" : "+v"(wv));
 #pragma GCC unroll 9
       for (int t = 0; t < T; ++t) acc[u][t] = F::fma(wv, F::load(a[t].f + k + L * u), acc[u][t]);
@@ -178,7 +178,7 @@ static inline __attribute__((always_inline)) TGT_512VNNI void dot_i8_avx512(cons
 // of every row, then chunk 1, ...), so that the T activation chunks stay in L1 from one row to the
 // next; whole rows of T f32 activations do not fit (T x 8 KiB at K = 2048 against a 32 KiB L1).
 // bf16 gained nothing from chunks, and int8 activations (a byte each) fit whole. The measurements
-// behind KCHUNK and the token threshold: docs/kernels.md, "Lab notes".
+// behind KCHUNK and the token threshold: docs/decisions.md, "Lab notes".
 constexpr int64_t KCHUNK = 512;
 template <class WT, int T>
 constexpr bool chunked_rows() { return sizeof(WT) == 4 && T >= 6; }

@@ -9,8 +9,8 @@
 // chunk is an L1 hit). Work items are (group, matrix, block of rows), dealt into one lane per
 // thread (a contiguous share of every matrix's rows); a thread takes its own lane in order and then
 // steals from the others (thread_pool.h), so each streams long contiguous runs and a descheduled
-// thread does not stall the rest. docs/kernels.md, "CPU extension", has the design and the
-// measurements behind it.
+// thread does not stall the rest. docs/kernels.md, "CPU extension", has the design; docs/decisions.md,
+// "Lab notes: the CPU kernels", the measurements behind it.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
@@ -150,7 +150,7 @@ at::Tensor expert_op(const at::Tensor& x, const at::Tensor& ids, const c10::opti
   float* const ubuf = grown(ws.ubuf, A * I);
   float* const obuf = grown(ws.obuf, A * H);
   // the output straight from the CPU allocator (at::zeros went through the dispatcher and a fill,
-  // docs/kernels.md, "Lab notes"); step 4 writes every value
+  // docs/decisions.md, "Lab notes"); step 4 writes every value
   at::Tensor y = at::detail::empty_cpu({n, H}, at::kFloat, false, c10::nullopt);
   float* yp = y.data_ptr<float>();
   const float* gp = gates.has_value() ? gates->data_ptr<float>() : nullptr;
