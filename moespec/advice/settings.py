@@ -77,8 +77,8 @@ def vllm_tune(k: int, target: str, tuned=None) -> dict:
     runs = nearest_tuned(M, grid)
     whose = "your tuned config's" if tuned else "benchmark_moe.py's default"
     why = (f"try_get_optimal_moe_config runs the config of the nearest tuned batch size: M = k + 1 = {M} runs "
-           f"the one tuned for {runs} ({whose} sizes {grid[0]}..{grid[-1]})" if runs != M else
-           f"M = k + 1 = {M} is tuned ({whose} sizes)")
+           f"the one tuned for {runs} ({whose} sizes {', '.join(map(str, grid))})" if runs != M else
+           f"M = k + 1 = {M} is one of {whose} tuned sizes")
     cli = (f"python benchmarks/kernels/benchmark_moe.py --model {shlex.quote(target)} --tp-size 1 --tune "
            f"--batch-size {' '.join(map(str, sizes))} --save-dir tuned_moe")
     return {"M": M, "runs_config_of": runs, "cli": cli,
@@ -222,6 +222,8 @@ def mmvq_caps(fmt: str | None) -> list[dict]:
 
 
 def _caps_text(fmt: str | None) -> str:
+    if fmt is None or fmt.startswith("not named"):
+        return "the cap depends on the weights' type: give --format for its caps (MMVQ_MMID_MAX_BATCH, docs/advise.md)"
     if fmt not in GGML_TYPES:
         return (f"format {fmt!r} has no llama.cpp type here; the cap depends on the type (MMVQ_MMID_MAX_BATCH, "
                 f"docs/advise.md)")
