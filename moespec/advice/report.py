@@ -339,7 +339,7 @@ def format_text(advice: dict) -> str:
     guaranteed = f" (guaranteed from {kd['guaranteed_from_n']})" if kd["from_n"] is not None else ""
     out += _wrap(f"Kernel switch: {ks['text']}{guaranteed}")
     out += _wrap(f"llama.cpp CUDA: {ks['llama_cpp_cuda']}", "  ")
-    out += [f"    {line}" for line in cap_lines(ks.get("mmvq_cap", []))]
+    out += [wrapped for line in cap_lines(ks.get("mmvq_cap", [])) for wrapped in _wrap(line, "    ")]
     if ks.get("engines"):
         out += _wrap("MoE kernel options (every pass size): " + "; ".join(
             f"{name} {text}" for name, text in (("vLLM", ks["engines"]["vllm"]), ("SGLang", ks["engines"]["sglang"]))),

@@ -176,8 +176,8 @@ def _test_backend_ops(lines: list[str], path: Path, kernel: str | None) -> Timed
         if df[col].nunique() > 1:
             line = int(df.loc[df[col] != df[col].iloc[0], "line"].iloc[0])
             refuse(f"{path}:{line}", {"N": "n_mats", "m": "n_used", "fmt": "type_a"}[col],
-                   f"{df[col].iloc[0]!r} as on line {int(df['line'].iloc[0])} (one model's experts)",
-                   df.loc[df["line"] == line, col].iloc[0], error=AdviceInputError)
+                   f"{df[col].iloc[0]} as on line {int(df['line'].iloc[0])} (one model's experts)",
+                   df.loc[df["line"] == line, col].iloc[0], found_is_text=True, error=AdviceInputError)
     N, m, fmt = int(df["N"].iloc[0]), int(df["m"].iloc[0]), str(df["fmt"].iloc[0])
     notes = []
     if kernel is None:
