@@ -188,11 +188,15 @@ def test_test_backend_ops_curves_by_hand():
                in a for a in adv["assumptions"])
 
 
-def test_labelled_paths_give_both_kernels_and_a_crossover():
+def test_labelled_paths_give_both_kernels_and_a_crossover(tmp_path):
     """The same times read as a per-slot and as a deduplicating build: r(n) = U(n)/(n m) (the same time,
-    the union's bytes), so deduplication pays where ubar(n) < r(n)."""
-    adv = advice.advise(verify_times=[f"slot={MMID}", f"dedup={MMID}"], model="qwen3", eps=0.05, free_draft=True,
+    the union's bytes), so deduplication pays where ubar(n) < r(n). A label is cut at its first '='."""
+    shutil.copy(MMID, named := tmp_path / "E=128,build=a.txt")
+    adv = advice.advise(verify_times=[f"slot={named}", f"dedup={MMID}"], model="qwen3", eps=0.05, free_draft=True,
                         acceptance=[0.8])
+    one = advice.advise(verify_times=[f"slot={named}"], model="qwen3", eps=0.05, free_draft=True, acceptance=[0.8])
+    assert one["subject"]["kernel_paths"] == "one" and one["dedup"]["pass_sizes"][8]["tau_slot_ms"] == \
+        pytest.approx(adv["dedup"]["pass_sizes"][8]["tau_slot_ms"])
     assert adv["subject"]["kernel_paths"] == "both"
     n = np.arange(1, 10)
     r = 128 * (1 - (120 / 128) ** n) / (8 * n)

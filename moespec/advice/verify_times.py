@@ -452,7 +452,7 @@ def from_verify_times(files, model: str | None = None, fmt: str | None = None, t
     ``slot=`` or ``dedup=`` (the kernel path it timed), plus at most one vLLM tuned-config JSON."""
     timed, tuned, labels = [], None, []
     for item in files:
-        label, _, name = str(item).rpartition("=") if str(item).startswith(("slot=", "dedup=")) else ("", "", item)
+        label, _, name = str(item).partition("=") if str(item).startswith(("slot=", "dedup=")) else ("", "", item)
         got = read(name, label or None, model)
         if isinstance(got, list):
             tuned = got
