@@ -167,7 +167,8 @@ def _advise(args) -> int:
                                free_draft=args.free_draft,
                                state=args.state, context=args.context, draft_of_run=args.run_draft,
                                fmt=args.format, target=args.target, draft=args.draft,
-                               allow_incomplete=args.allow_incomplete, source=args.source)
+                               allow_incomplete=args.allow_incomplete, source=args.source,
+                               verify_times=args.verify_times, method=args.method)
     except (ValueError, KeyError, OSError) as exc:   # AdviceInputError and every InputError are ValueErrors
         print(f"moespec advise: {_message(exc)}", file=sys.stderr)
         return 1
@@ -202,6 +203,12 @@ def _add_advise(sub) -> None:
                      help="measured acceptance: columns accepted,rejections (pooled) or a column a")
     adv.add_argument("--bandwidth", type=Path, metavar="CSV",
                      help="a bandwidth table instead of a run (Table-1 layout or one row per n)")
+    adv.add_argument("--verify-times", nargs="+", metavar="FILE",
+                     help="verify costs from an engine's kernel benchmark (test-backend-ops perf -o MUL_MAT_ID, "
+                          "llama-bench, vLLM benchmark_moe.py and its tuned JSON, moespec's rows or "
+                          "02_bandwidth_by_n.csv); prefix slot= or dedup= to say which kernel path a file timed")
+    adv.add_argument("--method", default="draft_model", choices=("draft_model", "eagle3", "mtp", "ngram"),
+                     help="draft method of the printed settings (default draft_model)")
     adv.add_argument("--engine", help="row of the bandwidth table (e.g. 'llama.cpp CUDA')")
     adv.add_argument("--model", help="row of the bandwidth table / model preset (e.g. OLMoE)")
     adv.add_argument("--format", help="storage format for the preset's expert bytes (default: the paper's)")

@@ -5,6 +5,7 @@ quick-profile runs of notebooks 03 and 08 made through the runner."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -239,7 +240,7 @@ def test_refusals(tmp_path):
         advice.advise(COMMITTED, [])
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
         advice.advise(COMMITTED, [1.0])
-    with pytest.raises(AdviceInputError, match="either a run folder or a bandwidth table"):
+    with pytest.raises(AdviceInputError, match="give one of a run folder, a bandwidth table or verify times"):
         advice.advise(COMMITTED, [0.5], bandwidth=COMMITTED / "02_table1_bandwidth.csv")
     with pytest.raises(AdviceInputError, match="select 0 rows"):
         advice.advise(bandwidth=COMMITTED / "02_table1_bandwidth.csv", engine="vLLM", acceptance=[0.5])
@@ -430,8 +431,15 @@ def test_the_run_file_gives_the_committed_answer():
     and every number, for each acceptance rate."""
     committed = json.loads((COMMITTED / "08_advice.json").read_text())
     now = json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9])))
-    for key in ("dedup", "acceptance", "settings", "error", "draft_time_ms", "host_time_ms", "draft"):
+    for key in ("dedup", "acceptance", "error", "draft_time_ms", "host_time_ms", "draft"):
         assert now[key] == committed[key], key
+    for mine, theirs in zip(now["settings"], committed["settings"]):   # the commands and the switch (notes aside)
+        assert {k: mine[k] for k in ("a", "k")} == {k: theirs[k] for k in ("a", "k")}
+        for engine in ("vllm", "sglang", "llama_cpp"):
+            assert mine[engine]["cli"] == theirs[engine]["cli"], engine
+        assert mine["llama_cpp"]["cli_legacy"] == theirs["llama_cpp"]["cli_legacy"]
+        for key in ("per_slot_up_to", "text", "mmvq_cap"):
+            assert mine["kernel_switch"][key] == theirs["kernel_switch"][key], key
     assert [x["recommended"]["k"] for x in now["acceptance"]] == [x["recommended"]["k"]
                                                                  for x in committed["acceptance"]]
 
@@ -601,6 +609,44 @@ def test_llama_cpp_settings_for_current_and_legacy_builds():
     assert "--draft-p-min (default 0.8)" in st.VERSIONS["llama.cpp-legacy"]["where"]
 
 
+def test_settings_per_draft_method_to_the_letter():
+    """--method eagle3 / mtp / ngram at k = 3: the option names and values each engine's source
+    gives for that method (VERSIONS; docs/advise.md), one chain of k drafts, k + 1 verified."""
+    s = {m: st.engine_settings(3, 2, "t", "d", "q4_k", m) for m in st.METHODS}
+    assert s["eagle3"]["vllm"]["cli"] == ("vllm serve t --speculative-config "
+                                          "'{\"method\": \"eagle3\", \"model\": \"d\", \"num_speculative_tokens\": 3}'")
+    assert s["mtp"]["vllm"]["cli"] == ("vllm serve t --speculative-config "
+                                       "'{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'")
+    assert s["ngram"]["vllm"]["cli"].endswith("'{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'")
+    chain = "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+    base = "python3 -m sglang.launch_server --model-path t --speculative-algorithm"
+    assert s["eagle3"]["sglang"]["cli"] == f"{base} EAGLE3 --speculative-draft-model-path d {chain}"
+    assert s["mtp"]["sglang"]["cli"] == f"{base} EAGLE {chain}"
+    assert s["ngram"]["sglang"]["cli"] == (f"{base} NGRAM --speculative-num-draft-tokens 4 "
+                                           "--speculative-ngram-max-bfs-breadth 1")
+    fixed = "--spec-draft-n-max 3 --spec-draft-n-min 0 --spec-draft-p-min 0"
+    assert s["eagle3"]["llama_cpp"]["cli"] == f"llama-server -m t --spec-type draft-eagle3 --spec-draft-model d {fixed}"
+    assert s["mtp"]["llama_cpp"]["cli"] == f"llama-server -m t --spec-type draft-mtp {fixed}"
+    assert s["ngram"]["llama_cpp"]["cli"] == "llama-server -m t --spec-type ngram-simple --spec-ngram-simple-size-m 3"
+    assert s["ngram"]["llama_cpp"]["cli_legacy"] == "llama-server -m t --spec-type ngram-simple --spec-ngram-size-m 3"
+    assert s["eagle3"]["llama_cpp"]["cli_legacy"] is None and s["mtp"]["llama_cpp"]["cli_legacy"] is None
+    assert s["draft_model"]["sglang"] == st.sglang(3, "t", "d")
+    assert s["draft_model"]["llama_cpp"] == st.llama_cpp(3, "t", "d")
+    # the MoE kernel options and vLLM's fused_moe tuning for M = k + 1: 4 is tuned; 3, 5, 6, 7, 9 run a neighbour's
+    assert s["mtp"]["kernel_switch"]["engines"]["vllm"].startswith("--moe-backend (default auto; triton")
+    assert "--speculative-moe-runner-backend" in s["mtp"]["kernel_switch"]["engines"]["sglang"]
+    assert [st.vllm_tune(k, "t")["runs_config_of"] for k in range(1, 9)] == [2, 2, 4, 4, 4, 8, 8, 8]
+    tune = s["mtp"]["vllm"]["tune"]
+    assert tune["cli"] == ("python benchmarks/kernels/benchmark_moe.py --model t --tp-size 1 --tune --batch-size "
+                           "1 2 4 8 16 24 32 48 64 96 128 256 512 1024 1536 2048 3072 4096 --save-dir tuned_moe")
+    assert st.vllm_tune(2, "t")["cli"].count(" 3 ") == 1 and st.vllm_tune(2, "t", [1, 2, 4])["runs_config_of"] == 2
+    with pytest.raises(AdviceInputError, match="--method 'medusa': expected one of draft_model, eagle3, mtp, ngram"):
+        advice.advise(COMMITTED, [0.8], method="medusa")
+    text = advice.format_text(advice.advise(COMMITTED, [0.8], method="eagle3"))
+    assert "settings for k = 3, eagle3:" in text and "--spec-type draft-eagle3" in text
+    assert "before PR 22397" not in text
+
+
 def test_mmvq_cap_per_architecture_and_type():
     """get_mmvq_mmid_max_batch's dispatch: 8 on Volta and from Ada on, the Turing-plus table on
     Turing and Ampere, the Pascal table below; types without an entry take MMVQ_MAX_BATCH_SIZE."""
@@ -733,9 +779,11 @@ def test_printed_options_are_the_documented_list():
 
     docs = (paths.ROOT / "docs" / "advise.md").read_text()
     printed = set()
-    for k in range(9):
-        for cmd in (st.vllm(k, "T", "D")["cli"], st.sglang(k, "T", "D")["cli"], st.llama_cpp(k, "T", "D")["cli"],
-                    st.llama_cpp(k, "T", "D")["cli_legacy"]):
+    for k, method in itertools.product(range(9), st.METHODS):
+        setting = st.engine_settings(k, 4, "T", "D", "q8_0", method)
+        commands = [setting["vllm"]["cli"], setting["sglang"]["cli"], setting["llama_cpp"]["cli"],
+                    setting["llama_cpp"]["cli_legacy"], (setting["vllm"]["tune"] or {}).get("cli")]
+        for cmd in filter(None, commands):
             words = shlex.split(cmd)
             printed |= {w for w in words if w.startswith("-")}
             printed |= {w for w in words if w in st.PRINTED_OPTIONS}
@@ -743,16 +791,19 @@ def test_printed_options_are_the_documented_list():
                 if w.startswith("{"):
                     spec = json.loads(w)
                     printed |= set(spec) | {spec["method"]}
+        notes = [setting[e]["note"] for e in ("vllm", "sglang", "llama_cpp")] + [(setting["vllm"]["tune"] or {}).get(
+            "note", ""), *setting["kernel_switch"]["engines"].values()]
         for n_switch in (None, 4):
-            ks = st.kernel_switch(n_switch, "mxfp4")["llama_cpp_cuda"] + " ".join(st.cap_lines(st.mmvq_caps("q8_0")))
-            printed |= {w for w in re.findall(r"[A-Za-z_0-9]+", ks) if w in st.PRINTED_OPTIONS}
+            notes += [st.kernel_switch(n_switch, "mxfp4")["llama_cpp_cuda"], *st.cap_lines(st.mmvq_caps("q8_0"))]
+        printed |= {w for w in re.findall(r"[A-Za-z_0-9-]+", " ".join(notes)) if w in st.PRINTED_OPTIONS}
     printed |= {"vllm serve", "python3 -m sglang.launch_server", "llama-server"}  # the command names
     assert printed == set(st.PRINTED_OPTIONS)
+    assert set(st.PRINTED_OPTIONS.values()) <= set(st.VERSIONS)
     table = docs[docs.index("### Every option printed"):]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     for option, key in st.PRINTED_OPTIONS.items():
         commit = st.VERSIONS[key]["commit"][:12]
-        where = re.search(r"[\w./-]+\.(?:py|md|cuh|cu)", st.VERSIONS[key]["where"]).group(0)
+        where = re.search(r"[\w./-]+\.(?:py|md|cuh|cu|cpp)", st.VERSIONS[key]["where"]).group(0)
         assert any(f"`{option}`" in row.split("|")[1] and commit in row and where in row for row in rows), option
     caps = docs[docs.index("| type | Pascal and older"):].split("\n\n")[0].splitlines()[2:]
     listed = set()

@@ -7,7 +7,8 @@ Modules: :mod:`.inputs` (what the decision rests on, read from a run's run file,
 :mod:`.curves` (the round model it decides on), :mod:`.decide` (the decision, by
 :mod:`moespec.theory`), :mod:`.settings` (engine options with the versions cited), :mod:`.report`
 (text, JSON and its schema), :mod:`.measured` (the answer beside the run's measurements),
-:mod:`.figure` (the answer as a figure), :mod:`.errors` (the error of bad input).
+:mod:`.verify_times` (or an engine's kernel benchmark), :mod:`.figure` (the answer as a figure),
+:mod:`.errors` (the error of bad input).
 """
 
 from __future__ import annotations
@@ -24,19 +25,28 @@ from .decide import decide
 from .errors import AdviceInputError
 from .inputs import from_run, run_file
 from .report import ADVICE_SCHEMA, format_explain, format_text, validate, write_json
-from .settings import VERSIONS, engine_settings
+from .settings import METHODS, VERSIONS, engine_settings
+
+#: The engine a recommendation names where the verify times hold one kernel path per pass size.
+ONE_PATH_ENGINE = "the kernel path each pass size ran in the benchmark"
 from .validate import acceptance as acceptance_from_table
+from .verify_times import from_verify_times
 
 
 def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model>",
-                  draft: str = "<draft-model>") -> dict:
+                  draft: str = "<draft-model>", method: str = "draft_model") -> dict:
     """The advice for ready verify curves: :func:`.decide.decide` plus the engine settings of each
-    acceptance rate's recommended draft length and the kernel crossover."""
+    acceptance rate's recommended draft length with draft ``method``, and the kernel crossover."""
     advice = decide(curves, acceptance)
     n_switch = advice["dedup"]["from_n"]
-    fmt = curves.subject.get("format")
-    advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], n_switch, target, draft, fmt)}
+    fmt, paths = curves.subject.get("format"), curves.subject.get("kernel_paths", "both")
+    tuned = curves.subject.get("tuned_batch_sizes")
+    advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], n_switch, target, draft, fmt,
+                                                             method, paths, tuned)}
                           for item in advice["acceptance"]]
+    if paths == "one":   # both engines are the one timed path: name it so
+        for item in advice["acceptance"]:
+            item["recommended"]["engine_name"] = ONE_PATH_ENGINE
     advice["versions_cited"] = VERSIONS
     return validate(advice)
 
@@ -46,7 +56,8 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
            trace=None, eps: float | None = None, dense_ratio: float = 0.5, draft_fit=None, free_draft: bool = False,
            state: str | None = None, context: str | None = None, draft_of_run: str | None = None,
            fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>",
-           allow_incomplete: bool = False, source: str | None = None) -> dict:
+           allow_incomplete: bool = False, source: str | None = None, verify_times=None,
+           method: str = "draft_model") -> dict:
     """Decide the expert kernel and draft length (JSON-ready dict, schema :data:`ADVICE_SCHEMA`).
 
     Inputs: a run ``run`` (its run file, :mod:`moespec.predict.run_file`: round models, or
@@ -57,10 +68,15 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     not finish is refused unless ``allow_incomplete``; the advice then says which notebooks'
     tables it holds. ``source``: the label of a bandwidth table's rows (``"published"``: paper 1's
     numbers); by default the rows are recognised by their content. A ``trace`` must have the
-    model's L, N and m.
+    model's L, N and m. ``verify_times``: an engine's kernel benchmark instead (files, each
+    optionally ``slot=``/``dedup=``-prefixed; :mod:`.verify_times`); ``method``: the draft method
+    of the printed settings (:data:`METHODS`).
     """
-    if (run is None) == (bandwidth is None):
-        raise AdviceInputError("give either a run folder or a bandwidth table (not both, not neither)")
+    if sum(x is not None for x in (run, bandwidth, verify_times)) != 1:
+        raise AdviceInputError("give one of a run folder, a bandwidth table or verify times (--verify-times)")
+    if method not in METHODS:
+        raise AdviceInputError(f"--method {method!r}: expected one of {', '.join(METHODS)}", where="--method",
+                               found=method)
     if not (math.isfinite(dense_ratio) and dense_ratio >= 0):
         raise AdviceInputError(f"--dense-ratio (dense_ratio): expected a finite number >= 0 (dense bytes per pass as a "
                                f"multiple of m W); found {dense_ratio}", where="--dense-ratio", found=dense_ratio)
@@ -88,13 +104,20 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     else:
         for name, value in (("--state", state), ("--context", context), ("--run-draft", draft_of_run)):
             if value is not None:
-                raise AdviceInputError(f"{name} {value!r} names a round model of a run; a bandwidth table has none",
-                                       where=name, found=value)
-        curves = from_bandwidth_table(bandwidth, engine=engine, model=model, trace=trace, eps=eps,
-                                      dense_ratio=dense_ratio, draft=chosen, fmt=fmt, source_label=source)
-    return advise_curves(curves, pairs, target=target, draft=draft)
+                raise AdviceInputError(f"{name} {value!r} names a round model of a run; a bandwidth table or verify "
+                                       "times have none", where=name, found=value)
+        if verify_times is not None:
+            if source is not None:
+                raise AdviceInputError(f"--source {source!r} labels a bandwidth table's rows", where="--source")
+            curves = from_verify_times(verify_times, model=model, fmt=fmt, trace=trace, eps=eps,
+                                       dense_ratio=dense_ratio, draft=chosen, engine=engine)
+        else:
+            curves = from_bandwidth_table(bandwidth, engine=engine, model=model, trace=trace, eps=eps,
+                                          dense_ratio=dense_ratio, draft=chosen, fmt=fmt, source_label=source)
+    return advise_curves(curves, pairs, target=target, draft=draft, method=method)
 
 
 __all__ = ["advise", "advise_curves", "decide", "VerifyCurves", "AdviceInputError", "from_run", "run_file",
            "draft_option", "from_bandwidth_table", "acceptance_from_table", "engine_settings", "ADVICE_SCHEMA",
-           "validate", "write_json", "format_text", "format_explain", "measured", "VERSIONS"]
+           "validate", "write_json", "format_text", "format_explain", "measured", "VERSIONS", "METHODS",
+           "from_verify_times"]

@@ -147,6 +147,16 @@ def _margin_lines(rows: list[dict], margin: float) -> list[str]:
     return [line]
 
 
+def _method_notes(setting: dict) -> list[str]:
+    """The draft method's notes per engine and vLLM's fused_moe tuning for M = k + 1 (``--explain``)."""
+    tune = setting["vllm"].get("tune")
+    out = [f"    notes ({setting.get('method', 'draft_model')}): vLLM: {setting['vllm']['note']}; "
+           f"SGLang: {setting['sglang']['note']}; llama.cpp: {setting['llama_cpp']['note']}"]
+    if tune:
+        out += [f"    vLLM Triton fused_moe for M = {tune['M']}: {tune['cli']}", f"      {tune['note']}"]
+    return out
+
+
 def format_explain(advice: dict) -> str:
     """The advice with its derivation, as ``moespec advise --explain`` prints it: the error bounds,
     the assumptions, the saving at every pass size, the round's terms, every engine's k* and
@@ -219,10 +229,12 @@ def format_explain(advice: dict) -> str:
                 f"    vLLM:      {setting['vllm']['cli']}",
                 f"    SGLang:    {setting['sglang']['cli']}",
                 f"    llama.cpp: {setting['llama_cpp']['cli']}",
-                f"    llama.cpp builds before PR 22397: {setting['llama_cpp']['cli_legacy']}"]
+                f"    llama.cpp builds before PR 22397: {setting['llama_cpp']['cli_legacy'] or 'none read'}",
+                *_method_notes(setting)]
     ks = advice["settings"][0]["kernel_switch"]
     out += ["", f"Kernel switch: {ks['text']}", f"  llama.cpp CUDA: {ks['llama_cpp_cuda']}",
-            *[f"    {line}" for line in cap_lines(ks.get("mmvq_cap", []))], ""]
+            *[f"    {line}" for line in cap_lines(ks.get("mmvq_cap", []))],
+            *[f"  {name}: {text}" for name, text in ks.get("engines", {}).items()], ""]
     out += ["Inputs:"] + [f"  - {p}" for p in advice["inputs"]]
     out += ["Option names from:"] + [f"  - {name}: {v['project']} @ {v['commit'][:12]} ({v['where']})"
                                      for name, v in advice["versions_cited"].items()]
@@ -311,17 +323,27 @@ def format_text(advice: dict) -> str:
             what = (f"k = {o['k']}, {ENGINE_NAMES[o['engine']]}, speedup {o['speedup']:.3f} "
                     f"{_interval(o['speedup_lo'], o['speedup_hi'])}" if o["k"] > 0 else "plain decoding")
             out += _wrap(f"{state} machine{read}: {what}" + (" <- differs" if o["differs"] else " (the same)"), "  ")
-        out.append(f"  settings for k = {setting['k']}:")
+        method = setting.get("method", "draft_model")
+        out.append(f"  settings for k = {setting['k']}" + ("" if method == "draft_model" else f", {method}") + ":")
         out += _command("    vLLM:      ", setting["vllm"]["cli"])
         out += _command("    SGLang:    ", setting["sglang"]["cli"])
         out += _command("    llama.cpp: ", setting["llama_cpp"]["cli"])
-        if setting["llama_cpp"]["cli_legacy"] != setting["llama_cpp"]["cli"]:
+        if setting["llama_cpp"]["cli_legacy"] not in (None, setting["llama_cpp"]["cli"]):
             out += _command("    llama.cpp before PR 22397: ", setting["llama_cpp"]["cli_legacy"])
+        if setting["vllm"].get("tune"):
+            tune = setting["vllm"]["tune"]
+            out += _wrap(f"vLLM Triton MoE: tune M = k + 1 = {tune['M']} (" + (
+                f"it runs the config tuned for {tune['runs_config_of']}" if tune["runs_config_of"] != tune["M"]
+                else "a tuned size") + "; command: --explain)", "  ")
     ks = advice["settings"][0]["kernel_switch"]
     guaranteed = f" (guaranteed from {kd['guaranteed_from_n']})" if kd["from_n"] is not None else ""
     out += _wrap(f"Kernel switch: {ks['text']}{guaranteed}")
     out += _wrap(f"llama.cpp CUDA: {ks['llama_cpp_cuda']}", "  ")
-    out += [f"    {line}" for line in cap_lines(ks.get("mmvq_cap", []))]
+    out += [wrapped for line in cap_lines(ks.get("mmvq_cap", [])) for wrapped in _wrap(line, "    ")]
+    if ks.get("engines"):
+        out += _wrap("MoE kernel options (every pass size): " + "; ".join(
+            f"{name} {text}" for name, text in (("vLLM", ks["engines"]["vllm"]), ("SGLang", ks["engines"]["sglang"]))),
+            "  ")
     sources = advice.get("sources") or {"inputs": ", ".join(advice["inputs"])}
     out += _wrap("Sources: " + "; ".join(f"{part}: {where}" for part, where in sources.items())
                  + "; option names: docs/advise.md; the derivation: --explain")
