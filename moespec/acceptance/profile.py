@@ -277,6 +277,8 @@ class AcceptanceProfile:
                 continue
             measured.append(k)
         what = "the median prompt's" if use_prompts and self.prompts else "pooled"
+        if self.tokens_at_k:
+            what = "the measured"
         if measured:
             rest = [k for k in range(1, kmax + 1) if k not in measured]
             how = f"{what} tokens per step of the runs at each draft length k = {_span(measured)}"

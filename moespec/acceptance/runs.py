@@ -26,14 +26,19 @@ PROFILE_TABLE = (Column("state", "str"), Column("prompt", "str"), Column("k", "i
 SOURCE = "moespec real-draft runs (notebook 05)"
 
 
+def _hist(x, k: int) -> np.ndarray:
+    h = np.asarray(x.split() if isinstance(x, str) else x, dtype=np.int64)
+    return np.concatenate([h, np.zeros(k + 1 - h.size, dtype=np.int64)])
+
+
 def table_rows(steps: pd.DataFrame) -> pd.DataFrame:
-    """The long table (:data:`PROFILE_TABLE`) of run rows with ``state``, ``prompt``, ``k``,
-    ``steps`` and ``accepted_hist`` (steps that accepted exactly j drafts, j = 0..k, as written by
-    :func:`moespec.engine.speculative.summarize_steps`), summed over repetitions and draft costs
-    of one draft (widening a draft changes no token)."""
+    """The long table (:data:`PROFILE_TABLE`) of run rows (k >= 1) with ``state``, ``prompt``,
+    ``k``, ``steps`` and ``accepted_hist`` (steps that accepted exactly j drafts, j = 0..k, as
+    written by :func:`moespec.engine.speculative.summarize_steps`), summed over the rows given
+    (repetitions of one draft: widening a draft changes no token)."""
     out = []
-    for (state, prompt, k), g in steps.groupby(["state", "prompt", "k"], sort=True):
-        h = np.sum([np.asarray(x, dtype=np.int64) for x in g["accepted_hist"]], axis=0)
+    for (state, prompt, k), g in steps[steps["k"] >= 1].groupby(["state", "prompt", "k"], sort=True):
+        h = np.sum([_hist(x, int(k)) for x in g["accepted_hist"]], axis=0)
         at_least = np.cumsum(h[::-1])[::-1][1:]
         out += [{"state": state, "prompt": str(prompt), "k": int(k), "position": i + 1, "steps": int(h.sum()),
                  "accepted_at_least": int(at_least[i])} for i in range(int(k))]
