@@ -163,7 +163,7 @@ def _advise(args) -> int:
     try:
         out = None if args.json == "-" else writable_file(args.json, "--json")   # before the work
         result = advice.advise(args.run, args.acceptance, acceptance_table=args.acceptance_table,
-                               bandwidth=args.bandwidth, engine=args.engine, model=args.model, trace=args.trace,
+                               acceptance_from=args.acceptance_from, bandwidth=args.bandwidth, engine=args.engine, model=args.model, trace=args.trace,
                                eps=args.eps, dense_ratio=args.dense_ratio, draft_fit=args.draft_fit,
                                free_draft=args.free_draft,
                                state=args.state, context=args.context, draft_of_run=args.run_draft,
@@ -198,9 +198,13 @@ def _add_advise(sub) -> None:
                      help="run folder (or figures/) with its run file (moespec run-file RUN makes it), or the run "
                           "file itself")
     adv.add_argument("-a", "--acceptance", nargs="+", type=float, metavar="A",
-                     help="acceptance rate(s) a in [0, 1)")
+                     help="what-if acceptance rate(s) a in [0, 1), geometric acceptance assumed (G_a(k) = "
+                          "(1 - a^(k+1)) / (1 - a)); without any acceptance option a run's own measured profile")
     adv.add_argument("--acceptance-table", type=Path, metavar="CSV",
-                     help="measured acceptance: columns accepted,rejections (pooled) or a column a")
+                     help="acceptance rates: columns accepted,rejections (pooled) or a column a; geometric assumed")
+    adv.add_argument("--acceptance-from", nargs="+", type=Path, metavar="FILE",
+                     help="decide from a measured per-position acceptance profile: an engine's /metrics scrape(s) "
+                          "(two: differenced), log, or responses (vLLM, SGLang, llama.cpp; see moespec acceptance)")
     adv.add_argument("--bandwidth", type=Path, metavar="CSV",
                      help="a bandwidth table instead of a run (Table-1 layout or one row per n)")
     adv.add_argument("--engine", help="row of the bandwidth table (e.g. 'llama.cpp CUDA')")

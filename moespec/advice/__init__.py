@@ -46,7 +46,7 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
            trace=None, eps: float | None = None, dense_ratio: float = 0.5, draft_fit=None, free_draft: bool = False,
            state: str | None = None, context: str | None = None, draft_of_run: str | None = None,
            fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>",
-           allow_incomplete: bool = False, source: str | None = None) -> dict:
+           allow_incomplete: bool = False, source: str | None = None, with_run_profile: bool = False) -> dict:
     """Decide the expert kernel and draft length (JSON-ready dict, schema :data:`ADVICE_SCHEMA`).
 
     Inputs: a run ``run`` (its run file, :mod:`moespec.predict.run_file`: round models, or
@@ -56,7 +56,8 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     ``acceptance_table`` (:func:`acceptance_from_table`), both geometric (what-if questions, said
     so); ``acceptance_from`` (files of an engine's metrics, logs or responses: a measured
     per-position profile, :mod:`moespec.acceptance`); with none of them, a run's own measured
-    profile (:mod:`.profiles`). The run file of a run that did
+    profile (:mod:`.profiles`; ``with_run_profile``: that profile first, then the rates given, where
+    the run file holds one). The run file of a run that did
     not finish is refused unless ``allow_incomplete``; the advice then says which notebooks'
     tables it holds. ``source``: the label of a bandwidth table's rows (``"published"``: paper 1's
     numbers); by default the rows are recognised by their content. A ``trace`` must have the
@@ -99,8 +100,12 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     kmax = curves.kmax
     if acceptance_from is not None:
         pairs.append(profiles.from_files(acceptance_from, kmax))
-    if not pairs:   # a run and no acceptance option: the run's own measured profile
-        pairs.append(profiles.from_run(run_file(run, allow_incomplete), curves.subject.get("state") or "quiet", kmax))
+    if run is not None and (not pairs or with_run_profile):   # the run's own measured profile
+        rf, state = run_file(run, allow_incomplete), curves.subject.get("state") or "quiet"
+        if pairs and rf.acceptance_profile(state) is None:
+            pass                                                  # rates given, no profile to add
+        else:
+            pairs.insert(0, profiles.from_run(rf, state, kmax))
     return advise_curves(curves, pairs, target=target, draft=draft)
 
 
