@@ -261,16 +261,18 @@ def _acceptance(args) -> int:
     return 0
 
 
+ACCEPTANCE_HELP = ("the per-position acceptance profile of an engine's metrics, logs or responses (vLLM, SGLang, "
+                   "llama.cpp) or of a moespec run")
+ACCEPTANCE_DESCRIPTION = (
+    "Read acceptance as the engine measured it (the format detected from the content; docs/advise.md lists every "
+    "format and where it was read) and print p_i (the share of verify steps that accepted at least i drafts) with "
+    "its interval, the conditional rates, tokens per step G(k) = 1 + p_1 + ... + p_k, the mean acceptance length and "
+    "how far the profile is from the best geometric fit. Two Prometheus scrapes of one server (before, after) are "
+    "differenced; other files of one kind are pooled.")
+
+
 def _add_acceptance(sub) -> None:
-    acc = sub.add_parser("acceptance", help="the per-position acceptance profile of an engine's metrics, logs or "
-                                            "responses (vLLM, SGLang, llama.cpp) or of a moespec run",
-                         description="Read acceptance as the engine measured it (the format detected from the "
-                                     "content; docs/advise.md lists every format and where it was read) and print "
-                                     "p_i (the share of verify steps that accepted at least i drafts) with its "
-                                     "interval, the conditional rates, tokens per step G(k) = 1 + p_1 + ... + p_k, "
-                                     "the mean acceptance length and how far the profile is from the best geometric "
-                                     "fit. Two Prometheus scrapes of one server (before, after) are differenced; "
-                                     "other files of one kind are pooled.")
+    acc = sub.add_parser("acceptance", help=ACCEPTANCE_HELP, description=ACCEPTANCE_DESCRIPTION)
     acc.add_argument("files", nargs="+", type=Path, metavar="FILE",
                      help="metrics scrape(s), log, responses (JSON/JSONL), or a moespec run folder / profile table")
     acc.add_argument("--engine", default="auto", choices=["auto", "vllm", "sglang", "llamacpp", "moespec"],

@@ -108,8 +108,8 @@ def _write(tmp_path, name, text):
 
 def _metrics(drafts, per_pos, accepted=None):
     lines = [f"vllm:spec_decode_num_drafts_total{{engine=\"0\",model_name=\"m\"}} {drafts}"]
-    lines += [f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine=\"0\",model_name=\"m\",position=\"{i}\"}} {v}"
-              for i, v in per_pos.items()]
+    pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    lines += [f"{pos}{{engine=\"0\",model_name=\"m\",position=\"{i}\"}} {v}" for i, v in per_pos.items()]
     if accepted is not None:
         lines.append(f"vllm:spec_decode_num_accepted_tokens_total{{engine=\"0\",model_name=\"m\"}} {accepted}")
     return "\n".join(lines) + "\n"

@@ -95,7 +95,8 @@ def counters_profile(files: list[Path], prefix: str, engine: str, source: str) -
     elif len(files) > 2:
         raise AcceptanceError(f"{where}: expected one scrape or two (before and after); found {len(files)} files",
                               where=where, found=len(files))
-    drafts_name, pos_name = f"{prefix}spec_decode_num_drafts_total", f"{prefix}spec_decode_num_accepted_tokens_per_pos_total"
+    drafts_name = f"{prefix}spec_decode_num_drafts_total"
+    pos_name = f"{prefix}spec_decode_num_accepted_tokens_per_pos_total"
     models = sorted({labels for (name, labels, _) in series if name in (drafts_name, pos_name)})
     if len(models) > 1:
         raise AcceptanceError(f"{where}: {drafts_name}: expected the series of one model (the engine label is summed); "

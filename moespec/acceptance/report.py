@@ -18,8 +18,8 @@ def format_profile(prof: AcceptanceProfile, extra_k: int = 2) -> str:
     out = [f"moespec acceptance: {prof.source} ({prof.engine})", f"  files: {', '.join(prof.files)}"]
     if prof.counts is None:
         if prof.scalar is not None:
-            out.append(f"  mean acceptance length {prof.mean_acceptance_length:.3f}; no per-position profile; geometric "
-                       f"a = {prof.scalar:.3f} stands in for one")
+            out.append(f"  mean acceptance length {prof.mean_acceptance_length:.3f}; no per-position profile; "
+                       f"geometric a = {prof.scalar:.3f} stands in for one")
             return "\n".join(out + [f"  note: {n}" for n in prof.notes])
         else:
             G = prof.measured_G()

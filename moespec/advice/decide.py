@@ -136,7 +136,8 @@ def decide(curves: VerifyCurves, acceptance) -> dict:
             "acceptance_model": "geometric" if E is None else "profile",
             "tokens_per_step": [float(t) for t in (th.expected_tokens(a, np.arange(rm.kmax + 1)) if E is None
                                                    else np.asarray(E, float)[: rm.kmax + 1])],
-            "tokens_per_step_from": x["how"] or f"geometric acceptance: G_a(k) = (1 - a^(k+1)) / (1 - a) at a = {a:.3f}",
+            "tokens_per_step_from": x["how"] or (f"geometric acceptance: G_a(k) = (1 - a^(k+1)) / (1 - a) at "
+                                                 f"a = {a:.3f}"),
             "recommended": {"engine": best, "engine_name": ENGINE_NAMES[best], "k": rec["k_star"],
                             "speculate": rec["k_star"] > 0, "speedup": rec["speedup"],
                             "speedup_lo": rec["speedup_lo"], "speedup_hi": rec["speedup_hi"],

@@ -297,8 +297,8 @@ def format_text(advice: dict) -> str:
         rec, loss = item["recommended"], item["loss_if_wrong"]
         head = f"At a = {item['a']:.3f} ({item['label']}): "
         if item.get("acceptance_model") == "profile":
-            out += _wrap(f"Acceptance: {item['label']}; tokens per step G(k) = "
-                         + ", ".join(f"{t:.2f}" for t in item["tokens_per_step"][1:]) + f" ({item['tokens_per_step_from']})")
+            G = ", ".join(f"{t:.2f}" for t in item["tokens_per_step"][1:])
+            out += _wrap(f"Acceptance: {item['label']}; tokens per step G(k) = {G} ({item['tokens_per_step_from']})")
             head = "At this profile: "
         if rec["speculate"]:
             out += _wrap(head + f"draft k = {rec['k']} token{'s' if rec['k'] != 1 else ''} (verify passes of "

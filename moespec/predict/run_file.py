@@ -113,7 +113,8 @@ _PROFILE = _object({"source": _STR,
                         {"k": {"type": "integer", "minimum": 1}, "prompt": _STR, "steps": _COUNT,
                          "at_least": {"type": "array", "items": _COUNT, "minItems": 1}})},
                     "tokens_per_step": {"type": "array", "items": _object(
-                        {"k": {"type": "integer", "minimum": 1}, "tokens_per_step": {"type": "number", "minimum": 1}})}})
+                        {"k": {"type": "integer", "minimum": 1},
+                         "tokens_per_step": {"type": "number", "minimum": 1}})}})
 _ACCEPTED = _object({"state": _STR, "a": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "label": _STR,
                      "by_prompt": {"type": "array", "items": _PROMPT}},
                     {"a_pooled": _SHARE, "prompts": _COUNT, "accepted_total": _COUNT, "rejections_total": _COUNT,
@@ -310,9 +311,9 @@ def _profile(state: str, table: pd.DataFrame | None, measured: list, where: str)
         return None
     cost = min(r["draft_cost"] for r in own)
     tokens = {r["k"]: r["tokens_per_step"] for r in own if r["draft_cost"] == cost}
-    return acceptance_runs.to_doc(tokens=tokens, source=f"{acceptance_runs.SOURCE}: the median prompt's measured tokens "
-                                  f"per step at each draft length k ({SOURCE_FILES['measured'][1][0]}); no "
-                                  "per-position counts in this run")
+    source = (f"{acceptance_runs.SOURCE}: the median prompt's measured tokens per step at each draft length k "
+              f"({SOURCE_FILES['measured'][1][0]}); no per-position counts in this run")
+    return acceptance_runs.to_doc(tokens=tokens, source=source)
 
 
 def _acceptance(folder: Path, measured: list, error) -> tuple[list, list]:

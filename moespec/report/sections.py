@@ -82,8 +82,9 @@ def advise_vs_measured(run: RunFiles) -> str:
     beside the real-draft runs' measured speedup; the regret of its k (and of the geometric answer
     at the measured a) with its interval; and its goals."""
     t = run.csv("08_advise_vs_measured.csv")
-    rows = [[r.state, int(r.k), num(r.tokens_per_step), f"{num(r.advise_speedup)} [{num(r.advise_lo)}, {num(r.advise_hi)}]",
-             num(r.measured_speedup), f"{100 * r.rel_error:+.1f} %", "yes" if str(r.inside).lower() == "true" else "no"]
+    rows = [[r.state, int(r.k), num(r.tokens_per_step),
+             f"{num(r.advise_speedup)} [{num(r.advise_lo)}, {num(r.advise_hi)}]", num(r.measured_speedup),
+             f"{100 * r.rel_error:+.1f} %", "yes" if str(r.inside).lower() == "true" else "no"]
             for r in t.itertuples()]
     g = run.csv("08_advise_regret.csv")
     regret = [[r.state, r.acceptance, int(r.advise_k), int(r.measured_best_k),
