@@ -185,7 +185,11 @@ def format_explain(advice: dict) -> str:
         out.append(f"  {k:>2}   {d:7.3f}  {h:6.3f}  {v:7.3f}")
     for item, setting in zip(advice["acceptance"], advice["settings"]):
         rec, loss = item["recommended"], item["loss_if_wrong"]
-        out += ["", f"Draft length at acceptance a = {item['a']:.3f} ({item['label']}):",
+        head = (f"Draft length at the measured acceptance profile ({item['label']}); tokens per step G(k) = "
+                + ", ".join(f"{t:.3f}" for t in item["tokens_per_step"][1:]) + f" ({item['tokens_per_step_from']}):"
+                if item.get("acceptance_model") == "profile"
+                else f"Draft length at acceptance a = {item['a']:.3f} ({item['label']}):")
+        out += ["", head,
                 "  engine                                                k*   speedup [band (21) at delta_k*]   "
                 "k* certain (20)   lost at k*+-1"]
         for e in ENGINES:
