@@ -1,7 +1,8 @@
 """Command line: ``moespec reproduce`` (papermill over the notebooks), ``moespec notebooks``,
 ``moespec import-routing`` (traces from vLLM/SGLang dumps), ``moespec sweep`` (notebook grids
 on a Dask cluster or Slurm), ``moespec advise`` (expert kernel and draft length from a run's run
-file or a bandwidth table) and ``moespec run-file`` (a run's run file from its tables).
+file or a bandwidth table), ``moespec acceptance`` (the per-position acceptance profile of an
+engine's metrics, logs or responses) and ``moespec run-file`` (a run's run file from its tables).
 
 Bad input ends a command with one line naming the file or option, the field, what was expected
 and what was found (exit status 1; 2 for a malformed command line). Anything else that goes wrong
@@ -162,7 +163,7 @@ def _advise(args) -> int:
     try:
         out = None if args.json == "-" else writable_file(args.json, "--json")   # before the work
         result = advice.advise(args.run, args.acceptance, acceptance_table=args.acceptance_table,
-                               bandwidth=args.bandwidth, engine=args.engine, model=args.model, trace=args.trace,
+                               acceptance_from=args.acceptance_from, bandwidth=args.bandwidth, engine=args.engine, model=args.model, trace=args.trace,
                                eps=args.eps, dense_ratio=args.dense_ratio, draft_fit=args.draft_fit,
                                free_draft=args.free_draft,
                                state=args.state, context=args.context, draft_of_run=args.run_draft,
@@ -198,9 +199,13 @@ def _add_advise(sub) -> None:
                      help="run folder (or figures/) with its run file (moespec run-file RUN makes it), or the run "
                           "file itself")
     adv.add_argument("-a", "--acceptance", nargs="+", type=float, metavar="A",
-                     help="acceptance rate(s) a in [0, 1)")
+                     help="what-if acceptance rate(s) a in [0, 1), geometric acceptance assumed (G_a(k) = "
+                          "(1 - a^(k+1)) / (1 - a)); without any acceptance option a run's own measured profile")
     adv.add_argument("--acceptance-table", type=Path, metavar="CSV",
-                     help="measured acceptance: columns accepted,rejections (pooled) or a column a")
+                     help="acceptance rates: columns accepted,rejections (pooled) or a column a; geometric assumed")
+    adv.add_argument("--acceptance-from", nargs="+", type=Path, metavar="FILE",
+                     help="decide from a measured per-position acceptance profile: an engine's /metrics scrape(s) "
+                          "(two: differenced), log, or responses (vLLM, SGLang, llama.cpp; see moespec acceptance)")
     adv.add_argument("--bandwidth", type=Path, metavar="CSV",
                      help="a bandwidth table instead of a run (Table-1 layout or one row per n)")
     adv.add_argument("--verify-times", nargs="+", metavar="FILE",
@@ -242,6 +247,47 @@ def _add_advise(sub) -> None:
                           "says which notebooks' tables it holds")
     adv.add_argument("--schema", action="store_true", help="print the JSON Schema of the output and exit")
     adv.set_defaults(func=_advise)
+
+
+def _acceptance(args) -> int:
+    import json
+
+    from moespec import acceptance
+
+    try:
+        out = None if args.json is None else writable_file(args.json, "--json")
+        prof = acceptance.load(args.files, engine=args.engine, state=args.state)
+    except (InputError, OSError) as exc:
+        print(f"moespec acceptance: {_message(exc)}", file=sys.stderr)
+        return 1
+    print(acceptance.format_profile(prof))
+    if out is not None:
+        from moespec import io
+
+        print(f"JSON: {io.write_text(out, json.dumps(prof.to_json(), indent=2) + chr(10))}")
+    return 0
+
+
+ACCEPTANCE_HELP = ("the per-position acceptance profile of an engine's metrics, logs or responses (vLLM, SGLang, "
+                   "llama.cpp) or of a moespec run")
+ACCEPTANCE_DESCRIPTION = (
+    "Read acceptance as the engine measured it (the format detected from the content; docs/advise.md lists every "
+    "format and where it was read) and print p_i (the share of verify steps that accepted at least i drafts) with "
+    "its interval, the conditional rates, tokens per step G(k) = 1 + p_1 + ... + p_k, the mean acceptance length and "
+    "how far the profile is from the best geometric fit. Two Prometheus scrapes of one server (before, after) are "
+    "differenced; other files of one kind are pooled.")
+
+
+def _add_acceptance(sub) -> None:
+    acc = sub.add_parser("acceptance", help=ACCEPTANCE_HELP, description=ACCEPTANCE_DESCRIPTION)
+    acc.add_argument("files", nargs="+", type=Path, metavar="FILE",
+                     help="metrics scrape(s), log, responses (JSON/JSONL), or a moespec run folder / profile table")
+    acc.add_argument("--engine", default="auto", choices=["auto", "vllm", "sglang", "llamacpp", "moespec"],
+                     help="refuse a file of another engine (default auto: detected from the content)")
+    acc.add_argument("--state", help="machine state of a moespec run (default quiet)")
+    acc.add_argument("--json", metavar="OUT", help="write the profile as JSON (K, p, G, mean_acceptance_length, "
+                                                   "intervals, per-prompt profiles)")
+    acc.set_defaults(func=_acceptance)
 
 
 def _add_run_file(sub) -> None:
@@ -374,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--no-progress", action="store_true", help="no progress bar")
     swp.set_defaults(func=_sweep)
     _add_advise(sub)
+    _add_acceptance(sub)
     _add_run_file(sub)
     _add_report(sub)
     return parser

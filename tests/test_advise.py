@@ -236,8 +236,11 @@ def test_schema_is_valid_and_catches_breakage():
 def test_refusals(tmp_path):
     with pytest.raises(AdviceInputError, match=f"no run file {run_file.RUN_FILE}.*moespec run-file"):
         advice.advise(tmp_path, [0.5])
-    with pytest.raises(AdviceInputError, match="no acceptance rate"):
-        advice.advise(COMMITTED, [])
+    with pytest.raises(AdviceInputError, match="no acceptance: give acceptance"):
+        advice.advise(bandwidth=COMMITTED / "02_table1_bandwidth.csv", acceptance=[])
+    with pytest.raises(AdviceInputError, match=r"field acceptance.quiet.profile: expected the real-draft runs' "
+                                               r"acceptance profile"):
+        advice.advise(_fake_expert_op_run(tmp_path / "fits"), free_draft=True)
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
         advice.advise(COMMITTED, [1.0])
     with pytest.raises(AdviceInputError, match="give one of a run folder, a bandwidth table or verify times"):
@@ -344,23 +347,28 @@ def test_cli_refuses_a_missing_run(tmp_path):
     assert bad.returncode == 1 and "does not exist" in bad.stderr
 
 
-def test_advise_against_runs_at_the_median_prompts_acceptance(tmp_path):
-    """advise is asked at the run file's measured ``a`` (the median prompt's), and the band goal
-    says whether the measured best speedup lies in the band advise prints for its answer."""
+def test_advise_against_runs_at_the_runs_own_profile(tmp_path):
+    """advise is asked at the run's own measured profile; the band goal says whether the measured
+    best speedup lies in the band advise prints for its answer; the regret table sets the geometric
+    answer at the run file's measured ``a`` (the median prompt's) beside it."""
     import shutil
     run = tmp_path / "run"
     shutil.copytree(COMMITTED, run)
     pd.DataFrame({"state": ["quiet"], "a": [0.87], "a_pooled": [0.8], "label": ["by hand"]}).to_csv(
         run / "05_real_draft_acceptance.csv", index=False)
     run_file.write_run_file(run)
-    table, goals = advice.measured.against_runs(run)
-    assert set(table.state) == {"quiet"} and (table.a == 0.87).all()
-    rec = advice.advise(run, [0.87], state="quiet")["acceptance"][0]["recommended"]
+    table, regrets, goals = advice.measured.against_runs(run)
+    assert set(table.state) == {"quiet"} and set(regrets.state) == {"quiet"}
+    rec = advice.advise(run, state="quiet")["acceptance"][0]["recommended"]
     meas = pd.read_csv(run / "05_draft_cost_predictions.csv").query("state == 'quiet' and draft_cost == 0")
     best = float(meas.measured.max())
     band = goals[goals.goal.str.startswith("the measured best speedup inside")].iloc[0]
     assert band.met == (rec["speedup_lo"] <= best <= rec["speedup_hi"]) and f"{best:.3f}" in band.value
     assert table.set_index("k").advise_speedup[rec["k"]] == pytest.approx(rec["speedup"])
+    geo = regrets[regrets.acceptance == "geometric at the measured a = 0.870"].iloc[0]
+    assert geo.advise_k == advice.advise(run, [0.87], state="quiet")["acceptance"][0]["recommended"]["k"]
+    own = regrets[regrets.acceptance == "the run's measured profile"].iloc[0]
+    assert own.advise_k == rec["k"] and own.regret == pytest.approx(1 - meas.set_index("k").measured[rec["k"]] / best)
     pd.DataFrame({"state": ["quiet"], "accepted": [30], "rejections": [10]}).to_csv(
         run / "05_real_draft_acceptance.csv", index=False)   # pooled counts only: not the table notebook 05 writes
     with pytest.raises(run_file.RunFileError,
@@ -390,7 +398,7 @@ def test_notebook_08_without_tables_reads_the_committed_run(tmp_path, monkeypatc
     assert "give no decision" in text and "reading the committed full run's run file instead" in text
     figures = tmp_path / "run08" / "figures"
     written = json.loads((figures / "08_advice.json").read_text())
-    assert written == json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9])))
+    assert written == json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9], with_run_profile=True)))
     check = pd.read_csv(figures / "08_advise_vs_measured.csv")     # advise beside the committed run's runs
     pd.testing.assert_frame_equal(check, pd.read_csv(COMMITTED / "08_advise_vs_measured.csv"))
 
@@ -430,7 +438,7 @@ def test_the_run_file_gives_the_committed_answer():
     written from the run's tables before the run file): recommendation, bands, k, kernel switch
     and every number, for each acceptance rate."""
     committed = json.loads((COMMITTED / "08_advice.json").read_text())
-    now = json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9])))
+    now = json.loads(json.dumps(advice.advise(COMMITTED, [0.5, 0.7, 0.9], with_run_profile=True)))
     for key in ("dedup", "acceptance", "error", "draft_time_ms", "host_time_ms", "draft"):
         assert now[key] == committed[key], key
     for mine, theirs in zip(now["settings"], committed["settings"]):   # the commands and the switch (notes aside)
@@ -451,7 +459,7 @@ def test_a_hand_made_run_file_gives_the_same_advice(tmp_path):
     key = ("loaded", "chat", "the run's own draft (as trained)")
     model = next(m for m in committed["round_models"]["models"]
                  if (m["state"], m["context"], m["draft"]["name"]) == key)
-    doc = {"schema": "moespec.run_file", "schema_version": 1,
+    doc = {"schema": "moespec.run_file", "schema_version": run_file.SCHEMA_VERSION,
            "run": {"id": "by hand", "status": "unknown", "complete": True, "described": "written by hand",
                    "finished_notebooks": [], "manifest": None},
            "hardware": None, "subject": {"model": None, "engine": None, "format": None},
@@ -491,7 +499,7 @@ def test_run_file_refusals_name_the_file_and_field(tmp_path):
     with pytest.raises(AdviceInputError) as exc:
         advice.advise(old, [0.7])
     msg = _one_line(exc)
-    assert str(old) in msg and "field schema_version: expected 1" in msg and "found 0" in msg
+    assert str(old) in msg and "field schema_version: expected 2" in msg and "found 0" in msg
     assert "moespec run-file" in msg
     bad = tmp_path / "bad.json"
     doc["machine_states"][0]["read_GBps"] = -5
@@ -813,3 +821,17 @@ def test_printed_options_are_the_documented_list():
             listed.add(t)
             assert [st.mmvq_mmid_max_batch(t, cc) for cc in (610, 700, 800, 900)] == [int(c) for c in cells[1:]], t
     assert listed == set(st.MMVQ_MMID_MAX_BATCH["pascal_older"])
+
+
+def test_advise_on_the_runs_own_profile_prints_one_screen(tmp_path):
+    """`moespec advise figures` (the run's measured tokens per step): one screen too, the profile in
+    two lines, its source and the geometric comparison left to --explain."""
+    out = _cli("advise", "figures", "--json", str(tmp_path / "a.json"), cwd=paths.ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.rstrip("\n").splitlines()
+    assert len(lines) <= 30 and max(len(line) for line in lines) <= 120, out.stdout
+    assert not HISTORY.search(out.stdout), HISTORY.search(out.stdout)
+    adv = json.loads((tmp_path / "a.json").read_text())
+    G = ", ".join(f"{t:.2f}" for t in adv["acceptance"][0]["tokens_per_step"][1:])
+    assert f"tokens per step G(k) = {G} for k = 1..8" in " ".join(line.strip() for line in lines)
+    assert "draft k = 7 tokens" in out.stdout

@@ -32,7 +32,7 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
               "05_draft_cost_ratios.csv", "05_draft_cost_predictions.csv", "05_draft_cost_stop.json",
               "05_round_model.json", "05_round_terms.csv", "05_round_model.png", "05_verify_protocols.csv",
               "05_verify_protocols.png", "05_oracle_predictions.csv", "05_plain_step.csv", "05_predictions.png",
-              "05_real_draft_acceptance.csv", "05_goals.csv"):
+              "05_real_draft_acceptance.csv", "05_real_draft_acceptance_profile.csv", "05_goals.csv"):
         assert (figs / f).stat().st_size > 0, f
     assert re.search(r"^subject: .*byte-faithful-all", text, re.M)
     assert "scoring_rules_byte_faithful_all.json" in text and "pre-registered for this subject: True" in text
@@ -196,6 +196,13 @@ def test_whole_model_then_predictions(run_notebook, tmp_path):
         assert acc.loc[state, "a"] == pytest.approx(float(rates.median()))
         assert acc.loc[state, "a_pooled"] == pytest.approx(counts.accepted.sum() / counts.to_numpy().sum())
         assert acc.loc[state, "prompts"] == len(counts) == len(per[per.state == state])
+    # the per-position profile: per state, prompt and k the runs' steps and steps accepting at least i drafts
+    prof = pd.read_csv(figs / "05_real_draft_acceptance_profile.csv", dtype={"prompt": str})
+    for (state, prompt, k), g in own.groupby(["state", "prompt", "k"]):
+        p = prof[(prof.state == state) & (prof.prompt == str(prompt)) & (prof.k == k)].sort_values("position")
+        assert list(p.position) == list(range(1, k + 1)) and (p.steps == g.steps.sum()).all()
+        assert p.accepted_at_least.sum() == g.accepted.sum()            # G(k) = 1 + sum p_i: the runs' tokens per step
+        assert (np.diff(p.accepted_at_least.to_numpy()) <= 0).all() and p.accepted_at_least.iloc[0] <= p.steps.iloc[0]
     assert re.search(r"plain decoding fastest on \d of 2 prompts", text)
     record = read_run(out)
     assert record["schema_version"] == RUN_SCHEMA_VERSION and "draft_form" not in record

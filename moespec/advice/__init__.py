@@ -18,7 +18,7 @@ from pathlib import Path
 
 from moespec.routing import RoutingTrace
 
-from . import measured
+from . import measured, profiles
 from .bandwidth_table import from_bandwidth_table
 from .curves import VerifyCurves, draft_option
 from .decide import decide
@@ -52,19 +52,23 @@ def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model
 
 
 def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: str | Path | None = None,
-           bandwidth: str | Path | None = None, engine: str | None = None, model: str | None = None,
+           acceptance_from=None, bandwidth: str | Path | None = None, engine: str | None = None, model: str | None = None,
            trace=None, eps: float | None = None, dense_ratio: float = 0.5, draft_fit=None, free_draft: bool = False,
            state: str | None = None, context: str | None = None, draft_of_run: str | None = None,
            fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>",
            allow_incomplete: bool = False, source: str | None = None, verify_times=None,
-           method: str = "draft_model") -> dict:
+           method: str = "draft_model", with_run_profile: bool = False) -> dict:
     """Decide the expert kernel and draft length (JSON-ready dict, schema :data:`ADVICE_SCHEMA`).
 
     Inputs: a run ``run`` (its run file, :mod:`moespec.predict.run_file`: round models, or
     notebook 03's fits), or a bandwidth table ``bandwidth`` (Table-1 layout or one row per n;
     ``engine``/``model`` pick a row), optionally with a routing ``trace`` (a RoutingTrace or the
-    path of one) for the fits or the table. Acceptance rates: ``acceptance`` (floats in [0, 1))
-    and/or ``acceptance_table`` (:func:`acceptance_from_table`). The run file of a run that did
+    path of one) for the fits or the table. Acceptance: ``acceptance`` (floats in [0, 1)) and/or
+    ``acceptance_table`` (:func:`acceptance_from_table`), both geometric (what-if questions, said
+    so); ``acceptance_from`` (files of an engine's metrics, logs or responses: a measured
+    per-position profile, :mod:`moespec.acceptance`); with none of them, a run's own measured
+    profile (:mod:`.profiles`; ``with_run_profile``: that profile first, then the rates given, where
+    the run file holds one). The run file of a run that did
     not finish is refused unless ``allow_incomplete``; the advice then says which notebooks'
     tables it holds. ``source``: the label of a bandwidth table's rows (``"published"``: paper 1's
     numbers); by default the rows are recognised by their content. A ``trace`` must have the
@@ -80,11 +84,12 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     if not (math.isfinite(dense_ratio) and dense_ratio >= 0):
         raise AdviceInputError(f"--dense-ratio (dense_ratio): expected a finite number >= 0 (dense bytes per pass as a "
                                f"multiple of m W); found {dense_ratio}", where="--dense-ratio", found=dense_ratio)
-    pairs = [(float(a), "given") for a in (acceptance or [])]
+    pairs = profiles.geometric(acceptance or [])
     if acceptance_table is not None:
-        pairs += acceptance_from_table(acceptance_table)
-    if not pairs:
-        raise AdviceInputError("no acceptance rate: give acceptance (e.g. [0.6, 0.8]) or an acceptance table")
+        pairs += [(a, f"{label}; {profiles.GEOMETRIC}") for a, label in acceptance_from_table(acceptance_table)]
+    if not pairs and acceptance_from is None and run is None:
+        raise AdviceInputError("no acceptance: give acceptance (e.g. [0.6, 0.8]), an acceptance table or "
+                               "--acceptance-from FILE (an engine's metrics, logs or responses)")
     if trace is not None and not hasattr(trace, "docs"):
         if not Path(trace).exists():
             raise AdviceInputError(f"routing trace {trace} does not exist", where=str(trace))
@@ -114,10 +119,19 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
         else:
             curves = from_bandwidth_table(bandwidth, engine=engine, model=model, trace=trace, eps=eps,
                                           dense_ratio=dense_ratio, draft=chosen, fmt=fmt, source_label=source)
+    kmax = curves.kmax
+    if acceptance_from is not None:
+        pairs.append(profiles.from_files(acceptance_from, kmax))
+    if run is not None and (not pairs or with_run_profile):   # the run's own measured profile
+        rf, state = run_file(run, allow_incomplete), curves.subject.get("state") or "quiet"
+        if pairs and rf.acceptance_profile(state) is None:
+            pass                                                  # rates given, no profile to add
+        else:
+            pairs.insert(0, profiles.from_run(rf, state, kmax))
     return advise_curves(curves, pairs, target=target, draft=draft, method=method)
 
 
 __all__ = ["advise", "advise_curves", "decide", "VerifyCurves", "AdviceInputError", "from_run", "run_file",
            "draft_option", "from_bandwidth_table", "acceptance_from_table", "engine_settings", "ADVICE_SCHEMA",
-           "validate", "write_json", "format_text", "format_explain", "measured", "VERSIONS", "METHODS",
+           "validate", "write_json", "format_text", "format_explain", "measured", "profiles", "VERSIONS", "METHODS",
            "from_verify_times"]

@@ -51,43 +51,70 @@ def kernel_decision(curves: VerifyCurves) -> dict:
             "guaranteed_from_n": _opt(crossover(curves.S_lo)), "interval": curves.interval, "pass_sizes": rows}
 
 
-def _engine_at(rm, engine: str, n_switch, a: float) -> dict:
+def _engine_at(rm, engine: str, n_switch, a: float, E=None) -> dict:
+    """One engine's best draft length and speedups at acceptance ``a`` (geometric, G_a(k)) or, where
+    ``E`` is given, at those tokens per step E(k), k = 0..kmax (a measured acceptance profile)."""
     V = rm.step_times(engine, n_switch)
-    T = np.asarray(th.throughput(V, a), float)
-    k = int(th.best_draft_length(V, a))
-    sp = rm.speedups(a, engine, n_switch)
+    if E is None:
+        T = np.asarray(th.throughput(V, a), float)
+        k = int(th.best_draft_length(V, a))
+    else:
+        T = np.asarray(E, float)[: len(V)] / V
+        k = int(np.argmax(T))          # the smallest maximizer, as best_draft_length
+    sp = rm.speedups(a if E is None else np.asarray(E, float)[: len(V)], engine, n_switch)
     delta = rm.delta_by_k(engine, n_switch)
     neighbours = [j for j in (k - 1, k + 1) if 0 <= j < len(V)]
     dmax = float(np.max(delta))
+    if E is None:
+        certain = bool(dmax < 1 and th.separation_holds(V, a, dmax))
+    else:   # the separation condition of (20) on these throughputs
+        certain = bool(dmax < 1 and np.all((1 + dmax) / (1 - dmax) * np.delete(T, k) < T[k]))
     return {"k_star": k, "speedup": float(sp["speedup"][k]), "speedup_lo": float(sp["speedup_lo"][k]),
             "speedup_hi": float(sp["speedup_hi"][k]), "throughput_per_s": float(T[k]),
-            "k_star_certain": bool(dmax < 1 and th.separation_holds(V, a, dmax)),
+            "k_star_certain": certain,
             "loss_k_off_by_one": float(max(1 - T[j] / T[k] for j in neighbours)) if neighbours else 0.0,
             "speedup_by_k": [float(x) for x in sp["speedup"]], "speedup_lo_by_k": [float(x) for x in sp["speedup_lo"]],
             "speedup_hi_by_k": [float(x) for x in sp["speedup_hi"]], "delta_by_k": [float(x) for x in delta],
             "step_ms_by_k": [1e3 * float(x) for x in V]}
 
 
-def _recommend(rm, a: float, n_switch) -> tuple[str, dict]:
-    engines = {e: _engine_at(rm, e, n_switch, a) for e in ENGINES}
+def _recommend(rm, a: float, n_switch, E=None) -> tuple[str, dict]:
+    engines = {e: _engine_at(rm, e, n_switch, a, E) for e in ENGINES}
     best = max(ENGINES, key=lambda e: engines[e]["throughput_per_s"])   # a tie: the simpler engine (order of ENGINES)
     return best, engines
 
 
+def _items(acceptance) -> list[dict]:
+    """Acceptance as items {a, label, tokens, how}: a float or (a, label) is geometric (tokens None);
+    a dict with ``tokens`` (E(k), k = 0..kmax) is a measured profile, ``a`` its geometric fit."""
+    out = []
+    for x in acceptance:
+        if isinstance(x, dict):
+            out.append({"a": float(x["a"]), "label": str(x["label"]), "tokens": x.get("tokens"),
+                        "how": x.get("how", "")})
+        elif isinstance(x, (tuple, list)):
+            out.append({"a": float(x[0]), "label": str(x[1]), "tokens": None, "how": ""})
+        else:
+            out.append({"a": float(x), "label": "given", "tokens": None, "how": ""})
+    return out
+
+
 def decide(curves: VerifyCurves, acceptance) -> dict:
-    """The advice for acceptance rates ``acceptance`` (floats in [0, 1), or (a, label) pairs), as a
-    JSON-ready dict (schema :data:`moespec.advice.report.ADVICE_SCHEMA`)."""
-    pairs = [(float(x[0]), str(x[1])) if isinstance(x, (tuple, list)) else (float(x), "given")
-             for x in acceptance]
-    if not pairs:
+    """The advice for acceptance rates ``acceptance`` (floats in [0, 1) or (a, label) pairs:
+    geometric acceptance; or dicts {a, label, tokens, how}: tokens per step E(k), k = 0..kmax, of a
+    measured profile, a its geometric fit), as a JSON-ready dict (schema
+    :data:`moespec.advice.report.ADVICE_SCHEMA`)."""
+    items = _items(acceptance)
+    if not items:
         raise ValueError("acceptance: give at least one acceptance rate")
-    th.expected_tokens(np.array([a for a, _ in pairs]), 0)  # theory's check: every a in [0, 1)
+    th.expected_tokens(np.array([x["a"] for x in items]), 0)  # theory's check: every a in [0, 1)
     rm = curves.round_model
     kd = kernel_decision(curves)
     n_switch = kd["from_n"]
     per_a = []
-    for a, label in pairs:
-        best, engines = _recommend(rm, a, n_switch)
+    for x in items:
+        a, label, E = x["a"], x["label"], x["tokens"]
+        best, engines = _recommend(rm, a, n_switch, E)
         top = engines[best]["throughput_per_s"]
         rec = engines[best]
         dmax = float(np.max(rec["delta_by_k"]))
@@ -98,7 +125,7 @@ def decide(curves: VerifyCurves, acceptance) -> dict:
             rec["k_star"] == 0 and any(h > 1.0 for h in hi_by_k[1:]))
         states = {}
         for state, other in curves.other_states.items():
-            o_best, o_eng = _recommend(other, a, _opt(other.crossover()))
+            o_best, o_eng = _recommend(other, a, _opt(other.crossover()), E)
             o = o_eng[o_best]
             states[state] = {"engine": o_best, "k": o["k_star"], "speedup": o["speedup"], "speedup_lo": o["speedup_lo"],
                              "speedup_hi": o["speedup_hi"], "read_GBps": other.read_GBps,
@@ -106,6 +133,11 @@ def decide(curves: VerifyCurves, acceptance) -> dict:
                                  o["k_star"] == 0 and rec["k_star"] == 0)}
         per_a.append({
             "a": a, "label": label, "engines": engines,
+            "acceptance_model": "geometric" if E is None else "profile",
+            "tokens_per_step": [float(t) for t in (th.expected_tokens(a, np.arange(rm.kmax + 1)) if E is None
+                                                   else np.asarray(E, float)[: rm.kmax + 1])],
+            "tokens_per_step_from": x["how"] or (f"geometric acceptance: G_a(k) = (1 - a^(k+1)) / (1 - a) at "
+                                                 f"a = {a:.3f}"),
             "recommended": {"engine": best, "engine_name": ENGINE_NAMES[best], "k": rec["k_star"],
                             "speculate": rec["k_star"] > 0, "speedup": rec["speedup"],
                             "speedup_lo": rec["speedup_lo"], "speedup_hi": rec["speedup_hi"],

@@ -40,7 +40,8 @@ def advice_figure(advice: dict, title: str = "") -> plt.Figure:
         eng = item["engines"][rec["engine"]]
         k = np.arange(len(eng["speedup_by_k"]))
         right.plot(k, eng["speedup_by_k"], "-", color=color,
-                   label=f"a = {item['a']:.2f}: {ENGINE_NAMES[rec['engine']]}")
+                   label=("measured acceptance profile" if item.get("acceptance_model") == "profile"
+                          else f"a = {item['a']:.2f} (geometric)") + f": {ENGINE_NAMES[rec['engine']]}")
         if rec["engine"] != "slot":
             right.plot(k, item["engines"]["slot"]["speedup_by_k"], ":", color=color)
         right.fill_between(k, eng["speedup_lo_by_k"], eng["speedup_hi_by_k"], color=color, alpha=0.12, lw=0)

@@ -1,7 +1,10 @@
-"""advise's answer beside what the run measured (notebook 08): at the run's own measured acceptance,
-per machine state, the speedup advise predicts at every k (with its band) against the speedup the
-real-draft runs of notebook 05 measured with the same draft, and whether advise recommends what the
-run measured best. A prediction is a claim about a measurement: this table is where they meet."""
+"""advise's answer beside what the run measured (notebook 08): at the run's own measured
+acceptance profile, per machine state, the speedup advise predicts at every k (with its band)
+against the speedup the real-draft runs of notebook 05 measured with the same draft, whether
+advise recommends what the run measured best, and what following it costs: the regret, the
+throughput lost by running advise's k instead of the measured best k (:func:`regret`), with its
+interval from the repetitions (paired: every k of a resample uses the same repetitions). A
+prediction is a claim about a measurement: this table is where they meet."""
 
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ from moespec.predict.speculative import inside_band
 
 from .errors import AdviceInputError
 from .inputs import run_file
+
+REGRET_GOAL = 0.02
+RESAMPLES = 4000
 
 
 def measured_acceptance(run, allow_incomplete: bool = False) -> pd.DataFrame:
@@ -29,37 +35,85 @@ def measured_acceptance(run, allow_incomplete: bool = False) -> pd.DataFrame:
     return acc
 
 
-def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(table, goals): per state and k, advise's speedup at the run's measured acceptance with its
-    band (``moespec.advise(folder, [a], state=state, **options)``) beside the measured median
-    speedup of the draft as trained (the run file's ``measured``, draft cost 0); and per state
-    the goals: the recommendation is the measured best, within ``tolerance`` at every k, the band
-    holds every measured speedup."""
+def regret(speedup: pd.Series, by_rep: np.ndarray | None, k: int, resamples: int = RESAMPLES,
+           seed: int = 0) -> dict:
+    """The throughput lost by running draft length ``k`` instead of the measured best:
+    1 - S(k) / max_j S(j), S the measured speedup per k >= 1 (``speedup``, indexed by k; plain
+    decoding, S(0) = 1, counts as a draft length). Its 95 % interval resamples the repetitions
+    (``by_rep``: one row per k in ``speedup``'s order, one column per repetition: each
+    repetition's median over prompts) with replacement, the same repetitions for every k, S*(j)
+    the median of the resampled repetitions; without two repetitions there is no interval."""
+    S = pd.concat([pd.Series({0: 1.0}), speedup.astype(float)])
+    best = int(S.idxmax())
+    out = {"k": int(k), "best_k": best, "best_speedup": float(S.max()), "speedup_at_k": float(S[k]),
+           "regret": float(1 - S[k] / S.max()), "regret_lo": np.nan, "regret_hi": np.nan, "reps": 0}
+    if by_rep is None or by_rep.shape[1] < 2:
+        return out
+    R = by_rep.shape[1]
+    idx = np.random.default_rng(seed).integers(0, R, size=(resamples, R))
+    boot = np.median(by_rep[:, idx], axis=2).T                      # resamples x k
+    boot = np.hstack([np.ones((resamples, 1)), boot])
+    col = list(S.index).index(k)
+    lost = 1 - boot[:, col] / boot.max(axis=1)
+    out.update(regret_lo=float(np.quantile(lost, 0.025)), regret_hi=float(np.quantile(lost, 0.975)), reps=R)
+    return out
+
+
+def _reps(rows: pd.DataFrame) -> np.ndarray | None:
+    """Per k (rows in k order) the repetitions' speedups, where every k has the same number (>= 2)."""
+    if "speedup_by_rep" not in rows:
+        return None
+    lists = [list(x) if isinstance(x, (list, tuple)) else [] for x in rows["speedup_by_rep"]]
+    if len({len(x) for x in lists}) != 1 or len(lists[0]) < 2:
+        return None
+    return np.array(lists, dtype=float)
+
+
+def _regret_row(state: str, acceptance: str, k: int, meas_rows: pd.DataFrame) -> dict:
+    r = regret(meas_rows.set_index("k")["speedup"], _reps(meas_rows), k)
+    basis = (f"paired bootstrap over the {r['reps']} repetitions (each a median over prompts; every k resampled "
+             "together)" if r["reps"] else "no repetitions: no interval")
+    return {"state": state, "acceptance": acceptance, "advise_k": k, "measured_best_k": r["best_k"],
+            "measured_best": r["best_speedup"], "measured_at_advise_k": r["speedup_at_k"], "regret": r["regret"],
+            "regret_lo": r["regret_lo"], "regret_hi": r["regret_hi"], "interval": basis}
+
+
+def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(table, regret, goals): per state and k, advise's speedup at the run's own measured
+    acceptance profile with its band (``moespec.advise(folder, state=state, **options)``) beside the
+    measured median speedup of the draft as trained (the run file's ``measured``, draft cost 0);
+    per state the regret of advise's k at that profile and, beside it, at the geometric acceptance
+    of the run's measured a (:func:`regret`); and per state the goals: the recommendation is the
+    measured best, the measured best inside advise's band, within ``tolerance`` at every k, the
+    band holds every measured speedup, the regret at most :data:`REGRET_GOAL` (interval included)."""
     from moespec.advice import advise
 
     allow = bool(options.get("allow_incomplete", False))
     acc = measured_acceptance(folder, allow)
     pred = run_file(folder, allow).measured()
-    rows, goals = [], []
+    rows, regrets, goals = [], [], []
     for r in acc.itertuples():
-        meas = pred[(pred["state"] == r.state) & (pred["draft_cost"] == 0)].set_index("k")["speedup"]
+        own = pred[(pred["state"] == r.state) & (pred["draft_cost"] == 0)].sort_values("k")
+        meas = own.set_index("k")["speedup"]
         if meas.empty:
             raise AdviceInputError(f"{folder}: run file field measured.{r.state}: expected runs of the draft as "
                                    "trained (draft_cost 0); found none", where=str(folder), field=f"measured.{r.state}")
-        adv = advise(folder, [float(r.a)], state=r.state, **options)
-        item = adv["acceptance"][0]
+        item = advise(folder, state=r.state, **options)["acceptance"][0]
         eng = item["engines"]["dedup"]          # the real-draft runs ran the deduplicating kernel from n = 2
         for k in meas.index:
             if k >= len(eng["speedup_by_k"]):
                 continue
             sp, lo, hi = eng["speedup_by_k"][k], eng["speedup_lo_by_k"][k], eng["speedup_hi_by_k"][k]
-            rows.append({"state": r.state, "a": float(r.a), "k": int(k), "advise_speedup": sp, "advise_lo": lo,
-                         "advise_hi": hi, "measured_speedup": float(meas[k]), "rel_error": sp / float(meas[k]) - 1,
-                         "inside": bool(inside_band(float(meas[k]), lo, hi))})
+            rows.append({"state": r.state, "a": item["a"], "k": int(k), "tokens_per_step": item["tokens_per_step"][k],
+                         "advise_speedup": sp, "advise_lo": lo, "advise_hi": hi, "measured_speedup": float(meas[k]),
+                         "rel_error": sp / float(meas[k]) - 1, "inside": bool(inside_band(float(meas[k]), lo, hi))})
         mine = pd.DataFrame([x for x in rows if x["state"] == r.state])
-        best_meas = int(meas.idxmax()) if meas.max() > 1 else 0
         rec = item["recommended"]
-        goals += [{"goal": f"advise at the measured a = {r.a:.3f} recommends the measured best, {r.state}",
+        geometric = advise(folder, [float(r.a)], state=r.state, **options)["acceptance"][0]["recommended"]["k"]
+        ours = _regret_row(r.state, "the run's measured profile", rec["k"], own)
+        regrets += [ours, _regret_row(r.state, f"geometric at the measured a = {r.a:.3f}", geometric, own)]
+        best_meas = ours["measured_best_k"]
+        goals += [{"goal": f"advise at the run's measured acceptance profile recommends the measured best, {r.state}",
                    "value": f"advise k = {rec['k']} ({rec['engine']}); measured best k = {best_meas}"
                             + (f" (median speedup {meas.max():.3f})" if best_meas
                                else " (plain decoding: every k < 1)"),
@@ -71,8 +125,20 @@ def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.D
                    "met": bool((mine.rel_error.abs() <= tolerance).all())},
                   {"goal": f"advise's per-k band holds the measured speedup, {r.state}",
                    "value": f"{int(mine.inside.sum())} of {len(mine)}", "target": "all k",
-                   "met": bool(mine.inside.all())}]
-    return pd.DataFrame(rows), pd.DataFrame(goals).assign(met=lambda f: f["met"].astype(bool))
+                   "met": bool(mine.inside.all())},
+                  _regret_goal(ours)]
+    return pd.DataFrame(rows), pd.DataFrame(regrets), pd.DataFrame(goals).assign(met=lambda f: f["met"].astype(bool))
+
+
+def _regret_goal(r: dict) -> dict:
+    """The regret goal of one state: at most :data:`REGRET_GOAL`, the interval's upper end included."""
+    hi = r["regret_hi"]
+    shown = f"[{100 * r['regret_lo']:.1f}, {100 * hi:.1f}] %" if np.isfinite(hi) else "no interval (one repetition)"
+    return {"goal": f"regret of advise's k at most {100 * REGRET_GOAL:.0f} % of the measured best (interval "
+                    f"included), {r['state']}",
+            "value": f"advise k = {r['advise_k']}, measured best k = {r['measured_best_k']}: regret "
+                     f"{100 * r['regret']:.1f} % {shown}",
+            "target": f"<= {100 * REGRET_GOAL:.0f} %", "met": bool(np.isfinite(hi) and hi <= REGRET_GOAL)}
 
 
 def _best_in_band(r, rec: dict, meas: pd.Series, best_meas: int) -> dict:

@@ -195,7 +195,11 @@ def format_explain(advice: dict) -> str:
         out.append(f"  {k:>2}   {d:7.3f}  {h:6.3f}  {v:7.3f}")
     for item, setting in zip(advice["acceptance"], advice["settings"]):
         rec, loss = item["recommended"], item["loss_if_wrong"]
-        out += ["", f"Draft length at acceptance a = {item['a']:.3f} ({item['label']}):",
+        head = (f"Draft length at the measured acceptance profile ({item['label']}); tokens per step G(k) = "
+                + ", ".join(f"{t:.3f}" for t in item["tokens_per_step"][1:]) + f" ({item['tokens_per_step_from']}):"
+                if item.get("acceptance_model") == "profile"
+                else f"Draft length at acceptance a = {item['a']:.3f} ({item['label']}):")
+        out += ["", head,
                 "  engine                                                k*   speedup [band (21) at delta_k*]   "
                 "k* certain (20)   lost at k*+-1"]
         for e in ENGINES:
@@ -308,6 +312,12 @@ def format_text(advice: dict) -> str:
     for item, setting in zip(advice["acceptance"], advice["settings"]):
         rec, loss = item["recommended"], item["loss_if_wrong"]
         head = f"At a = {item['a']:.3f} ({item['label']}): "
+        if item.get("acceptance_model") == "profile":
+            G = ", ".join(f"{t:.2f}" for t in item["tokens_per_step"][1:])
+            kmax = len(item["tokens_per_step"]) - 1     # the label's source and the geometric fit: --explain
+            out += _wrap(f"Acceptance: {item['label'].split(' (', 1)[0]}; tokens per step G(k) = {G} for k = 1..{kmax} "
+                         f"(best geometric fit a = {item['a']:.3f})")
+            head = "At this profile: "
         if rec["speculate"]:
             out += _wrap(head + f"draft k = {rec['k']} token{'s' if rec['k'] != 1 else ''} (verify passes of "
                          f"{rec['verify_pass_tokens']}), {rec['engine_name']}")

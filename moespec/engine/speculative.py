@@ -262,7 +262,9 @@ def summarize_steps(steps: list[Step]) -> dict:
     after a rejection it feeds one, the correction); 0 at k = 0, where nothing is drafted. Times
     per round: medians and means of the step, the verify pass and the draft; ``h_median_s`` the
     median of the step outside its verify pass (draft included), ``t_host_mean_s`` the mean of the
-    step outside both the verify pass and the draft (the round model's h(k)).
+    step outside both the verify pass and the draft (the round model's h(k)). ``accepted_hist``: the
+    steps that accepted exactly j drafts, j = 0..k, as space-separated counts (the per-position
+    acceptance profile of the run: p_i is the share of its steps that accepted at least i).
     """
     if not steps:
         raise ValueError("no steps to summarize")
@@ -270,8 +272,9 @@ def summarize_steps(steps: list[Step]) -> dict:
     rej = sum(s.rejected for s in steps)
     emitted = acc + len(steps)
     t_total = sum(s.t_step_s for s in steps)
+    hist = np.bincount([s.accepted for s in steps], minlength=max(s.k for s in steps) + 1)
     return {"steps": len(steps), "emitted": emitted, "tokens_per_step": emitted / len(steps),
-            "accepted": acc, "rejections": rej,
+            "accepted": acc, "rejections": rej, "accepted_hist": " ".join(str(int(c)) for c in hist),
             "realized_a": acc / (acc + rej) if acc + rej else float("nan"),
             "cut_short": sum(s.rejected and not s.corrupted_reject for s in steps),
             "catch_up": sum(not s.rejected for s in steps[:-1]) if steps[0].k >= 1 else 0,

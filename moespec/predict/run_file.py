@@ -5,7 +5,10 @@ It holds the run's identity (id, status, hardware), the subject (model, engine, 
 the round models of notebook 05 as ``05_round_model.json`` holds them (every term with its
 interval, per machine state, context and draft), the machine states (read bandwidth and the
 engine's bandwidth error eps per state), the acceptance the real-draft runs measured (per state
-and per prompt) and their measured speedup and tokens per step at every k; a run without notebook
+and per prompt, and their per-position acceptance profile: per prompt and draft length k the verify
+steps and the steps that accepted at least i drafts, or, for a run that predates that table, the
+measured tokens per step of its runs at each k) and their measured speedup and tokens per step at
+every k; a run without notebook
 05 holds notebook 03's fits of the expert operation instead of round models. ``sources`` names,
 once per part, the notebook and files it was built from.
 
@@ -26,6 +29,8 @@ import numpy as np
 import pandas as pd
 
 from moespec import io
+from moespec.acceptance import AcceptanceProfile
+from moespec.acceptance import runs as acceptance_runs
 from moespec.validate import invariants, jsonfile, runs
 from moespec.validate.errors import InputError
 from moespec.validate.tables import Column, read_csv
@@ -36,7 +41,7 @@ from .round_model import RoundModel, RoundModelError, RoundModels
 
 RUN_FILE = "moespec_run.json"
 SCHEMA_ID = "moespec.run_file"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAKE_IT = "make it with `moespec run-file {run}` (or run notebook 08 on the run)"
 
 
@@ -69,8 +74,9 @@ SOURCE_FILES = {
                      "round models: every term of a round timed in decode loops, per state, context and draft"),
     "eps": ("06", ("06_epsilon.csv", "06_epsilon_{state}.csv"), "the engine's bandwidth error eps, per state"),
     "subject": ("06", ("06_table3_predictions.csv", "06_fits.csv"), "model, engine and storage format"),
-    "acceptance": ("05", ("05_real_draft_acceptance.csv", "05_real_draft_acceptance_by_prompt.csv"),
-                   "acceptance of the real-draft runs, per state and prompt"),
+    "acceptance": ("05", ("05_real_draft_acceptance.csv", "05_real_draft_acceptance_by_prompt.csv",
+                          acceptance_runs.PROFILE_FILE),
+                   "acceptance of the real-draft runs, per state and prompt, and their per-position profile"),
     "measured": ("05", ("05_draft_cost_predictions.csv",),
                  "measured speedup and tokens per step of the real-draft runs at every k"),
     "expert_op_fits": ("03", ("03_fit_coefficients.csv", "03_epsilon.csv", "03_bandwidth_all_models.csv"),
@@ -102,13 +108,21 @@ _ROUND_MODELS = _object({"schema": {"const": ROUND_MODEL_SCHEMA}, "order": {"typ
 _STATE = _object({"state": _STR, "read_GBps": _nullable(_POSITIVE), "regime": _STR_OR_NULL,
                   "eps": _nullable({"type": "number", "minimum": 0})})
 _PROMPT = _object({"prompt": _STR, "accepted": _COUNT, "rejections": _COUNT}, {"a": _SHARE})
+_PROFILE = _object({"source": _STR,
+                    "runs": {"type": "array", "items": _object(
+                        {"k": {"type": "integer", "minimum": 1}, "prompt": _STR, "steps": _COUNT,
+                         "at_least": {"type": "array", "items": _COUNT, "minItems": 1}})},
+                    "tokens_per_step": {"type": "array", "items": _object(
+                        {"k": {"type": "integer", "minimum": 1},
+                         "tokens_per_step": {"type": "number", "minimum": 1}})}})
 _ACCEPTED = _object({"state": _STR, "a": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "label": _STR,
                      "by_prompt": {"type": "array", "items": _PROMPT}},
                     {"a_pooled": _SHARE, "prompts": _COUNT, "accepted_total": _COUNT, "rejections_total": _COUNT,
-                     "k_max": _COUNT})
+                     "k_max": _COUNT, "profile": _nullable(_PROFILE)})
 _MEASURED_ROW = _object({"state": _STR, "draft": _STR, "draft_cost": {"type": "number", "minimum": 0},
                          "k": {"type": "integer", "minimum": 1}, "speedup": _POSITIVE},
-                        {"tokens_per_step": _NUM_OR_NULL, "speedup_q25": _NUM_OR_NULL, "speedup_q75": _NUM_OR_NULL})
+                        {"tokens_per_step": _NUM_OR_NULL, "speedup_q25": _NUM_OR_NULL, "speedup_q75": _NUM_OR_NULL,
+                         "speedup_by_rep": {"type": "array", "items": _POSITIVE}})
 _FITS_PART = _object({"model": _STR, "backend": _STR_OR_NULL, "fmt": _STR_OR_NULL,
                       "eps": {"type": "number", "minimum": 0},
                       "fits": {"type": "array", "minItems": 2, "items": _object(
@@ -287,19 +301,36 @@ def _subject(folder: Path, error) -> tuple[dict, list]:
     return subject, used
 
 
-def _acceptance(folder: Path, error) -> tuple[list, list]:
-    path, by_path = (folder / f for f in SOURCE_FILES["acceptance"][1])
+def _profile(state: str, table: pd.DataFrame | None, measured: list, where: str) -> dict | None:
+    """The per-position profile of ``state``: the runs' counts (notebook 05's profile table), else
+    the measured tokens per step of the draft as trained at each k (a run that predates the table)."""
+    if table is not None:
+        return acceptance_runs.to_doc(rows=acceptance_runs.rows_of_table(table, state, where))
+    own = [r for r in measured if r["state"] == state and r.get("tokens_per_step") is not None]
+    if not own:
+        return None
+    cost = min(r["draft_cost"] for r in own)
+    tokens = {r["k"]: r["tokens_per_step"] for r in own if r["draft_cost"] == cost}
+    source = (f"{acceptance_runs.SOURCE}: the median prompt's measured tokens per step at each draft length k "
+              f"({SOURCE_FILES['measured'][1][0]}); no per-position counts in this run")
+    return acceptance_runs.to_doc(tokens=tokens, source=source)
+
+
+def _acceptance(folder: Path, measured: list, error) -> tuple[list, list]:
+    path, by_path, profile_path = (folder / f for f in SOURCE_FILES["acceptance"][1])
     if not path.is_file():
         return [], []
     table = read_csv(path, _ACCEPTANCE, "the real-draft runs' acceptance", error)
     prompts = (read_csv(by_path, _BY_PROMPT, "the real-draft runs' acceptance per prompt", error, dtype={"prompt": str})
                if by_path.is_file() else None)
+    profiles = acceptance_runs.read_table(profile_path, error) if profile_path.is_file() else None
     out = []
     for row in _records(table, [c.name for c in _ACCEPTANCE]):
         mine = prompts[prompts["state"] == row["state"]] if prompts is not None else prompts
         row["by_prompt"] = [] if mine is None else _records(mine, ["prompt", "accepted", "rejections", "a"])
+        row["profile"] = _profile(row["state"], profiles, measured, str(profile_path))
         out.append(row)
-    return out, [path] + ([by_path] if prompts is not None else [])
+    return out, [path] + [p for p, t in ((by_path, prompts), (profile_path, profiles)) if t is not None]
 
 
 def _measured(folder: Path, error) -> tuple[list, list]:
@@ -307,10 +338,13 @@ def _measured(folder: Path, error) -> tuple[list, list]:
     if not path.is_file():
         return [], []
     table = read_csv(path, _MEASURED, "the real-draft runs' measured speedups", error)
-    rows = _records(table, ["state", "draft_cost", "k", "measured", "tokens_per_step", "measured_q25", "measured_q75"])
+    reps = sorted((c for c in table.columns if c.startswith("rep") and c[3:].isdigit()), key=lambda c: int(c[3:]))
+    rows = _records(table, ["state", "draft_cost", "k", "measured", "tokens_per_step", "measured_q25", "measured_q75",
+                            *reps])
     return [{"state": r["state"], "draft": draft_name(r["draft_cost"]), "draft_cost": r["draft_cost"], "k": r["k"],
              "speedup": r["measured"], "tokens_per_step": r.get("tokens_per_step"),
-             "speedup_q25": r.get("measured_q25"), "speedup_q75": r.get("measured_q75")} for r in rows], [path]
+             "speedup_q25": r.get("measured_q25"), "speedup_q75": r.get("measured_q75"),
+             "speedup_by_rep": [r[c] for c in reps if r[c] is not None]} for r in rows], [path]
 
 
 def _expert_op_fits(folder: Path, error) -> dict:
@@ -359,8 +393,8 @@ def build_run_file(run: str | Path, allow_incomplete: bool = False, error: type[
         fits = _expert_op_fits(folder, error)
         sources["expert_op_fits"] = _source("expert_op_fits", SOURCE_FILES["expert_op_fits"][1])
     subject, used = _subject(folder, error)
-    acceptance, acc_files = _acceptance(folder, error)
     measured, meas_files = _measured(folder, error)
+    acceptance, acc_files = _acceptance(folder, measured, error)
     for part, files in (("subject", used), ("acceptance", acc_files), ("measured", meas_files)):
         if files:
             sources[part] = _source(part, files)
@@ -438,6 +472,14 @@ class RunFile:
         """Per machine state, the measured acceptance ``a`` (median prompt's) and its label."""
         rows = [{k: v for k, v in part.items() if k != "by_prompt"} for part in self.doc["acceptance"]]
         return pd.DataFrame(rows, columns=None if rows else ["state", "a", "label"])
+
+    def acceptance_profile(self, state: str) -> AcceptanceProfile | None:
+        """The per-position acceptance profile of the real-draft runs in machine ``state`` (None
+        where the run file holds none)."""
+        part = next((a for a in self.doc["acceptance"] if a["state"] == state), None)
+        if part is None or not part.get("profile"):
+            return None
+        return acceptance_runs.from_doc(part["profile"], f"{self.path}: acceptance.{state}.profile", state)
 
     def measured(self) -> pd.DataFrame:
         """Per state, draft and k: the measured median speedup and tokens per step."""

@@ -11,6 +11,7 @@ instead of failing (a run of some notebooks, or of the quick profile, has fewer 
 from __future__ import annotations
 
 import contextlib
+import textwrap
 
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -75,18 +76,27 @@ def goals(run: RunFiles, notebook: str) -> str:
             + md_table(["goal", "value", "target", "verdict"], rows))
 
 
-@block("advise-vs-measured", "08_advise_vs_measured.csv", "08_goals.csv")
+@block("advise-vs-measured", "08_advise_vs_measured.csv", "08_advise_regret.csv", "08_goals.csv")
 def advise_vs_measured(run: RunFiles) -> str:
-    """Notebook 08: advise's speedup at the run's measured acceptance, per k and state, beside the
-    real-draft runs' measured speedup, and its goals."""
+    """Notebook 08: advise's speedup at the run's measured acceptance profile, per k and state,
+    beside the real-draft runs' measured speedup; the regret of its k (and of the geometric answer
+    at the measured a) with its interval; and its goals."""
     t = run.csv("08_advise_vs_measured.csv")
-    rows = [[r.state, num(r.a), int(r.k), f"{num(r.advise_speedup)} [{num(r.advise_lo)}, {num(r.advise_hi)}]",
-             num(r.measured_speedup), f"{100 * r.rel_error:+.1f} %", "yes" if str(r.inside).lower() == "true" else "no"]
+    rows = [[r.state, int(r.k), num(r.tokens_per_step),
+             f"{num(r.advise_speedup)} [{num(r.advise_lo)}, {num(r.advise_hi)}]", num(r.measured_speedup),
+             f"{100 * r.rel_error:+.1f} %", "yes" if str(r.inside).lower() == "true" else "no"]
             for r in t.itertuples()]
-    return ("`08_advise_vs_measured.csv` (advise at the measured acceptance, deduplicating kernel from n = 2, beside "
-            "the real-draft runs of the draft as trained):\n\n"
-            + md_table(["state", "a", "k", "advise: speedup [band]", "measured (median over prompts)", "error",
-                        "band holds it"], rows) + "\n\n" + goals(run, "08"))
+    g = run.csv("08_advise_regret.csv")
+    regret = [[r.state, r.acceptance, int(r.advise_k), int(r.measured_best_k),
+               f"{100 * r.regret:.1f} % [{100 * r.regret_lo:.1f}, {100 * r.regret_hi:.1f}]", r.interval]
+              for r in g.itertuples()]
+    return ("`08_advise_vs_measured.csv` (advise at the run's measured acceptance profile, tokens per step G(k) of the "
+            "runs at each k; deduplicating kernel from n = 2; beside the real-draft runs of the draft as trained):\n\n"
+            + md_table(["state", "k", "G(k)", "advise: speedup [band]", "measured (median over prompts)", "error",
+                        "band holds it"], rows)
+            + "\n\n`08_advise_regret.csv` (regret: the share of the measured best speedup lost by running advise's k):"
+            "\n\n" + md_table(["state", "acceptance", "advise k", "measured best k", "regret [95 % interval]",
+                                 "interval from"], regret) + "\n\n" + goals(run, "08"))
 
 
 def _draft_form(row) -> str:
@@ -546,17 +556,34 @@ def cf_len(sweep: pd.DataFrame) -> str:
 
 # --- the answer (the README's example) ------------------------------------------------------------
 @block("advise")
-def advise_output(run: RunFiles, a: str = "0.8") -> str:
-    """``moespec advise RUN -a A`` as it prints, RUN being this run's folder (paths shown relative
-    to the repository)."""
+def advise_output(run: RunFiles, a: str = "") -> str:
+    """``moespec advise RUN`` as it prints (the run's own measured acceptance profile; ``a``: a
+    what-if rate, ``-a A``), RUN being this run's folder (paths shown relative to the repository)."""
     folder = run.folder.resolve()
     shown = folder.relative_to(paths.ROOT) if folder.is_relative_to(paths.ROOT) else folder
     try:
         with contextlib.chdir(paths.ROOT):     # the paths advise prints, and so its line breaks, as a user sees them
-            text = advice.format_text(advice.advise(shown, [float(a)]))
+            text = advice.format_text(advice.advise(shown, [float(a)] if a else None))
     except ValueError as exc:      # AdviceInputError and InputError: the run lacks what advise reads
         raise ReportError(f"moespec advise {run.folder}: {exc}") from None
-    return f"```\n$ moespec advise {shown} -a {a}\n{text.rstrip()}\n```"
+    return f"```\n$ moespec advise {shown}{f' -a {a}' if a else ''}\n{text.rstrip()}\n```"
+
+
+@block("advise-regret", "08_advise_regret.csv")
+def advise_regret(run: RunFiles) -> str:
+    """One line: the regret of advise's k at the run's measured profile per state, beside the
+    geometric answer's, with the intervals and what they rest on."""
+    g = run.csv("08_advise_regret.csv")
+    def say(r):
+        return (f"{r.state}: k = {int(r.advise_k)} (measured best {int(r.measured_best_k)}), regret "
+                f"{100 * r.regret:.1f} % [{100 * r.regret_lo:.1f}, {100 * r.regret_hi:.1f} %]")
+    own = g[~g["acceptance"].str.startswith("geometric")]
+    geo = g[g["acceptance"].str.startswith("geometric")]
+    return textwrap.fill(
+        "Following advise costs (regret: the share of the measured best speedup lost by running its k; 95 % "
+        "interval from a paired bootstrap over the repetitions): " + "; ".join(say(r) for r in own.itertuples())
+        + ". At the geometric acceptance of the measured a instead: "
+        + "; ".join(say(r) for r in geo.itertuples()) + ".", 100, break_on_hyphens=False)
 
 
 # --- notebook 05: the speculative runs against the round model's predictions -------------------------

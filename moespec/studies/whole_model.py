@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from moespec import io, provenance
+from moespec.acceptance import runs as ACC
 from moespec.engine import breakdown as B
 from moespec.engine.byte_shares import byte_shares
 from moespec.engine import draftcost as DC
@@ -463,6 +464,7 @@ class WholeModelStudy:
                             f"(pooled over prompts: {r.a_pooled:.3f})" for r in acc.itertuples()]
             self._write("05_real_draft_acceptance.csv", acc)
             self._write("05_real_draft_acceptance_by_prompt.csv", per_prompt)
+            self._write(ACC.PROFILE_FILE, ACC.table_rows(own))
         io.save_figure(predictions_figure(oracle_pred, real_pred, title=f"round-model predictions against the runs, "
                                                                          f"{self.label}"),
                        self._fig("05_predictions.png"))
