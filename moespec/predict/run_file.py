@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from moespec import io
-from moespec.validate import invariants, jsonfile, runs
+from moespec.validate import invariants, jsonfile, run_identity, runs
 from moespec.validate.errors import InputError
 from moespec.validate.tables import Column, read_csv
 
@@ -60,7 +60,7 @@ _FITS = (Column("model", "str"), Column("layer", "int", low=0), Column("kernel",
          Column("n_passes", "count", required=False), Column("backend", "str", required=False),
          Column("fmt", "str", required=False))
 _BANDWIDTH = (Column("model", "str"), Column("n", "int", low=1), Column("ubar"), Column("expert_bytes", **_POS),
-              Column("read_GBps", low=0, required=False, missing_ok=True))
+              Column("read_GBps", low=0, low_open=True, required=False, missing_ok=True))
 _EPS = (Column("eps_engine", low=0),)
 
 #: Part of the run file -> (notebook, files, what it is). The one place that names the run's tables.
@@ -242,6 +242,10 @@ def _parse_models(part: dict, where: str, error) -> RoundModels:
         except (RoundModelError, KeyError, TypeError, ValueError) as err:
             raise error(f"{where}: field models[{i}]: expected a round model; found one that does not read ({err})",
                         where=where, field=f"models[{i}]") from None
+        gbps = out[-1].read_GBps   # the machine state's read bandwidth, in the file's unit
+        if gbps is not None and not (isinstance(gbps, (int, float)) and math.isfinite(gbps) and gbps > 0):
+            raise error(f"{where}: field models[{i}].read_GBps: expected a read bandwidth > 0 GB/s (or null); found "
+                        f"{gbps!r} GB/s", where=where, field=f"models[{i}].read_GBps", expected="> 0", found=gbps)
     return RoundModels(out, dict(part.get("order") or {}))
 
 
@@ -367,6 +371,9 @@ def build_run_file(run: str | Path, allow_incomplete: bool = False, error: type[
     if run_part["manifest"]:
         sources["run"] = {"by": "moespec reproduce", "files": [run_part["manifest"]],
                           "what": "the run's id, status and hardware"}
+    read = [folder / f for part, s in sources.items() if part != "run" for f in s["files"]]
+    run_identity.check_run_folder(read, runs.find_manifest(run) or runs.find_manifest(folder), error,
+                                  states={_eps_path(folder, s["state"]): s["state"] for s in states})
     doc = {"schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "run": run_part, "hardware": hardware,
            "subject": subject, "sources": sources, "round_models": round_models, "expert_op_fits": fits,
            "machine_states": states, "acceptance": acceptance, "measured": measured}
@@ -448,4 +455,10 @@ class RunFile:
 def read_run_file(run: str | Path, error: type[InputError] = RunFileError) -> RunFile:
     """The run file of ``run`` (:func:`find_run_file`), checked (:func:`check_run_file`)."""
     path = find_run_file(run, error)
-    return RunFile(path, check_run_file(jsonfile.load(path, "run file", error), str(path), error))
+    doc = check_run_file(jsonfile.load(path, "run file", error), str(path), error)
+    manifest = runs.find_manifest(path.parent)
+    if manifest is not None and doc["run"]["manifest"] is not None:   # not a run file copied from another run
+        mine = run_identity.of_manifest(runs.read_manifest(manifest, error), manifest)
+        stamp = run_identity.FileIdentity(path, {"run_id": doc["run"]["id"]})
+        run_identity.check_one_run([stamp], mine, error)
+    return RunFile(path, doc)
