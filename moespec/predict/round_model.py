@@ -194,7 +194,8 @@ class DraftTime:
             object.__setattr__(self, "catch_up_share", s)
         if not (np.isfinite(self.one_token_s) and np.isfinite(self.catch_up_s) and self.catch_up_s >= 0):
             raise RoundModelError(f"draft {self.name!r}: one_token_ms and catch_up_ms: expected finite values, "
-                                  f"catch_up_ms >= 0; found {1e3 * self.one_token_s:g} ms and {1e3 * self.catch_up_s:g} ms")
+                                  f"catch_up_ms >= 0; found {1e3 * self.one_token_s:g} ms and "
+                                  f"{1e3 * self.catch_up_s:g} ms")
 
     @property
     def form(self) -> str:

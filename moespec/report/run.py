@@ -50,7 +50,8 @@ class RunFiles:
         return self._cache[path].copy()
 
     def csv(self, name: str) -> pd.DataFrame:
-        """A table of the run (of this run and, per machine state, of its state: :mod:`moespec.validate.run_identity`)."""
+        """A table of the run, checked to be of this run and, per machine state, of its state
+        (:mod:`moespec.validate.run_identity`)."""
         path = self.path(name)
         df = self._read_csv(path)
         run_identity.check_table_of_run(df, path, run_checks.find_manifest(self.folder), ReportError)

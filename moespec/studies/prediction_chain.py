@@ -148,7 +148,8 @@ class PredictionChainStudy:
                                                   self.sub.engine.num_layers, self.m, b, eps, grid=grid)
         r.update(metrics=metrics, curves=curves)
         suffix = "" if state == "quiet" else f"_{state}"
-        io.write_dataframe(self.fig_dir / f"06_curves{suffix}.csv", stamp(curves.assign(subject=self.label, state=state)))
+        io.write_dataframe(self.fig_dir / f"06_curves{suffix}.csv",
+                           stamp(curves.assign(subject=self.label, state=state)))
         io.write_json(self.out / f"metrics{suffix}.json", {f"{v}|{d}": mm for (v, d), mm in metrics.items()})
         lines = [f"[{state}] benchmark windows {'of regime ' + repr(regime) if same else 'of every regime'}: "
                  f"{len(windows)} of {len(windows_all)}"]

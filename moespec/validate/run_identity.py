@@ -157,8 +157,8 @@ def of_round_models(doc: dict, path: str | os.PathLike, error: type[InputError] 
 
 def _check_schema(found, path: Path, field_name: str, error) -> None:
     if found is not None and str(found) != str(SCHEMA_VERSION):
-        raise error(f"{path}: {field_name}: expected the run stamp of version {SCHEMA_VERSION} (the version this moespec "
-                    f"reads); found {found!r}", where=str(path), field=field_name, expected=SCHEMA_VERSION,
+        raise error(f"{path}: {field_name}: expected the run stamp of version {SCHEMA_VERSION} (the version this "
+                    f"moespec reads); found {found!r}", where=str(path), field=field_name, expected=SCHEMA_VERSION,
                     found=found)
 
 
