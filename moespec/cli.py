@@ -99,17 +99,18 @@ def _import_routing(args) -> int:
                   dense_layers=None if dense == "none" else dense, tokens=args.tokens, source=args.source,
                   expert_bytes=args.expert_bytes)
     if args.engine == "sglang":
-        if args.prompt_start is not None:
-            print("moespec import-routing: --prompt-start is vLLM's routed_experts_prompt_start; SGLang's "
-                  "routed_experts_start_len is read from each dump line's request", file=sys.stderr)
-            return 2
+        for name, value in (("--prompt-start", args.prompt_start), ("--prompt-length", args.prompt_length)):
+            if value is not None:
+                print(f"moespec import-routing: {name} is for vLLM's dumps; SGLang's responses carry "
+                      "meta_info.prompt_tokens and routed_experts_start_len", file=sys.stderr)
+                return 2
         kwargs.update(num_layers=args.num_layers, top_k=args.top_k)
     elif args.num_layers is not None or args.top_k is not None:
         print("moespec import-routing: --num-layers/--top-k describe SGLang's flat payload; vLLM's "
               "arrays carry their shape", file=sys.stderr)
         return 2
     else:
-        kwargs.update(prompt_start=args.prompt_start)
+        kwargs.update(prompt_start=args.prompt_start, prompt_length=args.prompt_length)
     try:
         writable_file(args.out, "--out")   # before the import, not after it
         trace = import_jsonl(args.input, args.engine, **kwargs)
@@ -351,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--prompt-start", type=int, help="vLLM: the requests' routed_experts_prompt_start s (the "
                                                       "engine returned positions s..P+G-2) where the dump does not "
                                                       "record it")
+    imp.add_argument("--prompt-length", type=int, help="vLLM: the prompt's token count P for records that do not hold "
+                                                       "it (a /inference/v1/generate response stored without its "
+                                                       "request)")
     imp.add_argument("--tokens", choices=["all", "prompt", "generated"], default="all")
     imp.add_argument("--dense-layers", default="auto",
                      help="auto (config, else all-zero placeholder layers), none, or indices like 0,1")
