@@ -10,12 +10,13 @@ is a bug in moespec: its traceback is printed with a line saying so (exit status
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import textwrap
 import traceback
 from pathlib import Path
 
-from . import runner
+from . import paths, runner
 from .validate import InputError
 from .validate.outputs import writable_file, writable_folder
 
@@ -112,10 +113,11 @@ def _import_routing(args) -> int:
     else:
         kwargs.update(prompt_start=args.prompt_start, prompt_length=args.prompt_length)
     try:
-        writable_file(args.out, "--out")   # before the import, not after it
-        trace = import_jsonl(args.input, args.engine, **kwargs)
-        trace.save(args.out)
-    except (ValueError, FileNotFoundError, OSError) as exc:
+        out = writable_file(args.out, "--out")   # before the import, not after it
+        with runner.hold_folder(out.parent, "--out's folder"):   # one import writes a folder at a time
+            trace = import_jsonl(args.input, args.engine, **kwargs)
+            trace.save(args.out)
+    except (ValueError, FileNotFoundError, OSError, runner.NotebookError) as exc:
         print(f"moespec import-routing: {_message(exc)}", file=sys.stderr)
         return 1
     m = trace.meta
@@ -158,8 +160,19 @@ def _advise(args) -> int:
     from moespec import advice
 
     if args.schema:
+        given = [name for name, value in (("RUN", args.run), ("-a", args.acceptance),
+                                          ("--acceptance-table", args.acceptance_table), ("--bandwidth", args.bandwidth),
+                                          ("--verify-times", args.verify_times)) if value]
+        if given:
+            print(f"moespec advise: --schema prints the output's JSON Schema and nothing else; {', '.join(given)} "
+                  "would select nothing (leave them out, or --schema out)", file=sys.stderr)
+            return 2
         print(json.dumps(advice.ADVICE_SCHEMA, indent=2))
         return 0
+    if args.explain and args.json == "-":
+        print("moespec advise: --explain prints the derivation as text, --json - prints the JSON instead of the text: "
+              "give one (or --explain with --json PATH)", file=sys.stderr)
+        return 2
     try:
         out = None if args.json == "-" else writable_file(args.json, "--json")   # before the work
         result = advice.advise(args.run, args.acceptance, acceptance_table=args.acceptance_table,
@@ -221,8 +234,9 @@ def _add_advise(sub) -> None:
     adv.add_argument("--context", help="context of the run's round model (chat: the real draft's prompts; d=<depth>: "
                                        "the oracle draft's; default chat where the run has it)")
     adv.add_argument("--run-draft", metavar="NAME", help="which of the run's drafts (default: the draft as trained)")
-    adv.add_argument("--dense-ratio", type=float, default=0.5,
-                     help="dense bytes per pass as a multiple of m W where the source has none (default 0.5)")
+    adv.add_argument("--dense-ratio", type=float,
+                     help="dense bytes per pass as a multiple of m W where the source has none: notebook 03's fits, a "
+                          "bandwidth table, verify times (default 0.5; refused with round models, which measured it)")
     adv.add_argument("--draft-fit", metavar="A,B",
                      help="another draft: t_draft(k) = A k + B ms (ms per drafted token, ms per round; paper 2's "
                           "eq. (A4)); default the run's own draft, measured")
@@ -281,8 +295,13 @@ def _report(args) -> int:
             print(f"moespec report: {len(diffs)} file(s) differ from {args.run}" if diffs else
                   f"moespec report: every block matches {args.run}")
             return 1 if diffs else 0
-        changed = report.update_files(args.run, files, allow_incomplete=args.allow_incomplete)
-    except (InputError, OSError) as exc:
+        # one writer per folder written: the run's (its REPORT.md) and the repository (its documents), or the --files'
+        folders = [args.run, paths.ROOT] if files is None else [f.absolute().parent for f in files]
+        with contextlib.ExitStack() as held:
+            for folder in sorted({Path(f).absolute() for f in folders if Path(f).is_dir()}):
+                held.enter_context(runner.hold_folder(folder, "a folder moespec report writes"))
+            changed = report.update_files(args.run, files, allow_incomplete=args.allow_incomplete)
+    except (InputError, OSError, runner.NotebookError) as exc:
         print(f"moespec report: {_message(exc)}", file=sys.stderr)
         return 1
     print(f"moespec report: {len(changed)} file(s) rewritten from {args.run}" +
@@ -368,7 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--insecure", action="store_true",
                      help="allow a plain tcp:// scheduler on an address other than this machine's loopback "
                           "(whoever reaches it can run code on its workers and send results that are unpickled here)")
-    swp.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (default 2)")
+    swp.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2; only without --scheduler, "
+                                                 "with --executor dask)")
     swp.add_argument("--out", type=Path, help="sweep folder (default runs/sweep-<grid name>; reruns skip finished jobs)")
     swp.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                      help="parameter for every job whose notebook declares it (overrides the grid)")

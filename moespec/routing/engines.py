@@ -44,7 +44,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from moespec.model_shapes import spec_from_config
+from moespec.model_shapes import FORMATS, spec_from_config
 from moespec.routing.trace import RoutingTrace
 
 ENGINES = ("vllm", "sglang")
@@ -670,6 +670,12 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
     if not docs:
         raise ValueError(f"{who}: no {tokens} tokens in any of the {len(seqs)} requests")
 
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"format (--format) {fmt!r}: expected one of the storage formats {sorted(FORMATS)}")
+    if fmt is not None and (expert_bytes is not None or spec is None):   # a format that would select nothing
+        raise ValueError(f"format (--format) {fmt!r}: gives the expert bytes w_l from the model config; it has no "
+                         + ("effect beside expert_bytes (--expert-bytes), which gives them" if expert_bytes is not None
+                            else "effect without a config (--config): w_l is then 1 per layer"))
     w = expert_bytes
     fmt_used = fmt
     if w is None and spec is not None:
