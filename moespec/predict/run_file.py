@@ -97,6 +97,21 @@ def _nullable(schema: dict) -> dict:
 
 
 _SOURCE = _object({"by": _STR, "files": {"type": "array", "items": _STR, "minItems": 1}, "what": _STR})
+# one round model as 05_round_model.json holds it (RoundModel.to_dict): every field typed, times in ms
+_NUMS = {"type": "array", "minItems": 1, "items": {"type": "number"}}
+_TERM = _object({"values_ms": _NUMS, "lo_ms": _NUMS, "hi_ms": _NUMS,
+                 "runs": {"type": "array", "items": {"type": "integer", "minimum": 0}}, "source": _STR, "protocol": _STR})
+_NUM_NULL_OR_ABSENT = {"type": ["number", "null"]}
+ROUND_MODEL_ITEM = _object(
+    {"subject": _STR, "context": _STR, "state": _STR, "verify": _object({"slot": _TERM, "dedup": _TERM}),
+     "host": _TERM, "draft": _object({"name": _STR, "term": _TERM}, {
+         "a_ms_per_token": _NUM_NULL_OR_ABSENT, "b_ms_per_round": _NUM_NULL_OR_ABSENT,
+         "one_token_ms": _NUM_NULL_OR_ABSENT, "catch_up_ms": _NUM_NULL_OR_ABSENT,
+         "catch_up_share": _nullable({"type": "array", "items": _SHARE})})},
+    {"depth": _NUM_NULL_OR_ABSENT, "regime": _STR, "read_GBps": _NUM_NULL_OR_ABSENT, "saving": _nullable(_TERM),
+     "notes": {"type": "object"}, "routing": _nullable(_object({"s_per_expert": {"type": "number"}, "distinct": _NUMS,
+                                                              "runs": {"type": "integer", "minimum": 0},
+                                                              "source": _STR}))})
 _ROUND_MODELS = _object({"schema": {"const": ROUND_MODEL_SCHEMA}, "order": {"type": "object"},
                          "models": {"type": "array", "minItems": 1, "items": {"type": "object"}}})
 _STATE = _object({"state": _STR, "read_GBps": _nullable(_POSITIVE), "regime": _STR_OR_NULL,
@@ -235,6 +250,9 @@ def _parse_models(part: dict, where: str, error) -> RoundModels:
     if not isinstance(models, list) or not models:
         raise error(f"{where}: field models: expected a list of at least 1 round model; found {models!r:.60}",
                     where=where, field="models")
+    jsonfile.check({"models": models}, {"type": "object", "properties": {"models": {"type": "array",
+                                                                                 "items": ROUND_MODEL_ITEM}}},
+                   where, error)   # every field named where it is not what RoundModel reads
     out = []
     for i, m in enumerate(models):
         try:
