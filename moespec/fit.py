@@ -76,7 +76,7 @@ def check_rows(rows: pd.DataFrame, source: str = "timing rows", kinds=("chosen",
         if bad.any():
             i = df.index[bad][0]
             raise ValueError(f"{source}: row {i}, column {col!r}: expected a whole number >= {low} (a "
-                             f"{'layer index' if col == 'layer' else 'count'}); found {rows.loc[i, col]!r} "
+                             f"{'layer index' if col == 'layer' else 'count'}); found {float(df.loc[i, col]):g} "
                              f"({int(bad.sum())} such row(s))")
     for col in ("layer", "n", "m", "U"):
         df[col] = df[col].astype(int)
