@@ -70,14 +70,14 @@ def test_the_committed_run_without_stamps_reads_as_its_manifests_run(run):
 def test_a_round_model_file_of_another_run_is_refused(run):
     _edit_json(run / "05_round_model.json", lambda d: d.update(run={"id": "20270101-000000-full", "machine": "vm",
                                                                      "schema": 1}))
-    err = _refused(run, "05_round_model.json: run_id: expected '20261207-053012-full' (the run id of",
-                   "MANIFEST.json); found '20270101-000000-full'", "are of two runs")
+    err = _refused(run, "05_round_model.json: field run.id: expected '20261207-053012-full' (the run id of",
+                   "MANIFEST.json, the run folder's name (run_dir)); found '20270101-000000-full'", "are of two runs")
     assert err.field == "run_id" and err.found == "20270101-000000-full"
 
 
 def test_a_table_of_another_machine_is_refused(run):
     _stamp_csv(run / "05_draft_cost_predictions.csv", RUN_ID, "laptop")
-    _refused(run, "05_draft_cost_predictions.csv: run_machine: expected 'vm'", "found 'laptop'")
+    _refused(run, "05_draft_cost_predictions.csv: column 'stamp_machine': expected 'vm'", "found 'laptop'")
 
 
 def test_a_round_model_of_another_subject_is_refused(run):
@@ -85,16 +85,17 @@ def test_a_round_model_of_another_subject_is_refused(run):
     with the run's subject from notebook 06's tables."""
     _edit_json(run / "05_round_model.json",
                lambda d: [m.update(subject="Qwen3-30B-A3B on vLLM") for m in d["models"]])
-    _refused(run, "subject: expected 'Qwen3-30B-A3B on vLLM' (the subject of", "05_round_model.json",
-             "are of two subjects")
+    _refused(run, "column 'subject': expected 'Qwen3-30B-A3B on vLLM' (the subject of",
+             "05_round_model.json, field models[].subject)", "are of two subjects")
 
 
 def test_loaded_tables_copied_over_the_quiet_ones_are_refused(run):
     shutil.copy(run / "06_epsilon_loaded.csv", run / "06_epsilon.csv")
-    _refused(run, "06_epsilon.csv: state: expected 'quiet' (the machine state the file's name gives it); found 'loaded'")
+    _refused(run, "06_epsilon.csv: column 'state': expected 'quiet' (the machine state the file's name gives it); "
+                  "found 'loaded'")
     shutil.copy(COMMITTED / "06_epsilon.csv", run / "06_epsilon.csv")
     shutil.copy(run / "06_curves_loaded.csv", run / "06_curves.csv")   # the report reads the chain's curves
-    with pytest.raises(ReportError, match=r"06_curves.csv: state: expected 'quiet' .*found 'loaded'"):
+    with pytest.raises(ReportError, match=r"06_curves.csv: column 'state': expected 'quiet' .*found 'loaded'"):
         RunFiles(run).csv("06_curves.csv")
     assert set(RunFiles(run).csv("06_curves_loaded.csv")["state"]) == {"loaded"}
 
@@ -103,16 +104,19 @@ def test_stamped_files_of_two_runs_without_a_manifest_are_refused(run):
     (run / "MANIFEST.json").unlink()
     _stamp_csv(run / "05_draft_cost_predictions.csv", "run-a", "host-1")
     _edit_json(run / "05_round_model.json", lambda d: d.update(run={"id": "run-b", "machine": "host-1", "schema": 1}))
-    _refused(run, "run_id: expected 'run-b' (the run id of", "found 'run-a'")
+    _refused(run, "column 'stamp_run_id': expected 'run-b' (the run id of", "field run.id); found 'run-a'")
 
 
 def test_a_file_of_two_runs_and_a_stamp_of_another_version_are_refused(tmp_path):
     path = tmp_path / "t.csv"
-    pd.DataFrame({"x": [1, 2], "run_id": ["a", "b"], "run_machine": "h", "run_schema": 1}).to_csv(path, index=False)
-    with pytest.raises(InputError, match=r"t.csv: column 'run_id': expected one run id in the file .*\['a', 'b'\]"):
+    pd.DataFrame({"x": [1, 2], "stamp_run_id": ["a", "b"], "stamp_machine": "h", "stamp_schema": 1}).to_csv(path,
+                                                                                                      index=False)
+    with pytest.raises(InputError, match=r"t.csv: column 'stamp_run_id': expected one stamp_run_id in the file "
+                                         r".*\['a', 'b'\]"):
         run_identity.of_file(path)
-    pd.DataFrame({"x": [1], "run_id": "a", "run_machine": "h", "run_schema": 7}).to_csv(path, index=False)
-    with pytest.raises(InputError, match=r"t.csv: run_schema: expected the run stamp of version 1 .*found '7'"):
+    pd.DataFrame({"x": [1], "stamp_run_id": "a", "stamp_machine": "h", "stamp_schema": 7}).to_csv(path, index=False)
+    with pytest.raises(InputError, match=r"t.csv: column 'stamp_schema': expected the run stamp of version 1 .*found "
+                                         r"'7'"):
         run_identity.of_file(path)
 
 
@@ -133,7 +137,7 @@ def test_a_run_file_copied_from_another_run_is_refused(run, tmp_path):
     shutil.copytree(run, other)
     _edit_json(other / "MANIFEST.json", lambda m: m.update(run_dir="/runs/20270101-000000-full"))
     shutil.copy(run / "moespec_run.json", other / "moespec_run.json")
-    with pytest.raises(run_file.RunFileError, match=r"moespec_run.json: run_id: expected '20270101-000000-full' .*"
+    with pytest.raises(run_file.RunFileError, match=r"moespec_run.json: field run.id: expected '20270101-000000-full' .*"
                                                     r"found '20261207-053012-full'"):
         run_file.read_run_file(other)
     assert run_file.read_run_file(run).doc["run"]["id"] == RUN_ID
@@ -152,10 +156,10 @@ def test_a_notebook_reads_only_its_own_runs_round_models(tmp_path, monkeypatch):
     assert {k: v for k, v in json.loads(path.read_text()).items() if k != "run"} == plain   # the stamp adds, only
     run_identity.check_of_this_run([run_identity.of_file(path)])
     monkeypatch.setenv(paths.RUN_DIR_ENV, str(tmp_path / "run-b"))
-    with pytest.raises(InputError, match=r"05_round_model.json: run_id: expected 'run-b' .*found 'run-a'"):
+    with pytest.raises(InputError, match=r"05_round_model.json: field run.id: expected 'run-b' .*found 'run-a'"):
         run_identity.check_of_this_run([run_identity.of_file(path)])
     stamped = run_identity.stamp_frame(pd.DataFrame({"x": [1.5]}))
-    assert stamped.columns.tolist() == ["x", *run_identity.COLUMNS] and stamped["run_id"].item() == "run-b"
+    assert stamped.columns.tolist() == ["x", *run_identity.COLUMNS] and stamped["stamp_run_id"].item() == "run-b"
 
 
 # --- 2. every option selects something or is refused ---------------------------------------------------

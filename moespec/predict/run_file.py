@@ -477,6 +477,6 @@ def read_run_file(run: str | Path, error: type[InputError] = RunFileError) -> Ru
     manifest = runs.find_manifest(path.parent)
     if manifest is not None and doc["run"]["manifest"] is not None:   # not a run file copied from another run
         mine = run_identity.of_manifest(runs.read_manifest(manifest, error), manifest)
-        stamp = run_identity.FileIdentity(path, {"run_id": doc["run"]["id"]})
+        stamp = run_identity.FileIdentity(path, {"run_id": doc["run"]["id"]}, {"run_id": "field run.id"})
         run_identity.check_one_run([stamp], mine, error)
     return RunFile(path, doc)

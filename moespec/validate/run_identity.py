@@ -5,11 +5,11 @@ together are of one run.
 columns, every JSON file a ``run`` object with the same fields (:func:`stamp_frame`,
 :func:`stamp_doc`):
 
-* ``run_id``: the run folder's name (``moespec reproduce``'s ``runs/<time>-<profile>``, its
+* ``stamp_run_id`` (``run.id``): the run folder's name (``moespec reproduce``'s ``runs/<time>-<profile>``, its
   ``--out``, a sweep's job folder), the folder ``MOESPEC_RUN_DIR`` names while the notebooks run;
   the same name the run's manifest gives it (``run_dir``);
-* ``run_machine``: the host the run ran on (the manifest's ``host``);
-* ``run_schema``: the version of this stamp (:data:`SCHEMA_VERSION`).
+* ``stamp_machine`` (``run.machine``): the host the run ran on (the manifest's ``host``);
+* ``stamp_schema`` (``run.schema``): the version of this stamp (:data:`SCHEMA_VERSION`).
 
 The subject and the machine state are the tables' own ``subject`` and ``state`` columns (the
 round models' ``subject`` and ``state`` fields): a machine state's tables carry their state.
@@ -40,10 +40,12 @@ from moespec import paths
 
 from .errors import InputError
 
-#: Version of the stamp (the ``run_schema`` column, ``run.schema`` of a JSON file).
+#: Version of the stamp (the ``stamp_schema`` column, ``run.schema`` of a JSON file).
 SCHEMA_VERSION = 1
 #: The stamp's columns in a table, in order.
-COLUMNS = ("run_id", "run_machine", "run_schema")
+COLUMNS = ("stamp_run_id", "stamp_machine", "stamp_schema")
+#: A table's stamp column of each compared field (``run_id``: the run, ``run_machine``: its host).
+_COLUMN = {"run_id": "stamp_run_id", "run_machine": "stamp_machine"}
 _FIELD = {"run_id": "run id", "run_machine": "machine", "subject": "subject", "state": "machine state"}
 
 
@@ -55,7 +57,7 @@ class RunIdentity:
     machine: str
 
     def columns(self) -> dict:
-        return {"run_id": self.run_id, "run_machine": self.machine, "run_schema": SCHEMA_VERSION}
+        return dict(zip(COLUMNS, (self.run_id, self.machine, SCHEMA_VERSION)))
 
     def record(self) -> dict:
         return {"id": self.run_id, "machine": self.machine, "schema": SCHEMA_VERSION}
@@ -82,10 +84,18 @@ def stamp_doc(doc: dict, identity: RunIdentity | None = None) -> dict:
 @dataclass
 class FileIdentity:
     """What one file says about the run that wrote it: ``fields`` maps ``run_id``, ``run_machine``,
-    ``subject``, ``state`` to the one value the file holds (absent where it holds none)."""
+    ``subject``, ``state`` to the one value the file holds (absent where it holds none), ``names``
+    each of them to the file's own field (a column, ``run.id``, ...), for messages."""
 
     path: Path
     fields: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)
+
+    def set(self, key: str, value, name: str) -> None:
+        self.fields[key], self.names[key] = value, name
+
+    def name(self, key: str) -> str:
+        return self.names.get(key, key)
 
     @property
     def stamped(self) -> bool:
@@ -109,22 +119,23 @@ def of_table(df: pd.DataFrame, path: str | os.PathLike, error: type[InputError] 
     (``state=False``: a table whose rows span machine states)."""
     path = Path(path)
     out = FileIdentity(path)
-    wanted = [c for c in ("run_id", "run_machine") if c in df.columns]
+    wanted = [(key, column) for key, column in _COLUMN.items() if column in df.columns]
     if subject_column and subject_column in df.columns:
-        wanted.append(subject_column)
+        wanted.append(("subject", subject_column))
     if state and "state" in df.columns:
-        wanted.append("state")
-    for column in wanted:
+        wanted.append(("state", "state"))
+    for key, column in wanted:
         value = _one(df[column].tolist(), path, column, error)
         if value is not None:
-            out.fields["subject" if column == subject_column else column] = value
+            out.set(key, value, f"column {column!r}")
     if subject_column == "subject" and "subject" not in df.columns and {"source", "model"} <= set(df.columns):
         ours = df.loc[df["source"] == "this run", "model"].tolist()   # a table of this run's rows beside published ones
         value = _one(ours, path, "model", error)
         if value is not None:
-            out.fields["subject"] = value
-    if "run_schema" in df.columns:
-        _check_schema(_one(df["run_schema"].tolist(), path, "run_schema", error), path, "run_schema", error)
+            out.set("subject", value, "column 'model' of the rows of this run")
+    if "stamp_schema" in df.columns:
+        _check_schema(_one(df["stamp_schema"].tolist(), path, "stamp_schema", error), path, "column 'stamp_schema'",
+                      error)
     return out
 
 
@@ -134,12 +145,12 @@ def of_doc(doc: dict, path: str | os.PathLike, error: type[InputError] = InputEr
     out = FileIdentity(path)
     run = doc.get("run") if isinstance(doc, dict) else None
     if isinstance(run, dict):
-        _check_schema(run.get("schema"), path, "run.schema", error)
+        _check_schema(run.get("schema"), path, "field run.schema", error)
         for key, name in (("id", "run_id"), ("machine", "run_machine")):
             if run.get(key) is not None:
-                out.fields[name] = str(run[key])
+                out.set(name, str(run[key]), f"field run.{key}")
     if isinstance(doc, dict) and isinstance(doc.get("subject"), str):
-        out.fields["subject"] = doc["subject"]
+        out.set("subject", doc["subject"], "field subject")
     return out
 
 
@@ -151,7 +162,7 @@ def of_round_models(doc: dict, path: str | os.PathLike, error: type[InputError] 
     subjects = [m.get("subject") for m in models if isinstance(m, dict)] if isinstance(models, list) else []
     subject = _one(subjects, Path(path), "subject", error)
     if subject is not None:
-        out.fields["subject"] = subject
+        out.set("subject", subject, "field models[].subject")
     return out
 
 
@@ -169,10 +180,10 @@ def of_manifest(manifest: dict, path: str | os.PathLike) -> FileIdentity:
     out = FileIdentity(path)
     run_dir = manifest.get("run_dir")
     folder = path.parent.parent if path.parent.name == "figures" and path.name == "manifest.json" else path.parent
-    out.fields["run_id"] = Path(run_dir).name if run_dir else folder.name
+    out.set("run_id", Path(run_dir).name if run_dir else folder.name, "the run folder's name (run_dir)")
     host = manifest.get("host") or (manifest.get("hardware") or {}).get("host")
     if host:
-        out.fields["run_machine"] = str(host)
+        out.set("run_machine", str(host), "field host")
     return out
 
 
@@ -193,9 +204,9 @@ def check_one_run(files, manifest: FileIdentity | None = None, error: type[Input
         for other in holders[1:]:
             if other.fields[key] != first.fields[key]:
                 kind = {"state": "two machine states", "subject": "two subjects"}.get(key, "two runs")
-                raise error(f"{other.path}: {key}: expected {first.fields[key]!r} (the {_FIELD[key]} of {first.path}); "
-                            f"found {other.fields[key]!r}: {first.path.name} and {other.path.name} are of {kind}, "
-                            "not read as one", where=str(other.path), field=key,
+                raise error(f"{other.path}: {other.name(key)}: expected {first.fields[key]!r} (the {_FIELD[key]} of "
+                            f"{first.path}, {first.name(key)}); found {other.fields[key]!r}: {first.path.name} and "
+                            f"{other.path.name} are of {kind}, not read as one", where=str(other.path), field=key,
                             expected=first.fields[key], found=other.fields[key])
 
 
@@ -204,8 +215,8 @@ def check_state(identity: FileIdentity, state: str, error: type[InputError] = In
     whose own ``state`` column says another."""
     found = identity.fields.get("state")
     if found is not None and found != state:
-        raise error(f"{identity.path}: state: expected {state!r} (the machine state the file's name gives it); found "
-                    f"{found!r}: a table of another machine state under this name", where=str(identity.path),
+        raise error(f"{identity.path}: column 'state': expected {state!r} (the machine state the file's name gives "
+                    f"it); found {found!r}: a table of another machine state under this name", where=str(identity.path),
                     field="state", expected=state, found=found)
 
 
@@ -230,7 +241,8 @@ def check_of_this_run(files, error: type[InputError] = InputError, run_dir: str 
     """Refuse files stamped by another run or machine than the one this process writes for
     (:func:`current`): what a notebook reads of its run's earlier notebooks."""
     me = current(run_dir)
-    run = FileIdentity(Path(run_dir or paths.run_dir()), {"run_id": me.run_id, "run_machine": me.machine})
+    run = FileIdentity(Path(run_dir or paths.run_dir()), {"run_id": me.run_id, "run_machine": me.machine},
+                       {"run_id": "the run folder this process writes for", "run_machine": "this host"})
     check_one_run(files, run, error, states=False)
 
 
