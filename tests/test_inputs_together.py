@@ -297,6 +297,13 @@ def test_round_model_values_that_are_not_numbers_are_named(run, field, change):
     _refused(run, f"05_round_model.json: field {field}")
 
 
+def test_a_round_model_file_without_models_is_refused(run):
+    _edit_json(run / "05_round_model.json", lambda d: d.update(models=[]))
+    _refused(run, "05_round_model.json: field models: expected a list of at least 1 round model; found []")
+    with pytest.raises(ValueError, match=r"05_round_model.json: field models: expected a list of at least 1"):
+        RoundModels.load(run / "05_round_model.json")   # what notebooks 06 and 07 read
+
+
 def test_a_config_value_that_is_not_a_number_is_named(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**fx.SMALL_CONFIG, "n_routed_experts": "lots"}))

@@ -637,6 +637,9 @@ class RoundModels:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA_ID:
             raise RoundModelError(f"{path}: not a round-model file (schema {SCHEMA_ID!r} expected, found "
                                   f"{d.get('schema') if isinstance(d, dict) else type(d).__name__!r})")
+        if not isinstance(d.get("models"), list) or not d["models"]:
+            raise RoundModelError(f"{path}: field models: expected a list of at least 1 round model; found "
+                                  f"{d.get('models')!r:.60}")
         try:
             return cls([RoundModel.from_dict(m) for m in d["models"]], dict(d.get("order") or {}))
         except RoundModelError as err:
