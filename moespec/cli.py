@@ -160,9 +160,9 @@ def _advise(args) -> int:
     from moespec import advice
 
     if args.schema:
-        given = [name for name, value in (("RUN", args.run), ("-a", args.acceptance),
-                                          ("--acceptance-table", args.acceptance_table), ("--bandwidth", args.bandwidth),
-                                          ("--verify-times", args.verify_times)) if value]
+        inputs = (("RUN", args.run), ("-a", args.acceptance), ("--acceptance-table", args.acceptance_table),
+                  ("--bandwidth", args.bandwidth), ("--verify-times", args.verify_times))
+        given = [name for name, value in inputs if value]
         if given:
             print(f"moespec advise: --schema prints the output's JSON Schema and nothing else; {', '.join(given)} "
                   "would select nothing (leave them out, or --schema out)", file=sys.stderr)

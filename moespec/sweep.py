@@ -455,11 +455,11 @@ def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: 
     # an option that selects nothing under the chosen executor is refused by name
     if workers is not None and (scheduler or executor != "dask"):
         other = "--scheduler (the scheduler brings its own workers)" if scheduler else f"--executor {executor}"
-        raise SweepError(f"--workers {workers}: sizes the LocalCluster this sweep starts; it has no effect with {other}",
-                         where="--workers", found=workers)
+        raise SweepError(f"--workers {workers}: sizes the LocalCluster this sweep starts; it has no effect with "
+                         f"{other}", where="--workers", found=workers)
     if executor_options and executor == "dask":
-        raise SweepError(f"--executor-option {sorted(executor_options)}: submitit's parameters; they have no effect with "
-                         "--executor dask (give --executor slurm or submitit-local)", where="--executor-option",
+        raise SweepError(f"--executor-option {sorted(executor_options)}: submitit's parameters; they have no effect "
+                         "with --executor dask (give --executor slurm or submitit-local)", where="--executor-option",
                          found=sorted(executor_options))
     if insecure and not scheduler:
         raise SweepError("--insecure allows a plain tcp:// --scheduler off this machine; without --scheduler it has "

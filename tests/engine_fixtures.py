@@ -382,7 +382,8 @@ def vllm_generate_uint16_record() -> tuple[dict, np.ndarray]:
     """(bare response, truth): a 300-expert model's generate response, uint16 ids; stored without
     its request, so the prompt length (5) must be given."""
     P, G = 5, 3
-    ids = (pattern_routing(P + G - 1, WIDE["num_layers"], WIDE["num_experts"], WIDE["top_k"]) + 250) % WIDE["num_experts"]
+    ids = pattern_routing(P + G - 1, WIDE["num_layers"], WIDE["num_experts"], WIDE["top_k"])
+    ids = (ids + 250) % WIDE["num_experts"]
     return _generate_response("gen-uint16", G, b64_npy(ids.astype(np.uint16)), 1100), ids
 
 

@@ -556,7 +556,8 @@ def test_shell_commands_are_continued_at_option_boundaries():
 
 def test_explain_prints_the_derivation(tmp_path):
     out = _cli("advise", str(COMMITTED), "-a", "0.8", "--explain", "--json", str(tmp_path / "a.json"))
-    assert out.returncode == 0 and json.loads((tmp_path / "a.json").read_text())["schema"] == advice.ADVICE_SCHEMA["$id"]
+    written = json.loads((tmp_path / "a.json").read_text())
+    assert out.returncode == 0 and written["schema"] == advice.ADVICE_SCHEMA["$id"]
     assert "Round: V(k) = t_draft(k) + tau(k + 1) + h(k) (ms), deduplicating engine" in out.stdout
     refused = _cli("advise", str(COMMITTED), "-a", "0.8", "--explain", "--json", "-")   # the JSON instead of the text
     assert refused.returncode == 2 and "--explain prints the derivation" in refused.stderr and not refused.stdout

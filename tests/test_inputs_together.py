@@ -126,8 +126,8 @@ def test_read_bandwidth_and_times_are_range_checked_in_the_files_units(run):
                    "found -5 GB/s")
     assert err.found == -5
     shutil.copy(COMMITTED / "05_round_model.json", run / "05_round_model.json")
-    _edit_json(run / "05_round_model.json", lambda d: d["models"][0]["host"].update(values_ms=[-1.0] * 9,
-                                                                                      lo_ms=[-2.0] * 9, hi_ms=[0.0] * 9))
+    host = {"values_ms": [-1.0] * 9, "lo_ms": [-2.0] * 9, "hi_ms": [0.0] * 9}
+    _edit_json(run / "05_round_model.json", lambda d: d["models"][0]["host"].update(host))
     _refused(run, "field models[0]", "host.values_ms[0]: expected a time >= 0 ms; found -1 ms")
 
 
@@ -137,8 +137,8 @@ def test_a_run_file_copied_from_another_run_is_refused(run, tmp_path):
     shutil.copytree(run, other)
     _edit_json(other / "MANIFEST.json", lambda m: m.update(run_dir="/runs/20270101-000000-full"))
     shutil.copy(run / "moespec_run.json", other / "moespec_run.json")
-    with pytest.raises(run_file.RunFileError, match=r"moespec_run.json: field run.id: expected '20270101-000000-full' .*"
-                                                    r"found '20261207-053012-full'"):
+    with pytest.raises(run_file.RunFileError, match=r"moespec_run.json: field run.id: expected "
+                                                    r"'20270101-000000-full' .*found '20261207-053012-full'"):
         run_file.read_run_file(other)
     assert run_file.read_run_file(run).doc["run"]["id"] == RUN_ID
     with pytest.raises(AdviceInputError, match="are of two runs"):   # advise reads it through the same check
@@ -290,7 +290,8 @@ def test_fit_layers_refuses_fractional_pass_sizes_and_layers(change, says):
      lambda m: m["draft"]["term"]["values_ms"].__setitem__(1, "abc")),
     ("models[0].draft.a_ms_per_token: expected a number or null; found 'abc'",
      lambda m: m["draft"].update(a_ms_per_token="abc")),
-    ("models[0].verify.slot.runs[0]: expected an integer; found 2.5", lambda m: m["verify"]["slot"]["runs"].__setitem__(0, 2.5)),
+    ("models[0].verify.slot.runs[0]: expected an integer; found 2.5",
+     lambda m: m["verify"]["slot"]["runs"].__setitem__(0, 2.5)),
 ])
 def test_round_model_values_that_are_not_numbers_are_named(run, field, change):
     _edit_json(run / "05_round_model.json", lambda d: change(d["models"][0]))

@@ -587,7 +587,8 @@ def test_routing_not_captured_is_refused(capsys, tmp_path):
         import_jsonl(fx.FIXTURES / "sglang_generate_uncaptured.jsonl", "sglang", num_layers=4, top_k=4, num_experts=16)
     with pytest.raises(ValueError, match=r"request 'g-uncaptured': routing not captured by this backend: token 0, "
                                          r"layer 1 holds expert 0 in all 4 slots"):   # the config's MoE layers
-        import_jsonl(fx.FIXTURES / "sglang_generate_uncaptured.jsonl", "sglang", config=fx.FIXTURES / "config_small.json")
+        import_jsonl(fx.FIXTURES / "sglang_generate_uncaptured.jsonl", "sglang",
+                     config=fx.FIXTURES / "config_small.json")
     out = tmp_path / "t.npz"
     assert cli_main(["import-routing", str(fx.FIXTURES / "vllm_generate_uncaptured.jsonl"), "--engine", "vllm",
                      "--num-experts", "8", "--out", str(out)]) == 1

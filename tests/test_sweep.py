@@ -193,9 +193,9 @@ def test_cli_sweep_refuses_a_folder_another_process_holds(tmp_path, folder, caps
     import sys
 
     out = tmp_path / "sweep"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom moespec import runner\nfrom pathlib import "
-                               f"Path\nwith runner.hold_folder(Path({str(out)!r})):\n    print('held', flush=True)\n"
-                               "    sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    code = (f"import sys\nfrom pathlib import Path\nfrom moespec import runner\n"
+            f"with runner.hold_folder(Path({str(out)!r})):\n    print('held', flush=True)\n    sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         grid = tmp_path / "g.json"

@@ -99,8 +99,8 @@ def _nullable(schema: dict) -> dict:
 _SOURCE = _object({"by": _STR, "files": {"type": "array", "items": _STR, "minItems": 1}, "what": _STR})
 # one round model as 05_round_model.json holds it (RoundModel.to_dict): every field typed, times in ms
 _NUMS = {"type": "array", "minItems": 1, "items": {"type": "number"}}
-_TERM = _object({"values_ms": _NUMS, "lo_ms": _NUMS, "hi_ms": _NUMS,
-                 "runs": {"type": "array", "items": {"type": "integer", "minimum": 0}}, "source": _STR, "protocol": _STR})
+_TERM = _object({"values_ms": _NUMS, "lo_ms": _NUMS, "hi_ms": _NUMS, "runs": {"type": "array", "items": _COUNT},
+                 "source": _STR, "protocol": _STR})
 _NUM_NULL_OR_ABSENT = {"type": ["number", "null"]}
 ROUND_MODEL_ITEM = _object(
     {"subject": _STR, "context": _STR, "state": _STR, "verify": _object({"slot": _TERM, "dedup": _TERM}),
