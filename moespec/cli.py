@@ -295,8 +295,12 @@ def _report(args) -> int:
             print(f"moespec report: {len(diffs)} file(s) differ from {args.run}" if diffs else
                   f"moespec report: every block matches {args.run}")
             return 1 if diffs else 0
-        # one writer per folder written: the run's (its REPORT.md) and the repository (its documents), or the --files'
-        folders = [args.run, paths.ROOT] if files is None else [f.absolute().parent for f in files]
+        # one writer per folder written: the run's figures (its REPORT.md; not the run folder, which a live run that
+        # --allow-incomplete reports on holds) and the repository (its documents), or the folders of --files
+        tables = args.run / "figures"
+        if not tables.is_dir() or (args.run / "MANIFEST.json").exists():
+            tables = args.run
+        folders = [tables, paths.ROOT] if files is None else [f.absolute().parent for f in files]
         with contextlib.ExitStack() as held:
             for folder in sorted({Path(f).absolute() for f in folders if Path(f).is_dir()}):
                 held.enter_context(runner.hold_folder(folder, "a folder moespec report writes"))
