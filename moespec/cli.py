@@ -11,12 +11,13 @@ is a bug in moespec: its traceback is printed with a line saying so (exit status
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import textwrap
 import traceback
 from pathlib import Path
 
-from . import runner
+from . import paths, runner
 from .validate import InputError
 from .validate.outputs import writable_file, writable_folder
 
@@ -100,22 +101,24 @@ def _import_routing(args) -> int:
                   dense_layers=None if dense == "none" else dense, tokens=args.tokens, source=args.source,
                   expert_bytes=args.expert_bytes)
     if args.engine == "sglang":
-        if args.prompt_start is not None:
-            print("moespec import-routing: --prompt-start is vLLM's routed_experts_prompt_start; SGLang's "
-                  "routed_experts_start_len is read from each dump line's request", file=sys.stderr)
-            return 2
+        for name, value in (("--prompt-start", args.prompt_start), ("--prompt-length", args.prompt_length)):
+            if value is not None:
+                print(f"moespec import-routing: {name} is for vLLM's dumps; SGLang's responses carry "
+                      "meta_info.prompt_tokens and routed_experts_start_len", file=sys.stderr)
+                return 2
         kwargs.update(num_layers=args.num_layers, top_k=args.top_k)
     elif args.num_layers is not None or args.top_k is not None:
         print("moespec import-routing: --num-layers/--top-k describe SGLang's flat payload; vLLM's "
               "arrays carry their shape", file=sys.stderr)
         return 2
     else:
-        kwargs.update(prompt_start=args.prompt_start)
+        kwargs.update(prompt_start=args.prompt_start, prompt_length=args.prompt_length)
     try:
-        writable_file(args.out, "--out")   # before the import, not after it
-        trace = import_jsonl(args.input, args.engine, **kwargs)
-        trace.save(args.out)
-    except (ValueError, FileNotFoundError, OSError) as exc:
+        out = writable_file(args.out, "--out")   # before the import, not after it
+        with runner.hold_folder(out.parent, "--out's folder"):   # one import writes a folder at a time
+            trace = import_jsonl(args.input, args.engine, **kwargs)
+            trace.save(args.out)
+    except (ValueError, FileNotFoundError, OSError, runner.NotebookError) as exc:
         print(f"moespec import-routing: {_message(exc)}", file=sys.stderr)
         return 1
     m = trace.meta
@@ -158,8 +161,19 @@ def _advise(args) -> int:
     from moespec import advice
 
     if args.schema:
+        inputs = (("RUN", args.run), ("-a", args.acceptance), ("--acceptance-table", args.acceptance_table),
+                  ("--bandwidth", args.bandwidth), ("--verify-times", args.verify_times))
+        given = [name for name, value in inputs if value]
+        if given:
+            print(f"moespec advise: --schema prints the output's JSON Schema and nothing else; {', '.join(given)} "
+                  "would select nothing (leave them out, or --schema out)", file=sys.stderr)
+            return 2
         print(json.dumps(advice.ADVICE_SCHEMA, indent=2))
         return 0
+    if args.explain and args.json == "-":
+        print("moespec advise: --explain prints the derivation as text, --json - prints the JSON instead of the text: "
+              "give one (or --explain with --json PATH)", file=sys.stderr)
+        return 2
     try:
         out = None if args.json == "-" else writable_file(args.json, "--json")   # before the work
         result = advice.advise(args.run, args.acceptance, acceptance_table=args.acceptance_table,
@@ -225,8 +239,9 @@ def _add_advise(sub) -> None:
     adv.add_argument("--context", help="context of the run's round model (chat: the real draft's prompts; d=<depth>: "
                                        "the oracle draft's; default chat where the run has it)")
     adv.add_argument("--run-draft", metavar="NAME", help="which of the run's drafts (default: the draft as trained)")
-    adv.add_argument("--dense-ratio", type=float, default=0.5,
-                     help="dense bytes per pass as a multiple of m W where the source has none (default 0.5)")
+    adv.add_argument("--dense-ratio", type=float,
+                     help="dense bytes per pass as a multiple of m W where the source has none: notebook 03's fits, a "
+                          "bandwidth table, verify times (default 0.5; refused with round models, which measured it)")
     adv.add_argument("--draft-fit", metavar="A,B",
                      help="another draft: t_draft(k) = A k + B ms (ms per drafted token, ms per round; paper 2's "
                           "eq. (A4)); default the run's own draft, measured")
@@ -326,8 +341,17 @@ def _report(args) -> int:
             print(f"moespec report: {len(diffs)} file(s) differ from {args.run}" if diffs else
                   f"moespec report: every block matches {args.run}")
             return 1 if diffs else 0
-        changed = report.update_files(args.run, files, allow_incomplete=args.allow_incomplete)
-    except (InputError, OSError) as exc:
+        # one writer per folder written: the run's figures (its REPORT.md; not the run folder, which a live run that
+        # --allow-incomplete reports on holds) and the repository (its documents), or the folders of --files
+        tables = args.run / "figures"
+        if not tables.is_dir() or (args.run / "MANIFEST.json").exists():
+            tables = args.run
+        folders = [tables, paths.ROOT] if files is None else [f.absolute().parent for f in files]
+        with contextlib.ExitStack() as held:
+            for folder in sorted({Path(f).absolute() for f in folders if Path(f).is_dir()}):
+                held.enter_context(runner.hold_folder(folder, "a folder moespec report writes"))
+            changed = report.update_files(args.run, files, allow_incomplete=args.allow_incomplete)
+    except (InputError, OSError, runner.NotebookError) as exc:
         print(f"moespec report: {_message(exc)}", file=sys.stderr)
         return 1
     print(f"moespec report: {len(changed)} file(s) rewritten from {args.run}" +
@@ -397,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--prompt-start", type=int, help="vLLM: the requests' routed_experts_prompt_start s (the "
                                                       "engine returned positions s..P+G-2) where the dump does not "
                                                       "record it")
+    imp.add_argument("--prompt-length", type=int, help="vLLM: the prompt's token count P for records that do not hold "
+                                                       "it (a /inference/v1/generate response stored without its "
+                                                       "request)")
     imp.add_argument("--tokens", choices=["all", "prompt", "generated"], default="all")
     imp.add_argument("--dense-layers", default="auto",
                      help="auto (config, else all-zero placeholder layers), none, or indices like 0,1")
@@ -410,7 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--insecure", action="store_true",
                      help="allow a plain tcp:// scheduler on an address other than this machine's loopback "
                           "(whoever reaches it can run code on its workers and send results that are unpickled here)")
-    swp.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (default 2)")
+    swp.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2; only without --scheduler, "
+                                                 "with --executor dask)")
     swp.add_argument("--out", type=Path, help="sweep folder (default runs/sweep-<grid name>; reruns skip finished jobs)")
     swp.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                      help="parameter for every job whose notebook declares it (overrides the grid)")

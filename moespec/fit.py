@@ -71,6 +71,13 @@ def check_rows(rows: pd.DataFrame, source: str = "timing rows", kinds=("chosen",
     unknown = set(df["kernel"]) - set(KERNELS)
     if unknown:
         raise ValueError(f"{source}: unknown kernel(s) {sorted(unknown)}; expected {KERNELS}")
+    for col, low in (("layer", 0), ("n", 1), ("m", 1), ("U", 1)):   # counts and indices: whole numbers, not truncated
+        bad = (df[col] != np.round(df[col])) | (df[col] < low)
+        if bad.any():
+            i = df.index[bad][0]
+            raise ValueError(f"{source}: row {i}, column {col!r}: expected a whole number >= {low} (a "
+                             f"{'layer index' if col == 'layer' else 'count'}); found {float(df.loc[i, col]):g} "
+                             f"({int(bad.sum())} such row(s))")
     for col in ("layer", "n", "m", "U"):
         df[col] = df[col].astype(int)
     return df[df["kind"].isin(kinds)]

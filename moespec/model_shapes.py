@@ -239,23 +239,40 @@ def read_config(config) -> dict:
             cfg = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON: {exc}") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{path}: expected a JSON object (a model's config.json); found {type(cfg).__name__}")
         cfg.setdefault("_name_or_path", str(path.parent))
+        cfg["_config_file"] = str(path)
     if isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path")}
+        cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path"), "_config_file": cfg.get("_config_file")}
     return cfg
+
+
+def _int(cfg: dict, key: str, default: int | None = None) -> int | None:
+    """``cfg[key]`` as an int (``default`` where absent or null); anything but a whole number is
+    refused naming the config file and the key."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        where = cfg.get("_config_file") or "model config"
+        raise ValueError(f"{where}: field {key}: expected a whole number; found {value!r}")
+    return int(value)
 
 
 def _required(cfg: dict, key: str) -> int:
     if cfg.get(key) is None:
-        raise ValueError(f"model config lacks {key!r}")
-    return int(cfg[key])
+        raise ValueError(f"{cfg.get('_config_file') or 'model config'}: field {key}: expected a whole number; found "
+                         "nothing (the field is absent)")
+    return _int(cfg, key)
 
 
 def _config_value(cfg: dict, what: str):
     for key in _CONFIG_KEYS[what]:
         if cfg.get(key) is not None:
-            return int(cfg[key])
-    raise ValueError(f"model config has none of {list(_CONFIG_KEYS[what])} (needed for {what})")
+            return _int(cfg, key)
+    raise ValueError(f"{cfg.get('_config_file') or 'model config'}: none of the fields {list(_CONFIG_KEYS[what])} "
+                     f"(needed for {what})")
 
 
 def config_moe_layers(config) -> list[int]:
@@ -266,10 +283,10 @@ def config_moe_layers(config) -> list[int]:
     layer otherwise (OLMoE, Mixtral, gpt-oss)."""
     cfg = read_config(config)
     n = _required(cfg, "num_hidden_layers")
-    first_dense = int(cfg.get("first_k_dense_replace") or 0)
-    freq = int(cfg.get("moe_layer_freq") or 1)
+    first_dense = _int(cfg, "first_k_dense_replace", 0)
+    freq = _int(cfg, "moe_layer_freq", 1) or 1
     mlp_only = set(cfg.get("mlp_only_layers") or [])
-    step = int(cfg.get("decoder_sparse_step") or 1)
+    step = _int(cfg, "decoder_sparse_step", 1) or 1
     return [i for i in range(n) if i >= first_dense and i % freq == 0
             and i not in mlp_only and (i + 1) % step == 0]
 
@@ -297,17 +314,18 @@ def spec_from_config(config, name: str | None = None) -> MoESpec:
     padded attention, :func:`moespec.engine.widen.widen_attention_and_head`)."""
     cfg = read_config(config)
     moe = config_moe_layers(cfg)
-    shared = int(cfg.get("n_shared_experts") or 0)
+    shared = _int(cfg, "n_shared_experts", 0)
     label = name or cfg.get("_name_or_path") or cfg.get("model_type") or "model"
-    heads = 0 if cfg.get("kv_lora_rank") else int(cfg.get("num_attention_heads") or 0)   # MLA: no q/k/v/o shape
-    head_dim = int(cfg.get("head_dim") or (cfg["hidden_size"] // heads if heads and cfg.get("hidden_size") else 0))
+    heads = 0 if cfg.get("kv_lora_rank") else _int(cfg, "num_attention_heads", 0)   # MLA: no q/k/v/o shape
+    hidden = _required(cfg, "hidden_size")
+    head_dim = _int(cfg, "head_dim") or (hidden // heads if heads else 0)
     return MoESpec(name=str(label), paper_label=str(label), num_experts=_config_value(cfg, "num_experts"),
                    top_k=_config_value(cfg, "top_k"), num_layers=_required(cfg, "num_hidden_layers"),
-                   num_moe_layers=len(moe), hidden_size=_required(cfg, "hidden_size"),
+                   num_moe_layers=len(moe), hidden_size=hidden,
                    expert_intermediate=_config_value(cfg, "expert_intermediate"),
                    num_shared_experts=shared,
-                   shared_intermediate=int(cfg.get("moe_intermediate_size") or 0) if shared else 0,
+                   shared_intermediate=_int(cfg, "moe_intermediate_size", 0) if shared else 0,
                    default_format=config_format(cfg), num_attention_heads=heads,
-                   num_key_value_heads=int(cfg.get("num_key_value_heads") or heads) if heads else 0, head_dim=head_dim,
-                   vocab_size=int(cfg.get("vocab_size") or 0), source="model config.json",
+                   num_key_value_heads=(_int(cfg, "num_key_value_heads") or heads) if heads else 0, head_dim=head_dim,
+                   vocab_size=_int(cfg, "vocab_size", 0), source="model config.json",
                    extra={"moe_layers": moe})

@@ -431,7 +431,7 @@ def merge_tables(folder: Path, manifests: list[dict]) -> list[Path]:
 
 
 def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: str | None = None,
-              workers: int = 2, executor_options: Mapping[str, Any] | None = None,
+              workers: int | None = None, executor_options: Mapping[str, Any] | None = None,
               overrides: Mapping[str, Any] | None = None, force: bool = False, progress: bool = True,
               notebooks_folder: Path | None = None, insecure: bool = False) -> SweepResult:
     """Run every job of ``grid`` (a grid file or its dict) and merge the tables.
@@ -443,13 +443,28 @@ def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: 
     ``update_parameters``, e.g. ``slurm_partition``, ``gpus_per_node``, ``timeout_min``).
     ``insecure``: allow a plain ``tcp://`` scheduler on a non-loopback address
     (:func:`scheduler_security`). Everything is checked before the first job is sent: the grid,
-    every job's parameters, the scheduler's security and the sweep folder.
+    every job's parameters, the scheduler's security and the sweep folder. The sweep folder is
+    held for the whole sweep (:func:`moespec.runner.hold_folder`): a second sweep into it is refused
+    naming the one that holds it.
     """
 
     if executor not in EXECUTORS:
         raise SweepError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
     if scheduler and executor != "dask":
         raise SweepError("--scheduler is the address of a Dask scheduler; it needs --executor dask")
+    # an option that selects nothing under the chosen executor is refused by name
+    if workers is not None and (scheduler or executor != "dask"):
+        other = "--scheduler (the scheduler brings its own workers)" if scheduler else f"--executor {executor}"
+        raise SweepError(f"--workers {workers}: sizes the LocalCluster this sweep starts; it has no effect with "
+                         f"{other}", where="--workers", found=workers)
+    if executor_options and executor == "dask":
+        raise SweepError(f"--executor-option {sorted(executor_options)}: submitit's parameters; they have no effect "
+                         "with --executor dask (give --executor slurm or submitit-local)", where="--executor-option",
+                         found=sorted(executor_options))
+    if insecure and not scheduler:
+        raise SweepError("--insecure allows a plain tcp:// --scheduler off this machine; without --scheduler it has "
+                         "no effect", where="--insecure")
+    workers = 2 if workers is None else workers
     if workers < 1:
         raise SweepError(f"--workers: expected >= 1; found {workers}", where="--workers", found=workers)
     security = scheduler_security(scheduler, insecure) if scheduler else None
@@ -460,6 +475,14 @@ def run_sweep(grid, out: Path | None = None, executor: str = "dask", scheduler: 
                   base=Path(grid).resolve().parent if from_file else None, local=not scheduler)
     folder = Path(out).expanduser().absolute() if out else paths.runs_dir() / f"sweep-{grid_name}"
     folder = paths.ensure(writable_folder(folder, "--out", SweepError))
+    with runner.hold_folder(folder, "sweep folder --out"):   # one sweep writes a folder at a time
+        return _sweep_in(folder, jobs, grid, spec, executor, scheduler, workers, executor_options, security, force,
+                         progress)
+
+
+def _sweep_in(folder: Path, jobs: list[Job], grid, spec: dict, executor: str, scheduler: str | None, workers: int,
+              executor_options, security, force: bool, progress: bool) -> SweepResult:
+    """The jobs of a checked grid, run into ``folder`` (held by this process), and their merged tables."""
     done, todo = [], []
     for job in jobs:
         before = None if force else finished_before(job, folder / "jobs" / job.id)

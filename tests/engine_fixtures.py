@@ -339,6 +339,75 @@ def sglang_uint8_record() -> tuple[dict, np.ndarray]:
             pattern_routing(P + G - 1, 3, 16, 4))
 
 
+# --- current vLLM: the tokens-in/tokens-out endpoint /inference/v1/generate -----------------------
+#: (request id, generated tokens, routed_experts_prompt_start, .npy dtype) of the generate fixture:
+#: the prompt is the request's token_ids [1, 2, 3] and G = 10 (vLLM's
+#: tests/entrypoints/scale_out/token_in_token_out/test_return_routed_experts.py), one request per
+#: dtype the engines write (uint8/uint16/int32 in the endpoint's protocol, int64 as numpy's default).
+GENERATE_PROMPT = [1, 2, 3]
+VLLM_GENERATE_REQUESTS = [("gen-uint8", 10, 0, "uint8"), ("gen-int32", 10, 0, "int32"),
+                          ("gen-int64", 10, 0, "int64"), ("gen-prompt-start", 10, 2, "uint8")]
+
+
+def vllm_generate_truth() -> dict[str, tuple[np.ndarray, int, int]]:
+    """doc id -> (routing of positions s .. P + G - 2 at tiny-mixtral's shape, P, s)."""
+    k, P = TINY_MIXTRAL, len(GENERATE_PROMPT)
+    return {rid: (pattern_routing(P + G - 1 - s, k["num_layers"], k["num_experts"], k["top_k"], s), P, s)
+            for rid, G, s, _ in VLLM_GENERATE_REQUESTS}
+
+
+def _generate_response(rid: str, G: int, payload: str, seed: int) -> dict:
+    """A non-streaming /inference/v1/generate response (``GenerateResponse`` of vLLM's
+    vllm/entrypoints/scale_out/token_in_token_out/protocol.py: top-level ``request_id``, per choice
+    ``token_ids`` (the generated tokens only) and ``routed_experts``; ``usage`` unset)."""
+    return {"request_id": rid, "choices": [{"index": 0, "finish_reason": "length", "token_ids": tokens(seed, G),
+                                            "routed_experts": payload}]}
+
+
+def vllm_generate_records() -> list[dict]:
+    """Each request with its response, as a client of the endpoint stores them: the request's
+    ``token_ids`` are the prompt, its ``sampling_params.routed_experts_prompt_start`` the offset."""
+    truth = vllm_generate_truth()
+    out = []
+    for n, (rid, G, s, dtype) in enumerate(VLLM_GENERATE_REQUESTS):
+        params = {"max_tokens": G, "temperature": 0.0, **({"routed_experts_prompt_start": s} if s else {})}
+        request = {"model": "TitanML/tiny-mixtral", "request_id": rid, "token_ids": GENERATE_PROMPT,
+                   "sampling_params": params, "stream": False}
+        out.append({"request": request,
+                    "response": _generate_response(rid, G, b64_npy(truth[rid][0].astype(dtype)), 1000 + n)})
+    return out
+
+
+def vllm_generate_uint16_record() -> tuple[dict, np.ndarray]:
+    """(bare response, truth): a 300-expert model's generate response, uint16 ids; stored without
+    its request, so the prompt length (5) must be given."""
+    P, G = 5, 3
+    ids = pattern_routing(P + G - 1, WIDE["num_layers"], WIDE["num_experts"], WIDE["top_k"])
+    ids = (ids + 250) % WIDE["num_experts"]
+    return _generate_response("gen-uint16", G, b64_npy(ids.astype(np.uint16)), 1100), ids
+
+
+def vllm_uncaptured_record() -> dict:
+    """A generate response whose routed_experts is all zeros, correctly shaped (tiny-mixtral,
+    uint8): what vLLM returns when the MoE kernel routes inside itself and bypasses the capture
+    (vllm-project/vllm issue 44116, PR 49184: ``min=0 max=0``, every token "routes to expert 0")."""
+    P, G = len(GENERATE_PROMPT), 10
+    zeros = np.zeros((P + G - 1, TINY_MIXTRAL["num_layers"], TINY_MIXTRAL["top_k"]), dtype=np.uint8)
+    request = {"model": "TitanML/tiny-mixtral", "token_ids": GENERATE_PROMPT,
+               "sampling_params": {"max_tokens": G, "temperature": 0.0}, "stream": False}
+    return {"request": request, "response": _generate_response("gen-uncaptured", G, b64_npy(zeros), 1200)}
+
+
+def sglang_uncaptured_record() -> dict:
+    """An SGLang /generate response whose int32 payload is all zeros (sgl-project/sglang PR 37949:
+    the NGRAM speculative worker returns an all-zeros capture tape)."""
+    P, G = 6, 5
+    zeros = np.zeros((P + G - 1, 4, 4), dtype=np.int32)
+    return {"text": "...", "output_ids": tokens(1300, G),
+            "meta_info": {"id": "g-uncaptured", "prompt_tokens": P, "completion_tokens": G, "cached_tokens": 0,
+                          "routed_experts": b64_int32(zeros)}}
+
+
 def write_fixtures(folder: Path) -> list[Path]:
     """Write every fixture file into ``folder`` (the README beside them is written by hand)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -353,6 +422,10 @@ def write_fixtures(folder: Path) -> list[Path]:
     _jsonl(folder / "sglang_generate.jsonl", sglang_generate_records())
     _jsonl(folder / "sglang_generate_uint8.jsonl", [sglang_uint8_record()[0]])
     _jsonl(folder / "sglang_chat.jsonl", [sglang_chat_record()])
+    _jsonl(folder / "vllm_generate.jsonl", vllm_generate_records())
+    _jsonl(folder / "vllm_generate_uint16.jsonl", [vllm_generate_uint16_record()[0]])
+    _jsonl(folder / "vllm_generate_uncaptured.jsonl", [vllm_uncaptured_record()])
+    _jsonl(folder / "sglang_generate_uncaptured.jsonl", [sglang_uncaptured_record()])
     return sorted(p for p in folder.iterdir() if p.suffix != ".md")
 
 

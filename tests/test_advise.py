@@ -249,7 +249,7 @@ def test_refusals(tmp_path):
         advice.advise(bandwidth=COMMITTED / "02_table1_bandwidth.csv", engine="vLLM", acceptance=[0.5])
     with pytest.raises(AdviceInputError, match="eps = 0.6"):
         curves([1, 2], [1, 2], eps=0.6)
-    with pytest.raises(AdviceInputError, match="state='busy'"):
+    with pytest.raises(AdviceInputError, match="--state 'busy': expected one of the run's machine states"):
         advice.advise(COMMITTED, [0.5], state="busy")
     with pytest.raises(AdviceInputError, match="--eps 0.05: describes a bandwidth table's rows"):
         advice.advise(COMMITTED, [0.5], eps=0.05)
@@ -562,9 +562,13 @@ def test_shell_commands_are_continued_at_option_boundaries():
     assert joined == cmd
 
 
-def test_explain_prints_the_derivation():
-    out = _cli("advise", str(COMMITTED), "-a", "0.8", "--explain", "--json", "-")
-    assert out.returncode == 0 and json.loads(out.stdout)["schema"] == advice.ADVICE_SCHEMA["$id"]
+def test_explain_prints_the_derivation(tmp_path):
+    out = _cli("advise", str(COMMITTED), "-a", "0.8", "--explain", "--json", str(tmp_path / "a.json"))
+    written = json.loads((tmp_path / "a.json").read_text())
+    assert out.returncode == 0 and written["schema"] == advice.ADVICE_SCHEMA["$id"]
+    assert "Round: V(k) = t_draft(k) + tau(k + 1) + h(k) (ms), deduplicating engine" in out.stdout
+    refused = _cli("advise", str(COMMITTED), "-a", "0.8", "--explain", "--json", "-")   # the JSON instead of the text
+    assert refused.returncode == 2 and "--explain prints the derivation" in refused.stderr and not refused.stdout
     adv = advice.advise(COMMITTED, [0.8])
     text = advice.format_explain(adv)
     assert "Expert kernel: deduplication is faster from n = 2 tokens per pass" in text

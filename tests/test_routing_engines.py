@@ -102,7 +102,8 @@ def test_dense_placeholders_found_without_a_config_and_tokens_kept_apart():
         np.testing.assert_array_equal(_docs(gen)[doc], ids[P:])
         np.testing.assert_array_equal(_docs(prompt)[doc], ids[:P])
     assert gen.meta["prompt_tokens"] == [0, 0, 0, 0] and prompt.meta["generated_tokens"] == [0, 0, 0, 0]
-    with pytest.raises(ValueError, match=r"request 'r0': token 0, layer 0 selects the same expert twice: \[0, 0, 0, 0\]"):
+    with pytest.raises(ValueError, match=r"request 'r0': routing not captured by this backend: token 0, layer 0 holds "
+                                         r"expert 0 in all 4 slots .* or a dense layer's placeholder kept"):
         from_vllm(fx.vllm_full_outputs(), num_experts=16, dense_layers=None)  # placeholders kept: invalid
 
 
@@ -501,3 +502,110 @@ def test_gzip_by_content_and_binary_files(tmp_path):
     binary.write_bytes(b'{"a": 1}\n' + bytes(range(128, 256)))
     with pytest.raises(ValueError, match=r"weights\.jsonl:2: not UTF-8 text"):
         import_jsonl(binary, "vllm", num_experts=16)
+
+
+# --- vLLM's tokens-in/tokens-out endpoint, every dtype, routing not captured --------------------------------
+def test_vllm_generate_request_and_response_in_every_dtype():
+    """/inference/v1/generate (request_id, choices[i].token_ids, routed_experts as base64 .npy, no usage):
+    the prompt is the request's token_ids, the offset its sampling_params.routed_experts_prompt_start."""
+    records = _records("vllm_generate.jsonl")
+    dtypes = {rid: d for rid, *_, d in fx.VLLM_GENERATE_REQUESTS}
+    truth = fx.vllm_generate_truth()
+    for rec in records:   # decoded as vLLM's test_return_routed_experts.py decodes them, in the dtype sent
+        assert "usage" not in rec["response"] and "id" not in rec["response"]
+        arr = np.load(io.BytesIO(base64.b64decode(rec["response"]["choices"][0]["routed_experts"])))
+        assert arr.dtype == np.dtype(dtypes[rec["response"]["request_id"]])
+    assert sorted(set(dtypes.values())) == ["int32", "int64", "uint8"]
+    trace = import_jsonl(fx.FIXTURES / "vllm_generate.jsonl", "vllm", num_experts=8)
+    assert trace.doc_ids == ["gen-uint8", "gen-int32", "gen-int64", "gen-prompt-start"]
+    for doc, ids in _docs(trace).items():
+        np.testing.assert_array_equal(ids, truth[doc][0])
+    # P = 3 (the request's token_ids), G = 10: positions 0 .. 11; the offset request from s = 2
+    assert trace.meta["positions"] == [[0, 12]] * 3 + [[2, 12]]
+    assert trace.meta["prompt_tokens"] == [3, 3, 3, 1] and trace.meta["generated_tokens"] == [9, 9, 9, 9]
+
+
+def test_vllm_generate_response_alone_needs_the_prompt_length(tmp_path, capsys):
+    bare = _records("vllm_generate.jsonl")[0]["response"]
+    with pytest.raises(ValueError, match=r"vLLM request 'gen-uint8': the prompt length is unknown: .*/inference/v1/"
+                                         r"generate carries only the generated tokens.*--prompt-length"):
+        from_vllm([bare], num_experts=8)
+    trace = from_vllm([bare], num_experts=8, prompt_length=3)
+    np.testing.assert_array_equal(trace.docs[0], fx.vllm_generate_truth()["gen-uint8"][0])
+    with pytest.raises(ValueError, match=r"routed_experts has 12 token rows for P = 4 prompt and G = 10"):
+        from_vllm([bare], num_experts=8, prompt_length=4)
+    with pytest.raises(ValueError, match=r"'gen-uint8': the record holds a prompt of 3 tokens, prompt_length "
+                                         r"\(--prompt-length\) 4 was given"):
+        from_vllm([_records("vllm_generate.jsonl")[0]], num_experts=8, prompt_length=4)
+    response, ids = fx.vllm_generate_uint16_record()   # uint16 ids of a 300-expert model, stored without the request
+    trace = import_jsonl(fx.FIXTURES / "vllm_generate_uint16.jsonl", "vllm", num_experts=300, prompt_length=5)
+    assert np.load(io.BytesIO(base64.b64decode(response["choices"][0]["routed_experts"]))).dtype == np.uint16
+    np.testing.assert_array_equal(trace.docs[0], ids)
+    out = tmp_path / "t.npz"
+    argv = ["import-routing", str(fx.FIXTURES / "vllm_generate_uint16.jsonl"), "--engine", "vllm", "--num-experts",
+            "300", "--out", str(out)]
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "the prompt length is unknown" in err and "--prompt-length" in err
+    assert cli_main(argv + ["--prompt-length", "5"]) == 0
+    assert RoutingTrace.load(out).meta["prompt_tokens"] == [5]
+    assert cli_main(argv[:3] + ["sglang", "--prompt-length", "5", "--num-layers", "3", "--top-k", "4",
+                                "--num-experts", "300", "--out", str(out)]) == 2
+    assert "--prompt-length" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int32", "int64"])
+def test_vllm_npy_payload_in_every_dtype(dtype):
+    rows = fx.pattern_routing(6, 2, 8, 2)
+    resp = {"request_id": "d", "choices": [{"index": 0, "token_ids": [7] * 4, "routed_experts":
+                                            fx.b64_npy(rows.astype(dtype))}]}
+    trace = from_vllm([resp], num_experts=8, prompt_length=3)
+    np.testing.assert_array_equal(trace.docs[0], rows)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint16", "uint8", " UINT16 "])
+def test_sglang_every_wire_dtype(dtype):
+    """SGLang's wire dtypes (routed_experts_wire.py: int32, uint16, uint8, named case-insensitively)."""
+    ids = fx.pattern_routing(9, 4, 16, 4)
+    wire = {"int32": "<i4", "uint16": "<u2", "uint8": "u1"}[dtype.strip().lower()]
+    payload = base64.b64encode(np.ascontiguousarray(ids, dtype=wire).tobytes()).decode()
+    resp = {"meta_info": {"id": "w", "prompt_tokens": 5, "completion_tokens": 5, "routed_experts": payload,
+                          "routed_experts_dtype": dtype}}
+    np.testing.assert_array_equal(from_sglang([resp], num_layers=4, top_k=4, num_experts=16,
+                                              dense_layers=None).docs[0], ids)
+
+
+def test_routing_not_captured_is_refused(capsys, tmp_path):
+    with pytest.raises(ValueError, match=r"vllm_generate_uncaptured.jsonl: vLLM: routing not captured by this "
+                                         r"backend: every expert id of every one of the 2 layers is 0 .*issue 44116"):
+        import_jsonl(fx.FIXTURES / "vllm_generate_uncaptured.jsonl", "vllm", num_experts=8)
+    with pytest.raises(ValueError, match=r"request 'gen-uncaptured': routing not captured by this backend: token 0, "
+                                         r"layer 0 holds expert 0 in all 2 slots \(24 such"):   # nothing taken as dense
+        import_jsonl(fx.FIXTURES / "vllm_generate_uncaptured.jsonl", "vllm", num_experts=8, dense_layers=None)
+    with pytest.raises(ValueError, match=r"routing not captured by this backend: every expert id of every one of the "
+                                         r"4 layers is 0"):   # no config: every layer looks like a dense placeholder
+        import_jsonl(fx.FIXTURES / "sglang_generate_uncaptured.jsonl", "sglang", num_layers=4, top_k=4, num_experts=16)
+    with pytest.raises(ValueError, match=r"request 'g-uncaptured': routing not captured by this backend: token 0, "
+                                         r"layer 1 holds expert 0 in all 4 slots"):   # the config's MoE layers
+        import_jsonl(fx.FIXTURES / "sglang_generate_uncaptured.jsonl", "sglang",
+                     config=fx.FIXTURES / "config_small.json")
+    out = tmp_path / "t.npz"
+    assert cli_main(["import-routing", str(fx.FIXTURES / "vllm_generate_uncaptured.jsonl"), "--engine", "vllm",
+                     "--num-experts", "8", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "routing not captured by this backend" in err and not out.exists()
+
+
+def test_constant_routing_is_refused_and_a_short_top1_dump_is_not():
+    def response(rows):
+        return {"request_id": "c", "choices": [{"index": 0, "token_ids": [1] * (rows.shape[0] - 2),
+                                                "routed_experts": fx.b64_npy(rows.astype(np.uint8))}]}
+    zeros = np.zeros((9, 2, 1), np.int64)   # top_k 1, every token to expert 0 in both layers
+    with pytest.raises(ValueError, match=r"routing not captured by this backend: layer 0 routes every one of the 9 "
+                                         r"tokens to the same expert\(s\) \[0\] \(constant routing\)"):
+        from_vllm([response(zeros)], num_experts=8, prompt_length=3, dense_layers=None)
+    same = np.tile(np.array([[3, 5], [1, 6]]), (9, 1, 1))   # top_k 2, one expert set for every token
+    with pytest.raises(ValueError, match=r"layer 0 routes every one of the 9 tokens to the same expert\(s\) \[3, 5\]"):
+        from_vllm([response(same)], num_experts=8, prompt_length=3)
+    short = np.zeros((4, 2, 1), np.int64)   # fewer tokens than CONSTANT_MIN_TOKENS: cannot be told apart
+    assert from_vllm([response(short)], num_experts=8, prompt_length=3, dense_layers=None).num_docs == 1

@@ -149,3 +149,59 @@ def test_submitit_local_executor_on_an_imported_trace(tmp_path, capsys):
     np.testing.assert_allclose(row["rho_hat_2"], np.nanmean(reuse(trace, 9)[:, 1]), rtol=1e-9)
     assert (tmp_path / "sweep" / "tables" / "04_step_points.csv").is_file()
     assert list((tmp_path / "sweep" / "submitit").glob("*_log.out"))  # the jobs ran through submitit
+
+
+# --- one writer per sweep folder --------------------------------------------------------------------------
+def test_a_second_sweep_into_a_held_folder_is_refused(tmp_path, folder, monkeypatch, capsys):
+    """Two sweeps into one --out at once (two threads; the executor stands in for Dask and waits):
+    the first runs its job, the second is refused naming the first, and nothing of it runs."""
+    import threading
+
+    from moespec import runner
+
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def fake_dask(records, scheduler, workers, bar, security=None):
+        ran.append([r["id"] for r in records])
+        started.set()
+        assert release.wait(30)
+        return [{"job": r["id"], "notebook": "01_a", "parameters": r["parameters"], "status": "failed",
+                 "error": "stand-in"} for r in records]
+
+    monkeypatch.setattr(sweep, "_run_dask", fake_dask)
+    grid = {"jobs": [{"notebook": "01", "parameters": {"profile": "quick"}}]}
+    out = tmp_path / "sweep"
+    first = threading.Thread(target=lambda: sweep.run_sweep(grid, out=out, notebooks_folder=folder, progress=False))
+    first.start()
+    try:
+        assert started.wait(30)
+        with pytest.raises(runner.RunFolderBusy, match=r"sweep folder --out .*sweep is held by a live run \(pid "
+                                                       rf"{__import__('os').getpid()} on "):
+            sweep.run_sweep(grid, out=out, notebooks_folder=folder, progress=False)
+    finally:
+        release.set()
+        first.join(30)
+    assert len(ran) == 1 and (out / "sweep.json").is_file()
+    # released: the next sweep into the folder runs
+    release.set()
+    assert sweep.run_sweep(grid, out=out, notebooks_folder=folder, progress=False, force=True).jobs
+    assert len(ran) == 2
+
+
+def test_cli_sweep_refuses_a_folder_another_process_holds(tmp_path, folder, capsys):
+    import subprocess
+    import sys
+
+    out = tmp_path / "sweep"
+    code = (f"import sys\nfrom pathlib import Path\nfrom moespec import runner\n"
+            f"with runner.hold_folder(Path({str(out)!r})):\n    print('held', flush=True)\n    sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        grid = tmp_path / "g.json"
+        grid.write_text(json.dumps({"jobs": [{"notebook": "01", "parameters": {"profile": "quick"}}]}))
+        assert cli_main(["sweep", str(grid), "--out", str(out), "--no-progress"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"is held by a live run (pid {holder.pid} on " in err
+    finally:
+        holder.communicate("", timeout=30)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from moespec.model_shapes import FORMATS
 from moespec.routing import RoutingTrace
 
 from . import measured, profiles
@@ -23,12 +24,21 @@ from .bandwidth_table import from_bandwidth_table
 from .curves import VerifyCurves, draft_option
 from .decide import decide
 from .errors import AdviceInputError
-from .inputs import from_run, run_file
+from .inputs import DENSE_RATIO, from_run, run_file
 from .report import ADVICE_SCHEMA, format_explain, format_text, validate, write_json
 from .settings import METHODS, VERSIONS, engine_settings
 
 #: The engine a recommendation names where the verify times hold one kernel path per pass size.
 ONE_PATH_ENGINE = "the kernel path each pass size ran in the benchmark"
+
+
+def check_acceptance_values(acceptance) -> None:
+    """Refuse an acceptance rate outside [0, 1) given as ``-a``, naming the option and the value."""
+    for a in acceptance or []:
+        if not (isinstance(a, (int, float)) and math.isfinite(a) and 0 <= a < 1):
+            raise AdviceInputError(f"-a/--acceptance {a!r}: expected an acceptance rate in [0, 1) (the probability "
+                                   f"that the target accepts a drafted token); found {a!r}", where="--acceptance",
+                                   expected="[0, 1)", found=a)
 from .validate import acceptance as acceptance_from_table
 from .verify_times import from_verify_times
 
@@ -52,8 +62,9 @@ def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model
 
 
 def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: str | Path | None = None,
-           acceptance_from=None, bandwidth: str | Path | None = None, engine: str | None = None, model: str | None = None,
-           trace=None, eps: float | None = None, dense_ratio: float = 0.5, draft_fit=None, free_draft: bool = False,
+           acceptance_from=None, bandwidth: str | Path | None = None, engine: str | None = None,
+           model: str | None = None, trace=None, eps: float | None = None, dense_ratio: float | None = None,
+           draft_fit=None, free_draft: bool = False,
            state: str | None = None, context: str | None = None, draft_of_run: str | None = None,
            fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>",
            allow_incomplete: bool = False, source: str | None = None, verify_times=None,
@@ -81,7 +92,21 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     if method not in METHODS:
         raise AdviceInputError(f"--method {method!r}: expected one of {', '.join(METHODS)}", where="--method",
                                found=method)
-    if not (math.isfinite(dense_ratio) and dense_ratio >= 0):
+    if allow_incomplete and run is None:
+        raise AdviceInputError("--allow-incomplete reads the run file of a run that did not finish; a bandwidth table "
+                               "or verify times have no run status", where="--allow-incomplete")
+    check_acceptance_values(acceptance)
+    if eps is not None and not (isinstance(eps, (int, float)) and math.isfinite(eps) and 0 <= eps < 1):
+        raise AdviceInputError(f"--eps {eps!r}: expected the engine's bandwidth error, a number in [0, 1); found "
+                               f"{eps!r}", where="--eps", expected="[0, 1)", found=eps)
+    if fmt is not None and fmt not in FORMATS:
+        raise AdviceInputError(f"--format {fmt!r}: expected one of the storage formats {sorted(FORMATS)}; found "
+                               f"{fmt!r}", where="--format", expected=sorted(FORMATS), found=fmt)
+    if dense_ratio is None:
+        dense_ratio, dense_given = DENSE_RATIO, False
+    else:
+        dense_given = True
+    if not (isinstance(dense_ratio, (int, float)) and math.isfinite(dense_ratio) and dense_ratio >= 0):
         raise AdviceInputError(f"--dense-ratio (dense_ratio): expected a finite number >= 0 (dense bytes per pass as a "
                                f"multiple of m W); found {dense_ratio}", where="--dense-ratio", found=dense_ratio)
     pairs = profiles.geometric(acceptance or [])
@@ -104,7 +129,8 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
             if value is not None:
                 raise AdviceInputError(f"{name} {value!r}: describes a bandwidth table's rows; a run's run file "
                                        "holds its own", where=name, found=value)
-        curves = from_run(run, trace=trace, dense_ratio=dense_ratio, draft=chosen, state=state, context=context,
+        curves = from_run(run, trace=trace, dense_ratio=dense_ratio if dense_given else None, draft=chosen,
+                          state=state, context=context,
                           draft_of_run=draft_of_run, allow_incomplete=allow_incomplete)
     else:
         for name, value in (("--state", state), ("--context", context), ("--run-draft", draft_of_run)):

@@ -33,6 +33,9 @@ from moespec.validate import invariants
 
 from . import validate
 from .curves import N_MAX, VerifyCurves, draft_assumption, draft_or_refuse, predicted_round
+
+#: Dense bytes per pass as a multiple of m W for notebook 03's fits unless given (``--dense-ratio``).
+DENSE_RATIO = 0.5
 from .errors import AdviceInputError
 
 
@@ -56,8 +59,19 @@ def _meta(rf: RunFile) -> dict:
 def _pick_round(models: RoundModels, where: str, state: str | None, context: str | None,
                 draft: str | None) -> RoundModel:
     if state is not None and state not in models.states:
-        raise AdviceInputError(f"{where}: state={state!r} is not a machine state of this run; it measured "
-                               f"{models.states}", where=where, field="machine_states", found=state)
+        raise AdviceInputError(f"--state {state!r}: expected one of the run's machine states {models.states}; found "
+                               f"{state!r} ({where})", where="--state", field="machine_states", found=state)
+    chosen_state, chosen_context, _ = default_round(models, state, context)
+    contexts = sorted({m.context for m in models.select(chosen_state)})
+    if context is not None and context not in contexts:
+        raise AdviceInputError(f"--context {context!r}: expected one of the run's contexts in the {chosen_state} "
+                               f"machine state {contexts}; found {context!r} ({where})", where="--context",
+                               expected=contexts, found=context)
+    drafts = sorted({m.draft.name for m in models.select(chosen_state, chosen_context)})
+    if draft is not None and draft not in drafts:
+        raise AdviceInputError(f"--run-draft {draft!r}: expected one of the run's drafts in the {chosen_state} machine "
+                               f"state, context {chosen_context!r}: {drafts}; found {draft!r} ({where})",
+                               where="--run-draft", expected=drafts, found=draft)
     try:
         return models.get(*default_round(models, state, context, draft))
     except RoundModelError as err:
@@ -228,7 +242,7 @@ def run_file(run: str | Path, allow_incomplete: bool = False) -> RunFile:
     return rf
 
 
-def from_run(run: str | Path, trace=None, dense_ratio: float = 0.5, draft: DraftTime | None = None,
+def from_run(run: str | Path, trace=None, dense_ratio: float | None = None, draft: DraftTime | None = None,
              state: str | None = None, context: str | None = None, draft_of_run: str | None = None,
              allow_incomplete: bool = False) -> VerifyCurves:
     """Verify curves of a run: its round models when the run file holds them, else notebook 03's
@@ -238,12 +252,18 @@ def from_run(run: str | Path, trace=None, dense_ratio: float = 0.5, draft: Draft
         if trace is not None:
             raise AdviceInputError(f"--trace: a routing trace applies to notebook 03's fits; {rf.path} holds round "
                                    "models, measured with the engine's own routing", where="--trace")
+        if dense_ratio is not None and dense_ratio != DENSE_RATIO:
+            raise AdviceInputError(f"--dense-ratio {dense_ratio:g}: has no effect on {rf.path}: its round models "
+                                   "measured the verify pass with its dense bytes; the option applies to notebook "
+                                   "03's fits, a bandwidth table or verify times", where="--dense-ratio",
+                                   found=dense_ratio)
         curves = from_round_models(rf, str(run), state=state, context=context, draft_of_run=draft_of_run, draft=draft)
     else:
         for name, value in (("--state", state), ("--context", context), ("--run-draft", draft_of_run)):
             if value is not None:
                 raise AdviceInputError(f"{name} {value!r} names a round model; {rf.path} holds notebook 03's fits, "
                                        "which have none", where=name, found=value)
-        curves = from_expert_op_fits(rf, str(run), trace=trace, dense_ratio=dense_ratio, draft=draft)
+        curves = from_expert_op_fits(rf, str(run), trace=trace,
+                                     dense_ratio=DENSE_RATIO if dense_ratio is None else dense_ratio, draft=draft)
     validate.label_incomplete(curves, rf.doc["run"], rf.doc["sources"])
     return curves

@@ -72,6 +72,11 @@ def acceptance(path: str | Path) -> list[tuple[float, str]]:
                 raise AdviceInputError(f"{path}: group {label!r}: expected at least one drafted token accepted or "
                                        "rejected; found 0 accepted and 0 rejections", where=str(path),
                                        field="accepted", found=0)
+            if rej == 0:   # the estimate accepted / (accepted + rejections) would be 1: every draft accepted
+                raise AdviceInputError(f"{path}: group {label!r}, column 'rejections': expected at least one rejection "
+                                       f"(the pooled estimate accepted / (accepted + rejections) must be < 1); found "
+                                       f"{acc} accepted and 0 rejections", where=str(path), field="rejections",
+                                       expected=">= 1 in the group", found=0)
             out.append((acc / (acc + rej), f"{label}: pooled MLE, {acc} accepted, {rej} rejections"))
     elif "a" in df.columns:
         df = check_columns(df, path, ACCEPTANCE_RATES, AdviceInputError)

@@ -63,10 +63,12 @@ def _bootstrap_ends(value: float, boot, level: float) -> tuple[float, float]:
     return min(float(a), value), max(float(b), value)
 
 
-def _arr(x, what: str) -> np.ndarray:
+def _arr(x, what: str, ms: bool = False) -> np.ndarray:
+    """``x`` as a flat float array of finite values; ``ms``: seconds, shown in ms as the file holds them."""
     a = np.asarray(x, dtype=float).reshape(-1)
     if a.size == 0 or not np.all(np.isfinite(a)):
-        raise RoundModelError(f"{what}: finite values needed, found {a.tolist()}")
+        raise RoundModelError(f"{what}: finite values needed, found {(a * 1e3 if ms else a).tolist()}"
+                              + (" ms" if ms else ""))
     return a
 
 
@@ -84,17 +86,17 @@ class Term:
     protocol: str
 
     def __post_init__(self):
-        v = _arr(self.values_s, f"term ({self.source}) values")
-        lo = _arr(self.lo_s, f"term ({self.source}) lower ends")
-        hi = _arr(self.hi_s, f"term ({self.source}) upper ends")
+        v = _arr(self.values_s, f"term ({self.source}) values_ms", ms=True)
+        lo = _arr(self.lo_s, f"term ({self.source}) lo_ms", ms=True)
+        hi = _arr(self.hi_s, f"term ({self.source}) hi_ms", ms=True)
         runs = np.asarray(self.runs, dtype=int).reshape(-1)
         if not (v.shape == lo.shape == hi.shape == runs.shape):
             raise RoundModelError(f"term ({self.source}): values, interval and runs differ in length "
                                   f"({v.size}, {lo.size}, {hi.size}, {runs.size})")
         if np.any(lo > v + 1e-15) or np.any(hi < v - 1e-15):
             i = int(np.argmax((lo > v + 1e-15) | (hi < v - 1e-15)))
-            raise RoundModelError(f"term ({self.source}): interval [{lo[i]}, {hi[i]}] does not hold its value "
-                                  f"{v[i]} at index {i}")
+            raise RoundModelError(f"term ({self.source}): interval [{1e3 * lo[i]:g}, {1e3 * hi[i]:g}] ms "
+                                  f"(lo_ms, hi_ms) does not hold its value {1e3 * v[i]:g} ms (values_ms) at index {i}")
         if self.protocol not in PROTOCOLS:
             raise RoundModelError(f"term ({self.source}): protocol {self.protocol!r} is not one of {sorted(PROTOCOLS)}")
         for name, value in (("values_s", v), ("lo_s", lo), ("hi_s", hi), ("runs", runs)):
@@ -191,8 +193,9 @@ class DraftTime:
                                       f"[0, 1] is needed; found {s.tolist()}")
             object.__setattr__(self, "catch_up_share", s)
         if not (np.isfinite(self.one_token_s) and np.isfinite(self.catch_up_s) and self.catch_up_s >= 0):
-            raise RoundModelError(f"draft {self.name!r}: one-draft offset {self.one_token_s} s and catch-up time "
-                                  f"{self.catch_up_s} s must be finite, the latter >= 0")
+            raise RoundModelError(f"draft {self.name!r}: one_token_ms and catch_up_ms: expected finite values, "
+                                  f"catch_up_ms >= 0; found {1e3 * self.one_token_s:g} ms and "
+                                  f"{1e3 * self.catch_up_s:g} ms")
 
     @property
     def form(self) -> str:
@@ -432,10 +435,14 @@ class RoundModel:
         if self.saving is not None and len(self.saving) != n["slot"]:
             raise RoundModelError(f"round model {self.context!r}: saving covers {len(self.saving)} pass sizes, "
                                   f"verify {n['slot']}")
-        if np.any(self.verify["slot"].values_s <= 0) or np.any(self.verify["dedup"].values_s <= 0):
-            raise RoundModelError(f"round model {self.context!r}: verify times must be positive")
-        if np.any(self.host.values_s < 0) or np.any(self.draft.term.values_s < 0):
-            raise RoundModelError(f"round model {self.context!r}: host and draft times must be >= 0")
+        for what, term, positive in (("verify.slot", self.verify["slot"], True),
+                                     ("verify.dedup", self.verify["dedup"], True), ("host", self.host, False),
+                                     ("draft.term", self.draft.term, False)):
+            bad = term.values_s <= 0 if positive else term.values_s < 0
+            if np.any(bad):
+                i = int(np.argmax(bad))
+                raise RoundModelError(f"round model {self.context!r}: {what}.values_ms[{i}]: expected a time "
+                                      f"{'> 0' if positive else '>= 0'} ms; found {1e3 * term.values_s[i]:g} ms")
         if self.routing is not None and len(self.routing.distinct) != n["slot"]:
             raise RoundModelError(f"round model {self.context!r}: routing term covers {len(self.routing.distinct)} "
                                   f"draft lengths, verify {n['slot']} pass sizes")
@@ -610,9 +617,11 @@ class RoundModels:
     def states(self) -> list[str]:
         return list(dict.fromkeys(m.state for m in self.models))
 
-    def save(self, path) -> Path:
-        return io.write_json(path, {"schema": SCHEMA_ID, "order": self.order,
-                                    "models": [m.to_dict() for m in self.models]})
+    def save(self, path, run: dict | None = None) -> Path:
+        """Write the file; ``run``: the stamp of the run that measured it
+        (:func:`moespec.validate.run_identity.RunIdentity.record`)."""
+        doc = {"schema": SCHEMA_ID, "order": self.order, "models": [m.to_dict() for m in self.models]}
+        return io.write_json(path, doc if run is None else {**doc, "run": run})
 
     @classmethod
     def load(cls, path) -> "RoundModels":
@@ -628,6 +637,9 @@ class RoundModels:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA_ID:
             raise RoundModelError(f"{path}: not a round-model file (schema {SCHEMA_ID!r} expected, found "
                                   f"{d.get('schema') if isinstance(d, dict) else type(d).__name__!r})")
+        if not isinstance(d.get("models"), list) or not d["models"]:
+            raise RoundModelError(f"{path}: field models: expected a list of at least 1 round model; found "
+                                  f"{d.get('models')!r:.60}")
         try:
             return cls([RoundModel.from_dict(m) for m in d["models"]], dict(d.get("order") or {}))
         except RoundModelError as err:

@@ -31,7 +31,7 @@ import pandas as pd
 from moespec import io
 from moespec.acceptance import AcceptanceProfile
 from moespec.acceptance import runs as acceptance_runs
-from moespec.validate import invariants, jsonfile, runs
+from moespec.validate import invariants, jsonfile, run_identity, runs
 from moespec.validate.errors import InputError
 from moespec.validate.tables import Column, read_csv
 
@@ -65,7 +65,7 @@ _FITS = (Column("model", "str"), Column("layer", "int", low=0), Column("kernel",
          Column("n_passes", "count", required=False), Column("backend", "str", required=False),
          Column("fmt", "str", required=False))
 _BANDWIDTH = (Column("model", "str"), Column("n", "int", low=1), Column("ubar"), Column("expert_bytes", **_POS),
-              Column("read_GBps", low=0, required=False, missing_ok=True))
+              Column("read_GBps", low=0, low_open=True, required=False, missing_ok=True))
 _EPS = (Column("eps_engine", low=0),)
 
 #: Part of the run file -> (notebook, files, what it is). The one place that names the run's tables.
@@ -103,6 +103,21 @@ def _nullable(schema: dict) -> dict:
 
 
 _SOURCE = _object({"by": _STR, "files": {"type": "array", "items": _STR, "minItems": 1}, "what": _STR})
+# one round model as 05_round_model.json holds it (RoundModel.to_dict): every field typed, times in ms
+_NUMS = {"type": "array", "minItems": 1, "items": {"type": "number"}}
+_TERM = _object({"values_ms": _NUMS, "lo_ms": _NUMS, "hi_ms": _NUMS, "runs": {"type": "array", "items": _COUNT},
+                 "source": _STR, "protocol": _STR})
+_NUM_NULL_OR_ABSENT = {"type": ["number", "null"]}
+ROUND_MODEL_ITEM = _object(
+    {"subject": _STR, "context": _STR, "state": _STR, "verify": _object({"slot": _TERM, "dedup": _TERM}),
+     "host": _TERM, "draft": _object({"name": _STR, "term": _TERM}, {
+         "a_ms_per_token": _NUM_NULL_OR_ABSENT, "b_ms_per_round": _NUM_NULL_OR_ABSENT,
+         "one_token_ms": _NUM_NULL_OR_ABSENT, "catch_up_ms": _NUM_NULL_OR_ABSENT,
+         "catch_up_share": _nullable({"type": "array", "items": _SHARE})})},
+    {"depth": _NUM_NULL_OR_ABSENT, "regime": _STR, "read_GBps": _NUM_NULL_OR_ABSENT, "saving": _nullable(_TERM),
+     "notes": {"type": "object"}, "routing": _nullable(_object({"s_per_expert": {"type": "number"}, "distinct": _NUMS,
+                                                              "runs": {"type": "integer", "minimum": 0},
+                                                              "source": _STR}))})
 _ROUND_MODELS = _object({"schema": {"const": ROUND_MODEL_SCHEMA}, "order": {"type": "object"},
                          "models": {"type": "array", "minItems": 1, "items": {"type": "object"}}})
 _STATE = _object({"state": _STR, "read_GBps": _nullable(_POSITIVE), "regime": _STR_OR_NULL,
@@ -249,6 +264,9 @@ def _parse_models(part: dict, where: str, error) -> RoundModels:
     if not isinstance(models, list) or not models:
         raise error(f"{where}: field models: expected a list of at least 1 round model; found {models!r:.60}",
                     where=where, field="models")
+    jsonfile.check({"models": models}, {"type": "object", "properties": {"models": {"type": "array",
+                                                                                 "items": ROUND_MODEL_ITEM}}},
+                   where, error)   # every field named where it is not what RoundModel reads
     out = []
     for i, m in enumerate(models):
         try:
@@ -256,6 +274,10 @@ def _parse_models(part: dict, where: str, error) -> RoundModels:
         except (RoundModelError, KeyError, TypeError, ValueError) as err:
             raise error(f"{where}: field models[{i}]: expected a round model; found one that does not read ({err})",
                         where=where, field=f"models[{i}]") from None
+        gbps = out[-1].read_GBps   # the machine state's read bandwidth, in the file's unit
+        if gbps is not None and not (isinstance(gbps, (int, float)) and math.isfinite(gbps) and gbps > 0):
+            raise error(f"{where}: field models[{i}].read_GBps: expected a read bandwidth > 0 GB/s (or null); found "
+                        f"{gbps!r} GB/s", where=where, field=f"models[{i}].read_GBps", expected="> 0", found=gbps)
     return RoundModels(out, dict(part.get("order") or {}))
 
 
@@ -401,6 +423,9 @@ def build_run_file(run: str | Path, allow_incomplete: bool = False, error: type[
     if run_part["manifest"]:
         sources["run"] = {"by": "moespec reproduce", "files": [run_part["manifest"]],
                           "what": "the run's id, status and hardware"}
+    read = [folder / f for part, s in sources.items() if part != "run" for f in s["files"]]
+    run_identity.check_run_folder(read, runs.find_manifest(run) or runs.find_manifest(folder), error,
+                                  states={_eps_path(folder, s["state"]): s["state"] for s in states})
     doc = {"schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "run": run_part, "hardware": hardware,
            "subject": subject, "sources": sources, "round_models": round_models, "expert_op_fits": fits,
            "machine_states": states, "acceptance": acceptance, "measured": measured}
@@ -490,4 +515,10 @@ class RunFile:
 def read_run_file(run: str | Path, error: type[InputError] = RunFileError) -> RunFile:
     """The run file of ``run`` (:func:`find_run_file`), checked (:func:`check_run_file`)."""
     path = find_run_file(run, error)
-    return RunFile(path, check_run_file(jsonfile.load(path, "run file", error), str(path), error))
+    doc = check_run_file(jsonfile.load(path, "run file", error), str(path), error)
+    manifest = runs.find_manifest(path.parent)
+    if manifest is not None and doc["run"]["manifest"] is not None:   # not a run file copied from another run
+        mine = run_identity.of_manifest(runs.read_manifest(manifest, error), manifest)
+        stamp = run_identity.FileIdentity(path, {"run_id": doc["run"]["id"]}, {"run_id": "field run.id"})
+        run_identity.check_one_run([stamp], mine, error)
+    return RunFile(path, doc)

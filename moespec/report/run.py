@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from moespec import paths
-from moespec.validate import InputError
+from moespec.validate import InputError, run_identity
 from moespec.validate import runs as run_checks
 from moespec.validate.tables import parse_csv
 
@@ -50,8 +50,12 @@ class RunFiles:
         return self._cache[path].copy()
 
     def csv(self, name: str) -> pd.DataFrame:
-        """A table of the run."""
-        return self._read_csv(self.path(name))
+        """A table of the run, checked to be of this run and, per machine state, of its state
+        (:mod:`moespec.validate.run_identity`)."""
+        path = self.path(name)
+        df = self._read_csv(path)
+        run_identity.check_table_of_run(df, path, run_checks.find_manifest(self.folder), ReportError)
+        return df
 
     def json(self, name: str):
         return run_checks.jsonfile.load(self.path(name), "JSON file", ReportError)

@@ -44,7 +44,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from moespec.model_shapes import spec_from_config
+from moespec.model_shapes import FORMATS, spec_from_config
 from moespec.routing.trace import RoutingTrace
 
 ENGINES = ("vllm", "sglang")
@@ -62,7 +62,7 @@ _VLLM_REPLAY = (VLLM_REPO, "docs/training/routed_experts_replay.md", "0087e005de
 _VLLM_NPY = (VLLM_REPO, "tests/entrypoints/openai/test_return_routed_experts.py", "184bf8130478")
 _SGLANG_IO = (SGLANG_REPO, "python/sglang/srt/managers/io_struct.py", "001067fffe33")
 ENGINE_FIELDS = {
-    "request_id": ("vllm", "moespec", "scripts/record_vllm.py", "this repository"),
+    "request_id": ("vllm", VLLM_REPO, "vllm/entrypoints/scale_out/token_in_token_out/protocol.py", "006ebac240f3"),
     "prompt_token_ids": ("vllm", *_VLLM_SERVING),
     "outputs": ("vllm", *_VLLM_SERVING),
     "index": ("vllm", *_VLLM_SERVING),
@@ -281,8 +281,8 @@ def _vllm_record(record: Any, n: int) -> _VllmRecord:
         sampling = request.get("sampling_params") if isinstance(request.get("sampling_params"), dict) else {}
         start = request.get("routed_experts_prompt_start", sampling.get("routed_experts_prompt_start"))
     start = _nonneg_int(start, where, "routed_experts_prompt_start")
-    if isinstance(record, dict) and "choices" in record:  # OpenAI-compatible server response
-        rid = str(record.get("id", n))
+    if isinstance(record, dict) and "choices" in record:  # an OpenAI or tokens-in/tokens-out server response
+        rid = str(record.get("id", record.get("request_id", n)))   # /inference/v1/generate: request_id, no id
         where = f"vLLM request {rid!r}"
         usage = record.get("usage") or {}
         if not isinstance(usage, dict):
@@ -291,8 +291,12 @@ def _vllm_record(record: Any, n: int) -> _VllmRecord:
         if not isinstance(choices, list):
             raise ValueError(f"{where}: choices must be a list; found {_describe(choices)}")
         P = _nonneg_int(usage.get("prompt_tokens"), where, "usage.prompt_tokens")
-        if P is None and choices and isinstance(choices[0], dict):  # return_token_ids=true puts them on the choice
+        if P is None:   # return_token_ids=true: on the response (generate) or the choice (completions)
+            P = _count(record.get("prompt_token_ids"), where, "prompt_token_ids")
+        if P is None and choices and isinstance(choices[0], dict):
             P = _count(choices[0].get("prompt_token_ids"), where, "choices[0].prompt_token_ids")
+        if P is None:   # /inference/v1/generate sends the prompt as the request's token ids
+            P = _count(request.get("token_ids"), where, "request.token_ids")
         return _VllmRecord(rid, P, record.get("prompt_routed_experts"), choices, start,
                            _nonneg_int(usage.get("completion_tokens"), where, "usage.completion_tokens"))
     rid = _field(record, "request_id")
@@ -305,15 +309,26 @@ def _vllm_record(record: Any, n: int) -> _VllmRecord:
                        _field(record, "prompt_routed_experts"), list(outputs or []), start, None)
 
 
-def _vllm_sequences(outputs: Iterable[Any], layout: str, prompt_start: int | None = None
-                    ) -> tuple[list[EngineSequence], set[str], set[str]]:
+def _vllm_sequences(outputs: Iterable[Any], layout: str, prompt_start: int | None = None,
+                    prompt_length: int | None = None) -> tuple[list[EngineSequence], set[str], set[str]]:
     if layout not in VLLM_LAYOUTS:
         raise ValueError(f"layout must be one of {VLLM_LAYOUTS}, found {layout!r}")
     prompt_start = _nonneg_int(prompt_start, "from_vllm", "prompt_start")
+    prompt_length = _nonneg_int(prompt_length, "from_vllm", "prompt_length (--prompt-length)")
     seqs, layouts, payloads = [], set(), set()
     for n, out in enumerate(outputs):
         rec = _vllm_record(out, n)
         P = rec.prompt_len
+        if P is not None and prompt_length is not None and P != prompt_length:
+            raise ValueError(f"vLLM request {rec.rid!r}: the record holds a prompt of {P} tokens, prompt_length "
+                             f"(--prompt-length) {prompt_length} was given")
+        P = prompt_length if P is None else P
+        if P is None and rec.prompt_routed is None and layout != "split":
+            raise ValueError(f"vLLM request {rec.rid!r}: the prompt length is unknown: the record has no "
+                             "usage.prompt_tokens, prompt_token_ids or request token_ids (a response of "
+                             "/inference/v1/generate carries only the generated tokens); expected the request with "
+                             'the response ({"request": <its body>, "response": <the response>}: the prompt is the '
+                             "request's token_ids) or the prompt length given (--prompt-length / prompt_length)")
         if not rec.completions:
             raise ValueError(f"vLLM request {rec.rid!r}: no completion outputs")
         for i, comp in enumerate(rec.completions):
@@ -414,9 +429,10 @@ def decode_sglang(payload: str, num_layers: int, top_k: int, where: str = "SGLan
                          f"(nested lists are vLLM's layout: read it with --engine vllm)")
     if not isinstance(payload, (str, bytes)):
         raise ValueError(f"{where}: routed_experts must be a base64 string, found {_describe(payload)}")
-    if dtype not in SGLANG_DTYPES:
+    if not isinstance(dtype, str) or dtype.strip().lower() not in SGLANG_DTYPES:   # as SGLang's own decoder
         raise ValueError(f"{where}: routed_experts_dtype {dtype!r} is not one of SGLang's wire dtypes "
                          f"{sorted(SGLANG_DTYPES)}")
+    dtype = dtype.strip().lower()
     try:
         raw = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -558,8 +574,44 @@ def _dense_layers(seqs: Sequence[EngineSequence], L: int, dense_layers, spec, en
             raise ValueError(f"{who}: dense_layers {routed} hold nonzero expert ids; a dense layer's "
                              f"placeholder rows are all zero")
     if len(dense) == L:
-        raise ValueError(f"{who}: every one of the {L} layers is all zeros: no routed layer left")
+        raise ValueError(f"{who}: {NOT_CAPTURED}: every expert id of every one of the {L} layers is 0 in every "
+                         f"request (no routed layer left); {NOT_CAPTURED_HINT}")
     return dense, [l for l in range(L) if l not in dense]
+
+
+#: The refusal of a dump whose ids are the engine's zero-filled buffer, not the router's choice.
+NOT_CAPTURED = "routing not captured by this backend"
+NOT_CAPTURED_HINT = ("the engine returned its capture buffer's fill, not the router's choices (vLLM issue 44116, PR "
+                     "49184: MoE kernels that route inside the kernel, FlashInfer TRT-LLM/CUTLASS, bypass the capture; "
+                     "vLLM's Triton MoE backend captures); record again with a backend that captures routing")
+#: Tokens a layer must hold one id for before it counts as constant routing (with top_k 1 a short
+#: dump can route every token to one expert).
+CONSTANT_MIN_TOKENS = 8
+
+
+def _refuse_uncaptured(seqs: Sequence[EngineSequence], keep: list[int], layer_index: list[int], who: str) -> None:
+    """Refuse routing the engine did not capture: with top_k >= 2 a (token, layer) whose k ids are
+    all 0 (a token's experts are distinct, so only an unwritten buffer row holds k zeros), and at
+    any top_k a routed layer that sends every token of every request to the same experts (at least
+    :data:`CONSTANT_MIN_TOKENS` tokens)."""
+    k = seqs[0].ids.shape[2]
+    tokens = sum(s.ids.shape[0] for s in seqs)
+    if k >= 2:
+        for s in seqs:
+            zero = (s.ids[:, keep, :] == 0).all(axis=2)
+            if zero.any():
+                t, j = (int(i) for i in np.argwhere(zero)[0])
+                raise ValueError(f"{who} request {s.doc_id!r}: {NOT_CAPTURED}: token {s.first_position + t}, "
+                                 f"layer {layer_index[j]} holds expert 0 in all {k} slots ({int(zero.sum())} such "
+                                 "(token, layer) rows in the request), which no router chooses (a token's experts "
+                                 f"are distinct); {NOT_CAPTURED_HINT}, or a dense layer's placeholder kept "
+                                 "(dense_layers)")
+    for j, l in enumerate(keep):
+        rows = np.unique(np.sort(np.concatenate([s.ids[:, l, :] for s in seqs]), axis=1), axis=0)
+        if len(rows) == 1 and tokens >= CONSTANT_MIN_TOKENS:
+            raise ValueError(f"{who}: {NOT_CAPTURED}: layer {layer_index[j]} routes every one of the {tokens} "
+                             f"tokens to the same expert(s) {rows[0].tolist()} (constant routing); "
+                             f"{NOT_CAPTURED_HINT}")
 
 
 def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int | None = None,
@@ -591,6 +643,7 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
         raise ValueError(f"{who}: the number of experts N is unknown: pass num_experts or the model config")
     dense, layer_index = _dense_layers(seqs, L, dense_layers, spec, engine)
     keep = [l for l in range(L) if l not in dense]
+    _refuse_uncaptured(seqs, keep, layer_index, who)
 
     docs, ids, prompt, generated, firsts, skipped = [], [], [], [], [], empty
     for s in seqs:
@@ -617,6 +670,12 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
     if not docs:
         raise ValueError(f"{who}: no {tokens} tokens in any of the {len(seqs)} requests")
 
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"format (--format) {fmt!r}: expected one of the storage formats {sorted(FORMATS)}")
+    if fmt is not None and (expert_bytes is not None or spec is None):   # a format that would select nothing
+        raise ValueError(f"format (--format) {fmt!r}: gives the expert bytes w_l from the model config; it has no "
+                         + ("effect beside expert_bytes (--expert-bytes), which gives them" if expert_bytes is not None
+                            else "effect without a config (--config): w_l is then 1 per layer"))
     w = expert_bytes
     fmt_used = fmt
     if w is None and spec is not None:
@@ -649,8 +708,8 @@ def build_trace(seqs: Sequence[EngineSequence], engine: str, *, num_experts: int
 
 def from_vllm(outputs: Iterable[Any], *, num_experts: int | None = None, config=None, expert_bytes=None,
               fmt: str | None = None, model: str | None = None, dense_layers="auto", tokens: str = "all",
-              layout: str = "auto", prompt_start: int | None = None, source: str | None = None,
-              meta: dict | None = None) -> RoutingTrace:
+              layout: str = "auto", prompt_start: int | None = None, prompt_length: int | None = None,
+              source: str | None = None, meta: dict | None = None) -> RoutingTrace:
     """A RoutingTrace of vLLM outputs: ``vllm.RequestOutput`` objects (engine started with
     ``enable_return_routed_experts=True``), their JSON dump (``scripts/record_vllm.py``: the same
     field names), or OpenAI ``/v1/completions``/``/v1/chat/completions`` responses (vLLM 0.21's nested
@@ -678,8 +737,11 @@ def from_vllm(outputs: Iterable[Any], *, num_experts: int | None = None, config=
             positions s .. P + G - 2), for dumps that do not record it (a record's own
             ``routed_experts_prompt_start``, or its request's, wins; the two must agree). Rows are
             placed at their true positions: ``meta["first_position"]``/``meta["positions"]``.
+        prompt_length: P, the prompt's token count, for records that do not hold it (a response of
+            ``/inference/v1/generate`` without its request: the prompt is the request's
+            ``token_ids``); a record that holds it must agree.
     """
-    seqs, layouts, payloads = _vllm_sequences(outputs, layout, prompt_start)
+    seqs, layouts, payloads = _vllm_sequences(outputs, layout, prompt_start, prompt_length)
     return build_trace(seqs, "vllm", num_experts=num_experts, config=config, expert_bytes=expert_bytes,
                        fmt=fmt, model=model, dense_layers=dense_layers, tokens=tokens, source=source,
                        meta={"layout": sorted(layouts), "vllm_payload": sorted(payloads), **(meta or {})})

@@ -28,6 +28,8 @@ from moespec.routing import RoutingTrace, distinct_share_against, mean_union
 from moespec.tables import predictions as T
 from moespec.threads import torch_threads
 from moespec.threads import untimed_threads as threads_for_untimed
+from moespec.validate import run_identity
+from moespec.validate.run_identity import stamp_frame as stamp
 
 from . import goals as G
 from .result import Result, table
@@ -46,6 +48,7 @@ class PredictionChainStudy:
         self.label = sub.label
         self.run = read_run(out)
         self.round_models = RoundModels.load(fig_dir / ROUND_MODEL_FILE)
+        run_identity.check_of_this_run([run_identity.of_file(fig_dir / ROUND_MODEL_FILE)])   # not another run's
         self.rules = predict.load_rules(sub.rules_file)
         self.rules_prov = predict.rules_provenance(sub.rules_file)
         self.m = sub.target.config.num_experts_per_tok
@@ -89,7 +92,7 @@ class PredictionChainStudy:
                                     f"record the routing of the text they verify")
         texts = {f"verified at d={f.stem.rsplit('_d', 1)[1]}": RoutingTrace.load(f) for f in files}
         shares = distinct_share_against(texts, self.wiki, ns=ns, resamples=resamples, seed=self.seed)
-        io.write_dataframe(self.fig_dir / "06_fig3_right.csv", shares.assign(subject=self.label))
+        io.write_dataframe(self.fig_dir / "06_fig3_right.csv", stamp(shares.assign(subject=self.label)))
         io.save_figure(figure3_right(shares, title=f"Figure 3 (right), {self.label}"), self.fig_dir / "06_fig3_right.png")
         widest = shares.loc[shares["difference"].abs().idxmax()]
         lines = [f"distinct share U/(nm), verified text against {self.wiki.label}: largest |difference| "
@@ -117,8 +120,9 @@ class PredictionChainStudy:
         eps = float(eps_table["eps_engine"].iloc[0])
         b = float(rows.loc[rows["kind"] == "window", "expert_bytes"].iloc[0])
         suffix = "" if state == "quiet" else f"_{state}"
-        io.write_dataframe(self.fig_dir / f"06_fits{suffix}.csv", fits.assign(subject=self.label, state=state))
-        io.write_dataframe(self.fig_dir / f"06_epsilon{suffix}.csv", eps_table.assign(subject=self.label, state=state))
+        io.write_dataframe(self.fig_dir / f"06_fits{suffix}.csv", stamp(fits.assign(subject=self.label, state=state)))
+        io.write_dataframe(self.fig_dir / f"06_epsilon{suffix}.csv",
+                          stamp(eps_table.assign(subject=self.label, state=state)))
         self.results[state] = {"rows": rows, "fits": fits, "eps": eps, "b": b, "bench_dir": bench_dir}
         return Result([f"[{state}] bench run {bench_dir.name}: {int((rows['kind'] == 'chosen').sum())} chosen-id and "
                        f"{int((rows['kind'] == 'window').sum())} window timings over {rows['layer'].nunique()} layers, "
@@ -144,7 +148,8 @@ class PredictionChainStudy:
                                                   self.sub.engine.num_layers, self.m, b, eps, grid=grid)
         r.update(metrics=metrics, curves=curves)
         suffix = "" if state == "quiet" else f"_{state}"
-        io.write_dataframe(self.fig_dir / f"06_curves{suffix}.csv", curves.assign(subject=self.label, state=state))
+        io.write_dataframe(self.fig_dir / f"06_curves{suffix}.csv",
+                           stamp(curves.assign(subject=self.label, state=state)))
         io.write_json(self.out / f"metrics{suffix}.json", {f"{v}|{d}": mm for (v, d), mm in metrics.items()})
         lines = [f"[{state}] benchmark windows {'of regime ' + repr(regime) if same else 'of every regime'}: "
                  f"{len(windows)} of {len(windows_all)}"]
@@ -179,9 +184,9 @@ class PredictionChainStudy:
         for name, tab in (("06_table3_predictions", T.table3(q, self.engine_label, self.label)),
                           ("06_table4_preregistered", T.table4(q, self.engine_label)),
                           ("06_table7_error", T.table7(q, self.engine_label, self.label)), ("06_table8_rules", t8)):
-            io.write_dataframe(self.fig_dir / f"{name}.csv", tab)
+            io.write_dataframe(self.fig_dir / f"{name}.csv", stamp(tab))
         goals = pd.concat(goals, ignore_index=True).assign(subject=self.label)
-        io.write_dataframe(self.fig_dir / "06_goals.csv", goals)
+        io.write_dataframe(self.fig_dir / "06_goals.csv", stamp(goals))
         curves, eps = self.results["quiet"]["curves"], self.results["quiet"]["eps"]
         title = f"{self.engine_label}, {self.label}; eps = {eps:.3f}, verify passes timed in decode loops (quiet machine)"
         scores = scores_by_state["quiet"]

@@ -54,6 +54,7 @@ from moespec.tables import oracle as tables
 from moespec.tables import oracle_appendix_a as tables_a
 from moespec.tables.paper2_map import paper2_map
 from moespec.threads import untimed_threads as untimed
+from moespec.validate import run_identity
 
 from .result import Result
 from .whole_model import ROUND_MODEL_FILE
@@ -402,6 +403,8 @@ class SspOracleStudy:
         models = {name: A.cost_model_from_fits(f.target_cost, f.draft, label=f"fitted, {name}")
                   for name, f in self.fits.items()}
         round_model_path = self.fig_dir / ROUND_MODEL_FILE
+        if round_model_path.exists():   # notebook 05's file of this run, not one copied from another
+            run_identity.check_of_this_run([run_identity.of_file(round_model_path)])
         round_cost = (A.round_cost_model(RoundModels.load(round_model_path), models[headline.label],
                                          self.headline_rounds) if round_model_path.exists() else None)
         self.oracle_headline = round_cost.label if round_cost is not None else headline.label

@@ -61,6 +61,7 @@ from moespec.routing import RoutingTrace
 from moespec.runstats import machine_adjust as MA
 from moespec.tables.predictions import oracle_cells
 from moespec.tables.rounds import protocol_table, round_terms_table
+from moespec.validate import run_identity
 
 from . import goals as G
 from . import summaries as SM
@@ -148,7 +149,7 @@ class WholeModelStudy:
 
     def _write(self, name: str, df: pd.DataFrame, figure: bool = True) -> None:
         io.write_dataframe((self.fig_dir if figure else self.out) / name,
-                           df.assign(subject=self.label) if figure else df)
+                           run_identity.stamp_frame(df.assign(subject=self.label)) if figure else df)
 
     def _drafts(self, costs) -> dict:
         """The subject's draft widened to each draft cost, built once per cost (the calibration and
@@ -411,7 +412,7 @@ class WholeModelStudy:
             io.write_dataframe(self.out / real_draft_file(state), measured)
             io.write_dataframe(self.out / "draft_cost_ratios.csv", ratios)
             self._write("05_draft_cost_ratios.csv", ratios)
-            io.write_json(self._fig("05_draft_cost_stop.json"), {**stop, "subject": self.label})
+            io.write_json(self._fig("05_draft_cost_stop.json"), run_identity.stamp_doc({**stop, "subject": self.label}))
             self._write("05_real_draft.csv", summ)
             refs = DC.paper_references()
             full = self.profile == "full"
@@ -438,8 +439,8 @@ class WholeModelStudy:
         ``run.json`` (with the order of the phases, and ``record_fields``: what the notebook adds,
         e.g. ``subject_args``, which notebook 06 reads)."""
         models = RoundModels(self.models, self.order)
-        models.save(self._fig(ROUND_MODEL_FILE))
-        io.write_dataframe(self._fig("05_round_terms.csv"), round_terms_table(self.models))
+        models.save(self._fig(ROUND_MODEL_FILE), run=run_identity.current().record())
+        io.write_dataframe(self._fig("05_round_terms.csv"), run_identity.stamp_frame(round_terms_table(self.models)))
         quiet = self.results["models quiet"]["depth"]
         proto = protocol_table(self.grid, quiet)
         self._write("05_verify_protocols.csv", proto)

@@ -10,7 +10,9 @@ expected and what was found:
 * :mod:`.parameters`: notebook parameters, typed from their defaults, with their ranges;
 * :mod:`.outputs`: output paths checked before the work, private folders;
 * :mod:`.reference`: the papers' published tables recognised by a content digest;
-* :mod:`.invariants`: what the theory needs of its inputs (byte shares, a trace that fits its model).
+* :mod:`.invariants`: what the theory needs of its inputs (byte shares, a trace that fits its model);
+* :mod:`.run_identity`: the stamp a run writes into its files, and the check that files read
+  together are of one run, one machine, one subject and, per state, of their machine state.
 """
 
 from .errors import InputError, refuse

@@ -97,6 +97,13 @@ def parse_csv(path: str | Path, what: str = "table", error: type[InputError] = I
     file named (never a pandas or decoding error of its own)."""
     path = Path(path)
     text = _text(path, what, error)
+    header = text.split("\n", 1)[0]
+    for sep, name in (("\t", "tab"), (";", "semicolon")):
+        if "sep" not in read_kwargs and "," not in header and sep in header:
+            raise error(f"{path}: header: expected comma-separated columns (a CSV table); found one column holding "
+                        f"{name} characters ({header[:60]!r}): a {name}-separated file; write it with commas",
+                        where=str(path), field="header", expected="comma-separated columns",
+                        found=f"{name}-separated")
     try:
         return pd.read_csv(_io.StringIO(text), **read_kwargs)
     except pd.errors.EmptyDataError:
