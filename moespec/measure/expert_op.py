@@ -303,6 +303,8 @@ def profile_config(profile: str, model: str = "olmoe", fmt: str = "f32", backend
     ``role="transfer"``: a model of Figure 7's transfer test: one layer, windows only at
     n = 2, 4, 6, 8. ``quick``: shapes shrunk to H=64, I=32·round(I/512) (N and m kept, expert
     sizes keep their order across models), small flush and read buffers: seconds, for tests.
+    ``full``: the flush and the reference reads sized from ``device``'s last-level cache
+    (:func:`moespec.measure.timing.flush_bytes`, :func:`~moespec.measure.timing.read_bytes`).
     """
     if profile not in ("quick", "full"):
         raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
@@ -312,6 +314,8 @@ def profile_config(profile: str, model: str = "olmoe", fmt: str = "f32", backend
         # tiny shapes that keep the models' order of expert sizes (multiples of 32 for int8 blocks)
         inter = 32 * max(1, round(spec.expert_intermediate / 512))
         common.update(hidden=64, intermediate=inter, flush_bytes=2**20, membw_bytes=2**22, warmup=1)
+    else:
+        common.update(flush_bytes=timing.flush_bytes(device), membw_bytes=timing.read_bytes(device))
     if role == "main":
         layers = (0,) if profile == "quick" else (0, spec.num_moe_layers // 2)
         cfg = dict(layers=layers, ns=tuple(range(1, 10)), u_count=3 if profile == "quick" else 5,
