@@ -72,7 +72,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--matrix-bytes", type=int, default=2304 * 1024)
     ap.add_argument("--gib", type=float, default=None,
-                    help="size of the reference read and of the probe buffer (default: the larger of 1 GiB and the flush)")
+                    help="size of the reference read and of the probe buffer (default: the larger of 1 GiB "
+                         "and the flush)")
     protocols.add_common_arguments(ap, protocol=False, membw=False, seed=False)
     args = ap.parse_args(argv)
     patterns = args.patterns.split(",")
@@ -104,7 +105,8 @@ def main(argv=None):
     io.write_dataframe(out / f"{stamp}_read_patterns.csv", df)
     protocols.write_provenance(out / f"{stamp}_read_patterns_provenance.json", args)
     r = df.iloc[0]
-    print(f"torch.sum over {nbytes / 2**30:.3g} GiB: {r.read_GBps:.1f} GB/s (rounds {r.read_min_GBps:.1f}-{r.read_max_GBps:.1f})"
+    print(f"torch.sum over {nbytes / 2**30:.3g} GiB: {r.read_GBps:.1f} GB/s"
+          f" (rounds {r.read_min_GBps:.1f}-{r.read_max_GBps:.1f})"
           + ("  WARNING: bandwidth regime changed during the run; rerun" if r.read_unsteady else ""))
     print("read probe / torch.sum, paired per round (median [q25, q75]):")
     for _, row in df.iterrows():

@@ -172,8 +172,8 @@ def check(new, base) -> tuple[int, list[str]]:
     return compared, diffs
 
 
-def time_format(new, base, model: str, fmt: str, ns, reps: int, flush_bytes: int | None, membw_bytes: int | None, seed: int,
-                protocol: str, copies: int) -> pd.DataFrame:
+def time_format(new, base, model: str, fmt: str, ns, reps: int, flush_bytes: int | None, membw_bytes: int | None,
+                seed: int, protocol: str, copies: int) -> pd.DataFrame:
     """One interleaved run of both builds for one format (module docstring, step 2)."""
     n_copies = protocols.check_protocol(protocol, copies)
     spec = get_spec(model)

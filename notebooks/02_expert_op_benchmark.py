@@ -135,7 +135,7 @@ for n in (2, 8):
     print(f"n={n}: beta_slot={at['beta_slot_GBps']:.5g} GB/s beta_dedup={at['beta_dedup_GBps']:.5g} GB/s "
           f"r={at['r']:.4f} ubar={at['ubar']:.4f} -> dedup {'faster' if at['ubar'] < at['r'] else 'slower'} (eq. 7)")
 print("per-slot / dedup bandwidth over the read ceiling of the same group, n = 1..9: "
-      + ", ".join(f"{r.slot_over_read:.2f}/{r.dedup_over_read:.2f}{' [' + r.above_read + ' > 1]' if r.above_read else ''}"
+      + ", ".join(f"{r.slot_over_read:.2f}/{r.dedup_over_read:.2f}" + (f" [{r.above_read} > 1]" if r.above_read else "")
                   for r in bw.itertuples()))
 slot_fits = fits[fits["kernel"] == "slot"]
 print("re-read cost c_re/c_u per layer: " + ", ".join(f"layer {int(r.layer)}: {r.reread_cost:.3f}"

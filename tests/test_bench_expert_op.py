@@ -126,7 +126,7 @@ def test_layer_interleave_times_the_same_passes_in_one_group(tmp_path):
     ref = expert_op.load_rows(expert_op.run(CFG, out_dir=tmp_path / "n", trace=trace(), progress=False,
                                             timer=CountingTimer()))
     key = ["layer", "n", "pass_id", "kernel", "U"]
-    timed = lambda df: sorted(map(tuple, df[df["kind"].isin(["chosen", "window"])][key].astype(str).values))  # noqa: E731
+    timed = lambda df: sorted(map(tuple, df[df["kind"].isin(["chosen", "window"])][key].astype(str).values))  # noqa
     assert timed(rows) == timed(ref)
     reads = rows[rows["kind"] == "membw"]
     assert len(reads) == 2 and set(reads["n"]) == {0}   # one read per layer group, n = 0: all n

@@ -11,9 +11,9 @@ rows) that see the same machine. A group is discarded when
   :data:`READ_DEPARTURE_SHARE` (the machine's memory bandwidth moved while the group ran). The
   read is judged (column ``judged``) only where it can say this: when it reads at least
   :func:`judged_read_bytes` (the machine's cold size, the flush of the protocol: a smaller read is
-  served by the caches, as in the quick profiles' 4 MiB reads), and when some group of the run reads within the
-  share of the median (with two groups both depart by the same share, so a larger gap says the
-  groups disagree, not which one moved); or
+  served by the caches, as in the quick profiles' 4 MiB reads), and when some group of the run
+  reads within the share of the median (with two groups both depart by the same share, so a larger
+  gap says the groups disagree, not which one moved); or
 * any of its rows carries a flag of :data:`DISCARDING_FLAGS` (the machine swapped, or a GPU
   reported a slowing throttle reason: :class:`moespec.measure.timing.MachineMonitor`).
 
@@ -96,11 +96,12 @@ def apply_rule(rows: pd.DataFrame, share: float = READ_DEPARTURE_SHARE,
     """Apply the discard rule to benchmark rows (:data:`moespec.measure.expert_op.FIELDS`).
 
     Each timed row (kind other than the reference kinds ``membw`` and ``ceiling``) and each ceiling
-    row belongs to the read row of its run with its layer and its n, else n = 0 (one group per layer). A group's read judges it (``judged``) when it
-    reads at least :func:`judged_read_bytes` and some group of its run reads within ``share``
-    of the run's median (see the module's docstring). Raises ``ValueError`` naming ``source`` and the
-    row when a timed row has no read in its run and layer, when a read time or size is not a
-    positive number, or when ``share`` is not positive.
+    row belongs to the read row of its run with its layer and its n, else n = 0 (one group per
+    layer). A group's read judges it (``judged``) when it reads at least :func:`judged_read_bytes`
+    and some group of its run reads within ``share`` of the run's median (see the module's
+    docstring). Raises ``ValueError`` naming ``source`` and the row when a timed row has no read in
+    its run and layer, when a read time or size is not a positive number, or when ``share`` is not
+    positive.
     """
     if not share > 0:
         raise ValueError(f"discard share must be > 0, found {share!r}")

@@ -2,11 +2,12 @@
 call, the layer copies handed out in turn, the read flush, the check of the bandwidth regime, the
 columns every row records, a run's stamp and output files, and the common command-line arguments.
 
-Protocols (docs/kernels.md, "Benchmark"): ``cold`` flushes the caches (a read of ``flush_bytes``,
-by default 4x the machine's last-level cache: :func:`moespec.measure.timing.flush_bytes`) before every timed call, so the weights, the code and the driver's data are all cold; ``warm-code``
-does not flush between calls but gives each call the next of several copies of the layer
-(:class:`Copies`), so its weights are cold (the other copies' reads evicted them) while the code
-and data are as warm as between consecutive layers of a model.
+Protocols (docs/kernels.md, "Benchmark"): ``cold`` flushes the caches (a read of ``flush_bytes``, by
+default 4x the machine's last-level cache: :func:`moespec.measure.timing.flush_bytes`) before every
+timed call, so the weights, the code and the driver's data are all cold; ``warm-code`` does not
+flush between calls but gives each call the next of several copies of the layer (:class:`Copies`),
+so its weights are cold (the other copies' reads evicted them) while the code and data are as warm
+as between consecutive layers of a model.
 
 The scripts set ``THP_MEM_ALLOC_ENABLE`` (transparent huge pages for torch's allocations) before
 importing torch; the rows record it (:func:`run_columns`).

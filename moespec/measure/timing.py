@@ -4,9 +4,10 @@ between passes, several callables interleaved in one run, and a record of the ma
 Paper 1, Section 2 and Appendix E: each time is the median over repetitions of one expert
 operation, run after a cache flush (the paper's is 256 MiB). Here the flush is sized from the
 machine's last-level cache (:func:`flush_bytes`: four times the cache, never below the paper's
-256 MiB), and so are the reference reads, so that both are served by memory. Two kernels are compared only inside one run with
-their repetitions interleaved (round-robin), so that a drift of the machine's bandwidth (on a
-shared CPU it drifts by tens of percent within minutes) falls on both alike.
+256 MiB), and so are the reference reads (:func:`read_bytes`), so that both are served by memory.
+Two kernels are compared only inside one run with their repetitions interleaved (round-robin), so
+that a drift of the machine's bandwidth (on a shared CPU it drifts by tens of percent within
+minutes) falls on both alike.
 
 Clocks: ``time.perf_counter_ns`` on the CPU; CUDA events on a GPU (created on first use, so
 importing this module makes no CUDA call). Tests inject a fake clock.

@@ -28,7 +28,8 @@ def _flag_note(flags: list[tuple[str, int, str]]) -> str:
     if not flags:
         return ""
     causes = sorted({c.split(": ", 1)[-1] for _, _, text in flags for c in text.split("; ")})
-    where = ", ".join(f"{m} n = {n}" for m, n, _ in flags[:6]) + (f" and {len(flags) - 6} more" if len(flags) > 6 else "")
+    where = ", ".join(f"{m} n = {n}" for m, n, _ in flags[:6])
+    where += f" and {len(flags) - 6} more" if len(flags) > 6 else ""
     return (f" Red rings: a kernel's share of the read ceiling is above 1 beyond the probe's spread ({where}); "
             f"likely cause: {'; '.join(causes)}.")
 

@@ -208,7 +208,8 @@ def expert_op_fits(run: RunFiles) -> str:
     ]
     bw = run.csv("02_bandwidth_by_n.csv")
     nb = run.notebook("02_expert_op_benchmark")["parameters"]
-    read = "read bandwidth" if "read_probe" not in bw else f"read ceiling ({', '.join(dict.fromkeys(bw['read_probe']))})"
+    read = ("read bandwidth" if "read_probe" not in bw
+            else f"read ceiling ({', '.join(dict.fromkeys(bw['read_probe'].astype(str)))})")
     return (md_table(["", "here", "paper 1 (their hardware)"], rows) + _above_read_note(bw)
             + f"\n\n({ours.source}; {ours.engine}, model shape {ours.model}, {read} of the run "
             f"{span(bw['read_GBps'], 1)} GB/s; notebook 02 ran with backend {nb.get('backend')}, format "
