@@ -188,6 +188,10 @@ def test_bandwidth_by_n_divides_by_the_ceiling_and_flags_above_it():
     assert old["read_probe"].tolist() == ["torch.sum"] * 2 and old["read_GBps"].tolist() == pytest.approx([10, 10])
     assert old.loc[2, "above_read_cause"] == f"slot: {ceiling.CAUSE_UNKNOWN}"
     assert expert_op.read_bandwidth(_rows())["probe"] == "lanes"
+    # a probe slower than torch.sum: torch.sum is the ceiling (the ceiling is never below it)
+    slow = _rows()
+    slow.loc[slow["kind"] == "ceiling", ["t_median_s", "t_q25_s"]] = 0.2
+    assert bandwidth_by_n(slow)["read_probe"].tolist() == ["torch.sum"] * 2
     assert expert_op.read_bandwidth(_rows(), reference="sum")["median_GBps"] == pytest.approx(10.0)
 
 

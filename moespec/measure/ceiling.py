@@ -12,8 +12,9 @@ expert call streams its gate, up and down matrices. The buffers together hold
 :func:`moespec.measure.timing.read_bytes` (more than the caches hold, so it is a read of memory).
 Each pattern is one callable of the interleaved rounds (:func:`moespec.measure.timing.time_interleaved`,
 a cache flush before each call, as before each kernel call); the ceiling is the pattern with the
-highest median bandwidth (:meth:`ReadCeiling.summary`). ``torch.sum`` over its own buffer stays
-beside it as a second reference. On a CUDA device (and on a CPU without the extension) the patterns
+highest median bandwidth (:meth:`ReadCeiling.summary`), or the ``torch.sum`` read of the same rounds
+where that is faster (the benchmarks take the larger), which also stays beside it as a second
+reference. On a CUDA device (and on a CPU without the extension) the patterns
 are torch's own reads (:data:`TORCH_PATTERNS`).
 
 A share above 1 beyond the spread of the shares (:func:`above`) is flagged with its likely cause

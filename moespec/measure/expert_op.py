@@ -251,14 +251,13 @@ SUM_PROBE = "torch.sum"
 def read_groups(rows: pd.DataFrame, reference: str = "ceiling") -> pd.DataFrame:
     """Per interleaved group (run, layer, the read's n), the reference read timed in it, GB/s:
     ``read_GBps`` (bytes over the median time), ``read_hi_GBps`` (over the first quartile: the
-    reference's fast end) and ``read_probe`` (what read). ``reference="ceiling"``: the read ceiling's
-    best pattern in the group (rows of kind ``ceiling``); a run without them (timed before the
-    ceiling existed) gives its ``torch.sum`` read. ``"sum"``: the ``torch.sum`` read (kind ``membw``)."""
+    reference's fast end) and ``read_probe`` (what read). ``reference="ceiling"``: the read ceiling,
+    the fastest read of the group by median among the ceiling's patterns (rows of kind ``ceiling``)
+    and the ``torch.sum`` read (so never below it; a run without ceiling rows gives its ``torch.sum``
+    read). ``"sum"``: the ``torch.sum`` read (kind ``membw``)."""
     if reference not in ("ceiling", "sum"):
         raise ValueError(f"reference must be 'ceiling' or 'sum', found {reference!r}")
-    r = rows[rows["kind"] == ("ceiling" if reference == "ceiling" else "membw")]
-    if r.empty and reference == "ceiling":
-        return read_groups(rows, "sum")
+    r = rows[rows["kind"].isin(REFERENCE_KINDS if reference == "ceiling" else ("membw",))]
     if r.empty:
         raise ValueError("no read-bandwidth rows (kind 'membw') in these rows")
     nbytes, t = pd.to_numeric(r["requested_bytes"]), pd.to_numeric(r["t_median_s"])
@@ -266,7 +265,7 @@ def read_groups(rows: pd.DataFrame, reference: str = "ceiling") -> pd.DataFrame:
     out = pd.DataFrame({"run_id": r["run_id"].astype(str) if "run_id" in r else "",
                         "layer": pd.to_numeric(r["layer"]).astype(int), "n": pd.to_numeric(r["n"]).astype(int),
                         "read_GBps": nbytes / t / 1e9, "read_hi_GBps": nbytes / t25 / 1e9,
-                        "read_probe": r["kernel"].astype(str) if reference == "ceiling" else SUM_PROBE})
+                        "read_probe": r["kernel"].astype(str).where(r["kind"] == "ceiling", SUM_PROBE)})
     best = out.groupby(["run_id", "layer", "n"], sort=False)["read_GBps"].idxmax()
     return out.loc[best.to_numpy()].reset_index(drop=True)
 
