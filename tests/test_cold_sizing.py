@@ -239,3 +239,30 @@ def test_breadth_rows_flag_a_lower_quartile_above_one():
     bw = breadth_bandwidths(pd.DataFrame(rows))
     assert bw["slot_above_read"].tolist() == [True, True] and not bw["dedup_above_read"].any()
     assert set(bw["slot_above_read_cause"]) == {ceiling.CAUSE_FLUSH} and set(bw["dedup_above_read_cause"]) == {""}
+
+
+def test_report_shows_the_new_columns_where_present_and_the_flag():
+    from moespec.report.format import named_table
+    from moespec.report.sections import _above_read_note
+
+    old = pd.DataFrame({"n": [1, 2], "slot_over_read": [1.07, 1.08]})
+    new = old.assign(read_probe="lanes", above_read=["", "slot"], above_read_cause=["", f"slot: {ceiling.CAUSE_PROBE}"])
+    cols = "n,read_probe?,slot_over_read,above_read?"
+    assert named_table(old, "t.csv", cols).splitlines()[2] == "| n | slot_over_read |"
+    assert named_table(new, "t.csv", cols).splitlines()[2] == "| n | read_probe | slot_over_read | above_read |"
+    assert _above_read_note(old) == ""
+    assert "at most 1" in _above_read_note(new.assign(above_read=""))
+    assert _above_read_note(new).endswith(f"n = 2 slot: {ceiling.CAUSE_PROBE}.")
+
+
+def test_benchmark_provenance_records_the_cache_and_sizes(tmp_path):
+    import json
+
+    from moespec.measure import protocols
+
+    rec = json.loads(protocols.write_provenance(tmp_path / "p.json", {"flush_mib": 512, "membw_gib": 2.0}).read_text())
+    cold = rec["cold"]
+    assert (cold["flush_bytes"], cold["read_bytes"]) == (512 * MiB, 2 * GiB)
+    assert cold["cold_bytes"] == timing.flush_bytes(cache=cold["cache"]) and cold["cache"] == rec["hardware"]["cpu"]["llc"]
+    mine = json.loads(protocols.write_provenance(tmp_path / "q.json", {"threads": 2}).read_text())["cold"]
+    assert mine["flush_bytes"] == mine["cold_bytes"] and mine["read_bytes"] == timing.read_bytes(cache=mine["cache"])
