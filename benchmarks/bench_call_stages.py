@@ -72,7 +72,7 @@ def summarize(records, expert_bytes: int) -> dict:
 
 
 
-def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_bytes: int, seed: int,
+def bench_format(model: str, fmt: str, ns, reps: int, flush_bytes: int | None, membw_bytes: int | None, seed: int,
                  protocol: str = "cold", copies: int = 3) -> pd.DataFrame:
     """One run for one format: ``reps`` rounds; returns one row per n.
 
@@ -137,7 +137,7 @@ def main(argv=None):
     out = protocols.kernels_dir()
     frames = []
     for fmt in args.fmts.split(","):
-        df = bench_format(args.model, fmt, ns, args.reps, args.flush_mib * 2**20, int(args.membw_gib * 2**30), args.seed,
+        df = bench_format(args.model, fmt, ns, args.reps, *protocols.sizes(args), args.seed,
                           protocol=args.protocol, copies=args.copies)
         frames.append(df)
         io.write_dataframe(out / f"{stamp}_stages.csv", pd.concat(frames))  # rows as they come

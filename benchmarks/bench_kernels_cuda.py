@@ -11,10 +11,12 @@ format and ids, not on values), each format and each pass size n = 1..9, one int
 * the peers (``--peers``; ``moespec.measure.cuda_peers``): torch's per-expert matmuls and
   ``torch._grouped_mm`` (bf16, where torch has it) on the same weights and routing, each replayed
   from a CUDA graph (GPU time only, like our ops' timing);
-* a read of ``--membw-gib`` GiB (``torch.sum``): the GPU's read bandwidth in the same run.
+* a read of ``--membw-gib`` GiB (``torch.sum``; default the larger of 1 GiB and the flush): the GPU's read
+  bandwidth in the same run.
 
 Cache protocols (``--protocols``), so that the weights come from HBM: ``flush`` writes and reads a
-256 MiB buffer before every call (paper 1, Appendix E; it leaves the L2 full of dirty lines that
+buffer of 4x the GPU's L2, at least 256 MiB (paper 1, Appendix E: 256 MiB; ``timing.flush_bytes``), before
+every call (it leaves the L2 full of dirty lines that
 the next call's reads must write back first); ``rotate`` keeps ``--copies`` copies of the layer and
 gives each call the next one, with no flush (the L2 then holds clean lines of other copies, as in a
 model's decode where the other layers' weights evict this layer's). Times are GPU time only
@@ -87,7 +89,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--copies", type=int, default=3, help="layer copies for the rotate protocol (>= 2)")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--membw-gib", type=float, default=1.0, help="GiB read by the bandwidth reference")
+    ap.add_argument("--membw-gib", type=float, default=None,
+                    help="GiB read by the bandwidth reference (default: the larger of 1 GiB and the flush)")
     ap.add_argument("--spin-cycles", type=int, default=500_000,
                     help="GPU clock cycles of the spin kernel that covers each call's host enqueue")
     ap.add_argument("--seed", type=int, default=0)
@@ -318,8 +321,9 @@ def main(argv=None) -> int:
     device = args.device
     ops = {"slot": torch.ops.moespec.expert_slot, "dedup": torch.ops.moespec.expert_dedup}
     timer = timing.CudaTimer(device) if args.plain_timer else timing.QueuedCudaTimer(device, args.spin_cycles)
-    flush = timing.CacheFlush(timing.FLUSH_BYTES, device)
-    read_fn, read_bytes = timing.read_bandwidth_callable(int(args.membw_gib * 2**30), device)
+    cold = timing.cold_record(device, read=None if args.membw_gib is None else int(args.membw_gib * 2**30))
+    flush = timing.CacheFlush(cold["flush_bytes"], device)
+    read_fn, read_bytes = timing.read_bandwidth_callable(cold["read_bytes"], device)
     props = torch.cuda.get_device_properties(device)
     print(f"bench_kernels_cuda: {props.name}, L2 {getattr(props, 'L2_cache_size', 0) / 2**20:.0f} MiB, "
           f"writing {out}", flush=True)
@@ -411,12 +415,13 @@ def main(argv=None) -> int:
               "GPU record (NVML)": gpus[int(device.split(":")[1]) if ":" in device else 0] if gpus else "n/a",
               "torch": torch.__version__, "CUDA (torch)": torch.version.cuda, "commit": rec["git_commit"],
               "reps": args.reps, "warm-up rounds": args.warmup, "protocols": ", ".join(args.protocols),
-              "flush": f"{timing.FLUSH_BYTES >> 20} MiB written and read before every call (protocol flush)",
+              "flush": f"{cold['flush_bytes'] >> 20} MiB written and read before every call (protocol flush; "
+                       f"{cold['rule']})",
               "rotation": f"{args.copies} layer copies, each call the next (protocol rotate)",
               "timer": ("moespec.measure.timing.CudaTimer (includes host launch overhead)" if args.plain_timer else
                         f"CUDA events after a {(timer.spin_s or 0) * 1e6:.0f} us spin kernel (GPU time only)"),
               "shapes": "shrunk to H=I=256 (--quick)" if args.quick else "published (moespec.model_shapes.PRESETS)"}
-    io.write_json(out / "provenance.json", {"args": {k: str(v) for k, v in vars(args).items()}, **rec})
+    io.write_json(out / "provenance.json", {"args": {k: str(v) for k, v in vars(args).items()}, **rec, "cold": cold})
     io.write_text(out / "report.md", report_markdown(log.rows(), header))
     print(f"wrote {out / 'report.md'} and {out / 'rows.csv'}")
     return 0

@@ -1,10 +1,11 @@
 """How this machine's read rate depends on the access pattern (issue 4; docs/kernels.md, "How the
 read pattern matters").
 
-The CPU kernels' bandwidth targets are ratios to ``torch.sum`` over 1 GiB. This script times, in
-one interleaved run with that reference (a 256 MiB read flush before every call), the extension's
-``read_probe``: threads streaming a second 1 GiB buffer in the patterns the kernels use, with a
-running sum and nothing else (``moespec/kernels/csrc/cpu/read_probe.cpp``):
+The CPU kernels' bandwidth targets are ratios to the read ceiling, the best of some of these
+patterns (``moespec.measure.ceiling``). This script times, in one interleaved run with a ``torch.sum``
+reference (a read flush of 4x the last-level cache, at least 256 MiB, before every call), the extension's
+``read_probe``: threads streaming a second buffer as large (at least 1 GiB and the flush) in the
+patterns the kernels use, with a running sum and nothing else (``moespec/kernels/csrc/cpu/read_probe.cpp``):
 
 * ``halves``: one contiguous share per thread, as a parallel ``torch.sum`` reads;
 * ``lanes``: consecutive matrices of ``--matrix-bytes`` (default: one int8 OLMoE gate matrix,
@@ -70,7 +71,9 @@ def main(argv=None):
     ap.add_argument("--prefetch", type=int, default=0, help="also with a software prefetch this many bytes ahead")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--matrix-bytes", type=int, default=2304 * 1024)
-    ap.add_argument("--gib", type=float, default=1.0, help="size of the reference read and of the probe buffer")
+    ap.add_argument("--gib", type=float, default=None,
+                    help="size of the reference read and of the probe buffer (default: the larger of 1 GiB "
+                         "and the flush)")
     protocols.add_common_arguments(ap, protocol=False, membw=False, seed=False)
     args = ap.parse_args(argv)
     patterns = args.patterns.split(",")
@@ -79,7 +82,7 @@ def main(argv=None):
         ap.error(f"unknown pattern {unknown}; known: {list(PATTERNS)}")
     torch.set_num_threads(args.threads)
     mod = build.load_cpu()
-    nbytes = int(args.gib * 2**30)
+    nbytes = timing.read_bytes() if args.gib is None else int(args.gib * 2**30)
     read, read_bytes = timing.read_bandwidth_callable(nbytes)
     buf = torch.ones(nbytes // 4)
     cells = [(p, f, d) for p in patterns for f in sorted({0, args.fmas}) for d in sorted({0, args.prefetch})]
@@ -90,7 +93,7 @@ def main(argv=None):
         return lambda: probe_ns[cell].append(mod.read_probe(buf, cell[0], args.matrix_bytes, args.threads, *cell[1:])[0])
 
     calls = {"read": read, **{c: probe(c) for c in cells}}
-    res = timing.time_interleaved(calls, reps=args.rounds, warmup=1, flush=read_flush(args.flush_mib * 2**20))
+    res = timing.time_interleaved(calls, reps=args.rounds, warmup=1, flush=read_flush(protocols.sizes(args)[0]))
     # the probe's own clock (inside the parallel region); the warm-up call's time is dropped
     df = summarize(res["read"].samples_ns, read_bytes, {c: v[1:] for c, v in probe_ns.items()}, probe_bytes)
     df["threads"] = args.threads
@@ -102,7 +105,8 @@ def main(argv=None):
     io.write_dataframe(out / f"{stamp}_read_patterns.csv", df)
     protocols.write_provenance(out / f"{stamp}_read_patterns_provenance.json", args)
     r = df.iloc[0]
-    print(f"torch.sum over {args.gib:g} GiB: {r.read_GBps:.1f} GB/s (rounds {r.read_min_GBps:.1f}-{r.read_max_GBps:.1f})"
+    print(f"torch.sum over {nbytes / 2**30:.3g} GiB: {r.read_GBps:.1f} GB/s"
+          f" (rounds {r.read_min_GBps:.1f}-{r.read_max_GBps:.1f})"
           + ("  WARNING: bandwidth regime changed during the run; rerun" if r.read_unsteady else ""))
     print("read probe / torch.sum, paired per round (median [q25, q75]):")
     for _, row in df.iterrows():

@@ -172,8 +172,8 @@ def check(new, base) -> tuple[int, list[str]]:
     return compared, diffs
 
 
-def time_format(new, base, model: str, fmt: str, ns, reps: int, flush_bytes: int, membw_bytes: int, seed: int,
-                protocol: str, copies: int) -> pd.DataFrame:
+def time_format(new, base, model: str, fmt: str, ns, reps: int, flush_bytes: int | None, membw_bytes: int | None,
+                seed: int, protocol: str, copies: int) -> pd.DataFrame:
     """One interleaved run of both builds for one format (module docstring, step 2)."""
     n_copies = protocols.check_protocol(protocol, copies)
     spec = get_spec(model)
@@ -254,8 +254,8 @@ def main(argv=None) -> int:
     ns = [int(v) for v in args.ns.split(",")]
     frames = []
     for fmt in args.fmts.split(","):
-        df = time_format(new, base, args.model, fmt, ns, args.reps, args.flush_mib * 2**20,
-                         int(args.membw_gib * 2**30), args.seed, args.protocol, args.copies)
+        df = time_format(new, base, args.model, fmt, ns, args.reps, *protocols.sizes(args), args.seed,
+                         args.protocol, args.copies)
         df["base_rev"], df["checked_outputs"] = short, compared
         frames.append(df)
         io.write_dataframe(out / f"{stamp}_compare_builds.csv", pd.concat(frames))

@@ -50,8 +50,43 @@ def _read(path: str) -> str | None:
         return None
 
 
+def _size_bytes(text: str | None) -> int:
+    """A sysfs cache size ('491520K', '32M', '1024') in bytes; 0 if unreadable."""
+    text = (text or "").strip().upper()
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in "KMG" else text
+    return int(digits) * scale if digits.isdigit() else 0
+
+
+def llc_record(cpu_root: str | Path = "/sys/devices/system/cpu") -> dict:
+    """The CPU's last-level cache as sysfs reports it (what ``lscpu`` prints): its level, the size of
+    one instance, the number of distinct instances over all CPUs and their total (``bytes``: what the
+    machine can hold). A VM may report one instance per socket or one per core; the total counts each
+    reported instance once (by its ``id``, else its ``shared_cpu_list``), so a per-core report gives
+    more, never less, than the chip holds. ``bytes`` is 0 where sysfs has no caches."""
+    instances: dict[tuple, int] = {}
+    level = 0
+    for idx in sorted(Path(cpu_root).glob("cpu[0-9]*/cache/index[0-9]*")):
+        lvl, kind = _read(str(idx / "level")), _read(str(idx / "type"))
+        if not (lvl and lvl.isdigit()) or kind == "Instruction":
+            continue
+        size = _size_bytes(_read(str(idx / "size")))
+        if not size:
+            continue
+        if int(lvl) > level:
+            level, instances = int(lvl), {}
+        if int(lvl) == level:
+            key = (_read(str(idx / "id")) or "", _read(str(idx / "shared_cpu_list")) or idx.parent.parent.name)
+            instances[key] = size
+    if not instances:
+        return {"level": None, "instance_bytes": 0, "instances": 0, "bytes": 0, "source": f"no caches in {cpu_root}"}
+    return {"level": f"L{level}", "instance_bytes": max(instances.values()), "instances": len(instances),
+            "bytes": sum(instances.values()), "source": f"sysfs ({cpu_root})"}
+
+
 def cpu_record() -> dict:
-    """CPU model, core count, cache sizes, frequency governor and memory (Linux sysfs/procfs)."""
+    """CPU model, core count, cache sizes (cpu0's, and the last-level cache's total: :func:`llc_record`),
+    frequency governor and memory (Linux sysfs/procfs)."""
     rec: dict = {"machine": platform.machine(), "logical_cpus": os.cpu_count()}
     info = _read("/proc/cpuinfo") or ""
     for line in info.splitlines():
@@ -69,6 +104,7 @@ def cpu_record() -> dict:
             if level and size:
                 caches[f"L{level}{'' if kind == 'Unified' else kind[0].lower()}"] = size
     rec["caches_per_core"] = caches
+    rec["llc"] = llc_record()
     rec["governor"] = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor") or "n/a (VM)"
     mem = _read("/proc/meminfo") or ""
     for line in mem.splitlines():

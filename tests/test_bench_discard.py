@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from moespec.measure import discard
+from moespec.measure.timing import FLUSH_FLOOR_BYTES
 
 
 def _row(run, layer, n, kind, kernel, t, pass_id, flags="", nbytes=1e9):
@@ -95,10 +96,24 @@ def test_reads_that_cannot_judge_keep_their_groups():
     assert dec.groups["departure"].tolist() == pytest.approx([1 / 11, -1 / 11], rel=1e-12)
     assert dec.groups["judged"].tolist() == [False, False] and not dec.groups["discarded"].any()
     # a read smaller than the flush (served by the caches) is not judged either
-    small = hand_rows().assign(requested_bytes=discard.MIN_JUDGED_READ_BYTES - 4)
+    small = hand_rows().assign(requested_bytes=FLUSH_FLOOR_BYTES - 4)   # rows without cold_bytes: 256 MiB
     dec = discard.apply_rule(small)
     assert not dec.groups["judged"].any()
     assert dec.groups["discarded"].tolist() == [False] * 5 + [True]     # the swap still discards
+    # the run's recorded cold size (4 x a 480 MiB cache) is the least judged read: its 1 GB reads are not
+    big_cache = hand_rows().assign(cold_bytes=4 * 480 * 2**20)
+    assert not discard.apply_rule(big_cache).groups["judged"].any()
+    assert discard.apply_rule(hand_rows().assign(cold_bytes=2**28)).groups["judged"].tolist() == [True] * 4 + [True] * 2
+    assert discard.judged_read_bytes(pd.DataFrame({"cold_bytes": [2**31, "", 0]})).tolist() == [2**31] + [2**28] * 2
+
+
+def test_ceiling_rows_go_with_their_group_and_are_not_timed_rows():
+    rows = hand_rows()
+    ceiling = pd.DataFrame([_row("A", 0, n, "ceiling", "lanes", 0.09, "ceiling:lanes") for n in (1, 2, 3, 4)])
+    dec = discard.apply_rule(pd.concat([rows, ceiling], ignore_index=True))
+    assert dec.groups["timed_rows"].tolist() == discard.apply_rule(rows).groups["timed_rows"].tolist()
+    kept = dec.kept
+    assert sorted(kept.loc[kept["kind"] == "ceiling", "n"]) == [1, 2, 3]     # n = 4's group is discarded
 
 
 def test_every_group_discarded_is_refused_with_the_reasons():

@@ -45,11 +45,21 @@ def test_rows_and_sidecar(tmp_path):
     side = json.loads((run_dir / "provenance.json").read_text())
     assert side["status"] == "complete" and side["trace_source"] == "synthetic uniform (test)"
     assert "hardware" in side["provenance"] and side["config"]["model"] == "gpt-oss"
-    timed = rows[rows["kind"] != "membw"]
+    timed = rows[~rows["kind"].isin(["membw", "ceiling"])]
     # per (layer, n): chosen U grid (n=1: {4}; n=2: 4,6,8; n=3: 4,8,12) + 2 windows, both kernels
     assert len(timed) == 2 * 2 * ((1 + 2) + (3 + 2) + (3 + 2))
-    assert set(rows["kind"]) == {"chosen", "window", "membw"}
+    assert set(rows["kind"]) == {"chosen", "window", "membw", "ceiling"}
     assert (rows["kind"] == "membw").sum() == 6
+    # the read ceiling: every pattern in every group, each over its 3 buffers of 1 MiB (the probe's least)
+    ceiling = rows[rows["kind"] == "ceiling"]
+    assert len(ceiling) == 6 * 4 and set(ceiling["kernel"]) == {"halves", "lanes", "whole", "side"}
+    assert (ceiling["pass_id"] == "ceiling:" + ceiling["kernel"]).all()
+    assert set(ceiling.loc[ceiling["kernel"] == "halves", "requested_bytes"]) == {3 * 2**20}
+    # the flush and the cold size recorded beside the rows and in the sidecar
+    cold = side["cold"]
+    assert cold["flush_bytes"] == 0 and cold["read_bytes"] == 2**16 and cold["ceiling"]["buffers"] == 3
+    assert cold["cold_bytes"] == timing.flush_bytes(cache=cold["cache"])
+    assert set(rows["cold_bytes"]) == {cold["cold_bytes"]} and set(rows["flush_bytes"]) == {0}
     b = 3 * 64 * 32 * 4
     slot = timed[timed["kernel"] == "slot"]
     dedup = timed[timed["kernel"] == "dedup"]
@@ -116,7 +126,7 @@ def test_layer_interleave_times_the_same_passes_in_one_group(tmp_path):
     ref = expert_op.load_rows(expert_op.run(CFG, out_dir=tmp_path / "n", trace=trace(), progress=False,
                                             timer=CountingTimer()))
     key = ["layer", "n", "pass_id", "kernel", "U"]
-    timed = lambda df: sorted(map(tuple, df[df["kind"] != "membw"][key].astype(str).values))  # noqa: E731
+    timed = lambda df: sorted(map(tuple, df[df["kind"].isin(["chosen", "window"])][key].astype(str).values))  # noqa
     assert timed(rows) == timed(ref)
     reads = rows[rows["kind"] == "membw"]
     assert len(reads) == 2 and set(reads["n"]) == {0}   # one read per layer group, n = 0: all n

@@ -41,7 +41,15 @@ def test_notebooks_02_and_03_quick(run_notebook, tmp_path):
         assert r == pytest.approx(dedup / slot, rel=1e-3)
         assert 1 / n <= ubar <= 1
     assert re.search(r"re-read cost c_re/c_u per layer: layer 0: -?[\d.]+", text)
-    assert re.search(r"read bandwidth \(torch.sum over [\d.]+ GiB, same run\): median [\d.]+ GB/s", text)
+    m = re.search(r"read ceiling \((\w+), same run\): median ([\d.]+) GB/s", text)
+    assert m and m.group(1) in ("halves", "lanes", "whole", "side"), text
+    # the shares divide by the read ceiling, the torch.sum read beside it; the check's columns
+    bw = pd.read_csv(figures / "02_bandwidth_by_n.csv", keep_default_na=False)
+    assert np.allclose(bw["slot_over_read"], bw["beta_slot_GBps"] / bw["read_GBps"])
+    assert np.allclose(bw["dedup_over_sum"], bw["beta_dedup_GBps"] / bw["sum_GBps"])
+    assert set(bw["read_probe"]) <= {"halves", "lanes", "whole", "side"}
+    assert {"above_read", "above_read_cause"} <= set(bw)
+    assert float(m.group(2)) == pytest.approx(bw["read_GBps"].median(), abs=0.006)
     # the distinct share of the synthetic windows, checked against a plain loop over the same trace
     trace = expert_op.routing_for("olmoe", num_docs=4, doc_len=64)
     share2 = float(re.search(r"distinct share n=2: ([\d.]+)", text).group(1))
@@ -55,7 +63,7 @@ def test_notebooks_02_and_03_quick(run_notebook, tmp_path):
     assert groups["judged"].tolist() == [False]
     counts = pd.read_csv(figures / "02_discard_rule.csv").iloc[0]
     rows = expert_op.load_rows(next(bench.glob("*/rows.csv")).parent)
-    assert counts["rows_kept"] + counts["rows_discarded"] == int((rows["kind"] != "membw").sum())
+    assert counts["rows_kept"] + counts["rows_discarded"] == int((~rows["kind"].isin(["membw", "ceiling"])).sum())
     assert (counts["groups_kept"], counts["groups_discarded"]) == (1, 0)
     effect = pd.read_csv(figures / "02_discard_effect.csv")
     assert len(effect) == 9 and np.allclose(effect["r_all"], effect["r_kept"])

@@ -58,7 +58,9 @@ def test_common_arguments():
     ap = protocols.add_common_arguments(argparse.ArgumentParser(), reps=9)
     args = ap.parse_args(["--protocol", "warm-code", "--copies", "4"])
     assert (args.threads, args.flush_mib, args.reps, args.membw_gib, args.seed, args.protocol, args.copies) == \
-        (2, 256, 9, 1.0, 0, "warm-code", 4)
+        (2, None, 9, None, 0, "warm-code", 4)
+    assert protocols.sizes(args) == (None, None)           # the machine's (timing.flush_bytes, read_bytes)
+    assert protocols.sizes(ap.parse_args(["--flush-mib", "1920", "--membw-gib", "2"])) == (1920 * 2**20, 2**31)
     bare = protocols.add_common_arguments(argparse.ArgumentParser(), protocol=False, membw=False, seed=False)
     assert sorted(vars(bare.parse_args([]))) == ["flush_mib", "threads"]
     with pytest.raises(SystemExit):

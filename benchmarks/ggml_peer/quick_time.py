@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/ggml_peer/quick_time.py                    # OLMoE, f32/bf16/q8_0, 3 reps
     .venv/bin/python benchmarks/ggml_peer/quick_time.py --fmts q8_0 --reps 5
 
-One interleaved run per format (moespec.measure.timing, a 256 MiB read flush before every call,
-cold weights: the full layer is larger than the L3), random routing, round-robin over a
-``torch.sum`` over 1 GiB (this run's read bandwidth), the peer at n = 1..9, and moespec's cpp dedup
+One interleaved run per format (moespec.measure.timing, a read flush of 4x the last-level cache
+before every call, at least 256 MiB; cold weights), random routing, round-robin over a ``torch.sum``
+as large (at least 1 GiB: this run's read bandwidth), the peer at n = 1..9, and moespec's cpp dedup
 kernel at the same n. Prints ms per call and bandwidth on distinct expert bytes (U*b) over the
 read bandwidth. A smoke test with few repetitions, not the benchmark: ``bench_kernels.py`` is
 where the peer's ratios are measured.
@@ -62,7 +62,7 @@ def run_format(model: str, fmt: str, ns, reps: int, threads: int, read) -> list[
         calls[f"ggml n={n}"] = caller("ggml", n)
         calls[f"dedup n={n}"] = caller("dedup", n)
     with timing.MachineMonitor() as mon:
-        res = timing.time_interleaved(calls, reps=reps, warmup=1, flush=read_flush(timing.FLUSH_BYTES))
+        res = timing.time_interleaved(calls, reps=reps, warmup=1, flush=read_flush(timing.flush_bytes()))
     t_read = np.array(res["read"].samples_ns)
     bw_read = read[1] / np.median(t_read) * 1e9
     rows = []
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         return 1
     print(peer.version(), f"threads={args.threads}", f"THP={os.environ['THP_MEM_ALLOC_ENABLE']}",
           f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
-    read = timing.read_bandwidth_callable(2**30)
+    read = timing.read_bandwidth_callable(timing.read_bytes())
     ns = list(range(1, 10))
     for fmt in args.fmts.split(","):
         rows = run_format(args.model, fmt, ns, args.reps, args.threads, read)

@@ -158,7 +158,7 @@ def peak_memory_bytes(device: str = "cpu") -> int:
 
 
 def decode_breakdown(subjects: dict, prompts: dict, n_values=(1, 8), reps: int = 50, warmup: int = 3,
-                     read_bytes: int = 2**28, device: str = "cpu", dedup_kernels: bool = True) -> pd.DataFrame:
+                     read_bytes: int | None = None, device: str = "cpu", dedup_kernels: bool = True) -> pd.DataFrame:
     """Time every component (module docstring) of every subject in one interleaved run.
 
     ``subjects``: name -> :class:`moespec.engine.subject.Subject`; ``prompts``: name -> token ids

@@ -4,15 +4,16 @@ discarded).
 
 A group is one interleaved block of :func:`moespec.measure.expert_op.run` (all passes of a layer,
 or of one (layer, n)), timed together with a read of ``membw_bytes`` (``torch.sum``, the
-``membw`` row of the group) that sees the same machine. A group is discarded when
+``membw`` row of the group) and the read ceiling (rows of kind ``ceiling``, not counted as timed
+rows) that see the same machine. A group is discarded when
 
 * its read bandwidth departs from the median read bandwidth of its run's groups by more than
   :data:`READ_DEPARTURE_SHARE` (the machine's memory bandwidth moved while the group ran). The
   read is judged (column ``judged``) only where it can say this: when it reads at least
-  :data:`MIN_JUDGED_READ_BYTES` (the protocol's cache flush; a smaller read is served by the
-  caches, as in the quick profiles' 4 MiB reads), and when some group of the run reads within the
-  share of the median (with two groups both depart by the same share, so a larger gap says the
-  groups disagree, not which one moved); or
+  :func:`judged_read_bytes` (the machine's cold size, the flush of the protocol: a smaller read is
+  served by the caches, as in the quick profiles' 4 MiB reads), and when some group of the run
+  reads within the share of the median (with two groups both depart by the same share, so a larger
+  gap says the groups disagree, not which one moved); or
 * any of its rows carries a flag of :data:`DISCARDING_FLAGS` (the machine swapped, or a GPU
   reported a slowing throttle reason: :class:`moespec.measure.timing.MachineMonitor`).
 
@@ -29,13 +30,21 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from moespec.measure.timing import FLUSH_BYTES
+from moespec.measure.ceiling import REFERENCE_KINDS
+from moespec.measure.timing import FLUSH_FLOOR_BYTES
 
 #: Largest share by which a group's read bandwidth may depart from its run's median read
 #: bandwidth (docs/bench.md gives the committed run's departures this was chosen from).
 READ_DEPARTURE_SHARE = 0.05
-#: Smallest read that measures the memory rather than the caches (the 256 MiB flush of the protocol).
-MIN_JUDGED_READ_BYTES = FLUSH_BYTES
+def judged_read_bytes(reads: pd.DataFrame) -> pd.Series:
+    """Per read row, the smallest read that measures the memory rather than the caches: the
+    machine's cold size the run recorded (column ``cold_bytes``: :func:`moespec.measure.timing.flush_bytes`
+    where it ran), else the paper's 256 MiB flush (:data:`~moespec.measure.timing.FLUSH_FLOOR_BYTES`,
+    the flush of runs that predate the column)."""
+    cold = pd.to_numeric(reads["cold_bytes"], errors="coerce") if "cold_bytes" in reads else None
+    if cold is None:
+        return pd.Series(float(FLUSH_FLOOR_BYTES), index=reads.index)
+    return cold.where(cold > 0, float(FLUSH_FLOOR_BYTES)).fillna(float(FLUSH_FLOOR_BYTES))
 #: Flag prefixes of :class:`moespec.measure.timing.MachineMonitor` that discard a group.
 DISCARDING_FLAGS = ("swap", "gpu_throttle")
 #: Columns the rule adds to each row.
@@ -86,12 +95,13 @@ def apply_rule(rows: pd.DataFrame, share: float = READ_DEPARTURE_SHARE,
                source: str = "expert-operation rows") -> DiscardDecision:
     """Apply the discard rule to benchmark rows (:data:`moespec.measure.expert_op.FIELDS`).
 
-    Each timed row (kind other than ``membw``) belongs to the read row of its run with its layer
-    and its n, else n = 0 (one group per layer). A group's read judges it (``judged``) when it
-    reads at least :data:`MIN_JUDGED_READ_BYTES` and some group of its run reads within ``share``
-    of the run's median (see the module's docstring). Raises ``ValueError`` naming ``source`` and the
-    row when a timed row has no read in its run and layer, when a read time or size is not a
-    positive number, or when ``share`` is not positive.
+    Each timed row (kind other than the reference kinds ``membw`` and ``ceiling``) and each ceiling
+    row belongs to the read row of its run with its layer and its n, else n = 0 (one group per
+    layer). A group's read judges it (``judged``) when it reads at least :func:`judged_read_bytes`
+    and some group of its run reads within ``share`` of the run's median (see the module's
+    docstring). Raises ``ValueError`` naming ``source`` and the row when a timed row has no read in
+    its run and layer, when a read time or size is not a positive number, or when ``share`` is not
+    positive.
     """
     if not share > 0:
         raise ValueError(f"discard share must be > 0, found {share!r}")
@@ -115,7 +125,7 @@ def apply_rule(rows: pd.DataFrame, share: float = READ_DEPARTURE_SHARE,
                            "read_GBps": (nbytes / t / 1e9).to_numpy()})
     groups["run_median_GBps"] = groups.groupby("run_id")["read_GBps"].transform("median")
     groups["departure"] = groups["read_GBps"] / groups["run_median_GBps"] - 1.0
-    big = (nbytes >= MIN_JUDGED_READ_BYTES).to_numpy()
+    big = (nbytes >= judged_read_bytes(reads)).to_numpy()
     within = pd.Series(big & (groups["departure"].abs() <= share).to_numpy(), index=groups.index)
     groups["judged"] = big & within.groupby(groups["run_id"]).transform("any").to_numpy()
     group_of = {(r, l, k): i for i, (r, l, k) in zip(groups.index, zip(groups["run_id"], groups["layer"], groups["n"]))}
@@ -135,7 +145,8 @@ def apply_rule(rows: pd.DataFrame, share: float = READ_DEPARTURE_SHARE,
         if r["judged"] and abs(r["departure"]) > share:
             why.insert(0, f"read {r['departure']:+.1%} from the run's median")
         reasons.append("; ".join(w for w in why if w))
-    groups["timed_rows"] = [int(((df["group"] == g) & ~is_read).sum()) for g in groups.index]
+    timed = ~df["kind"].isin(REFERENCE_KINDS)
+    groups["timed_rows"] = [int(((df["group"] == g) & timed).sum()) for g in groups.index]
     groups["discard_reason"] = reasons
     groups["discarded"] = groups["discard_reason"] != ""
     df["discarded"] = df["group"].map(groups["discarded"]).astype(bool)

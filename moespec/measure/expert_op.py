@@ -4,10 +4,12 @@ For a model spec (published shapes with random weights, or real weights passed i
 chosen layer: (a) passes with chosen ids at a grid of U from heavy repetition (U = m) to none
 (U = min(N, n·m)); (b) windows of n consecutive tokens copied from routing (a recorded
 :class:`~moespec.routing.RoutingTrace`, or a synthetic one, labelled as such); both kernels on
-every pass, and a read of ``membw_bytes`` (``torch.sum``) for the machine's read bandwidth, all
-timed round-robin in one interleaved group per layer (or per (layer, n)). Rows are written as each
-group finishes (RowLog); an interrupted run resumes at the first group not on disk. Provenance goes
-to a JSON sidecar.
+every pass, the read ceiling (:class:`moespec.measure.ceiling.ReadCeiling`: the best of the
+kernels' read patterns, rows of kind ``ceiling``) and a read of ``membw_bytes`` (``torch.sum``, kind
+``membw``), all timed round-robin in one interleaved group per layer (or per (layer, n)), each call
+after a cache flush sized from the machine's last-level cache (:func:`moespec.measure.timing.flush_bytes`).
+Rows are written as each group finishes (RowLog); an interrupted run resumes at the first group not
+on disk. Provenance goes to a JSON sidecar, with the cache, the flush and the ceiling (``cold``).
 
 Run folder: ``<out_dir>/<run_id>/rows.csv`` and ``provenance.json``.
 """
@@ -30,6 +32,7 @@ from tqdm.auto import tqdm
 from moespec import io, paths, provenance
 from moespec.kernels import ExpertWeights, expert_forward, resolve_backend
 from moespec.measure import timing
+from moespec.measure.ceiling import PREFIX, REFERENCE_KINDS, ReadCeiling
 from moespec.measure.ids import chosen_ids, trace_windows, u_grid
 from moespec.model_shapes import MoESpec, get_spec
 from moespec.routing import RoutingTrace, synthetic
@@ -38,7 +41,7 @@ from moespec.routing.stats import pass_union
 
 FIELDS = ["run_id", "model", "layer", "kind", "kernel", "backend", "fmt", "device", "n", "m", "N", "U",
           "expert_bytes", "requested_bytes", "pass_id", "window", "t_median_s", "t_q25_s", "t_q75_s",
-          "reps", "other_load", "swapped", "gpu_throttle", "flags"]
+          "reps", "other_load", "swapped", "gpu_throttle", "flags", "flush_bytes", "cold_bytes"]
 KEY = ["layer", "n", "pass_id", "kernel"]
 KERNELS = ("slot", "dedup")
 
@@ -49,13 +52,16 @@ class BenchConfig:
 
     ``u_count``: values of U per n, spread over the reachable range (None: every reachable U;
     0: no chosen-id passes, windows only).
-    ``windows_per_n``: windows of routing per n and layer. ``membw_bytes``: bytes of the read-
-    bandwidth reference (>= 1 GiB for Figure 2; tests use less). ``hidden``/``intermediate``
+    ``windows_per_n``: windows of routing per n and layer. ``flush_bytes``: the cache flush before
+    every call (None: the machine's, :func:`moespec.measure.timing.flush_bytes`). ``membw_bytes``:
+    bytes of the reference reads, ``torch.sum`` and the read ceiling (None:
+    :func:`moespec.measure.timing.read_bytes`, at least 1 GiB and more than the caches; tests use
+    less). ``hidden``/``intermediate``
     shrink the spec's shapes (the quick profile); N and m stay the model's. ``threads``: torch
     CPU threads during the run (None: leave torch's setting). One thread by default: on a shared,
     oversubscribed CPU a multi-threaded op waits at every barrier for a descheduled thread, which
-    adds milliseconds of noise to each small op; the read-bandwidth reference runs with the same
-    threads, so Figure 2 compares like with like. ``interleave``: ``"layer"`` runs all passes of a
+    adds milliseconds of noise to each small op; the read ceiling and the ``torch.sum`` read run with
+    the same threads, so Figure 2 compares like with like. ``interleave``: ``"layer"`` runs all passes of a
     layer (every n) round-robin in one group, so that the machine's drift falls on every n alike
     (rows are written when the layer finishes); ``"n"``: one group per (layer, n), finer resume.
     """
@@ -70,8 +76,8 @@ class BenchConfig:
     windows_per_n: int = 6
     reps: int = 5
     warmup: int = 1
-    flush_bytes: int = timing.FLUSH_BYTES
-    membw_bytes: int = 2**30
+    flush_bytes: int | None = None
+    membw_bytes: int | None = None
     seed: int = 0
     hidden: int | None = None
     intermediate: int | None = None
@@ -238,20 +244,52 @@ def load_rows(run_dir: Path) -> pd.DataFrame:
     return pd.read_csv(path, keep_default_na=False, na_values=[""])
 
 
-def read_bandwidth(rows: pd.DataFrame, by_n: bool = False):
-    """The read-bandwidth reference timed in this run (kind membw), GB/s: median and quartiles
-    over its groups (a dict), or with ``by_n`` a DataFrame with, per timed n, the median over the
-    groups that timed that n (with one group per (layer, n) it shows the drift between groups)."""
-    r = rows[rows["kind"] == "membw"]
+#: The ``torch.sum`` reference's name where a table names the read it divides by.
+SUM_PROBE = "torch.sum"
+
+
+def read_groups(rows: pd.DataFrame, reference: str = "ceiling") -> pd.DataFrame:
+    """Per interleaved group (run, layer, the read's n), the reference read timed in it, GB/s:
+    ``read_GBps`` (bytes over the median time), ``read_hi_GBps`` (over the first quartile: the
+    reference's fast end) and ``read_probe`` (what read). ``reference="ceiling"``: the read ceiling,
+    the fastest read of the group by median among the ceiling's patterns (rows of kind ``ceiling``)
+    and the ``torch.sum`` read (so never below it; a run without ceiling rows gives its ``torch.sum``
+    read). ``"sum"``: the ``torch.sum`` read (kind ``membw``)."""
+    if reference not in ("ceiling", "sum"):
+        raise ValueError(f"reference must be 'ceiling' or 'sum', found {reference!r}")
+    r = rows[rows["kind"].isin(REFERENCE_KINDS if reference == "ceiling" else ("membw",))]
     if r.empty:
         raise ValueError("no read-bandwidth rows (kind 'membw') in these rows")
-    bw = pd.to_numeric(r["requested_bytes"]) / pd.to_numeric(r["t_median_s"]) / 1e9
+    nbytes, t = pd.to_numeric(r["requested_bytes"]), pd.to_numeric(r["t_median_s"])
+    t25 = pd.to_numeric(r["t_q25_s"]) if "t_q25_s" in r else t
+    out = pd.DataFrame({"run_id": r["run_id"].astype(str) if "run_id" in r else "",
+                        "layer": pd.to_numeric(r["layer"]).astype(int), "n": pd.to_numeric(r["n"]).astype(int),
+                        "read_GBps": nbytes / t / 1e9, "read_hi_GBps": nbytes / t25 / 1e9,
+                        "read_probe": r["kernel"].astype(str).where(r["kind"] == "ceiling", SUM_PROBE)})
+    best = out.groupby(["run_id", "layer", "n"], sort=False)["read_GBps"].idxmax()
+    return out.loc[best.to_numpy()].reset_index(drop=True)
+
+
+def read_bandwidth(rows: pd.DataFrame, by_n: bool = False, reference: str = "ceiling"):
+    """The reference read timed in this run (:func:`read_groups`: the read ceiling, or with
+    ``reference="sum"`` the ``torch.sum`` read), GB/s: median and quartiles over its groups and the
+    probe that read (a dict), or with ``by_n`` a DataFrame with, per timed n, the median over the
+    groups that timed that n of ``read_GBps`` and ``read_hi_GBps``, and ``read_probe`` (with one group
+    per (layer, n) it shows the drift between groups)."""
+    g = read_groups(rows, reference)
     if by_n:  # a read row with n = 0 was timed in a group holding every n of its layer
-        rn = pd.to_numeric(r["n"])
-        ns = sorted(set(pd.to_numeric(rows.loc[rows["kind"] != "membw", "n"]).astype(int)))
-        return pd.DataFrame([{"n": n, "read_GBps": float(bw[(rn == n) | (rn == 0)].median())} for n in ns])
+        ns = sorted(set(pd.to_numeric(rows.loc[~rows["kind"].isin(REFERENCE_KINDS), "n"]).astype(int)))
+        out = []
+        for n in ns:
+            at = g[(g["n"] == n) | (g["n"] == 0)]
+            out.append({"n": n, "read_GBps": float(at["read_GBps"].median()),
+                        "read_hi_GBps": float(at["read_hi_GBps"].median()),
+                        "read_probe": str(at["read_probe"].mode().iloc[0]) if len(at) else ""})
+        return pd.DataFrame(out)
+    bw = g["read_GBps"]
     return {"median_GBps": float(bw.median()), "q25_GBps": float(bw.quantile(0.25)),
-            "q75_GBps": float(bw.quantile(0.75)), "groups": int(len(bw))}
+            "q75_GBps": float(bw.quantile(0.75)), "groups": int(len(bw)),
+            "probe": str(g["read_probe"].mode().iloc[0])}
 
 
 def profile_config(profile: str, model: str = "olmoe", fmt: str = "f32", backend: str = "auto",
@@ -264,6 +302,8 @@ def profile_config(profile: str, model: str = "olmoe", fmt: str = "f32", backend
     ``role="transfer"``: a model of Figure 7's transfer test: one layer, windows only at
     n = 2, 4, 6, 8. ``quick``: shapes shrunk to H=64, I=32·round(I/512) (N and m kept, expert
     sizes keep their order across models), small flush and read buffers: seconds, for tests.
+    ``full``: the flush and the reference reads sized from ``device``'s last-level cache
+    (:func:`moespec.measure.timing.flush_bytes`, :func:`~moespec.measure.timing.read_bytes`).
     """
     if profile not in ("quick", "full"):
         raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
@@ -273,6 +313,8 @@ def profile_config(profile: str, model: str = "olmoe", fmt: str = "f32", backend
         # tiny shapes that keep the models' order of expert sizes (multiples of 32 for int8 blocks)
         inter = 32 * max(1, round(spec.expert_intermediate / 512))
         common.update(hidden=64, intermediate=inter, flush_bytes=2**20, membw_bytes=2**22, warmup=1)
+    else:
+        common.update(flush_bytes=timing.flush_bytes(device), membw_bytes=timing.read_bytes(device))
     if role == "main":
         layers = (0,) if profile == "quick" else (0, spec.num_moe_layers // 2)
         cfg = dict(layers=layers, ns=tuple(range(1, 10)), u_count=3 if profile == "quick" else 5,
@@ -295,7 +337,9 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
     the newest incomplete run with the same config and trace, if any. ``reuse_complete``: return
     the newest complete run with the same config and trace instead of measuring again (notebook
     03 reads notebook 02's run this way). ``timer``/``flush`` replace the harness's clock and
-    cache flush (tests).
+    cache flush (tests). The flush and the reference reads default to the machine's sizes
+    (``config.flush_bytes``/``membw_bytes`` None: :func:`moespec.measure.timing.flush_bytes`,
+    :func:`~moespec.measure.timing.read_bytes`); the sidecar's ``cold`` records them with the cache.
     """
     spec = config.spec()
     _check_inputs(spec, trace, config)
@@ -324,7 +368,8 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
                    "started": stamp.isoformat(), "spec": dataclasses.asdict(spec), "backend_resolved": backend,
                    "trace_source": trace_source,
                    "weights": "random (published shapes)" if weights is None else "given",
-                   "provenance": provenance.full_record()}
+                   "provenance": provenance.full_record(),
+                   "cold": timing.cold_record(config.device, config.flush_bytes, config.membw_bytes)}
         if backend == GGML:   # the peer's ggml release and build, beside moespec's versions
             from moespec.measure import ggml_peer
             sidecar["ggml_version"] = ggml_peer.version()
@@ -336,27 +381,34 @@ def run(config: BenchConfig, out_dir: Path | None = None, weights=None, trace=No
     if backend == GGML:
         get_weights, forward = _ggml_weights(get_weights, config.threads), ggml_forward
     timer = timer or timing.timer_for(config.device)
-    flush = flush or timing.CacheFlush(config.flush_bytes, config.device)
+    cold = sidecar.get("cold") or timing.cold_record(config.device, config.flush_bytes, config.membw_bytes)
+    flush = flush or timing.CacheFlush(cold["flush_bytes"], config.device)
     threads_before = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
     try:
-        _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush, progress)
+        ceiling = _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush,
+                         progress, cold)
     finally:
         torch.set_num_threads(threads_before)
+    if ceiling is not None:
+        sidecar.setdefault("cold", cold)["ceiling"] = ceiling.record()
     sidecar.update(status="complete", finished=_dt.datetime.now(_dt.timezone.utc).isoformat(),
                    torch_threads=config.threads or threads_before)
     io.write_json(run_dir / "provenance.json", sidecar)
     return run_dir
 
 
-def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush, progress):
+def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, timer, flush, progress, cold):
     """Time every group not yet on disk, writing its rows as it finishes. A group is one
-    (layer, n) (``interleave="n"``) or one layer with all its n (``interleave="layer"``)."""
+    (layer, n) (``interleave="n"``) or one layer with all its n (``interleave="layer"``); each
+    times the ``torch.sum`` read and the read ceiling's patterns beside the kernels. Returns the
+    read ceiling (None when every group was on disk)."""
 
     log = io.RowLog(run_dir / "rows.csv", FIELDS, KEY)
     done = log.done_keys()
-    read_fn, read_bytes = timing.read_bandwidth_callable(config.membw_bytes, config.device)
+    read_fn, read_bytes = timing.read_bandwidth_callable(cold["read_bytes"], config.device)
+    ceiling = None
     if config.interleave == "n":
         groups = [(layer, (n,), n) for layer in config.layers for n in config.ns]
     elif config.interleave == "layer":
@@ -375,9 +427,11 @@ def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, 
             w = get_weights(layer)
             current_layer = layer
         b = int(w.bytes_per_expert)
+        if ceiling is None:   # its lanes read matrices of the layer's gate matrix (a third of an expert)
+            ceiling = ReadCeiling(cold["read_bytes"], config.device, matrix_bytes=b // 3)
         xs = {n: torch.randn(n, w.hidden_size, generator=torch.Generator().manual_seed(config.seed * 100 + n))
               .to(config.device) for n in ns}
-        calls = {"read": read_fn}
+        calls = {"read": read_fn, **ceiling.calls()}
         for i, (n, p) in enumerate(todo):
             ids = torch.as_tensor(p["ids"], device=config.device)
             order = KERNELS if i % 2 == 0 else KERNELS[::-1]  # alternate which kernel runs first
@@ -387,12 +441,15 @@ def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, 
         with timing.MachineMonitor(config.device) as mon:
             result = timing.time_interleaved(calls, config.reps, config.warmup, timer=timer, flush=flush)
         base = {"run_id": run_id, "model": spec.name, "layer": layer, "backend": backend, "fmt": w.fmt,
-                "device": config.device, "m": spec.top_k, "N": spec.num_experts, **mon.state.row()}
+                "device": config.device, "m": spec.top_k, "N": spec.num_experts, **mon.state.row(),
+                "flush_bytes": cold["flush_bytes"], "cold_bytes": cold["cold_bytes"]}
         rows = []
-        if (str(layer), str(read_n), "read", "read") not in done:
-            rows.append({**base, "n": read_n, "kind": "membw", "kernel": "read", "U": "", "expert_bytes": "",
-                         "requested_bytes": read_bytes, "pass_id": "read", "window": "",
-                         **result["read"].row()})
+        refs = [("membw", "read", "read", read_bytes)] + [
+            ("ceiling", p, PREFIX + p, ceiling.bytes[p]) for p in ceiling.patterns]
+        for kind, kernel, name, nbytes in refs:
+            if (str(layer), str(read_n), name, kernel) not in done:
+                rows.append({**base, "n": read_n, "kind": kind, "kernel": kernel, "U": "", "expert_bytes": "",
+                             "requested_bytes": nbytes, "pass_id": name, "window": "", **result[name].row()})
         for n, p in todo:
             U = pass_union(p["ids"], spec.num_experts)
             for k in KERNELS:
@@ -403,3 +460,4 @@ def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, 
                              "requested_bytes": req, "pass_id": p["pass_id"], "window": p["window"],
                              **result[f"{n}/{p['pass_id']}/{k}"].row()})
         log.extend(rows)
+    return ceiling

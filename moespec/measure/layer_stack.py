@@ -62,7 +62,7 @@ class StackConfig:
     windows: int = 4
     reps: int = 10
     warmup: int = 2
-    membw_bytes: int = 2**30
+    membw_bytes: int | None = None      # None: timing.read_bytes (at least 1 GiB and 4x the last-level cache)
     spin_cycles: int = 2_000_000
     seed: int = 0
     trace_file: str = ""

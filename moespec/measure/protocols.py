@@ -2,11 +2,12 @@
 call, the layer copies handed out in turn, the read flush, the check of the bandwidth regime, the
 columns every row records, a run's stamp and output files, and the common command-line arguments.
 
-Protocols (docs/kernels.md, "Benchmark"): ``cold`` flushes the caches (a read of ``flush_bytes``)
-before every timed call, so the weights, the code and the driver's data are all cold; ``warm-code``
-does not flush between calls but gives each call the next of several copies of the layer
-(:class:`Copies`), so its weights are cold (the other copies' reads evicted them) while the code
-and data are as warm as between consecutive layers of a model.
+Protocols (docs/kernels.md, "Benchmark"): ``cold`` flushes the caches (a read of ``flush_bytes``, by
+default 4x the machine's last-level cache: :func:`moespec.measure.timing.flush_bytes`) before every
+timed call, so the weights, the code and the driver's data are all cold; ``warm-code`` does not
+flush between calls but gives each call the next of several copies of the layer (:class:`Copies`),
+so its weights are cold (the other copies' reads evicted them) while the code and data are as warm
+as between consecutive layers of a model.
 
 The scripts set ``THP_MEM_ALLOC_ENABLE`` (transparent huge pages for torch's allocations) before
 importing torch; the rows record it (:func:`run_columns`).
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from moespec import io, paths, provenance
+from moespec.measure import timing
 
 #: The cache protocols of the kernel benchmarks (module docstring).
 PROTOCOLS = ("cold", "warm-code")
@@ -34,10 +36,11 @@ PROTOCOLS = ("cold", "warm-code")
 UNSTEADY_READ = 1.25
 
 
-def read_flush(nbytes: int) -> Callable[[], object]:
-    """A callable that evicts the caches by reading ``nbytes`` (clean lines: a write flush would
-    leave dirty lines whose write-back the next timed call pays for)."""
-    buf = torch.ones(max(1, int(nbytes) // 4))
+def read_flush(nbytes: int | None = None) -> Callable[[], object]:
+    """A callable that evicts the caches by reading ``nbytes`` (default: the machine's flush,
+    :func:`moespec.measure.timing.flush_bytes`; clean lines: a write flush would leave dirty lines
+    whose write-back the next timed call pays for)."""
+    buf = torch.ones(max(1, int(timing.flush_bytes() if nbytes is None else nbytes) // 4))
     return lambda: torch.sum(buf)
 
 
@@ -98,10 +101,22 @@ def kernels_dir() -> Path:
     return paths.ensure(paths.bench_dir() / "kernels")
 
 
-def write_provenance(path: Path, args: argparse.Namespace | dict) -> Path:
-    """The run's arguments with the machine, versions and commit (:func:`moespec.provenance.full_record`)."""
-    return io.write_json(path, {"args": dict(vars(args) if isinstance(args, argparse.Namespace) else args),
-                                **provenance.full_record()})
+def write_provenance(path: Path, args: argparse.Namespace | dict, **extra) -> Path:
+    """The run's arguments with the machine, versions and commit (:func:`moespec.provenance.full_record`),
+    the cache and the sizes the run's flush and reference reads had (``cold``:
+    :func:`moespec.measure.timing.cold_record` of ``--flush-mib``/``--membw-gib``) and ``extra``."""
+    given = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
+    cold = timing.cold_record("cpu", *sizes(argparse.Namespace(**{"flush_mib": None, **given})))
+    return io.write_json(path, {"args": given, **provenance.full_record(), "cold": cold, **extra})
+
+
+def sizes(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """The flush and the reference read of :func:`add_common_arguments`' ``--flush-mib`` and
+    ``--membw-gib`` in bytes; None where not given (the machine's:
+    :func:`moespec.measure.timing.flush_bytes`, :func:`~moespec.measure.timing.read_bytes`)."""
+    flush = None if args.flush_mib is None else int(args.flush_mib * 2**20)
+    gib = getattr(args, "membw_gib", None)
+    return flush, None if gib is None else int(gib * 2**30)
 
 
 def run_columns(fmt: str | None = None) -> dict:
@@ -126,15 +141,17 @@ def machine_line(record: dict) -> str:
 
 def add_common_arguments(ap: argparse.ArgumentParser, reps: int | None = None, protocol: bool = True,
                          membw: bool = True, seed: bool = True) -> argparse.ArgumentParser:
-    """The arguments the kernel benchmarks share: ``--threads`` (2), ``--flush-mib`` (256) and, as
-    asked, ``--reps``, ``--membw-gib`` (the reference read, 1 GiB), ``--seed`` and ``--protocol`` /
-    ``--copies``."""
+    """The arguments the kernel benchmarks share: ``--threads`` (2), ``--flush-mib`` (the machine's:
+    4x its last-level cache, at least 256 MiB) and, as asked, ``--reps``, ``--membw-gib`` (the reference
+    reads: at least 1 GiB and the flush), ``--seed`` and ``--protocol`` / ``--copies`` (:func:`sizes`)."""
     ap.add_argument("--threads", type=int, default=2, help="torch's intra-op threads (the kernels' too)")
-    ap.add_argument("--flush-mib", type=int, default=256, help="MiB read before a call to evict the caches")
+    ap.add_argument("--flush-mib", type=float, default=None,
+                    help="MiB read before a call to evict the caches (default: 4x the last-level cache, >= 256)")
     if reps is not None:
         ap.add_argument("--reps", type=int, default=reps, help="timed rounds")
     if membw:
-        ap.add_argument("--membw-gib", type=float, default=1.0, help="GiB of the reference read (torch.sum)")
+        ap.add_argument("--membw-gib", type=float, default=None,
+                        help="GiB of the reference reads (default: the larger of 1 GiB and the flush)")
     if seed:
         ap.add_argument("--seed", type=int, default=0)
     if protocol:

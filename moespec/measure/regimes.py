@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from moespec.measure.timing import read_bandwidth_callable, timer_for
-
-#: Bytes of the reference read: large against the caches, short against a timed round (~5-8 ms here).
-REF_BYTES = 2**28
+from moespec.measure.timing import flush_bytes, read_bandwidth_callable, timer_for
 #: Two groups of readings count as two regimes when their centres differ at least this much.
 MIN_RATIO = 1.4
 LOW, HIGH, ONE = "low", "high", "one"
 
 
 class ReferenceRead:
-    """One timed read of a fixed ``nbytes`` buffer (``torch.sum``); calling it returns GB/s."""
+    """One timed read of a fixed ``nbytes`` buffer (``torch.sum``); calling it returns GB/s. By
+    default the buffer is the machine's cold size (:func:`moespec.measure.timing.flush_bytes`: 4x the
+    last-level cache, at least 256 MiB), so that the read is served by memory and not by the caches,
+    while staying short against a timed round."""
 
-    def __init__(self, nbytes: int = REF_BYTES, device: str = "cpu", timer=None):
+    def __init__(self, nbytes: int | None = None, device: str = "cpu", timer=None):
+        nbytes = flush_bytes(str(device)) if nbytes is None else nbytes
         self.fn, self.nbytes = read_bandwidth_callable(nbytes, str(device))
         self.timer = timer or timer_for(str(device))
 

@@ -2,9 +2,12 @@
 between passes, several callables interleaved in one run, and a record of the machine's state.
 
 Paper 1, Section 2 and Appendix E: each time is the median over repetitions of one expert
-operation, run after a 256 MiB cache flush. Two kernels are compared only inside one run with
-their repetitions interleaved (round-robin), so that a drift of the machine's bandwidth (on a
-shared CPU it drifts by tens of percent within minutes) falls on both alike.
+operation, run after a cache flush (the paper's is 256 MiB). Here the flush is sized from the
+machine's last-level cache (:func:`flush_bytes`: four times the cache, never below the paper's
+256 MiB), and so are the reference reads (:func:`read_bytes`), so that both are served by memory.
+Two kernels are compared only inside one run with their repetitions interleaved (round-robin), so
+that a drift of the machine's bandwidth (on a shared CPU it drifts by tens of percent within
+minutes) falls on both alike.
 
 Clocks: ``time.perf_counter_ns`` on the CPU; CUDA events on a GPU (created on first use, so
 importing this module makes no CUDA call). Tests inject a fake clock.
@@ -18,8 +21,15 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-#: Bytes written and read between timed passes (paper 1, Appendix E: "the same 256 MiB cache flush").
-FLUSH_BYTES = 256 * 2**20
+from moespec import provenance
+
+#: The paper's flush (paper 1, Appendix E: "the same 256 MiB cache flush"): the least :func:`flush_bytes` gives.
+FLUSH_FLOOR_BYTES = 256 * 2**20
+#: The flush reads this many times the last-level cache: caches are not LRU (a victim L3, pseudo-LRU
+#: replacement, adaptive insertion) and one cache's worth of reads leaves part of it in place.
+FLUSH_CACHE_MARGIN = 4
+#: The least reference read (Figure 2's read-bandwidth reference, ``torch.sum``).
+READ_FLOOR_BYTES = 2**30
 
 #: Share of the machine's CPU time used by other processes above which a run is flagged.
 BUSY_THRESHOLD = 0.5
@@ -144,11 +154,52 @@ class QueuedCudaTimer(CudaTimer):
         return ns
 
 
+def last_level_cache(device: str = "cpu") -> dict:
+    """The last-level cache of ``device``: on the CPU the hardware record's
+    (:func:`moespec.provenance.llc_record`: the total of every instance sysfs reports), on a CUDA
+    device its L2 (``torch.cuda.get_device_properties``). ``bytes`` is 0 where nothing reports one."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        props = torch.cuda.get_device_properties(torch.device(device))
+        l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+        return {"level": "L2", "instance_bytes": l2, "instances": 1, "bytes": l2,
+                "source": f"torch.cuda.get_device_properties ({props.name})"}
+    return provenance.llc_record()
+
+
+def flush_bytes(device: str = "cpu", cache: Mapping | None = None) -> int:
+    """Bytes a cache flush reads: :data:`FLUSH_CACHE_MARGIN` times the last-level cache ``cache``
+    (a record of :func:`last_level_cache`; default: ``device``'s), never below the paper's
+    :data:`FLUSH_FLOOR_BYTES`. Any working set meant to be cold is at least this large."""
+    cache = last_level_cache(device) if cache is None else cache
+    return max(FLUSH_FLOOR_BYTES, FLUSH_CACHE_MARGIN * int(cache.get("bytes") or 0))
+
+
+def read_bytes(device: str = "cpu", cache: Mapping | None = None) -> int:
+    """Bytes of a reference read (Figure 2's read bandwidth, the read ceiling): at least
+    :data:`READ_FLOOR_BYTES` and at least :func:`flush_bytes`, so that it is a read of memory."""
+    return max(READ_FLOOR_BYTES, flush_bytes(device, cache))
+
+
+def cold_record(device: str = "cpu", flush: int | None = None, read: int | None = None) -> dict:
+    """What a benchmark records beside its rows about its cold working sets: ``device``'s last-level
+    cache, the size rule, the flush the machine gets (``cold_bytes``) and the flush and reference
+    read the run used (``flush``/``read``, when it set them otherwise)."""
+    cache = last_level_cache(device)
+    cold = flush_bytes(device, cache)
+    return {"cache": cache, "rule": f"max({FLUSH_FLOOR_BYTES >> 20} MiB, {FLUSH_CACHE_MARGIN} x last-level cache)",
+            "cold_bytes": cold, "flush_bytes": cold if flush is None else int(flush),
+            "read_bytes": read_bytes(device, cache) if read is None else int(read)}
+
+
 class CacheFlush:
     """Evicts the caches between passes by writing and reading ``nbytes`` (CPU: last-level
-    caches; GPU: the L2). The buffer is allocated on the first flush."""
+    caches; GPU: the L2; default :func:`flush_bytes` of ``device``). The buffer is allocated on the
+    first flush."""
 
-    def __init__(self, nbytes: int = FLUSH_BYTES, device: str = "cpu"):
+    def __init__(self, nbytes: int | None = None, device: str = "cpu"):
+        nbytes = flush_bytes(device) if nbytes is None else nbytes
         if nbytes < 0:
             raise ValueError(f"flush size must be >= 0 bytes, got {nbytes}")
         self.nbytes = int(nbytes)
@@ -310,13 +361,14 @@ class MachineMonitor:
             s.flags.append(f"busy={s.other_load:.2f}")
 
 
-def read_bandwidth_callable(nbytes: int = 2**30, device: str = "cpu") -> tuple[Callable[[], object], int]:
-    """A callable that reads ``nbytes`` of memory once (``torch.sum`` over an fp32 buffer), and
-    the bytes it reads: the machine's measured read bandwidth, the reference line of Figure 2.
-    Time it with :func:`time_interleaved` beside the kernels, so that it sees the same drift."""
+def read_bandwidth_callable(nbytes: int | None = None, device: str = "cpu") -> tuple[Callable[[], object], int]:
+    """A callable that reads ``nbytes`` of memory once (``torch.sum`` over an fp32 buffer; default
+    :func:`read_bytes` of ``device``), and the bytes it reads: the machine's ``torch.sum`` read, kept
+    beside the read ceiling (:mod:`moespec.measure.ceiling`). Time it with :func:`time_interleaved`
+    beside the kernels, so that it sees the same drift."""
     import torch
 
-    numel = max(1, int(nbytes) // 4)
+    numel = max(1, int(read_bytes(device) if nbytes is None else nbytes) // 4)
     buf = torch.ones(numel, dtype=torch.float32, device=device)
     return (lambda: torch.sum(buf)), numel * 4
 

@@ -18,26 +18,58 @@ BYTES_TEXT = ("n: tokens in the pass; m: experts each token selects; b: bytes of
               "experts the n tokens select. Median and interquartile range over layers and windows of routing.")
 
 
+#: How a share of the read ceiling above 1 beyond the probe's spread is marked (issue 58's check).
+FLAG_STYLE = dict(ls="none", marker="o", ms=13, mfc="none", mec="red", mew=1.5)
+FLAG_LABEL = "share of the read ceiling above 1 beyond the probe's spread (not a result: see the note)"
+
+
+def _flag_note(flags: list[tuple[str, int, str]]) -> str:
+    """The caption's note on the flagged points ``(model, n, 'kernel: cause; ...')``."""
+    if not flags:
+        return ""
+    causes = sorted({c.split(": ", 1)[-1] for _, _, text in flags for c in text.split("; ")})
+    where = ", ".join(f"{m} n = {n}" for m, n, _ in flags[:6])
+    where += f" and {len(flags) - 6} more" if len(flags) > 6 else ""
+    return (f" Red rings: a kernel's share of the read ceiling is above 1 beyond the probe's spread ({where}); "
+            f"likely cause: {'; '.join(causes)}.")
+
+
 def figure2_bandwidth(passes: pd.DataFrame, read_bw: dict | None = None, title: str = "") -> plt.Figure:
     """Effective bandwidth of each kernel against n, one panel per model: median and
     interquartile range over layers and windows of each pass's requested bytes over its time
     (``passes`` from :func:`moespec.fit.window_bandwidths`). ``read_bw``: {model: DataFrame (n,
-    read_GBps)} of the machine's read bandwidth measured inside the interleaved groups of the same
-    run (dotted; :func:`moespec.measure.expert_op.read_bandwidth` with ``by_n``)."""
+    read_GBps[, read_probe, sum_GBps, above_read, above_read_cause])} of the read measured inside the
+    interleaved groups of the same run (:func:`moespec.tables.bandwidth.bandwidth_by_n`): the read
+    ceiling (dotted), the ``torch.sum`` read (dash-dotted, where it differs from the ceiling), and a red
+    ring on each kernel's point whose share of the ceiling is flagged above 1, with a caption note."""
     models = list(dict.fromkeys(passes["model"]))
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 4.0, 3.8), squeeze=False)
+    flags = []
     for ax, model in zip(axes[0], models):
         g = passes[passes["model"] == model]
+        medians = {}
         for kernel, style in KERNEL_STYLE.items():
             q = g[g["kernel"] == kernel].groupby("n")["beta_GBps"].quantile([0.25, 0.5, 0.75]).unstack()
             if q.empty:
                 continue
+            medians[kernel] = q[0.5]
             ax.errorbar(q.index, q[0.5], yerr=[q[0.5] - q[0.25], q[0.75] - q[0.5]], color="C0" if kernel == "slot"
                         else "C3", capsize=2, ms=5, **{k: v for k, v in style.items() if v is not None})
         ref = (read_bw or {}).get(model)
         if ref is not None and len(ref):
+            probe = str(ref["read_probe"].iloc[0]) if "read_probe" in ref else "torch.sum"
+            name = "read bandwidth (torch.sum)" if probe == "torch.sum" else f"read ceiling ({probe})"
             ax.plot(ref["n"], ref["read_GBps"], ":", marker="x", color="0.3",
-                    label=f"read bandwidth, same groups (median {ref['read_GBps'].median():.1f} GB/s)")
+                    label=f"{name}, same groups (median {ref['read_GBps'].median():.1f} GB/s)")
+            if "sum_GBps" in ref and probe != "torch.sum":
+                ax.plot(ref["n"], ref["sum_GBps"], "-.", color="0.6", lw=1,
+                        label=f"torch.sum read, same groups (median {ref['sum_GBps'].median():.1f} GB/s)")
+            marked = ref[ref["above_read"].fillna("").astype(str) != ""] if "above_read" in ref else []
+            pts = [(n, medians[k][n]) for n, ks in (zip(marked["n"], marked["above_read"]) if len(marked) else [])
+                   for k in str(ks).split(",") if k in medians and n in medians[k].index]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], label=FLAG_LABEL, **FLAG_STYLE)
+                flags += [(model, int(r.n), str(r.above_read_cause)) for r in marked.itertuples()]
         ax.set_title(f"model shape: {model}", fontsize=10)
         ax.set_xlabel("tokens per pass n")
         ax.set_ylim(bottom=0)
@@ -45,7 +77,7 @@ def figure2_bandwidth(passes: pd.DataFrame, read_bw: dict | None = None, title: 
     axes[0][0].set_ylabel("effective bandwidth (GB/s)")
     legend_outside(axes[0][-1])
     fig.suptitle(title or "Effective bandwidth of the two expert kernels", fontsize=9)
-    add_caption(fig, BYTES_TEXT, width=110)
+    add_caption(fig, BYTES_TEXT + _flag_note(flags), width=110)
     return fig
 
 
@@ -115,6 +147,7 @@ def figure2_grid(bw: pd.DataFrame, title: str = "") -> plt.Figure:
     each kernel's effective bandwidth over the read bandwidth of the same rounds against n, one
     colour per format (``bw`` from :func:`moespec.tables.bandwidth.breadth_bandwidths`)."""
     engines, models = list(dict.fromkeys(bw["engine"])), list(dict.fromkeys(bw["model"]))
+    flagged = []
     fig, axes = plt.subplots(len(engines), len(models), figsize=(3.6 * len(models) + 4.0, 3.2 * len(engines)),
                              squeeze=False, sharey=True)
     for i, engine in enumerate(engines):
@@ -126,16 +159,24 @@ def figure2_grid(bw: pd.DataFrame, title: str = "") -> plt.Figure:
                     style = {k: v for k, v in KERNEL_STYLE[kernel].items() if k != "label" and v is not None}
                     ax.plot(f["n"], f[col], color=FORMAT_COLOR.get(fmt, "0.3"), ms=4, **style,
                             label=f"{fmt}, {kernel}")
+                    if f"{kernel}_above_read" in f:
+                        hit = f[f[f"{kernel}_above_read"].fillna(False).astype(bool)]
+                        if len(hit):
+                            ax.plot(hit["n"], hit[col], ms=9, **{k: v for k, v in FLAG_STYLE.items() if k != "ms"},
+                                    label=None if flagged else FLAG_LABEL)
+                            flagged += [(f"{engine.split(' (')[0]} {model} {fmt} {kernel}", int(n),
+                                         str(c)) for n, c in zip(hit["n"], hit[f"{kernel}_above_read_cause"])]
             ax.axhline(1.0, color="0.4", ls=":", lw=1)
             ax.set_title(f"{model}" if i == 0 else "", fontsize=10)
             ax.grid(alpha=0.3)
             if j == 0:
                 ax.set_ylabel(f"{engine.split(' (')[0]}\neffective / read bandwidth", fontsize=9)
             ax.set_xlabel("tokens per pass n")
-    axes[0][0].set_ylim(0, 1.15)
+    top = pd.to_numeric(bw[["slot_over_read", "dedup_over_read"]].stack(), errors="coerce").max()
+    axes[0][0].set_ylim(0, max(1.15, float(top) * 1.04 if np.isfinite(top) else 1.15))
     legend_outside(axes[0][-1])
     fig.suptitle(title or "Figure 2 at paper 1's breadth: engines x models, every format", fontsize=9)
     add_caption(fig, BYTES_TEXT.split(" Median")[0] + " Median over the run's rounds of each kernel's effective "
-                "bandwidth over the same round's read bandwidth (dotted: 1); solid per-slot, dashed deduplicating.",
-                width=130)
+                "bandwidth over the same round's read bandwidth (dotted: 1); solid per-slot, dashed deduplicating."
+                + _flag_note(flagged), width=130)
     return fig

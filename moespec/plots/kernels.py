@@ -7,6 +7,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from moespec.plots._layout import add_caption
+
 #: (kernel, backend) -> label and style; ggml's MUL_MAT_ID is a deduplicating kernel.
 SERIES = {("slot", "cpp"): dict(label="moespec per-slot: every token's expert bytes (n·m·b) / time", color="C0",
                                 ls="-", marker="o"),
@@ -29,12 +31,15 @@ def _format_panels(rows: pd.DataFrame, model: str, height: float):
 
 
 def kernel_share_figure(rows: pd.DataFrame, model: str, title: str = "") -> plt.Figure:
-    """One panel per format for ``model``: each kernel's beta over the read bandwidth of the same
-    rounds against n (median over rounds, interquartile range as bars), with 1 (the 1 GiB read) and
-    the share a ``torch.sum`` over one n = 1 pass's bytes reached (dotted). ``rows``: the benchmark's
+    """One panel per format for ``model``: each kernel's beta over the read of the same rounds (the
+    read ceiling where the run has ``read_probe``, else its ``torch.sum``) against n (median over
+    rounds, interquartile range as bars), with 1 (the reference read) and the share a ``torch.sum``
+    over one n = 1 pass's bytes reached (dotted); a red ring on each share flagged above 1 beyond its
+    spread (column ``above_read``) and a note of the causes under the panels. ``rows``: the benchmark's
     CSV rows (columns model, fmt, kernel, backend, n, beta_over_read[_q25, _q75], read_GBps,
-    layer_read_over_read)."""
+    layer_read_over_read[, read_probe, above_read, above_read_cause])."""
     g, fmts, fig, axes = _format_panels(rows, model, height=3.7)
+    causes = set()
     for ax, fmt in zip(axes[0], fmts):
         f = g[g["fmt"] == fmt]
         for (kernel, backend), style in SERIES.items():
@@ -47,14 +52,25 @@ def kernel_share_figure(rows: pd.DataFrame, model: str, title: str = "") -> plt.
         ax.axhline(1.0, color="0.5", lw=0.8)
         layer = f["layer_read_over_read"].iloc[0]
         ax.axhline(layer, color="0.5", ls=":", lw=1, label=f"torch.sum over one n = 1 pass ({layer:.2f})")
-        ax.set_title(f"{fmt}, read {f['read_GBps'].iloc[0]:.1f} GB/s", fontsize=9)
+        if "above_read" in f:
+            hit = f[f["above_read"].fillna(False).astype(bool)]
+            if len(hit):
+                ax.plot(hit["n"], hit["beta_over_read"], ls="none", marker="o", ms=11, mfc="none", mec="red",
+                        mew=1.5, label="share above 1 beyond its spread (not a result)")
+                causes |= set(hit["above_read_cause"].astype(str))
+        read = f"read ceiling ({f['read_probe'].iloc[0]})" if "read_probe" in f else "read"
+        ax.set_title(f"{fmt}, {read} {f['read_GBps'].iloc[0]:.1f} GB/s", fontsize=9)
         ax.set_xlabel("tokens per pass n")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("effective bandwidth / read bandwidth")
-    axes[0][0].set_ylim(0, 1.1)
+    axes[0][0].set_ylim(0, max(1.1, float(g["beta_over_read"].max()) * 1.04))
     axes[0][0].legend(fontsize=6.5, loc="lower left")
     fig.suptitle(title or f"{model}: expert kernels on this CPU (one interleaved run per format)", fontsize=9)
-    fig.tight_layout()
+    if causes:
+        add_caption(fig, "Red rings: a share of the read ceiling above 1 beyond its spread (lower quartile of the "
+                         f"paired ratio above 1); likely cause: {'; '.join(sorted(causes))}.", width=150)
+    else:
+        fig.tight_layout()
     return fig
 
 

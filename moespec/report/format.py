@@ -54,9 +54,11 @@ def frame_table(df: pd.DataFrame, digits: int = 3) -> str:
 
 def named_table(df: pd.DataFrame, file: str, columns: str | tuple | list = "", digits: str | int = 3) -> str:
     """``df`` (the file ``file``) as a Markdown table under its name, ``columns`` (comma-separated, or
-    a sequence of names) only."""
+    a sequence of names) only; a name ending in ``?`` is shown where the file has it (a column that
+    tables of older runs lack)."""
     if columns:
         want = [c.strip() for c in columns.split(",")] if isinstance(columns, str) else list(columns)
+        want = [c.rstrip("?") for c in want if not c.endswith("?") or c.rstrip("?") in df.columns]
         missing = [c for c in want if c not in df.columns]
         if missing:
             raise ReportError(f"{file} has no columns {missing} (it has {list(df.columns)})")

@@ -218,12 +218,25 @@ def expert_op_fits(run: RunFiles) -> str:
     ]
     bw = run.csv("02_bandwidth_by_n.csv")
     nb = run.notebook("02_expert_op_benchmark")["parameters"]
-    return (md_table(["", "here", "paper 1 (their hardware)"], rows)
-            + f"\n\n({ours.source}; {ours.engine}, model shape {ours.model}, read bandwidth of the run "
+    read = ("read bandwidth" if "read_probe" not in bw
+            else f"read ceiling ({', '.join(dict.fromkeys(bw['read_probe'].astype(str)))})")
+    return (md_table(["", "here", "paper 1 (their hardware)"], rows) + _above_read_note(bw)
+            + f"\n\n({ours.source}; {ours.engine}, model shape {ours.model}, {read} of the run "
             f"{span(bw['read_GBps'], 1)} GB/s; notebook 02 ran with backend {nb.get('backend')}, format "
             f"{nb.get('fmt')}. Files: `02_table1_bandwidth.csv`, "
             f"`02_bandwidth_by_n.csv`, `03_epsilon.csv`, `03_fig7_transfer.csv`; the paper's: "
             f"`data/paper_reference/paper1_table1_bandwidth.csv`, `paper1_scalars.csv`.)")
+
+
+def _above_read_note(bw: pd.DataFrame) -> str:
+    """The check of a share of the read ceiling above 1 (``above_read``, where the table has it)."""
+    if "above_read" not in bw:
+        return ""
+    hit = bw[bw["above_read"].fillna("").astype(str) != ""]
+    if hit.empty:
+        return "\n\nEvery share of the read ceiling is at most 1 within the probe's spread (`above_read`)."
+    return ("\n\n**Shares of the read ceiling above 1 beyond the probe's spread** (not results): "
+            + "; ".join(f"n = {int(r.n)} {r.above_read_cause}" for r in hit.itertuples()) + ".")
 
 
 @block("discard-rule", "02_discard_groups.csv", "02_discard_rule.csv", "03_discard_rule.csv",
@@ -676,7 +689,8 @@ SECTIONS = (
     Section("02", "Expert-operation benchmark (paper 1, Figure 2, Table 1)", (
         ("expert-op-fits", {}),
         ("table", {"file": "02_bandwidth_by_n.csv",
-                   "columns": "n,beta_slot_GBps,beta_dedup_GBps,r,ubar,slot_over_read,dedup_over_read"}),
+                   "columns": "n,beta_slot_GBps,beta_dedup_GBps,r,ubar,read_probe?,slot_over_read,dedup_over_read,"
+                              "above_read?,slot_over_sum?,dedup_over_sum?"}),
         ("discard-rule", {}))),
     Section("03", "Fits (4)/(E.1), epsilon and the transfer test", (
         ("fit-intercepts", {}), ("fit-variants", {}),

@@ -35,6 +35,7 @@ from moespec.engine import OracleDraft
 from moespec.studies import goals as G
 from moespec.engine.subject import routing_twin
 from moespec.measure.regimes import ReferenceRead, classify, dominant, split_point
+from moespec.measure.timing import FLUSH_FLOOR_BYTES
 from moespec.oracle import analysis as A
 from moespec.oracle import boundaries, budget, categories, gallery, robustness
 from moespec.oracle import regression as R
@@ -167,7 +168,8 @@ class SspOracleStudy:
             qs, sub.question_prompts([q["text"] for q in qs], self.P["prompt_tokens"], seed))]
         self.oracle_prompts = [{**q, "ids": ids} for q, ids in zip(
             oq, sub.question_prompts([q["text"] for q in oq], self.P["prompt_tokens"], seed + 1))]
-        self.ref = ReferenceRead(device=device)
+        # the regime read: the machine's cold size (quick: the paper's 256 MiB floor, for seconds)
+        self.ref = ReferenceRead(FLUSH_FLOOR_BYTES if self.profile == "quick" else None, device=device)
         self.hw = provenance.hardware_record()
         self.sensitivity = f"sensitivity: draft x{draft_scale:g}"
 

@@ -50,6 +50,7 @@ from moespec.engine.verify import measure_verify_times, regime_summaries
 from moespec.engine.widen import attention_and_head_in_format
 from moespec.measure.load import machine_state
 from moespec.measure.regimes import ReferenceRead
+from moespec.measure.timing import FLUSH_FLOOR_BYTES
 from moespec.plots.engine import breakdown_figure, draft_cost_figure
 from moespec.plots.predictions import oracle_figure, real_draft_figure, verify_time_figure
 from moespec.plots.rounds import predictions_figure, protocols_figure, round_terms_figure
@@ -133,7 +134,8 @@ class WholeModelStudy:
         self.sub, self.P, self.out, self.fig_dir = sub, P, out, fig_dir
         self.profile, self.device, self.seed, self.backend, self.dtype = profile, device, seed, backend, dtype
         self.label = sub.label
-        self.ref = ReferenceRead(device=device)
+        # the regime read: the machine's cold size (quick: the paper's 256 MiB floor, for seconds)
+        self.ref = ReferenceRead(FLUSH_FLOOR_BYTES if profile == "quick" else None, device=device)
         self.prompts_by_depth = {d: sub.depth_prompts(d, P["prompts_per_depth"], seed) for d in P["depths"]}
         self.order: dict = {}
         self.models: list = []

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from moespec import fit, paper_reference, paths
-from moespec.measure import discard, expert_op
+from moespec.measure import ceiling, discard, expert_op
 from moespec.measure.discard import DiscardDecision
 from moespec.routing import stats
 from moespec.validate.reference import file_digest
@@ -54,6 +54,53 @@ def table1(bw: pd.DataFrame, fits: pd.DataFrame | None, engine: str, source: str
         rows.append(row)
     out = pd.DataFrame(rows, columns=TABLE1_COLUMNS)
     return pd.concat([out, published_table1(paper)], ignore_index=True) if paper else out
+
+
+def flag_shares(bw: pd.DataFrame) -> pd.DataFrame:
+    """``bw`` (per n: ``beta_slot_GBps``, ``beta_dedup_GBps``, ``read_GBps`` the read ceiling and
+    ``read_hi_GBps`` its fast quartile, ``ubar``; ``flush_bytes``/``cold_bytes`` where the run
+    recorded them) with each kernel's share of the read ceiling (``slot_over_read``,
+    ``dedup_over_read``) and the check of issue 58: ``above_read`` names the kernels whose share is
+    above 1 beyond the probe's spread (:func:`moespec.measure.ceiling.above` of the bandwidth over the
+    ceiling's fast quartile), ``above_read_cause`` their likely cause (:func:`moespec.measure.ceiling.cause`)."""
+    out = bw.copy()
+    hi = out["read_hi_GBps"] if "read_hi_GBps" in out else out["read_GBps"]
+    col = lambda name: (pd.to_numeric(out[name], errors="coerce") if name in out  # noqa: E731
+                        else pd.Series(np.nan, index=out.index))
+    flush, cold = col("flush_bytes"), col("cold_bytes")
+    flagged = {k: ceiling.above(out[f"beta_{k}_GBps"] / hi) for k in ("slot", "dedup")}
+    for k in ("slot", "dedup"):
+        out[f"{k}_over_read"] = out[f"beta_{k}_GBps"] / out["read_GBps"]
+    names, causes = [], []
+    for i, at in enumerate(out.itertuples()):
+        ks = [k for k in ("slot", "dedup") if flagged[k][i]]
+        names.append(",".join(ks))
+        causes.append("; ".join(f"{k}: {ceiling.cause(k, int(at.n), float(at.ubar), flush.iloc[i], cold.iloc[i])}"
+                                for k in ks))
+    out["above_read"], out["above_read_cause"] = names, causes
+    return out
+
+
+def bandwidth_by_n(rows: pd.DataFrame) -> pd.DataFrame:
+    """Notebook 02's ``02_bandwidth_by_n.csv``: Table 1's bandwidths per n
+    (:func:`moespec.fit.bandwidth_table`) beside the read ceiling of the same groups
+    (:func:`moespec.measure.expert_op.read_bandwidth`: ``read_GBps``, its fast quartile ``read_hi_GBps``
+    and the pattern ``read_probe``; a run without the ceiling gives ``torch.sum``), each kernel's share
+    of it with the check of :func:`flag_shares`, and the ``torch.sum`` read of the same groups beside it
+    (``sum_GBps``, ``slot_over_sum``, ``dedup_over_sum``), with the run's flush and cold size."""
+    bw = fit.bandwidth_table(rows).merge(expert_op.read_bandwidth(rows, by_n=True), on="n")
+    total = expert_op.read_bandwidth(rows, by_n=True, reference="sum")
+    bw = bw.merge(total[["n", "read_GBps"]].rename(columns={"read_GBps": "sum_GBps"}), on="n")
+    for c in ("flush_bytes", "cold_bytes"):
+        if c in rows:
+            bw[c] = pd.to_numeric(rows[c], errors="coerce").dropna().iloc[0] if rows[c].notna().any() else np.nan
+    bw = flag_shares(bw)
+    for k in ("slot", "dedup"):
+        bw[f"{k}_over_sum"] = bw[f"beta_{k}_GBps"] / bw["sum_GBps"]
+    first = ["slot_over_read", "dedup_over_read", "above_read"]
+    rest = [c for c in bw.columns if c not in first]
+    at = rest.index("read_GBps") + 1
+    return bw[rest[:at] + first + rest[at:]]
 
 
 def published_table1(paper: bool | str | Path = True) -> pd.DataFrame:
@@ -164,8 +211,11 @@ def breadth_bandwidths(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (engine, model, format, n) of a ``benchmarks/bench_kernels.py --ggml`` run's rows: each
     kernel's effective bandwidth (median over rounds: requested bytes / time, paper 1 Sec. 2) in
     GB/s and over the same rounds' read bandwidth, r(n) paired per round (moespec: ``r_n``; ggml:
-    ``r_n_ggml``) and ubar(n) = U/(n m) of the deduplicating kernel's passes. Raises naming what is
-    missing when the run has no ggml rows or no per-slot counterpart."""
+    ``r_n_ggml``) and ubar(n) = U/(n m) of the deduplicating kernel's passes; ``<kernel>_above_read``
+    flags a share above 1 beyond its spread (the lower quartile of the ratio paired per round above 1,
+    :func:`moespec.measure.ceiling.above`) and ``<kernel>_above_read_cause`` gives its likely cause
+    (:func:`moespec.measure.ceiling.cause`, from the run's ``flush_bytes``/``cold_bytes`` where it
+    recorded them). Raises naming what is missing when the run has no ggml rows or no per-slot counterpart."""
     need = {"model", "fmt", "kernel", "backend", "n", "m", "U_mean", "beta_GBps", "beta_over_read", "read_GBps", "r_n"}
     missing = need - set(rows.columns)
     if missing:
@@ -182,12 +232,19 @@ def breadth_bandwidths(rows: pd.DataFrame) -> pd.DataFrame:
         if not {"slot", "dedup"} <= set(k.index):
             continue
         r = r_of.loc[(model, fmt, n), r_col[backend]]
+        ubar = float(k.loc["dedup", "U_mean"]) / (int(n) * int(k.loc["dedup", "m"]))
+        checks = {}
+        for kern in ("slot", "dedup"):
+            low = k.loc[kern, "beta_over_read_q25"] if "beta_over_read_q25" in k else k.loc[kern, "beta_over_read"]
+            hit = bool(ceiling.above(float(low)))
+            sizes = [float(k.loc[kern, c]) if c in k else np.nan for c in ("flush_bytes", "cold_bytes")]
+            checks[f"{kern}_above_read"] = hit
+            checks[f"{kern}_above_read_cause"] = ceiling.cause(kern, int(n), ubar, *sizes) if hit else ""
         out.append({"engine": BREADTH_ENGINES[backend], "model": model, "fmt": fmt, "n": int(n),
                     "beta_slot_GBps": float(k.loc["slot", "beta_GBps"]), "beta_dedup_GBps": float(k.loc["dedup", "beta_GBps"]),
                     "slot_over_read": float(k.loc["slot", "beta_over_read"]),
                     "dedup_over_read": float(k.loc["dedup", "beta_over_read"]), "r": float(r),
-                    "ubar": float(k.loc["dedup", "U_mean"]) / (int(n) * int(k.loc["dedup", "m"])),
-                    "read_GBps": float(k.loc["dedup", "read_GBps"])})
+                    "ubar": ubar, "read_GBps": float(k.loc["dedup", "read_GBps"]), **checks})
     return pd.DataFrame(out)
 
 
