@@ -156,7 +156,66 @@ def check_parameters(notebook: Path, parameters: dict[str, Any], base: Path | No
     if unknown:
         raise UnknownParameterError(
             f"{notebook.name}: unknown parameter(s) {unknown}; it declares {sorted(declared)}")
-    return declared, check_values(notebook, parameters, declared, base, ParameterError, local)
+    values = check_values(notebook, parameters, declared, base, ParameterError, local)
+    check_models(notebook, values, ParameterError, local)
+    return declared, values
+
+
+def _model_fields(number: str, values: dict[str, Any]) -> list[tuple[str, Any, tuple, str]]:
+    """(field, value, names the notebook knows, what a path must hold) of every model a notebook's
+    parameters name: ``model`` (01: also "synthetic", "none"), each of ``transfer_models``, and the
+    subject's ``model``, ``like`` and ``draft`` (05-07)."""
+    from .model_shapes import PRESETS
+
+    presets, config = tuple(PRESETS), "a config.json or a folder holding one"
+    weights = "a checkpoint folder (its config.json and weights)"
+    out = [("model", values["model"], {"01": ("synthetic", "none") + presets}.get(number, presets),
+            config)] if "model" in values else []
+    out += [(f"transfer_models[{i}]", m, presets, config) for i, m in enumerate(values.get("transfer_models") or [])]
+    subject = values.get("subject") or {}
+    if subject:
+        from .engine.subject import KINDS, QUICK_LIKE   # transformers: only where a subject is given
+
+        out += [(f"subject.{key}", subject[key], names, what) for key, names, what in (
+            ("model", KINDS, weights), ("like", presets + (QUICK_LIKE.name,), config), ("draft", (), weights))
+            if subject.get(key)]
+    return out
+
+
+def check_models(notebook: Path, values: dict[str, Any], error: type[InputError] = ParameterError,
+                 local: bool = True) -> None:
+    """Every model a notebook's parameters name (:func:`_model_fields`) is a name the notebook knows
+    (a preset of :data:`moespec.model_shapes.PRESETS`, a subject kind) or a path to a model's
+    ``config.json`` (:func:`moespec.model_shapes.config_path`; a checkpoint to load or record must be
+    a folder); notebook 01 also takes a model in the local Hugging Face cache. Refused in one line
+    before the notebook starts. ``local``: paths are checked only where the notebook runs here."""
+    from .model_shapes import config_path
+
+    number = notebook.stem.split("_", 1)[0]
+    for field, value, names, what in _model_fields(number, values):
+        if not isinstance(value, str) or value.lower() in names:
+            continue
+        path = config_path(value)
+        folder_needed = what.startswith("a checkpoint folder")
+        if not local or (path is not None and (Path(value).is_dir() or not folder_needed)):
+            continue
+        if number == "01" and field == "model" and _in_hub_cache(value):
+            continue
+        expected = f"one of {list(names)} or {what}" if names else what
+        raise error(f"{notebook.name}: parameter {field!r}: expected {expected}; found {value!r}"
+                    + (" (a folder without a config.json)" if Path(value).is_dir() else
+                       "" if Path(value).exists() else " (no such file or folder)"),
+                    where=notebook.name, field=field, expected=expected, found=value)
+
+
+def _in_hub_cache(name: str) -> bool:
+    """``name`` is a model whose config.json is in the local Hugging Face cache (nothing is downloaded)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except (ImportError, ValueError):
+        return False
 
 
 def _kernel_manager_logging_to(log) -> type:
@@ -432,6 +491,7 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
         if missing:
             raise UnknownParameterError(f"{nb.name} does not declare the parameter(s) {missing}")
         params_of[nb] = check_values(nb, params, declared[nb], Path.cwd(), ParameterError)
+        check_models(nb, params_of[nb])
     with ExitStack() as held:
         # absolute: the kernels run in the notebooks' folder, where a relative --out would name another place
         run_dir = held.enter_context(hold_folder(Path(out).absolute(), "--out") if out
