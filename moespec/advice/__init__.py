@@ -20,7 +20,7 @@ from moespec.routing import RoutingTrace
 from . import measured
 from .bandwidth_table import from_bandwidth_table
 from .curves import VerifyCurves, draft_option
-from .decide import decide
+from .decide import decide, kernel_switch_of
 from .errors import AdviceInputError
 from .inputs import from_run, run_file
 from .report import ADVICE_SCHEMA, format_explain, format_text, validate, write_json
@@ -35,8 +35,8 @@ def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model
     advice = decide(curves, acceptance)
     n_switch = advice["dedup"]["from_n"]
     fmt = curves.subject.get("format")
-    advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], n_switch, target, draft, fmt)}
-                          for item in advice["acceptance"]]
+    advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], kernel_switch_of(item, n_switch),
+                                                             target, draft, fmt)} for item in advice["acceptance"]]
     advice["versions_cited"] = VERSIONS
     return validate(advice)
 
