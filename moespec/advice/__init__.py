@@ -22,6 +22,7 @@ from .bandwidth_table import from_bandwidth_table
 from .curves import VerifyCurves, draft_option
 from .decide import decide, kernel_switch_of
 from .errors import AdviceInputError
+from .gguf import with_gguf
 from .inputs import from_run, run_file
 from .report import ADVICE_SCHEMA, format_explain, format_text, validate, write_json
 from .settings import VERSIONS, engine_settings
@@ -37,6 +38,8 @@ def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model
     fmt = curves.subject.get("format")
     advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], kernel_switch_of(item, n_switch),
                                                              target, draft, fmt)} for item in advice["acceptance"]]
+    for setting in advice["settings"]:   # llama.cpp takes a GGUF file: a checkpoint folder's, and how to convert it
+        setting["llama_cpp"] = with_gguf(setting["llama_cpp"], target, draft)
     advice["versions_cited"] = VERSIONS
     return validate(advice)
 

@@ -332,6 +332,8 @@ def format_text(advice: dict) -> str:
         out += _command("    llama.cpp: ", setting["llama_cpp"]["cli"])
         if setting["llama_cpp"]["cli_legacy"] != setting["llama_cpp"]["cli"]:
             out += _command("    llama.cpp before PR 22397: ", setting["llama_cpp"]["cli_legacy"])
+        for line in setting["llama_cpp"].get("convert", []):   # moespec.advice.gguf: a checkpoint folder's GGUF file
+            out += _command("    GGUF for llama.cpp (its converter): ", line)
     switches = {}   # one kernel switch per recommendation (moespec.advice.decide.kernel_switch_of): the same, or per a
     for setting in advice["settings"]:
         switches.setdefault(setting["kernel_switch"]["text"], (setting["kernel_switch"], []))[1].append(setting["a"])

@@ -310,9 +310,12 @@ def breakdown_bytes(run: RunFiles) -> str:
     from moespec.engine.byte_shares import COMPONENTS
 
     df = run.csv("05_breakdown.csv")
-    if "published" not in df.columns:
-        raise ReportError("05_breakdown.csv has no byte columns (written before notebook 05 counted each "
-                          "component's bytes)")
+    if "published" not in df.columns or df["published"].isna().all():
+        # a subject without a published model to embed in (a user's checkpoint): no byte shares to set beside
+        return ("`05_breakdown.csv` (notebook 05): " + "; ".join(
+            f"{r['label'] if 'label' in df.columns else r['subject']}: step {num(r['step_ms'], 2)} ms at n = 1, "
+            f"read {num(r['read_GBps'], 1)} GB/s in the same run" for _, r in df.iterrows())
+            + ". The subject is not embedded in a published model, so no published byte shares are set beside it.")
     rows, steps = [], []
     for _, r in df[df["published"].notna()].iterrows():
         for c in COMPONENTS:
