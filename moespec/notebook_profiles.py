@@ -33,8 +33,8 @@ from moespec import paths
 #: depths from its context, or read from the pre-registered rules).
 DEFAULTS = {
     "05": {
-        "quick": dict(depths=[24, 48], prompts_per_depth=3, verify_reps=3, n_boot=200, oracle_ks=[0, 1, 2, 3],
-                      a_values=[0.5, 0.8, 0.95], n_tokens=10, oracle_prompts=2, oracle_reps=1, real_ks=[1, 2, 3],
+        "quick": dict(depths=[24, 48], prompts_per_depth=3, verify_reps=3, n_boot=200, oracle_ks=list(range(9)),
+                      a_values=[0.5, 0.8, 0.95], n_tokens=10, oracle_prompts=2, oracle_reps=1, real_ks=list(range(1, 9)),
                       real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3], agree_tokens=12, breakdown_reps=5,
                       ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1, cal_reps=1, draft_cal_prompts=2,
                       loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2,

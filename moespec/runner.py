@@ -44,6 +44,7 @@ from typing import Any, Iterable, Iterator
 from tqdm.auto import tqdm
 
 from . import io, paths, provenance
+from . import progress as progress_env
 from .validate import InputError
 from .validate.parameters import check_values
 from .validate.runs import LOCK_NAME
@@ -233,12 +234,46 @@ def _kernel_manager_logging_to(log) -> type:
     return LoggedKernelManager
 
 
-def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any], progress: bool = False) -> NotebookRun:
+@contextmanager
+def _progress_of(notebook: Path, out_dir: Path, show) -> Iterator[None]:
+    """The notebook's kernel publishes its sweeps' progress (:mod:`moespec.progress`) into
+    ``out_dir/logs/<notebook>.progress``; while it runs, ``show`` (if given) gets the file's last
+    line each second."""
+    path = paths.ensure(Path(out_dir) / "logs") / f"{notebook.stem}.progress"
+    saved = os.environ.get(progress_env.ENV)
+    os.environ[progress_env.ENV] = str(path)
+    done = threading.Event()
+
+    def watch():
+        shown = None
+        while not done.wait(1.0):
+            line = progress_env.last_line(path)
+            if line and line != shown:
+                shown = line
+                show(line)
+
+    watcher = threading.Thread(target=watch, daemon=True) if show else None
+    if watcher:
+        watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        if watcher:
+            watcher.join()
+        os.environ.pop(progress_env.ENV) if saved is None else os.environ.__setitem__(progress_env.ENV, saved)
+
+
+def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any], progress: bool = False,
+                 show=None) -> NotebookRun:
     """Execute one notebook with papermill into ``out_dir``; raise :class:`NotebookError` naming
     the notebook and the failing cell. ``NotebookRun.parameters`` are the values the notebook ran
     with: its declared defaults overridden by what papermill injected. The kernel's own output
     goes to ``out_dir/logs/<notebook>.kernel.log``. ``progress``: a bar (stderr) naming the
-    notebook and the cell it is executing (papermill's, e.g. ``00_default_models: 7/25 cells``)."""
+    notebook and the cell it is executing (papermill's, e.g. ``00_default_models: 7/25 cells``);
+    ``show``: a function that gets what the notebook is measuring as it goes (the last line of
+    ``out_dir/logs/<notebook>.progress``, :mod:`moespec.progress`), e.g. ``expert op olmoe cpp f32:
+    1/2 [00:10<00:10]``."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -246,7 +281,8 @@ def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any], prog
     out = paths.ensure(Path(out_dir)) / notebook.name
     start = time.perf_counter()
     try:
-        with open(paths.ensure(Path(out_dir) / "logs") / f"{notebook.stem}.kernel.log", "ab") as log:
+        with open(paths.ensure(Path(out_dir) / "logs") / f"{notebook.stem}.kernel.log", "ab") as log, \
+                _progress_of(notebook, out_dir, show):
             bar = {"desc": notebook.stem, "unit": "cell", "position": 1, "leave": False} if progress else False
             pm.execute_notebook(str(notebook), str(out), parameters=parameters, progress_bar=bar,
                                 cwd=str(notebook.parent), kernel_name="python3",
@@ -521,7 +557,9 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
                 io.write_json(manifest_path, manifest)
                 bar.set_postfix_str(nb.stem)
                 try:
-                    result = run_notebook(nb, run_dir, params_of[nb], progress=progress)
+                    result = run_notebook(nb, run_dir, params_of[nb], progress=progress,
+                                          show=(lambda line, nb=nb: bar.set_postfix_str(f"{nb.stem} | {line}"))
+                                          if progress else None)
                 except NotebookError:
                     with _on_signals(signal.SIG_IGN):   # a moment to write down where it stopped
                         manifest.update(status="failed", failed=nb.stem,

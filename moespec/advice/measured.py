@@ -29,6 +29,22 @@ def measured_acceptance(run, allow_incomplete: bool = False) -> pd.DataFrame:
     return acc
 
 
+def decision_rate(row, where) -> float:
+    """The acceptance rate a state's measured acceptance ``row`` decides at: its median prompt's ``a``;
+    where that is 1 (most prompts accepted every draft: data, not an error), the pooled rate over
+    every prompt's verify steps, ``a_pooled``; refused where every draft of every prompt was accepted
+    (the geometric rate is 1 and the theory needs a < 1)."""
+    a = float(row.a)
+    if a < 1:
+        return a
+    pooled = float(getattr(row, "a_pooled", float("nan")))
+    if pooled < 1:
+        return pooled
+    raise AdviceInputError(f"{where}: run file field acceptance.{row.state}: every draft of every prompt was accepted "
+                           f"(a = {a}, pooled {pooled}); the decision needs a < 1: give acceptance rates (-a)",
+                           where=str(where), field=f"acceptance.{row.state}", found=a)
+
+
 def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(table, goals): per state and k, advise's speedup at the run's measured acceptance with its
     band (``moespec.advise(folder, [a], state=state, **options)``) beside the measured median
@@ -46,20 +62,20 @@ def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.D
         if meas.empty:
             raise AdviceInputError(f"{folder}: run file field measured.{r.state}: expected runs of the draft as "
                                    "trained (draft_cost 0); found none", where=str(folder), field=f"measured.{r.state}")
-        adv = advise(folder, [float(r.a)], state=r.state, **options)
+        adv = advise(folder, [decision_rate(r, folder)], state=r.state, **options)
         item = adv["acceptance"][0]
         eng = item["engines"]["dedup"]          # the real-draft runs ran the deduplicating kernel from n = 2
         for k in meas.index:
             if k >= len(eng["speedup_by_k"]):
                 continue
             sp, lo, hi = eng["speedup_by_k"][k], eng["speedup_lo_by_k"][k], eng["speedup_hi_by_k"][k]
-            rows.append({"state": r.state, "a": float(r.a), "k": int(k), "advise_speedup": sp, "advise_lo": lo,
+            rows.append({"state": r.state, "a": float(item["a"]), "k": int(k), "advise_speedup": sp, "advise_lo": lo,
                          "advise_hi": hi, "measured_speedup": float(meas[k]), "rel_error": sp / float(meas[k]) - 1,
                          "inside": bool(inside_band(float(meas[k]), lo, hi))})
         mine = pd.DataFrame([x for x in rows if x["state"] == r.state])
         best_meas = int(meas.idxmax()) if meas.max() > 1 else 0
         rec = item["recommended"]
-        goals += [{"goal": f"advise at the measured a = {r.a:.3f} recommends the measured best, {r.state}",
+        goals += [{"goal": f"advise at the measured a = {item['a']:.3f} recommends the measured best, {r.state}",
                    "value": f"advise k = {rec['k']} ({rec['engine']}); measured best k = {best_meas}"
                             + (f" (median speedup {meas.max():.3f})" if best_meas
                                else " (plain decoding: every k < 1)"),

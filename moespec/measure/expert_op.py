@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec import io, paths, provenance
 from moespec.kernels import ExpertWeights, expert_forward, resolve_backend

@@ -46,7 +46,7 @@ class RunFileError(InputError):
 
 # --- the tables a run writes, by the part of the run file they fill ----------------------------
 _POS = dict(low=0, low_open=True)
-_ACCEPTANCE = (Column("state", "str"), Column("a", low=0, high=1, high_open=True), Column("label", "str"),
+_ACCEPTANCE = (Column("state", "str"), Column("a", low=0, high=1), Column("label", "str"),   # a = 1: every draft accepted
                Column("a_pooled", low=0, high=1, required=False), Column("prompts", "count", required=False),
                Column("accepted_total", "count", required=False), Column("rejections_total", "count", required=False),
                Column("k_max", "count", required=False))
@@ -103,7 +103,7 @@ _ROUND_MODELS = _object({"schema": {"const": ROUND_MODEL_SCHEMA}, "order": {"typ
 _STATE = _object({"state": _STR, "read_GBps": _nullable(_POSITIVE), "regime": _STR_OR_NULL,
                   "eps": _nullable({"type": "number", "minimum": 0})})
 _PROMPT = _object({"prompt": _STR, "accepted": _COUNT, "rejections": _COUNT}, {"a": _SHARE})
-_ACCEPTED = _object({"state": _STR, "a": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "label": _STR,
+_ACCEPTED = _object({"state": _STR, "a": _SHARE, "label": _STR,
                      "by_prompt": {"type": "array", "items": _PROMPT}},
                     {"a_pooled": _SHARE, "prompts": _COUNT, "accepted_total": _COUNT, "rejections_total": _COUNT,
                      "k_max": _COUNT})

@@ -22,7 +22,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec.routing.trace import RoutingTrace
 
