@@ -188,8 +188,9 @@ def check_models(notebook: Path, values: dict[str, Any], error: type[InputError]
     """Every model a notebook's parameters name (:func:`_model_fields`) is a name the notebook knows
     (a preset of :data:`moespec.model_shapes.PRESETS`, a subject kind) or a path to a model's
     ``config.json`` (:func:`moespec.model_shapes.config_path`; a checkpoint to load or record must be
-    a folder); notebook 01 also takes a model in the local Hugging Face cache. Refused in one line
-    before the notebook starts. ``local``: paths are checked only where the notebook runs here."""
+    a folder); notebook 01 also takes a model in the local Hugging Face cache; a routing trace given
+    with a model has its shape (:func:`_check_trace_of_model`). Refused in one line before the
+    notebook starts. ``local``: paths are checked only where the notebook runs here."""
     from .model_shapes import config_path
 
     number = notebook.stem.split("_", 1)[0]
@@ -207,6 +208,33 @@ def check_models(notebook: Path, values: dict[str, Any], error: type[InputError]
                     + (" (a folder without a config.json)" if Path(value).is_dir() else
                        "" if Path(value).exists() else " (no such file or folder)"),
                     where=notebook.name, field=field, expected=expected, found=value)
+    if local:
+        _check_trace_of_model(notebook, values, error)
+
+
+def _check_trace_of_model(notebook: Path, values: dict[str, Any], error: type[InputError]) -> None:
+    """A routing trace given with a model (``trace_file`` with ``model``; the subject's ``trace_file``
+    with its ``like``) has that model's shape (L, N, m), checked before the notebook starts: routing
+    is never applied to another model's shape."""
+    from .model_shapes import get_spec
+    from .routing import RoutingTrace
+    from .validate.invariants import check_trace_shape
+
+    subject = values.get("subject") or {}
+    pairs = [("trace_file", values.get("trace_file"), "model", values.get("model")),
+             ("subject.trace_file", subject.get("trace_file"), "subject.like", subject.get("like"))]
+    for trace_field, trace, model_field, model in pairs:
+        if not (trace and model and Path(str(trace)).is_file()) or model in ("synthetic", "none"):
+            continue
+        try:
+            spec = get_spec(model)
+        except KeyError:
+            continue
+        try:
+            check_trace_shape(RoutingTrace.load(trace), spec, f"{model_field} {spec.name}")
+        except (ValueError, OSError) as exc:
+            raise error(f"{notebook.name}: parameter {trace_field!r}: {exc}", where=notebook.name,
+                        field=trace_field, expected=f"a trace of {spec.name}'s shape", found=str(trace)) from None
 
 
 def _in_hub_cache(name: str) -> bool:
