@@ -524,9 +524,36 @@ def _resolve_parameters(profile: str | None, device: str | None, extra: dict[str
     return profile, extra
 
 
+def with_own_model(declared: dict[str, Any], params: dict[str, Any], model: str | None,
+                   draft: str | None) -> dict[str, Any]:
+    """``params`` of a notebook that declares ``declared``, with the user's model (``--model``): as
+    ``model`` where the notebook declares it (01-03), as the subject's ``model`` and ``draft``
+    (``--draft``) where it declares ``subject`` (05-07). The same given twice with another value
+    (``-p``) is refused."""
+    if draft and not model:
+        raise NotebookError("--draft names the draft of --model; give --model too")
+    out = dict(params)
+    if not model:
+        return out
+    given = {"model": model} if "model" in declared else {}
+    if "subject" in declared:
+        subject = dict(out.get("subject") or {})
+        for key, value in (("model", model), ("draft", draft)):
+            if value and subject.get(key) not in (None, "", value):
+                raise NotebookError(f"subject {key} given twice: --{key} {value} and -p subject={{{key!r}: "
+                                    f"{subject[key]!r}}}; give it once")
+            if value:
+                subject[key] = value
+        given["subject"] = subject
+    if given.get("model") and out.get("model") not in (None, model):
+        raise NotebookError(f"model given twice: --model {model} and -p model={out['model']!r}; give it once")
+    return {**out, **given}
+
+
 def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out: Path | None = None,
               extra: dict[str, Any] | None = None, device: str | None = None,
-              progress: bool = True, notebooks_folder: Path | None = None, publish: bool = False) -> Path:
+              progress: bool = True, notebooks_folder: Path | None = None, publish: bool = False,
+              model: str | None = None, draft: str | None = None) -> Path:
     """Run the notebooks in order into one run folder; return the path of its ``manifest.json``.
 
     ``profile``: "quick" or "full" (default full, or ``extra["profile"]``). ``extra`` parameters
@@ -535,11 +562,12 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
     folder (default ``runs/<time>-<profile>``); it must be creatable and writable, and no live run
     may hold it. ``publish``: the ``make reproduce`` run (full profile, every notebook, no
     overrides): measurements into the shared ``data/``, figures copied into the committed
-    ``figures/`` at the end. Raises :class:`NotebookError` (bad input, a failing cell: the manifest
-    says ``failed``) or :class:`RunInterrupted` (SIGINT/SIGTERM: ``interrupted``).
+    ``figures/`` at the end. ``model``/``draft``: your checkpoint (and its draft) for every notebook
+    that takes a model (:func:`with_own_model`). Raises :class:`NotebookError` (bad input, a failing
+    cell: the manifest says ``failed``) or :class:`RunInterrupted` (SIGINT/SIGTERM: ``interrupted``).
     """
     profile, extra = _resolve_parameters(profile, device, dict(extra or {}))
-    if publish and (profile != "full" or only or extra):
+    if publish and (profile != "full" or only or extra or model):
         raise NotebookError("--publish refreshes the committed figures/ from the full run of every notebook with "
                             "its default parameters; it takes no --only, -p or --device and only the full profile")
     notebooks = select(discover(notebooks_folder), only)
@@ -550,7 +578,8 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
             f"unknown parameter(s) {orphan}: no selected notebook declares them")
     params_of = {}
     for nb in notebooks:
-        params = {"profile": profile, **{k: v for k, v in extra.items() if k in declared[nb]}}
+        params = with_own_model(declared[nb], {"profile": profile, **{k: v for k, v in extra.items()
+                                                                       if k in declared[nb]}}, model, draft)
         missing = [k for k in params if k not in declared[nb]]
         if missing:
             raise UnknownParameterError(f"{nb.name} does not declare the parameter(s) {missing}")
