@@ -144,6 +144,23 @@ def test_kernel_switch_recommendation_and_header_are_one_decision(case):
         assert ("at no n up to 9" if from_n is None else f"from n = {from_n} tokens per pass on") in header
 
 
+def test_llama_cpp_settings_name_the_gguf_file_of_a_checkpoint_folder(tmp_path):
+    """llama.cpp takes a GGUF file: a checkpoint folder given as target or draft becomes
+    <folder>.gguf in its settings, with llama.cpp's converter line; vLLM and SGLang keep the folder."""
+    (tmp_path / "tiny-olmoe").mkdir()
+    (tmp_path / "tiny-draft").mkdir()
+    target, draft = str(tmp_path / "tiny-olmoe"), str(tmp_path / "tiny-draft")
+    adv = advice.advise_curves(curves(_SLOT, _SLOT - 0.05 * (_N > 1), eps=0.05), [0.9], target=target, draft=draft)
+    s = adv["settings"][0]
+    assert f"-m {target}.gguf " in s["llama_cpp"]["cli"] and f"--spec-draft-model {draft}.gguf " in s["llama_cpp"]["cli"]
+    assert f"-md {draft}.gguf " in s["llama_cpp"]["cli_legacy"] and f"vllm serve {target} " in s["vllm"]["cli"]
+    assert s["llama_cpp"]["convert"] == [f"python convert_hf_to_gguf.py {target} --outfile {target}.gguf",
+                                         f"python convert_hf_to_gguf.py {draft} --outfile {draft}.gguf"]
+    assert "GGUF for llama.cpp (its converter): python convert_hf_to_gguf.py" in advice.format_text(adv)
+    plain = advice.advise_curves(curves(_SLOT, _SLOT - 0.05 * (_N > 1), eps=0.05), [0.9])["settings"][0]
+    assert "convert" not in plain["llama_cpp"] and "-m '<target-model>'" in plain["llama_cpp"]["cli"]
+
+
 def test_draft_time_enters_the_step_time():
     """A draft of 1 ms per token and 0.5 ms per round makes drafting dearer: V(k) = t_draft(k) +
     tau(k+1) + h(k) with t_draft(0) = 0 and the intercept kept, so k* can only fall; host time is a
