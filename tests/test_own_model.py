@@ -216,3 +216,31 @@ def test_full_estimate_scales_each_phase_by_its_work():
     # real draft, quiet: tokens x (test prompts x reps x (costs x ks + plain runs) + calibration turns x ...)
     assert q["real_draft quiet"] == 6 * (2 * 3 * (2 * 8 + 2) + 2 * (3 * 8 + 3))
     assert all(f[p] > q[p] for p in q)
+
+
+def test_a_prompt_that_accepts_every_draft_is_data(tmp_path):
+    """A measured acceptance of 1 (the median prompt accepted every draft) is read as data; the
+    pooled rate decides (advise beside the runs works), and only a = 1 pooled too is refused."""
+    import shutil
+    from collections import namedtuple
+
+    from moespec.advice.measured import against_runs, decision_rate
+    from moespec.predict import run_file
+
+    Row = namedtuple("Row", "state a a_pooled")
+    assert decision_rate(Row("quiet", 0.7, 0.6), "r") == 0.7 and decision_rate(Row("quiet", 1.0, 0.9), "r") == 0.9
+    with pytest.raises(advice.AdviceInputError, match="every draft of every prompt was accepted"):
+        decision_rate(Row("quiet", 1.0, 1.0), "r")
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in paths.committed_figures_dir().iterdir():
+        if f.suffix in (".csv", ".json"):
+            shutil.copy(f, run / f.name)
+    acc = pd.read_csv(run / "05_real_draft_acceptance.csv")
+    pooled = float(acc.loc[acc.state == "quiet", "a_pooled"].iloc[0])
+    acc.loc[acc.state == "quiet", "a"] = 1.0
+    acc.to_csv(run / "05_real_draft_acceptance.csv", index=False)
+    run_file.write_run_file(run)
+    assert run_file.read_run_file(run).acceptance().set_index("state").loc["quiet", "a"] == 1.0
+    table, _ = against_runs(run)
+    assert (table[table.state == "quiet"].a == pooled).all()
