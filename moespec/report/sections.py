@@ -310,8 +310,10 @@ def breakdown_bytes(run: RunFiles) -> str:
     from moespec.engine.byte_shares import COMPONENTS
 
     df = run.csv("05_breakdown.csv")
-    if "published" not in df.columns or df["published"].isna().all():
-        # a subject without a published model to embed in (a user's checkpoint): no byte shares to set beside
+    if "published" not in df.columns:
+        raise ReportError("05_breakdown.csv has no byte columns (written before notebook 05 counted each "
+                          "component's bytes)")
+    if df["published"].isna().all():   # a subject not embedded in a published model (a user's checkpoint)
         return ("`05_breakdown.csv` (notebook 05): " + "; ".join(
             f"{r['label'] if 'label' in df.columns else r['subject']}: step {num(r['step_ms'], 2)} ms at n = 1, "
             f"read {num(r['read_GBps'], 1)} GB/s in the same run" for _, r in df.iterrows())

@@ -217,6 +217,8 @@ class WholeModelStudy:
         like, fmt = self.sub.description.get("like"), self.sub.description.get("fmt")
         byte_tables = {self.sub.kind: byte_shares(self.sub.engine, like, fmt, depths=(d0,))} if like else None
         shares = B.shares(bd, byte_tables).assign(label=self.label)
+        if byte_tables is None:   # no published model to set its byte shares beside (a checkpoint is its own)
+            shares = shares.assign(published=None)
         io.write_dataframe(self.out / "breakdown.csv", bd)
         io.write_dataframe(self._fig("05_breakdown.csv"), shares)
         io.save_figure(breakdown_figure(shares, title=f"decode step at d = {d0}: {self.label}"),
