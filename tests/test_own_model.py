@@ -79,7 +79,8 @@ def test_a_bad_model_or_a_trace_of_another_shape_is_refused_before_the_notebook_
               "'replay'] or a checkpoint folder"),
              ("02_expert_op_benchmark", {"model": "olmoe", "trace_file": str(tmp_path / "four.npz")},
               "parameter 'trace_file': .*four.npz: ids \\(layers, L\\): expected the shape of model olmoe \\(L = 16"),
-             ("01_routing_reuse", {"model": str(ENGINES / "config_olmoe.json"), "trace_file": str(tmp_path / "four.npz")},
+             ("01_routing_reuse", {"model": str(ENGINES / "config_olmoe.json"),
+                                   "trace_file": str(tmp_path / "four.npz")},
               "expected the shape of model OLMoE-1B-7B-0125 \\(L = 16")]
     for name, params, message in cases:
         with pytest.raises(runner.ParameterError, match=message if "\\(" in message else re.escape(message)):
@@ -129,15 +130,16 @@ def test_readme_commands_on_a_checkpoint_end_to_end(tmp_path):
 def test_engine_dump_with_the_models_config_end_to_end(tmp_path):
     """A vLLM routing dump imported with the model's config.json (no weights): routing statistics,
     the benchmark at the config's shape on the dump's windows and the fits (notebook 03 measures the
-    benchmark itself where notebook 02 did not run), the run file, and advise."""
+    benchmark itself where notebook 02 did not run), the run file (moespec run-file), and advise."""
     trace = tmp_path / "olmoe_vllm.npz"
     made = _cli("import-routing", ENGINES / "vllm_olmoe.jsonl", "--engine", "vllm", "--config",
                 ENGINES / "config_olmoe.json", "--format", "bf16", "--out", trace, "--source", "fixture")
     assert made.returncode == 0, made.stderr
     run = tmp_path / "dump"
-    out = _cli("reproduce", "--profile", "quick", "--only", "01", "03", "08", "--model",
+    out = _cli("reproduce", "--profile", "quick", "--only", "01", "03", "--model",
                ENGINES / "config_olmoe.json", "-p", f"trace_file={trace}", "--out", run)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert _cli("run-file", run).returncode == 0
     assert "fixture: rho_hat(2) = " in notebook_text(run / "01_routing_reuse.ipynb")
     assert "windows from: fixture" in notebook_text(run / "03_fits.ipynb")
     doc = json.loads((run / "figures" / "moespec_run.json").read_text())
