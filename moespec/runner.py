@@ -576,6 +576,8 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
     if orphan:
         raise UnknownParameterError(
             f"unknown parameter(s) {orphan}: no selected notebook declares them")
+    if model and not any({"model", "subject"} & set(d) for d in declared.values()):
+        raise UnknownParameterError(f"--model {model}: no selected notebook takes a model (01-03, 05-07)")
     params_of = {}
     for nb in notebooks:
         params = with_own_model(declared[nb], {"profile": profile, **{k: v for k, v in extra.items()
