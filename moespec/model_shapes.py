@@ -212,13 +212,22 @@ def get_spec(name: str) -> MoESpec:
 
 
 def config_path(model) -> Path | None:
-    """The ``config.json`` that ``model`` names (a folder holding one, or a JSON file), None when
-    ``model`` is not a path to one."""
+    """The ``config.json`` that ``model`` names (a folder holding one, a JSON file, or a hub name
+    whose config is in the local Hugging Face cache: nothing is downloaded), None when ``model`` is
+    none of these."""
     path = Path(str(model)).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
         return path / "config.json"
     if path.is_file() and path.suffix == ".json":
         return path
+    if "/" in str(model) and not path.exists():   # "org/name": a hub name, in the local cache only
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(str(model), "config.json")
+        except (ImportError, ValueError):
+            return None
+        return Path(cached) if isinstance(cached, str) else None
     return None
 
 

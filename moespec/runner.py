@@ -188,9 +188,9 @@ def check_models(notebook: Path, values: dict[str, Any], error: type[InputError]
     """Every model a notebook's parameters name (:func:`_model_fields`) is a name the notebook knows
     (a preset of :data:`moespec.model_shapes.PRESETS`, a subject kind) or a path to a model's
     ``config.json`` (:func:`moespec.model_shapes.config_path`; a checkpoint to load or record must be
-    a folder); notebook 01 also takes a model in the local Hugging Face cache; a routing trace given
-    with a model has its shape (:func:`_check_trace_of_model`). Refused in one line before the
-    notebook starts. ``local``: paths are checked only where the notebook runs here."""
+    a folder; a hub name whose config is in the local Hugging Face cache counts as its folder); a
+    routing trace given with a model has its shape (:func:`_check_trace_of_model`). Refused in one
+    line before the notebook starts. ``local``: paths are checked only where the notebook runs here."""
     from .model_shapes import config_path
 
     number = notebook.stem.split("_", 1)[0]
@@ -199,9 +199,8 @@ def check_models(notebook: Path, values: dict[str, Any], error: type[InputError]
             continue
         path = config_path(value)
         folder_needed = what.startswith("a checkpoint folder")
-        if not local or (path is not None and (Path(value).is_dir() or not folder_needed)):
-            continue
-        if number == "01" and field == "model" and _in_hub_cache(value):
+        given = Path(value).expanduser()
+        if not local or (path is not None and (given.is_dir() or not given.exists() or not folder_needed)):
             continue
         expected = f"one of {list(names)} or {what}" if names else what
         raise error(f"{notebook.name}: parameter {field!r}: expected {expected}; found {value!r}"
@@ -235,16 +234,6 @@ def _check_trace_of_model(notebook: Path, values: dict[str, Any], error: type[In
         except (ValueError, OSError) as exc:
             raise error(f"{notebook.name}: parameter {trace_field!r}: {exc}", where=notebook.name,
                         field=trace_field, expected=f"a trace of {spec.name}'s shape", found=str(trace)) from None
-
-
-def _in_hub_cache(name: str) -> bool:
-    """``name`` is a model whose config.json is in the local Hugging Face cache (nothing is downloaded)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(name, "config.json"), str)
-    except (ImportError, ValueError):
-        return False
 
 
 def _kernel_manager_logging_to(log) -> type:

@@ -141,9 +141,13 @@ WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 
 
 def has_weights(model: str) -> bool:
-    """Whether ``model`` is a checkpoint folder with weight files (else a config.json, or a folder
-    holding only one: a model's shape without weights, e.g. beside an engine's routing dump)."""
-    folder = Path(model).expanduser()
+    """Whether ``model`` is a checkpoint with weight files (a folder, or a hub name in the local
+    cache), else a config.json or a folder holding only one: a model's shape without weights, e.g.
+    beside an engine's routing dump."""
+    from moespec.model_shapes import config_path
+
+    config = config_path(model)
+    folder = config.parent if config is not None and config.name == "config.json" else Path(model).expanduser()
     return folder.is_dir() and any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES)
 
 
