@@ -36,8 +36,9 @@ DEFAULTS = {
     "05": {
         "quick": dict(depths=[24, 48], prompts_per_depth=3, verify_reps=3, n_boot=200, oracle_ks=list(range(9)),
                       a_values=[0.5, 0.8, 0.95], n_tokens=10, oracle_prompts=2, oracle_reps=1,
-                      real_ks=list(range(1, 9)), real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3], agree_tokens=12, breakdown_reps=5,
-                      ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1, cal_reps=1, draft_cal_prompts=2,
+                      real_ks=list(range(1, 9)), real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3],
+                      agree_tokens=12, breakdown_reps=5, ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1,
+                      cal_reps=1, draft_cal_prompts=2,
                       loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2,
                       plain_runs=2, real_reps=3, draft_cal_plain_runs=3, loaded_real_reps=2, noise_resamples=10,
                       loaded_draft_cal_prompts=2),

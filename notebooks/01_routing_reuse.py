@@ -83,7 +83,7 @@ if checkpoint:
     print(f"model {spec.name} ({spec.source}): L = {spec.num_moe_layers} MoE layers, N = {spec.num_experts} experts, "
           f"m = {spec.top_k} per token, H = {spec.hidden_size}, I = {spec.expert_intermediate}, "
           f"{spec.default_format}; " + ("no weights: routing from trace_file" if shape_only else
-                                        f"recording {'60 articles x 64 tokens' if profile == 'quick' else 'the 60 test articles'}"))
+                                        f"recording 60 articles x {64 if profile == 'quick' else 'all'} tokens"))
 
 # %% [markdown]
 # ## Traces: synthetic (calibrated to the published values) and any recorded ones

@@ -202,10 +202,11 @@ from IPython.display import Markdown, display
 
 at2, at8 = bw[bw["n"] == 2].iloc[0], bw[bw["n"] == 8].iloc[0]
 display(Markdown(
-    f"**{profile} profile, {machine}.** Effective bandwidth per kernel ({spec.name}, {fmt}, backend {rows['backend'].iloc[0]}): "
+    f"**{profile} profile, {machine}.** Effective bandwidth per kernel ({spec.name}, {fmt}, "
+    f"backend {rows['backend'].iloc[0]}): "
     f"r(2) = {at2['r']:.3f} against ū(2) = {at2['ubar']:.3f}, r(8) = {at8['r']:.3f} against ū(8) = {at8['ubar']:.3f}: "
     f"deduplication is {'faster' if at2['ubar'] < at2['r'] else 'slower'} at n = 2 and "
     f"{'faster' if at8['ubar'] < at8['r'] else 'slower'} at n = 8 (eq. (7): faster where ū(n) < r(n))."
     + ("" if profile == "full" else f" The quick profile times shrunk shapes for seconds; set `profile = \"full\"` for "
-                                    f"{spec.name.removesuffix('-shrunk')}'s own shapes (several minutes, with a progress "
-                                    "bar; an interrupted run resumes).")))
+                                    f"{spec.name.removesuffix('-shrunk')}'s own shapes (several minutes, with a "
+                                    "progress bar; an interrupted run resumes).")))

@@ -68,7 +68,8 @@ main_config = expert_op.profile_config(profile, model, fmt, backend, device, see
 doc_len = 64 if profile == "quick" else 512
 num_docs = 4 if profile == "quick" else 16
 main_name = main_config.spec().name
-print(f"profile={profile}: main model {main_name} ({fmt}, backend {backend}, {device}); transfer models {transfer_models}")
+print(f"profile={profile}: main model {main_name} ({fmt}, backend {backend}, {device}); "
+      f"transfer models {transfer_models}")
 print(expert_op.describe_shape(main_config))
 
 # %% [markdown]
@@ -218,7 +219,8 @@ from IPython.display import Markdown, display
 
 e = eps.iloc[0]
 display(Markdown(
-    f"**{profile} profile, {main_name}.** Fits (4) and (E.1) per layer; on routing windows they did not see they err by "
+    f"**{profile} profile, {main_name}.** Fits (4) and (E.1) per layer; on routing windows they did not see they "
+    f"err by "
     f"ε = {e['eps_slot']:.3f} (per-slot) and {e['eps_dedup']:.3f} (deduplicating): the engine's ε = {e['eps_engine']:.3f} "
     f"is what bounds (17)-(21) of notebook 04 and `moespec advise` (notebook 08) carry. Transfer to a held-out model, "
     f"median |error| of r: " + ", ".join(f"{name} {g['r_rel_err'].abs().median():.2f}"

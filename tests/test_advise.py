@@ -128,8 +128,8 @@ def test_kernel_switch_recommendation_and_header_are_one_decision(case):
     text = advice.format_text(adv)
     switch_line = next(line for line in text.splitlines() if line.startswith("Kernel switch"))
     if up_to is None:
-        assert "keep the per-slot kernel" in switch_line and item["recommended"]["engine_name"] == "per-slot kernel at " \
-            "every n"
+        assert "keep the per-slot kernel" in switch_line
+        assert item["recommended"]["engine_name"] == "per-slot kernel at every n"
     else:
         assert f"deduplicating from {up_to + 1} tokens" in switch_line
         assert f"deduplicating from n = {up_to + 1}" in item["recommended"]["engine_name"] or up_to == 1
@@ -152,7 +152,8 @@ def test_llama_cpp_settings_name_the_gguf_file_of_a_checkpoint_folder(tmp_path):
     target, draft = str(tmp_path / "tiny-olmoe"), str(tmp_path / "tiny-draft")
     adv = advice.advise_curves(curves(_SLOT, _SLOT - 0.05 * (_N > 1), eps=0.05), [0.9], target=target, draft=draft)
     s = adv["settings"][0]
-    assert f"-m {target}.gguf " in s["llama_cpp"]["cli"] and f"--spec-draft-model {draft}.gguf " in s["llama_cpp"]["cli"]
+    cli = s["llama_cpp"]["cli"]
+    assert f"-m {target}.gguf " in cli and f"--spec-draft-model {draft}.gguf " in cli
     assert f"-md {draft}.gguf " in s["llama_cpp"]["cli_legacy"] and f"vllm serve {target} " in s["vllm"]["cli"]
     assert s["llama_cpp"]["convert"] == [f"python convert_hf_to_gguf.py {target} --outfile {target}.gguf",
                                          f"python convert_hf_to_gguf.py {draft} --outfile {draft}.gguf"]

@@ -196,7 +196,8 @@ def from_expert_op_fits(rf: RunFile, run: str, trace=None, dense_ratio: float = 
                    f"dense bytes per pass D = {dense_ratio:g} m W (not measured by notebook 03), {dense_note}",
                    draft_assumption(draft), "host time h(k) = 0: notebook 03 does not measure it"]
     subject = {"model": (f"{spec.paper_label or spec.name} ({spec.num_moe_layers} MoE layers, m = {spec.top_k}), "
-                         f"benchmark shape {model}") if spec else f"{model} (the given trace's {L} MoE layers, m = {m})",
+                         f"benchmark shape {model}") if spec else
+               f"{model} (the given trace's {L} MoE layers, m = {m})",
                "engine": f"moespec {part['backend'] or '?'} kernels", "format": part["fmt"] or "?",
                "source": "this run", "from": "notebook 03 (expert-operation fits)", "run": run, **_meta(rf)}
     rm = predicted_round({"slot": slot.tau(), "dedup": dedup.tau()},

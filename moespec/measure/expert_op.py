@@ -105,8 +105,9 @@ def describe_shape(config: BenchConfig) -> str:
     full, spec = get_spec(config.model), config.spec()
     shrunk = (f"; timed shrunk to H = {spec.hidden_size}, I = {spec.expert_intermediate} (quick profile)"
               if spec.name != full.name else "")
-    return (f"{full.name}: N = {full.num_experts} experts, m = {full.top_k} per token, L = {full.num_moe_layers} MoE layers, "
-            f"H = {full.hidden_size}, I = {full.expert_intermediate} ({full.source}){shrunk}; "
+    return (f"{full.name}: N = {full.num_experts} experts, m = {full.top_k} per token, "
+            f"L = {full.num_moe_layers} MoE layers, H = {full.hidden_size}, I = {full.expert_intermediate} "
+            f"({full.source}){shrunk}; "
             f"random weights in {config.fmt} at this shape (kernel time depends on shapes and format, not on values)")
 
 

@@ -46,7 +46,8 @@ class RunFileError(InputError):
 
 # --- the tables a run writes, by the part of the run file they fill ----------------------------
 _POS = dict(low=0, low_open=True)
-_ACCEPTANCE = (Column("state", "str"), Column("a", low=0, high=1), Column("label", "str"),   # a = 1: every draft accepted
+# a = 1 (the median prompt accepted every draft) is data: the pooled rate decides (moespec.advice.measured)
+_ACCEPTANCE = (Column("state", "str"), Column("a", low=0, high=1), Column("label", "str"),
                Column("a_pooled", low=0, high=1, required=False), Column("prompts", "count", required=False),
                Column("accepted_total", "count", required=False), Column("rejections_total", "count", required=False),
                Column("k_max", "count", required=False))
@@ -332,7 +333,8 @@ def _expert_op_fits(folder: Path, error) -> dict:
     return {"model": model, "backend": str(first["backend"]) if "backend" in fits else None,
             "fmt": str(first["fmt"]) if "fmt" in fits else None, "eps": eps,
             "fits": _records(fits, ["layer", "kernel", "t_op", "c_u", "c_g", "c_t", "c_re", "n_passes"]),
-            "bandwidth": _records(main, ["n", "ubar", "expert_bytes", "read_GBps"]), **({"shape": shape} if shape else {})}
+            "bandwidth": _records(main, ["n", "ubar", "expert_bytes", "read_GBps"]),
+            **({"shape": shape} if shape else {})}
 
 
 def build_run_file(run: str | Path, allow_incomplete: bool = False, error: type[InputError] = RunFileError) -> dict:

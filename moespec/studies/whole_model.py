@@ -594,9 +594,10 @@ class WholeModelStudy:
                     f"{rep['prompts']} prompts (median speedup {rep['speedup_k1']:.3f} at k = 1).")
         if self.profile != "full" and self.sub.kind == "checkpoint":
             est = self.results.get("full_estimate")
-            out += (f" The quick profile runs {self.label} at small sizes (few prompts, tokens and repetitions); the full "
-                    f"profile's sizes" + (f" would take about {est['minutes']:.0f} min on it (estimated from this run's "
-                                          f"{est['quick_minutes']:.1f} min, phase by phase)" if est else "")
+            out += (f" The quick profile runs {self.label} at small sizes (few prompts, tokens and repetitions); "
+                    "the full profile's sizes"
+                    + (f" would take about {est['minutes']:.0f} min on it (estimated from this run's "
+                       f"{est['quick_minutes']:.1f} min, phase by phase)" if est else "")
                     + "; set `profile = \"full\"` for them.")
         elif self.profile != "full":
             out += " The quick profile runs tiny models; set `profile = \"full\"` for the measurements behind figures/."
