@@ -214,8 +214,9 @@ def check_models(notebook: Path, values: dict[str, Any], error: type[InputError]
 def _check_trace_of_model(notebook: Path, values: dict[str, Any], error: type[InputError]) -> None:
     """A routing trace given with a model (``trace_file`` with ``model``; the subject's ``trace_file``
     with its ``like``) has that model's shape (L, N, m), checked before the notebook starts: routing
-    is never applied to another model's shape."""
-    from .model_shapes import get_spec
+    is never applied to another model's shape. (Notebook 01 shows a trace beside a preset's
+    synthetic routing, not at its shape: there only a model of your own is checked.)"""
+    from .model_shapes import PRESETS, get_spec
     from .routing import RoutingTrace
     from .validate.invariants import check_trace_shape
 
@@ -223,7 +224,8 @@ def _check_trace_of_model(notebook: Path, values: dict[str, Any], error: type[In
     pairs = [("trace_file", values.get("trace_file"), "model", values.get("model")),
              ("subject.trace_file", subject.get("trace_file"), "subject.like", subject.get("like"))]
     for trace_field, trace, model_field, model in pairs:
-        if not (trace and model and Path(str(trace)).is_file()) or model in ("synthetic", "none"):
+        if not (trace and model and Path(str(trace)).is_file()) or model in ("synthetic", "none") or (
+                notebook.stem.startswith("01") and str(model).lower() in PRESETS):
             continue
         try:
             spec = get_spec(model)
