@@ -34,9 +34,10 @@ SHAPES = {"olmoe": (16, 4, 4, 128, 64, 0), "qwen3_moe": (16, 4, 3, 128, 64, 0), 
           "deepseek_v2": (16, 4, 3, 128, 64, 1), "gpt_oss": (16, 4, 4, 128, 64, 0)}
 
 
-def _cli(*args, timeout=600):
+def _cli(cwd, *args, timeout=600):
+    """``moespec ARGS`` run in ``cwd`` (advise writes advice.json where it runs: never the repository)."""
     return subprocess.run([sys.executable, "-m", "moespec.cli", *map(str, args)], capture_output=True, text=True,
-                          env=ENV, timeout=timeout)
+                          env=ENV, timeout=timeout, cwd=cwd)
 
 
 @pytest.mark.parametrize("family", sorted(checkpoints.FAMILIES))
@@ -101,7 +102,7 @@ def test_readme_commands_on_a_checkpoint_end_to_end(tmp_path):
                           capture_output=True, text=True, env=ENV, timeout=300)
     assert made.returncode == 0, made.stderr
     run = tmp_path / "mine"
-    out = _cli("reproduce", "--profile", "quick", "--only", "01", "02", "03", "05", "08", "--model",
+    out = _cli(tmp_path, "reproduce", "--profile", "quick", "--only", "01", "02", "03", "05", "08", "--model",
                tmp_path / "tiny" / "tiny-olmoe", "--draft", tmp_path / "tiny" / "tiny-draft", "--out", run)
     assert out.returncode == 0, out.stderr[-3000:]
     saved = run / "data" / "traces" / "checkpoint-tiny-olmoe-wikitext-test.npz"
@@ -117,7 +118,7 @@ def test_readme_commands_on_a_checkpoint_end_to_end(tmp_path):
         "cells"][-1]["outputs"][0]["data"]["text/markdown"])
     assert (run / "figures" / "moespec_run.json").is_file() and (run / "figures" / "REPORT.md").is_file()
     assert "05_whole_model | " in out.stderr                      # what it was measuring, beside the notebook
-    answer = _cli("advise", run, "-a", "0.8")
+    answer = _cli(tmp_path, "advise", run, "-a", "0.8")
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.startswith("moespec advise: tiny-olmoe (f32 experts, float32)")
     adv = advice.advise(run, [0.8])
@@ -132,24 +133,24 @@ def test_engine_dump_with_the_models_config_end_to_end(tmp_path):
     the benchmark at the config's shape on the dump's windows and the fits (notebook 03 measures the
     benchmark itself where notebook 02 did not run), the run file (moespec run-file), and advise."""
     trace = tmp_path / "olmoe_vllm.npz"
-    made = _cli("import-routing", ENGINES / "vllm_olmoe.jsonl", "--engine", "vllm", "--config",
+    made = _cli(tmp_path, "import-routing", ENGINES / "vllm_olmoe.jsonl", "--engine", "vllm", "--config",
                 ENGINES / "config_olmoe.json", "--format", "bf16", "--out", trace, "--source", "fixture")
     assert made.returncode == 0, made.stderr
     run = tmp_path / "dump"
-    out = _cli("reproduce", "--profile", "quick", "--only", "01", "03", "--model",
+    out = _cli(tmp_path, "reproduce", "--profile", "quick", "--only", "01", "03", "--model",
                ENGINES / "config_olmoe.json", "-p", f"trace_file={trace}", "--out", run)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert _cli("run-file", run).returncode == 0
+    assert _cli(tmp_path, "run-file", run).returncode == 0
     assert "fixture: rho_hat(2) = " in notebook_text(run / "01_routing_reuse.ipynb")
     assert "windows from: fixture" in notebook_text(run / "03_fits.ipynb")
     doc = json.loads((run / "figures" / "moespec_run.json").read_text())
     assert doc["expert_op_fits"]["shape"] == {"N": 64, "m": 8, "L": 16}
-    answer = _cli("advise", run, "-a", "0.8", "--draft-fit", "0.5,0.2", "--trace", trace)
+    answer = _cli(tmp_path, "advise", run, "-a", "0.8", "--draft-fit", "0.5,0.2", "--trace", trace)
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.startswith("moespec advise: OLMoE-1B-7B-0125 (16 MoE layers, m = 8)")
     four = tmp_path / "four.npz"
     synthetic.uniform(1, 20, 4, 64, 8, seed=0).save(four)
-    refused = _cli("advise", run, "-a", "0.8", "--draft-fit", "0.5,0.2", "--trace", four)
+    refused = _cli(tmp_path, "advise", run, "-a", "0.8", "--draft-fit", "0.5,0.2", "--trace", four)
     assert refused.returncode == 1 and "expected the shape of OLMoE-1B-7B-0125" in refused.stderr
 
 
