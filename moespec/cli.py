@@ -38,7 +38,8 @@ def _reproduce(args) -> int:
     try:
         manifest = runner.reproduce(profile=args.profile, only=args.only, out=args.out,
                                     extra=runner.parse_assignments(args.param or []),
-                                    device=args.device, progress=not args.no_progress, publish=args.publish)
+                                    device=args.device, progress=not args.no_progress, publish=args.publish,
+                                    model=args.model, draft=args.draft)
     except (runner.NotebookError, InputError) as exc:
         print(f"moespec reproduce: {exc}", file=sys.stderr)
         return 1
@@ -386,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", type=Path, help="run folder: executed notebooks, manifest, figures/ and data/ "
                                               "(default runs/<time>-<profile>); refused while a live run holds it")
     rep.add_argument("--device", help="device parameter for every notebook (cpu, cuda, cuda:1, ...)")
+    rep.add_argument("--model", metavar="PATH", help="your model (a checkpoint folder, or a config.json beside an "
+                                                     "engine's routing): model= of 01-03, the subject of 05-07")
+    rep.add_argument("--draft", metavar="PATH", help="the draft checkpoint of --model (the subject's draft)")
     rep.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                      help="extra notebook parameter (repeatable); unknown names are an error")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")

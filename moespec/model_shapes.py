@@ -10,6 +10,7 @@ An expert is a SwiGLU block: gate and up ``[I, H]``, down ``[H, I]``, so ``3 * H
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,13 +195,58 @@ def register(name: str, factory: Callable[[], MoESpec]) -> None:
 
 
 def get_spec(name: str) -> MoESpec:
-    """The spec of a preset or registered model, by name (case-insensitive)."""
-    key = name.lower()
+    """The spec of a preset or registered model, by name (case-insensitive), or of a model's own
+    ``config.json`` (a checkpoint folder holding one, or the file: :func:`config_path`), read by
+    :func:`spec_from_config` and named by :func:`config_name`."""
+    key = str(name).lower()
     if key in PRESETS:
         return PRESETS[key]
     if key in _REGISTRY:
         return _REGISTRY[key]()
-    raise KeyError(f"unknown model {name!r}; presets: {sorted(PRESETS)}, registered: {sorted(_REGISTRY)}")
+    path = config_path(name)
+    if path is not None:
+        spec = spec_from_config(path, name=config_name(path))
+        return dataclasses.replace(spec, source=f"{path}")
+    raise KeyError(f"unknown model {name!r}; expected a preset {sorted(PRESETS)}, a registered model "
+                   f"{sorted(_REGISTRY)}, or a checkpoint folder with a config.json (or the config.json itself)")
+
+
+def config_path(model) -> Path | None:
+    """The ``config.json`` that ``model`` names (a folder holding one, a JSON file, or a hub name
+    whose config is in the local Hugging Face cache: nothing is downloaded), None when ``model`` is
+    none of these."""
+    path = Path(str(model)).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        return path / "config.json"
+    if path.is_file() and path.suffix == ".json":
+        return path
+    if "/" in str(model) and not path.exists():   # "org/name": a hub name, in the local cache only
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(str(model), "config.json")
+        except (ImportError, ValueError):
+            return None
+        return Path(cached) if isinstance(cached, str) else None
+    return None
+
+
+def config_name(path) -> str:
+    """A short name for the model of a ``config.json`` (file names and labels): the last part of its
+    ``_name_or_path`` where the config records one, else its folder's name (a file not named
+    config.json: its stem); ``-config`` appended where that is the name of a preset or registered
+    model, so that the name never finds another model's shape."""
+    path = Path(path)
+    recorded = ""
+    try:
+        recorded = str(json.loads(path.read_text()).get("_name_or_path") or "")
+    except (OSError, ValueError, AttributeError):
+        pass
+    name = recorded.rstrip("/").split("/")[-1] if recorded else (
+        path.parent.resolve().name if path.name == "config.json" else path.stem)
+    name = name or "model"
+    # never the name of a preset: a name is looked up again downstream, and must not find another shape
+    return f"{name}-config" if name.lower() in PRESETS or name.lower() in _REGISTRY else name
 
 
 def preset_name(model: str) -> str:

@@ -3,9 +3,10 @@ subject they run on (:class:`SubjectSpec`), and each notebook's run sizes per pr
 
 A notebook's sizes are its profile's (:data:`DEFAULTS`), overridden by the ``sizes`` dict a caller
 passes (:func:`resolve`); the notebook prints which values came from where. ``quick`` sizes finish
-in seconds on tiny models, for a person exploring and for the tests. ``full`` sizes are those
-``make reproduce`` runs on the byte-faithful-all subject, sized so that the whole reproduction
-stays within 75 minutes on a 2-core CPU:
+in seconds on tiny models (notebook 05 on a user's checkpoint: a minute or two), for a person
+exploring and for the tests; notebook 05's quick profile drafts k = 1..8 as the full one does.
+``full`` sizes are those ``make reproduce`` runs on the byte-faithful-all subject, sized so that
+the whole reproduction stays within 75 minutes on a 2-core CPU:
 
 * notebook 05's real draft: every speedup of a prompt divides by its plain throughput, so plain
   decoding runs ``plain_runs`` = 4 times per prompt and repetition and the round calibration's
@@ -33,10 +34,11 @@ from moespec import paths
 #: depths from its context, or read from the pre-registered rules).
 DEFAULTS = {
     "05": {
-        "quick": dict(depths=[24, 48], prompts_per_depth=3, verify_reps=3, n_boot=200, oracle_ks=[0, 1, 2, 3],
-                      a_values=[0.5, 0.8, 0.95], n_tokens=10, oracle_prompts=2, oracle_reps=1, real_ks=[1, 2, 3],
-                      real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3], agree_tokens=12, breakdown_reps=5,
-                      ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1, cal_reps=1, draft_cal_prompts=2,
+        "quick": dict(depths=[24, 48], prompts_per_depth=3, verify_reps=3, n_boot=200, oracle_ks=list(range(9)),
+                      a_values=[0.5, 0.8, 0.95], n_tokens=10, oracle_prompts=2, oracle_reps=1,
+                      real_ks=list(range(1, 9)), real_tokens=6, real_prompts=2, draft_costs=[0.0, 0.3],
+                      agree_tokens=12, breakdown_reps=5, ratio_reps=5, states=["quiet", "loaded"], cal_prompts=1,
+                      cal_reps=1, draft_cal_prompts=2,
                       loaded_oracle_prompts=1, loaded_oracle_reps=1, loaded_draft_costs=[0.0], loaded_real_prompts=2,
                       plain_runs=2, real_reps=3, draft_cal_plain_runs=3, loaded_real_reps=2, noise_resamples=10,
                       loaded_draft_cal_prompts=2),

@@ -44,6 +44,7 @@ from typing import Any, Iterable, Iterator
 from tqdm.auto import tqdm
 
 from . import io, paths, provenance
+from . import progress as progress_env
 from .validate import InputError
 from .validate.parameters import check_values
 from .validate.runs import LOCK_NAME
@@ -156,7 +157,85 @@ def check_parameters(notebook: Path, parameters: dict[str, Any], base: Path | No
     if unknown:
         raise UnknownParameterError(
             f"{notebook.name}: unknown parameter(s) {unknown}; it declares {sorted(declared)}")
-    return declared, check_values(notebook, parameters, declared, base, ParameterError, local)
+    values = check_values(notebook, parameters, declared, base, ParameterError, local)
+    check_models(notebook, values, ParameterError, local)
+    return declared, values
+
+
+def _model_fields(number: str, values: dict[str, Any]) -> list[tuple[str, Any, tuple, str]]:
+    """(field, value, names the notebook knows, what a path must hold) of every model a notebook's
+    parameters name: ``model`` (01: also "synthetic", "none"), each of ``transfer_models``, and the
+    subject's ``model``, ``like`` and ``draft`` (05-07)."""
+    from .model_shapes import PRESETS
+
+    presets, config = tuple(PRESETS), "a config.json or a folder holding one"
+    weights = "a checkpoint folder (its config.json and weights)"
+    out = [("model", values["model"], {"01": ("synthetic", "none") + presets}.get(number, presets),
+            config)] if "model" in values else []
+    out += [(f"transfer_models[{i}]", m, presets, config) for i, m in enumerate(values.get("transfer_models") or [])]
+    subject = values.get("subject") or {}
+    if subject:
+        from .engine.subject import KINDS, QUICK_LIKE   # transformers: only where a subject is given
+
+        out += [(f"subject.{key}", subject[key], names, what) for key, names, what in (
+            ("model", KINDS, weights), ("like", presets + (QUICK_LIKE.name,), config), ("draft", (), weights))
+            if subject.get(key)]
+    return out
+
+
+def check_models(notebook: Path, values: dict[str, Any], error: type[InputError] = ParameterError,
+                 local: bool = True) -> None:
+    """Every model a notebook's parameters name (:func:`_model_fields`) is a name the notebook knows
+    (a preset of :data:`moespec.model_shapes.PRESETS`, a subject kind) or a path to a model's
+    ``config.json`` (:func:`moespec.model_shapes.config_path`; a checkpoint to load or record must be
+    a folder; a hub name whose config is in the local Hugging Face cache counts as its folder); a
+    routing trace given with a model has its shape (:func:`_check_trace_of_model`). Refused in one
+    line before the notebook starts. ``local``: paths are checked only where the notebook runs here."""
+    from .model_shapes import config_path
+
+    number = notebook.stem.split("_", 1)[0]
+    for field, value, names, what in _model_fields(number, values):
+        if not isinstance(value, str) or value.lower() in names:
+            continue
+        path = config_path(value)
+        folder_needed = what.startswith("a checkpoint folder")
+        given = Path(value).expanduser()
+        if not local or (path is not None and (given.is_dir() or not given.exists() or not folder_needed)):
+            continue
+        expected = f"one of {list(names)} or {what}" if names else what
+        raise error(f"{notebook.name}: parameter {field!r}: expected {expected}; found {value!r}"
+                    + (" (a folder without a config.json)" if Path(value).is_dir() else
+                       "" if Path(value).exists() else " (no such file or folder)"),
+                    where=notebook.name, field=field, expected=expected, found=value)
+    if local:
+        _check_trace_of_model(notebook, values, error)
+
+
+def _check_trace_of_model(notebook: Path, values: dict[str, Any], error: type[InputError]) -> None:
+    """A routing trace given with a model (``trace_file`` with ``model``; the subject's ``trace_file``
+    with its ``like``) has that model's shape (L, N, m), checked before the notebook starts: routing
+    is never applied to another model's shape. (Notebook 01 shows a trace beside a preset's
+    synthetic routing, not at its shape: there only a model of your own is checked.)"""
+    from .model_shapes import PRESETS, get_spec
+    from .routing import RoutingTrace
+    from .validate.invariants import check_trace_shape
+
+    subject = values.get("subject") or {}
+    pairs = [("trace_file", values.get("trace_file"), "model", values.get("model")),
+             ("subject.trace_file", subject.get("trace_file"), "subject.like", subject.get("like"))]
+    for trace_field, trace, model_field, model in pairs:
+        if not (trace and model and Path(str(trace)).is_file()) or model in ("synthetic", "none") or (
+                notebook.stem.startswith("01") and str(model).lower() in PRESETS):
+            continue
+        try:
+            spec = get_spec(model)
+        except KeyError:
+            continue
+        try:
+            check_trace_shape(RoutingTrace.load(trace), spec, f"{model_field} {spec.name}")
+        except (ValueError, OSError) as exc:
+            raise error(f"{notebook.name}: parameter {trace_field!r}: {exc}", where=notebook.name,
+                        field=trace_field, expected=f"a trace of {spec.name}'s shape", found=str(trace)) from None
 
 
 def _kernel_manager_logging_to(log) -> type:
@@ -174,12 +253,46 @@ def _kernel_manager_logging_to(log) -> type:
     return LoggedKernelManager
 
 
-def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any], progress: bool = False) -> NotebookRun:
+@contextmanager
+def _progress_of(notebook: Path, out_dir: Path, show) -> Iterator[None]:
+    """The notebook's kernel publishes its sweeps' progress (:mod:`moespec.progress`) into
+    ``out_dir/logs/<notebook>.progress``; while it runs, ``show`` (if given) gets the file's last
+    line each second."""
+    path = paths.ensure(Path(out_dir) / "logs") / f"{notebook.stem}.progress"
+    saved = os.environ.get(progress_env.ENV)
+    os.environ[progress_env.ENV] = str(path)
+    done = threading.Event()
+
+    def watch():
+        shown = None
+        while not done.wait(1.0):
+            line = progress_env.last_line(path)
+            if line and line != shown:
+                shown = line
+                show(line)
+
+    watcher = threading.Thread(target=watch, daemon=True) if show else None
+    if watcher:
+        watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        if watcher:
+            watcher.join()
+        os.environ.pop(progress_env.ENV) if saved is None else os.environ.__setitem__(progress_env.ENV, saved)
+
+
+def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any], progress: bool = False,
+                 show=None) -> NotebookRun:
     """Execute one notebook with papermill into ``out_dir``; raise :class:`NotebookError` naming
     the notebook and the failing cell. ``NotebookRun.parameters`` are the values the notebook ran
     with: its declared defaults overridden by what papermill injected. The kernel's own output
     goes to ``out_dir/logs/<notebook>.kernel.log``. ``progress``: a bar (stderr) naming the
-    notebook and the cell it is executing (papermill's, e.g. ``00_default_models: 7/25 cells``)."""
+    notebook and the cell it is executing (papermill's, e.g. ``00_default_models: 7/25 cells``);
+    ``show``: a function that gets what the notebook is measuring as it goes (the last line of
+    ``out_dir/logs/<notebook>.progress``, :mod:`moespec.progress`), e.g. ``expert op olmoe cpp f32:
+    1/2 [00:10<00:10]``."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -187,7 +300,8 @@ def run_notebook(notebook: Path, out_dir: Path, parameters: dict[str, Any], prog
     out = paths.ensure(Path(out_dir)) / notebook.name
     start = time.perf_counter()
     try:
-        with open(paths.ensure(Path(out_dir) / "logs") / f"{notebook.stem}.kernel.log", "ab") as log:
+        with open(paths.ensure(Path(out_dir) / "logs") / f"{notebook.stem}.kernel.log", "ab") as log, \
+                _progress_of(notebook, out_dir, show):
             bar = {"desc": notebook.stem, "unit": "cell", "position": 1, "leave": False} if progress else False
             pm.execute_notebook(str(notebook), str(out), parameters=parameters, progress_bar=bar,
                                 cwd=str(notebook.parent), kernel_name="python3",
@@ -401,9 +515,36 @@ def _resolve_parameters(profile: str | None, device: str | None, extra: dict[str
     return profile, extra
 
 
+def with_own_model(declared: dict[str, Any], params: dict[str, Any], model: str | None,
+                   draft: str | None) -> dict[str, Any]:
+    """``params`` of a notebook that declares ``declared``, with the user's model (``--model``): as
+    ``model`` where the notebook declares it (01-03), as the subject's ``model`` and ``draft``
+    (``--draft``) where it declares ``subject`` (05-07). The same given twice with another value
+    (``-p``) is refused."""
+    if draft and not model:
+        raise NotebookError("--draft names the draft of --model; give --model too")
+    out = dict(params)
+    if not model:
+        return out
+    given = {"model": model} if "model" in declared else {}
+    if "subject" in declared:
+        subject = dict(out.get("subject") or {})
+        for key, value in (("model", model), ("draft", draft)):
+            if value and subject.get(key) not in (None, "", value):
+                raise NotebookError(f"subject {key} given twice: --{key} {value} and -p subject={{{key!r}: "
+                                    f"{subject[key]!r}}}; give it once")
+            if value:
+                subject[key] = value
+        given["subject"] = subject
+    if given.get("model") and out.get("model") not in (None, model):
+        raise NotebookError(f"model given twice: --model {model} and -p model={out['model']!r}; give it once")
+    return {**out, **given}
+
+
 def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out: Path | None = None,
               extra: dict[str, Any] | None = None, device: str | None = None,
-              progress: bool = True, notebooks_folder: Path | None = None, publish: bool = False) -> Path:
+              progress: bool = True, notebooks_folder: Path | None = None, publish: bool = False,
+              model: str | None = None, draft: str | None = None) -> Path:
     """Run the notebooks in order into one run folder; return the path of its ``manifest.json``.
 
     ``profile``: "quick" or "full" (default full, or ``extra["profile"]``). ``extra`` parameters
@@ -412,11 +553,12 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
     folder (default ``runs/<time>-<profile>``); it must be creatable and writable, and no live run
     may hold it. ``publish``: the ``make reproduce`` run (full profile, every notebook, no
     overrides): measurements into the shared ``data/``, figures copied into the committed
-    ``figures/`` at the end. Raises :class:`NotebookError` (bad input, a failing cell: the manifest
-    says ``failed``) or :class:`RunInterrupted` (SIGINT/SIGTERM: ``interrupted``).
+    ``figures/`` at the end. ``model``/``draft``: your checkpoint (and its draft) for every notebook
+    that takes a model (:func:`with_own_model`). Raises :class:`NotebookError` (bad input, a failing
+    cell: the manifest says ``failed``) or :class:`RunInterrupted` (SIGINT/SIGTERM: ``interrupted``).
     """
     profile, extra = _resolve_parameters(profile, device, dict(extra or {}))
-    if publish and (profile != "full" or only or extra):
+    if publish and (profile != "full" or only or extra or model):
         raise NotebookError("--publish refreshes the committed figures/ from the full run of every notebook with "
                             "its default parameters; it takes no --only, -p or --device and only the full profile")
     notebooks = select(discover(notebooks_folder), only)
@@ -425,13 +567,17 @@ def reproduce(profile: str | None = None, only: Iterable[str] | None = None, out
     if orphan:
         raise UnknownParameterError(
             f"unknown parameter(s) {orphan}: no selected notebook declares them")
+    if model and not any({"model", "subject"} & set(d) for d in declared.values()):
+        raise UnknownParameterError(f"--model {model}: no selected notebook takes a model (01-03, 05-07)")
     params_of = {}
     for nb in notebooks:
-        params = {"profile": profile, **{k: v for k, v in extra.items() if k in declared[nb]}}
+        params = with_own_model(declared[nb], {"profile": profile, **{k: v for k, v in extra.items()
+                                                                       if k in declared[nb]}}, model, draft)
         missing = [k for k in params if k not in declared[nb]]
         if missing:
             raise UnknownParameterError(f"{nb.name} does not declare the parameter(s) {missing}")
         params_of[nb] = check_values(nb, params, declared[nb], Path.cwd(), ParameterError)
+        check_models(nb, params_of[nb])
     with ExitStack() as held:
         # absolute: the kernels run in the notebooks' folder, where a relative --out would name another place
         run_dir = held.enter_context(hold_folder(Path(out).absolute(), "--out") if out
@@ -461,7 +607,9 @@ def _run(notebooks, params_of, run_dir: Path, profile: str, publish: bool, progr
                 io.write_json(manifest_path, manifest)
                 bar.set_postfix_str(nb.stem)
                 try:
-                    result = run_notebook(nb, run_dir, params_of[nb], progress=progress)
+                    result = run_notebook(nb, run_dir, params_of[nb], progress=progress,
+                                          show=(lambda line, nb=nb: bar.set_postfix_str(f"{nb.stem} | {line}"))
+                                          if progress else None)
                 except NotebookError:
                     with _on_signals(signal.SIG_IGN):   # a moment to write down where it stopped
                         manifest.update(status="failed", failed=nb.stem,

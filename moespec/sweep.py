@@ -186,6 +186,7 @@ def expand(grid: Mapping, notebooks_folder: Path | None = None,
                 try:
                     params = check_values(nb, params, declared[nb], grid_base, SweepError, local)
                     params.update(check_values(nb, given, declared[nb], Path.cwd(), SweepError, local))
+                    runner.check_models(nb, params, SweepError, local)
                 except SweepError as exc:
                     origin = "-p" if exc.field in given else "the grid"
                     raise SweepError(f"{at} ({origin}): {exc}", where=where, field=exc.field, expected=exc.expected,

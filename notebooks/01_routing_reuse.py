@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -31,14 +31,20 @@
 # `moespec.routing.record`; `paths.trace_files()`) is loaded and shown beside them, labelled by its
 # `source`, and so is `trace_file` (e.g. a trace imported from vLLM or SGLang with
 # `moespec import-routing`).
+#
+# **Your own model** (`model` = a checkpoint folder): its routing is recorded on the WikiText test
+# articles and saved into the run's `data/traces/`, where notebooks 02 and 03 of the same run find it
+# and time its windows. `model` = the model's `config.json` (or a folder holding only it) with
+# `trace_file` = an engine's routing: the trace must have the config's shape (L, N, m), else it is refused.
 
 # %% tags=["parameters"]
 profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
 device = "cpu"          # statistics run on the CPU; kept for the common notebook interface
 seed = 0
 model = "synthetic"     # "synthetic": OLMoE, Qwen3 and gpt-oss; a preset name: that one; "none": recorded only;
-                        # else a local transformers MoE checkpoint (folder or cached hub name), recorded on
-                        # the WikiText test articles on `device` (its 32 fit articles are shown)
+                        # a local transformers MoE checkpoint (folder or cached hub name): recorded on the WikiText
+                        # test articles on `device` and saved into the run (its 32 fit articles are shown);
+                        # a config.json without weights: the shape trace_file must have
 resamples = 2000        # document-level bootstrap resamples (paper 1, App. D.2)
 n_max = 9
 calibrate_n9 = True     # calibrate the synthetic traces to rho(9) as well as rho(2)
@@ -52,6 +58,7 @@ from tqdm.auto import tqdm
 
 from moespec import io, paths
 from moespec.model_shapes import PRESETS, get_spec
+from moespec.validate.invariants import check_trace_shape
 from moespec.plots.routing import figure1_reuse
 from moespec.routing import RoutingTrace, synthetic
 from moespec.routing.published import published_reuse, reuse_targets
@@ -63,10 +70,20 @@ if profile not in ("quick", "full"):
 num_docs, doc_len = {"quick": (6, 300), "full": (60, 4096)}[profile]
 resamples = resamples if profile == "full" else min(resamples, 200)
 checkpoint = model not in ("synthetic", "none") and model.lower() not in PRESETS
+shape_only = checkpoint and not sources.has_weights(model)   # a config.json: the model's shape, no weights
+if shape_only and not trace_file:
+    raise ValueError(f"model={model!r} is a config.json without weights: give trace_file= (the model's routing, e.g. "
+                     "from `moespec import-routing`), or model= a checkpoint folder with its weights to record")
 synthetic_models = [] if checkpoint else {"synthetic": ["olmoe", "qwen3", "gpt-oss"], "none": []}.get(model, [model])
 published = published_reuse()
 print(f"profile={profile}: {num_docs} documents x {doc_len} tokens per synthetic trace, "
       f"{resamples} bootstrap resamples, seed={seed}")
+if checkpoint:
+    spec = get_spec(model)
+    print(f"model {spec.name} ({spec.source}): L = {spec.num_moe_layers} MoE layers, N = {spec.num_experts} experts, "
+          f"m = {spec.top_k} per token, H = {spec.hidden_size}, I = {spec.expert_intermediate}, "
+          f"{spec.default_format}; " + ("no weights: routing from trace_file" if shape_only else
+                                        f"recording 60 articles x {64 if profile == 'quick' else 'all'} tokens"))
 
 # %% [markdown]
 # ## Traces: synthetic (calibrated to the published values) and any recorded ones
@@ -79,13 +96,20 @@ for i, name in enumerate(tqdm(synthetic_models, desc="synthetic traces")):
     targets = targets if calibrate_n9 else {2: targets[2]}
     print(f"{spec.paper_label}: calibration targets (paper 1, published) {targets}")
     traces.append(synthetic.calibrated(spec, targets, num_docs, doc_len, seed=seed + i))
+own = None
+if checkpoint and not shape_only:  # moespec.zoo.sources.record_checkpoint: raw WikiText test articles, context pieces
+    own, what = sources.checkpoint_trace(model, device, max_tokens=None if profile == "full" else 64)
+    print(f"{own.label}: {what}")
 if load_recorded:
-    traces += sources.saved_traces(None if recorded_split == "all" else recorded_split)
+    traces += [t for t in sources.saved_traces(None if recorded_split == "all" else recorded_split)
+               if own is None or t.path != own.path]
 if trace_file:
-    traces.append(RoutingTrace.load(trace_file))
-if checkpoint:  # moespec.zoo.sources.record_checkpoint: raw WikiText test articles, context-length pieces
-    traces.append(sources.fit_subset(sources.record_checkpoint(
-        model, device, max_tokens=None if profile == "full" else 64)))
+    given = RoutingTrace.load(trace_file)
+    if checkpoint:   # the trace is of this model: its shape (L, N, m) or refused
+        check_trace_shape(given, spec, f"{spec.name} ({spec.source})")
+    traces.append(given)
+if own is not None:
+    traces.append(sources.fit_subset(own))
 if not traces:
     raise ValueError("no traces: set model to 'synthetic' or a preset, give trace_file, or record traces into "
                      f"{[str(d) for d in paths.trace_dirs()]}")

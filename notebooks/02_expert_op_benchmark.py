@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -26,6 +26,12 @@
 # requested expert bytes over its time (per-slot: n·m·b; deduplicating: U·b);
 # r(n) = β_dedup/β_slot and ū(n) = Σ U·b / Σ n·m·b over layers and windows (Table 1's definition).
 #
+# **Your own model**: `model` = its checkpoint folder, or its `config.json` alone (e.g. beside an
+# engine's routing dump): the shape (N, m, L, H, I) is read from the config
+# (`moespec.model_shapes.spec_from_config`) and the weights are random at that shape, since only the
+# timing matters here; the windows come from the routing notebook 01 recorded and saved in this run,
+# or from `trace_file`, which must have the model's shape (L, N, m) or is refused.
+#
 # **What differs from the paper.** Weights are random at the model's published shapes (kernel time
 # depends on shapes and format, not on values); the kernels are moespec's own (`moespec.kernels`:
 # torch, C++ CPU, CUDA), not llama.cpp's or MLX's; the machine is this one (recorded in the run's
@@ -38,10 +44,10 @@
 profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
 device = "cpu"
 seed = 0
-model = "olmoe"       # a preset (olmoe, qwen3, gpt-oss, deepseek-v2-lite) or a registered model
+model = "olmoe"       # a preset (olmoe, qwen3, gpt-oss, deepseek-v2-lite), or a checkpoint folder or config.json
 fmt = "f32"           # f32, bf16 or int8_b32 (moespec.kernels formats)
 backend = "auto"      # auto, torch, cpp or cuda
-trace_file = ""       # "" : a recorded trace of the model (paths.trace_files()), else synthetic
+trace_file = ""       # "" : a recorded trace of the model (paths.trace_files(), e.g. notebook 01's), else synthetic
 out_dir = ""          # "" : the run's data/bench/expert_op (paths.expert_op_dir())
 resume = True         # continue an interrupted run of the same configuration
 breadth_csv = ""      # "" : the committed bench_kernels.py --ggml run at paper 1's breadth (moespec.tables.bandwidth.BREADTH_RUN)
@@ -60,8 +66,10 @@ from moespec.tables.bandwidth import (PAPER_LABEL, bandwidth_by_n, breadth_bandw
                                       distinct_share, load_breadth_run, table1, table1_breadth)
 
 config = expert_op.profile_config(profile, model, fmt, backend, device, seed, role="main")
+spec = config.spec()
 bench_out = Path(out_dir) if out_dir else paths.expert_op_dir()
 figures = paths.ensure(paths.figures_dir())
+print(expert_op.describe_shape(config))
 print(f"profile={profile}: model={model} fmt={fmt} backend={backend} device={device}; "
       f"layers {config.layers}, n = {config.ns[0]}..{config.ns[-1]}, {config.u_count} values of U and "
       f"{config.windows_per_n} windows per n, {config.reps} reps, flush {config.flush_bytes >> 20} MiB, "
@@ -124,6 +132,7 @@ print(f"read ceiling ({read_bw['probe']}, same run): median {read_bw['median_GBp
 # Our row first (this machine, this run), then the paper's published rows, labelled as such.
 
 # %%
+bw = bw.assign(**expert_op.shape_columns(config))   # the model's shape (N, m, L) beside its rows
 fits = fit.fit_layers(rows)
 date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
 t1 = table1(bw, fits, engine=f"moespec {side['backend_resolved']} ({fmt})", source=f"moespec, measured here ({date}, {machine})")
@@ -193,9 +202,11 @@ from IPython.display import Markdown, display
 
 at2, at8 = bw[bw["n"] == 2].iloc[0], bw[bw["n"] == 8].iloc[0]
 display(Markdown(
-    f"**{profile} profile, {machine}.** Effective bandwidth per kernel ({model}, {fmt}, backend {rows['backend'].iloc[0]}): "
+    f"**{profile} profile, {machine}.** Effective bandwidth per kernel ({spec.name}, {fmt}, "
+    f"backend {rows['backend'].iloc[0]}): "
     f"r(2) = {at2['r']:.3f} against ū(2) = {at2['ubar']:.3f}, r(8) = {at8['r']:.3f} against ū(8) = {at8['ubar']:.3f}: "
     f"deduplication is {'faster' if at2['ubar'] < at2['r'] else 'slower'} at n = 2 and "
     f"{'faster' if at8['ubar'] < at8['r'] else 'slower'} at n = 8 (eq. (7): faster where ū(n) < r(n))."
-    + ("" if profile == "full" else " The quick profile times shrunk shapes for seconds; set `profile = \"full\"` for "
-                                    "OLMoE's shapes (several minutes, with a progress bar; an interrupted run resumes).")))
+    + ("" if profile == "full" else f" The quick profile times shrunk shapes for seconds; set `profile = \"full\"` for "
+                                    f"{spec.name.removesuffix('-shrunk')}'s own shapes (several minutes, with a "
+                                    "progress bar; an interrupted run resumes).")))

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -31,12 +31,17 @@
 # windows only, at n = 2, 4, 6, 8, with random weights at their published shapes and the same
 # format and backend. Each model's run records its own read bandwidth: the machine drifts between
 # runs, so the printed read bandwidths say how comparable the absolute numbers are.
+#
+# **Your own model**: `model` = its checkpoint folder or `config.json`, as in notebook 02 (its shape
+# from the config, random weights at it, the windows of the routing notebook 01 saved in this run or
+# of `trace_file`). The fits are of that model; notebook 08 and `moespec advise` read them with its
+# shape (N, m, L), which `03_bandwidth_all_models.csv` carries.
 
 # %% tags=["parameters"]
 profile = "quick"       # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce passes it)
 device = "cpu"
 seed = 0
-model = "olmoe"
+model = "olmoe"         # a preset (olmoe, qwen3, gpt-oss, deepseek-v2-lite), or a checkpoint folder or config.json
 fmt = "f32"
 backend = "auto"
 trace_file = ""
@@ -62,7 +67,10 @@ figures = paths.ensure(paths.figures_dir())
 main_config = expert_op.profile_config(profile, model, fmt, backend, device, seed, role="main")
 doc_len = 64 if profile == "quick" else 512
 num_docs = 4 if profile == "quick" else 16
-print(f"profile={profile}: main model {model} ({fmt}, backend {backend}, {device}); transfer models {transfer_models}")
+main_name = main_config.spec().name
+print(f"profile={profile}: main model {main_name} ({fmt}, backend {backend}, {device}); "
+      f"transfer models {transfer_models}")
+print(expert_op.describe_shape(main_config))
 
 # %% [markdown]
 # ## The main model's rows (notebook 02's run)
@@ -142,8 +150,9 @@ display(engine_eps[["engine", "eps_slot", "eps_dedup", "eps_engine", "read_GBps"
 # otherwise), labelled in the printed lines.
 
 # %%
-bw_parts = [fit.bandwidth_table(rows).assign(read_GBps=expert_op.read_bandwidth(rows)["median_GBps"])]
-read_bws = {model: expert_op.read_bandwidth(rows)}
+bw_parts = [fit.bandwidth_table(rows).assign(read_GBps=expert_op.read_bandwidth(rows)["median_GBps"],
+                                             **expert_op.shape_columns(main_config))]
+read_bws = {main_name: expert_op.read_bandwidth(rows)}
 decisions = [decision]
 for name in transfer_models:
     cfg = expert_op.profile_config(profile, name, fmt, backend, device, seed, role="transfer")
@@ -152,7 +161,8 @@ for name in transfer_models:
     decisions.append(discard.apply_rule(expert_op.load_rows(run_dir), source=str(run_dir / "rows.csv")))
     part = decisions[-1].kept
     read_bws[name] = expert_op.read_bandwidth(part)
-    bw_parts.append(fit.bandwidth_table(part).assign(read_GBps=read_bws[name]["median_GBps"]))
+    bw_parts.append(fit.bandwidth_table(part).assign(read_GBps=read_bws[name]["median_GBps"],
+                                                     **expert_op.shape_columns(cfg)))
     print(f"{name}: run {run_dir.name}; windows from: {tr.label}")
 bw_all = pd.concat(bw_parts, ignore_index=True)
 io.write_dataframe(figures / "03_bandwidth_all_models.csv", bw_all)
@@ -209,9 +219,11 @@ from IPython.display import Markdown, display
 
 e = eps.iloc[0]
 display(Markdown(
-    f"**{profile} profile.** Fits (4) and (E.1) per layer; on routing windows they did not see they err by "
+    f"**{profile} profile, {main_name}.** Fits (4) and (E.1) per layer; on routing windows they did not see they "
+    f"err by "
     f"ε = {e['eps_slot']:.3f} (per-slot) and {e['eps_dedup']:.3f} (deduplicating): the engine's ε = {e['eps_engine']:.3f} "
     f"is what bounds (17)-(21) of notebook 04 and `moespec advise` (notebook 08) carry. Transfer to a held-out model, "
     f"median |error| of r: " + ", ".join(f"{name} {g['r_rel_err'].abs().median():.2f}"
                                         for name, g in transfer.groupby('model', sort=False)) + "."
-    + ("" if profile == "full" else " Set `profile = \"full\"` for OLMoE's shapes and the four published models.")))
+    + ("" if profile == "full" else f" Set `profile = \"full\"` for {main_name.removesuffix('-shrunk')}'s own shapes "
+                                    "and the published models' of the transfer test.")))

@@ -66,18 +66,15 @@ out_dir = ""        # "": inside the run folder (paths.run_data_dir())
 # %%
 from moespec import paths, predict
 from moespec.engine.subject import load_subject
-from moespec.notebook_profiles import SubjectSpec, default_depths, resolve, setup
-from moespec.studies.whole_model import WholeModelStudy
+from moespec.notebook_profiles import SubjectSpec, setup
+from moespec.studies.whole_model import WholeModelStudy, run_sizes
 
 out = setup(profile, device, threads, out_dir)
 spec = SubjectSpec.from_dict(subject)
 sub = load_subject(profile=profile, device=device, backend=backend, seed=seed, **spec.args())
 rules = predict.load_rules(sub.rules_file)
 rules_prov = predict.rules_provenance(sub.rules_file)
-P, from_profile = resolve("05", profile, sizes)
-P["a_values"] = P["a_values"] or rules["acceptance_values"]
-P["draft_costs"] = P["draft_costs"] if P["draft_costs"] is not None else rules.get("draft_cost_grid", {}).get("values", [0.0])
-P["depths"] = P["depths"] or default_depths(sub.context, P["n_tokens"])
+P, from_profile = run_sizes(profile, sizes, sub, rules)
 study = WholeModelStudy(sub, P, out, paths.ensure(paths.figures_dir()), profile, device=device, seed=seed,
                         backend=backend, dtype=spec.dtype)
 print(f"subject: {sub.label}")

@@ -101,6 +101,68 @@ def test_jump_example_by_hand():
     assert adv["settings"][0]["vllm"]["python"] is None                   # k = 0: speculation off
 
 
+_N = np.arange(1, 10)
+_SLOT = 1 + 0.5 * (_N - 1)                                       # tau_slot(n): 0.5 per token more
+_KERNEL_CASES = {   # tau_dedup(n), the crossover, the engine recommended at a, its kernel switch (per-slot up to)
+    "per-slot faster at every n": (_SLOT + 0.05 * (_N > 1), 0.9, None, "slot", None),
+    "deduplicating faster from n = 2": (_SLOT - 0.05 * (_N > 1), 0.9, 2, "dedup", 1),
+    "they cross at n = 4": (_SLOT + (0.35 - 0.1 * _N) * (_N > 1), 0.9, 4, "switch", 3),
+    "deduplicating faster at n = 2-3 only": (np.where(_N == 2, 1.2, np.where(_N == 3, 1.6, _SLOT + 0.3 * (_N > 1))),
+                                             0.6, None, "dedup", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_KERNEL_CASES))
+def test_kernel_switch_recommendation_and_header_are_one_decision(case):
+    """Hand-made verify times (free draft, no host time): the recommended engine, the kernel switch
+    printed with it and the explain header's pass sizes come from one decision. Where the per-slot
+    kernel is faster at every n, nothing deduplicates; where deduplication is faster from n = 2, the
+    deduplicating kernel from n = 2; where they cross at n = 4, the switch at 4 (not 'from n = 2'
+    beside a switch at 4); where deduplication is faster at n = 2-3 only (no crossover through n = 9)
+    and the draft length is 1, the deduplicating kernel from 2, its switch printed with why."""
+    tau_d, a, from_n, engine, up_to = _KERNEL_CASES[case]
+    adv = advice.advise_curves(curves(_SLOT, tau_d, eps=0.05), [a])
+    item, ks = adv["acceptance"][0], adv["settings"][0]["kernel_switch"]
+    assert adv["dedup"]["from_n"] == from_n
+    assert item["recommended"]["speculate"] and item["recommended"]["engine"] == engine
+    assert ks["per_slot_up_to"] == up_to
+    text = advice.format_text(adv)
+    switch_line = next(line for line in text.splitlines() if line.startswith("Kernel switch"))
+    if up_to is None:
+        assert "keep the per-slot kernel" in switch_line
+        assert item["recommended"]["engine_name"] == "per-slot kernel at every n"
+    else:
+        assert f"deduplicating from {up_to + 1} tokens" in switch_line
+        assert f"deduplicating from n = {up_to + 1}" in item["recommended"]["engine_name"] or up_to == 1
+    faster = [int(n) for n in _N[1:] if tau_d[n - 1] < _SLOT[n - 1]]
+    assert [r["n"] for r in adv["dedup"]["pass_sizes"] if r["dedup_faster"]] == faster
+    header = next(line for line in advice.format_explain(adv).splitlines() if line.startswith("Expert kernel"))
+    if case == "deduplicating faster at n = 2-3 only":
+        assert item["recommended"]["k"] == 1 and "deduplication is faster at n = 2-3; from no n" in header
+        assert "(that engine is faster at the recommended draft length, though deduplication is faster at n = 2-3)" \
+            in " ".join(text.split())
+    else:
+        assert ("at no n up to 9" if from_n is None else f"from n = {from_n} tokens per pass on") in header
+
+
+def test_llama_cpp_settings_name_the_gguf_file_of_a_checkpoint_folder(tmp_path):
+    """llama.cpp takes a GGUF file: a checkpoint folder given as target or draft becomes
+    <folder>.gguf in its settings, with llama.cpp's converter line; vLLM and SGLang keep the folder."""
+    (tmp_path / "tiny-olmoe").mkdir()
+    (tmp_path / "tiny-draft").mkdir()
+    target, draft = str(tmp_path / "tiny-olmoe"), str(tmp_path / "tiny-draft")
+    adv = advice.advise_curves(curves(_SLOT, _SLOT - 0.05 * (_N > 1), eps=0.05), [0.9], target=target, draft=draft)
+    s = adv["settings"][0]
+    cli = s["llama_cpp"]["cli"]
+    assert f"-m {target}.gguf " in cli and f"--spec-draft-model {draft}.gguf " in cli
+    assert f"-md {draft}.gguf " in s["llama_cpp"]["cli_legacy"] and f"vllm serve {target} " in s["vllm"]["cli"]
+    assert s["llama_cpp"]["convert"] == [f"python convert_hf_to_gguf.py {target} --outfile {target}.gguf",
+                                         f"python convert_hf_to_gguf.py {draft} --outfile {draft}.gguf"]
+    assert "GGUF for llama.cpp (its converter): python convert_hf_to_gguf.py" in advice.format_text(adv)
+    plain = advice.advise_curves(curves(_SLOT, _SLOT - 0.05 * (_N > 1), eps=0.05), [0.9])["settings"][0]
+    assert "convert" not in plain["llama_cpp"] and "-m '<target-model>'" in plain["llama_cpp"]["cli"]
+
+
 def test_draft_time_enters_the_step_time():
     """A draft of 1 ms per token and 0.5 ms per round makes drafting dearer: V(k) = t_draft(k) +
     tau(k+1) + h(k) with t_draft(0) = 0 and the intercept kept, so k* can only fall; host time is a
@@ -335,7 +397,7 @@ def test_quick_run_of_notebook_03(tmp_path, monkeypatch):
     assert rows[0]["tau_slot_ms"] == pytest.approx(rows[0]["tau_dedup_ms"])  # n = 1: per-slot either way
     assert adv["error"]["eps"] == pytest.approx(eps)
     assert cli.returncode == 0, cli.stderr
-    assert "Expert kernel: deduplication is faster from n =" in cli.stdout
+    assert "Expert kernel: deduplication is faster at " in cli.stdout
     assert "Draft length at acceptance a = 0.600" in cli.stdout
     advice.validate(json.loads((tmp_path / "advice.json").read_text()))
 
@@ -571,7 +633,7 @@ def test_explain_prints_the_derivation(tmp_path):
     assert refused.returncode == 2 and "--explain prints the derivation" in refused.stderr and not refused.stdout
     adv = advice.advise(COMMITTED, [0.8])
     text = advice.format_explain(adv)
-    assert "Expert kernel: deduplication is faster from n = 2 tokens per pass" in text
+    assert "Expert kernel: deduplication is faster at n = 2-9; from n = 2 tokens per pass on" in text
     assert "Round: V(k) = t_draft(k) + tau(k + 1) + h(k) (ms), deduplicating engine" in text
     assert "speedup by k, deduplicating kernel from n = 2: k=1" in text and "Option names from:" in text
     assert len(text.splitlines()) > 30 and text.startswith(advice.format_text(adv).splitlines()[0][:40])

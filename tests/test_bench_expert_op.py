@@ -17,8 +17,8 @@ CFG = expert_op.BenchConfig(model="gpt-oss", fmt="f32", backend="torch", hidden=
                             flush_bytes=0, membw_bytes=2**16, interleave="n")
 
 
-def trace():
-    return synthetic.uniform(2, 16, 2, 32, 4, seed=1, source="synthetic uniform (test)")
+def trace():   # gpt-oss's routing shape: 24 MoE layers, N = 32, m = 4
+    return synthetic.uniform(2, 16, 24, 32, 4, seed=1, source="synthetic uniform (test)")
 
 
 class Interrupt(Exception):
@@ -104,9 +104,14 @@ def test_group_passes_deterministic_and_exact_u():
 
 
 def test_trace_must_match_the_model(tmp_path):
-    bad = synthetic.uniform(1, 8, 2, 64, 8, seed=0)
-    with pytest.raises(ValueError, match="m=4 of N=32"):
+    """A trace of another shape (N, m, or only its L MoE layers) is refused by name, never timed at gpt-oss's."""
+    bad = synthetic.uniform(1, 8, 24, 64, 8, seed=0)
+    with pytest.raises(ValueError, match=r"expected the shape of gpt-oss-shrunk \(L = 24 MoE layers, N = 32 experts, "
+                                         r"m = 4 per token\); found L = 24 MoE layers, N = 64 experts, m = 8"):
         expert_op.run(CFG, out_dir=tmp_path, trace=bad, progress=False, timer=CountingTimer())
+    with pytest.raises(ValueError, match=r"ids \(layers, L\): expected .*found L = 2 MoE layers"):
+        expert_op.run(CFG, out_dir=tmp_path, trace=synthetic.uniform(1, 8, 2, 32, 4, seed=0), progress=False,
+                      timer=CountingTimer())
 
 
 def test_synthetic_routing_is_labelled():

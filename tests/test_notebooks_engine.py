@@ -24,8 +24,11 @@ RULES = paths.data_dir() / "preregistration" / "scoring_rules_byte_faithful_all.
 
 
 def test_whole_model_then_predictions(run_notebook, tmp_path):
+    """Notebook 05 on its default subject at the quick profile's sizes with draft lengths up to 3 (the
+    quick profile's k = 1..8 runs in tests/test_own_model.py, on a checkpoint), then 06."""
     out = tmp_path / "engine"
-    _, figs, text = run_notebook("05_whole_model", out_dir=str(out), backend="torch")
+    _, figs, text = run_notebook("05_whole_model", out_dir=str(out), backend="torch",
+                                 sizes={"oracle_ks": [0, 1, 2, 3], "real_ks": [1, 2, 3]})
     for f in ("05_breakdown.png", "05_breakdown.csv", "05_verify_time.png", "05_oracle_acceptance.png",
               "05_real_draft.png", "05_draft_cost.png", "05_agreement.csv", "05_function_preserved.csv",
               "05_verify_summary.csv", "05_verify_summary_all_rows.csv", "05_real_draft.csv", "05_oracle_cells.csv",

@@ -160,6 +160,11 @@ def test_breakdown_bytes_renders_each_component(run_dir):
     pd.DataFrame([{"subject": "old", "step_ms": 1.0}]).to_csv(run_dir / "05_breakdown.csv", index=False)
     with pytest.raises(ReportError, match="no byte columns"):
         report.render_text(_doc(("breakdown-bytes", "")), RunFiles(run_dir))
+    pd.DataFrame([{"subject": "checkpoint", "step_ms": 3.0, "read_GBps": 6.0, "published": None,
+                   "label": "tiny-olmoe (f32 experts, float32)"}]).to_csv(run_dir / "05_breakdown.csv", index=False)
+    out = report.render_text(_doc(("breakdown-bytes", "")), RunFiles(run_dir))
+    assert ("tiny-olmoe (f32 experts, float32): step 3.00 ms at n = 1, read 6.0 GB/s in the same run. The subject is "
+            "not embedded in a published model, so no published byte shares are set beside it.") in out
 
 
 def test_generic_table_renders_whatever_the_csv_holds(run_dir):

@@ -22,8 +22,9 @@ from moespec.routing import RoutingTrace
 from . import measured, profiles
 from .bandwidth_table import from_bandwidth_table
 from .curves import VerifyCurves, draft_option
-from .decide import decide
+from .decide import decide, kernel_switch_of
 from .errors import AdviceInputError
+from .gguf import with_gguf
 from .inputs import DENSE_RATIO, from_run, run_file
 from .report import ADVICE_SCHEMA, format_explain, format_text, validate, write_json
 from .settings import METHODS, VERSIONS, engine_settings
@@ -51,9 +52,11 @@ def advise_curves(curves: VerifyCurves, acceptance, target: str = "<target-model
     n_switch = advice["dedup"]["from_n"]
     fmt, paths = curves.subject.get("format"), curves.subject.get("kernel_paths", "both")
     tuned = curves.subject.get("tuned_batch_sizes")
-    advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], n_switch, target, draft, fmt,
-                                                             method, paths, tuned)}
+    advice["settings"] = [{"a": item["a"], **engine_settings(item["recommended"]["k"], kernel_switch_of(item, n_switch),
+                                                             target, draft, fmt, method, paths, tuned)}
                           for item in advice["acceptance"]]
+    for setting in advice["settings"]:   # llama.cpp takes a GGUF file: a checkpoint folder's, and how to convert it
+        setting["llama_cpp"] = with_gguf(setting["llama_cpp"], target, draft)
     if paths == "one":   # both engines are the one timed path: name it so
         for item in advice["acceptance"]:
             item["recommended"]["engine_name"] = ONE_PATH_ENGINE

@@ -131,7 +131,12 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
         if "model" in df.columns and (model or df["model"].nunique() > 1):
             if not model:
                 raise AdviceInputError(f"{path}: rows of several models {sorted(df['model'].unique())}; choose one")
+            held = sorted(df["model"].astype(str).unique())
             df = df[df["model"].astype(str).str.lower() == model.lower()]
+            if df.empty:
+                raise AdviceInputError(f"{path}: column 'model': expected rows of --model {model!r}; found rows of "
+                                       f"{held} (name one of them, or leave --model out)", where=str(path),
+                                       field="model", expected=model, found=held)
         df = df.sort_values("n")
         if list(df["n"]) != list(n):
             raise AdviceInputError(f"{path}: rows cover n = {list(df['n'])}, need one row per n = 1..{N_MAX}")
@@ -145,14 +150,9 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
                 values[key] = pd.to_numeric(cells[col], errors="coerce").to_numpy(float)
                 halves[key] = np.array([_half_unit(c) for c in cells[col]])
         model_name = model or (str(df["model"].iloc[0]) if "model" in df.columns else None)
-        if not model_name:
-            raise AdviceInputError(f"{path}: no model column; name the model (a preset) for m and W")
-        spec = get_spec(preset_name(model_name))
+        spec, W = _table_shape(df, path, model_name, trace, fmt, assumptions)
+        model_name = model_name or spec.name
         m = spec.top_k
-        if "expert_bytes" in df.columns:
-            W = float(df["expert_bytes"].iloc[0]) * spec.num_moe_layers
-        else:
-            W = float(spec.total_expert_bytes(fmt))
         ubar = finite(df["ubar"], f"{path}: ubar") if "ubar" in df.columns else None
         source = str(df["source"].iloc[0]) if "source" in df.columns else f"ours ({path.name})"
         eng_name = engine or (f"moespec {df['backend'].iloc[0]}" if "backend" in df.columns else "as measured")
@@ -203,6 +203,34 @@ def from_bandwidth_table(path: str | Path, engine: str | None = None, model: str
                         ubar=th.byte_share(dedup.expert_bytes, slot.expert_bytes), r=r, log_gap_range=gap_range,
                         sources={"bandwidth table": f"{path} ({source})", "eps": eps_source,
                                  **({} if trace is None else {"routing trace": str(trace.path or "given")})})
+
+
+def _table_shape(df: pd.DataFrame, path: Path, model: str | None, trace, fmt: str | None, assumptions: list):
+    """(shape, W) of the model a per-n table's rows are of: the N, m, L its columns record (notebooks
+    02 and 03 write them), else the preset ``model`` names, else the given trace's own shape (L, N, m
+    and its expert bytes, said in ``assumptions``); W = L times the table's expert bytes where it
+    has them, else the preset's or the trace's. A trace of another shape is refused by the caller."""
+    recorded = {c: df[c].iloc[0] for c in ("N", "m", "L") if c in df.columns}
+    spec = validate.routing_shape(recorded if len(recorded) == 3 else None, model) if model or recorded else None
+    if spec is None and trace is None:
+        raise AdviceInputError(f"{path}: the rows' model {model!r} is not a preset and the table has no columns N, m, "
+                               "L: give its routing trace (--trace), whose shape is then used", where=str(path),
+                               field="model", found=model)
+    if spec is None:
+        spec = validate.RoutingShape(trace.model or "the trace's model", trace.num_experts, trace.top_k,
+                                     trace.num_layers)
+        assumptions.append(f"the model's shape from the routing trace: L = {trace.num_layers} MoE layers, "
+                           f"N = {trace.num_experts}, m = {trace.top_k}")
+    if "expert_bytes" in df.columns:
+        return spec, float(df["expert_bytes"].iloc[0]) * spec.num_moe_layers
+    if hasattr(spec, "total_expert_bytes"):
+        return spec, float(spec.total_expert_bytes(fmt))
+    if trace is not None and np.all(trace.expert_bytes > 1) and spec.num_moe_layers == trace.num_layers:
+        assumptions.append("expert bytes W: the routing trace's own per-layer bytes")
+        return spec, float(np.sum(trace.expert_bytes))
+    raise AdviceInputError(f"{path}: no expert_bytes column, and neither a preset nor the trace gives the model's "
+                           "expert bytes (a trace without them counts experts: 1 per expert)", where=str(path),
+                           field="expert_bytes")
 
 
 def _margin_rounding(values: dict, halves: dict, trace_ubar) -> np.ndarray | None:

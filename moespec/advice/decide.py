@@ -9,6 +9,12 @@ number a call into :mod:`moespec.theory`.
 Three engines are compared: per-slot kernel at every pass size ("slot"), deduplicating kernel
 from n = 2 ("dedup", n = 1 runs the per-slot kernel either way), and "switch": per-slot below the
 predicted crossover, deduplicating from it (what an engine with a configurable cap does).
+
+One decision: the kernel decision's own engine (:func:`own_engine`: the per-slot kernel where
+deduplication never pays, the deduplicating kernel where it pays from n = 2, the switch otherwise)
+is recommended wherever it is among the fastest, and the kernel switch printed with a
+recommendation is that engine's (:func:`switch_for`); another engine is recommended only where it
+is strictly faster at the recommended draft length, and then its switch is printed.
 """
 
 from __future__ import annotations
@@ -24,6 +30,13 @@ from .curves import VerifyCurves
 ENGINE_NAMES = {"slot": "per-slot kernel at every n", "dedup": "deduplicating kernel from n = 2",
                 "switch": "per-slot below the crossover, deduplicating from it"}
 SCHEMA_ID = "moespec.advice/2"
+
+
+def engine_name(engine: str, n_switch: int | None) -> str:
+    """How the answer names ``engine``; the switch with its crossover where there is one."""
+    if engine == "switch" and n_switch is not None:
+        return f"per-slot kernel up to n = {n_switch - 1}, deduplicating from n = {n_switch}"
+    return ENGINE_NAMES[engine]
 
 
 def _opt(x):
@@ -78,10 +91,38 @@ def _engine_at(rm, engine: str, n_switch, a: float, E=None) -> dict:
             "step_ms_by_k": [1e3 * float(x) for x in V]}
 
 
+def own_engine(n_switch: int | None) -> str:
+    """The engine the kernel decision alone describes: per-slot at every n where deduplication never
+    pays (``n_switch`` None), deduplicating from n = 2 where it pays from 2, the switch otherwise."""
+    return "slot" if n_switch is None else "dedup" if n_switch == 2 else "switch"
+
+
+def switch_for(engine: str, n_switch: int | None) -> int | None:
+    """The pass size from which ``engine`` runs the deduplicating kernel (None: never)."""
+    return {"slot": None, "dedup": 2, "switch": n_switch}[engine]
+
+
 def _recommend(rm, a: float, n_switch, E=None) -> tuple[str, dict]:
+    """(best engine, every engine's numbers): the fastest engine; of engines equally fast, the kernel
+    decision's own (:func:`own_engine`) where it drafts, else the simpler (order of ENGINES: plain
+    decoding runs the per-slot kernel in every engine)."""
     engines = {e: _engine_at(rm, e, n_switch, a, E) for e in ENGINES}
-    best = max(ENGINES, key=lambda e: engines[e]["throughput_per_s"])   # a tie: the simpler engine (order of ENGINES)
-    return best, engines
+    top = max(x["throughput_per_s"] for x in engines.values())
+    tied = [e for e in ENGINES if engines[e]["throughput_per_s"] == top]
+    own = own_engine(n_switch)
+    return (own if own in tied and engines[own]["k_star"] > 0 else tied[0]), engines
+
+
+def kernel_switch_of(item: dict, n_switch: int | None) -> int | None:
+    """The kernel switch printed with one acceptance rate's recommendation (``item`` of
+    :func:`decide`): the kernel decision's crossover ``n_switch``, unless another engine than the
+    decision's own is strictly faster at the recommended draft length; then that engine's."""
+    best = item["recommended"]["engine"]
+    own = own_engine(n_switch)
+    if best == own or item["recommended"]["k"] == 0 or item["engines"][own]["throughput_per_s"] == \
+            item["engines"][best]["throughput_per_s"]:
+        return n_switch
+    return switch_for(best, n_switch)
 
 
 def _items(acceptance) -> list[dict]:
@@ -138,7 +179,7 @@ def decide(curves: VerifyCurves, acceptance) -> dict:
                                                    else np.asarray(E, float)[: rm.kmax + 1])],
             "tokens_per_step_from": x["how"] or (f"geometric acceptance: G_a(k) = (1 - a^(k+1)) / (1 - a) at "
                                                  f"a = {a:.3f}"),
-            "recommended": {"engine": best, "engine_name": ENGINE_NAMES[best], "k": rec["k_star"],
+            "recommended": {"engine": best, "engine_name": engine_name(best, n_switch), "k": rec["k_star"],
                             "speculate": rec["k_star"] > 0, "speedup": rec["speedup"],
                             "speedup_lo": rec["speedup_lo"], "speedup_hi": rec["speedup_hi"],
                             "verify_pass_tokens": rec["k_star"] + 1, "k_certain": rec["k_star_certain"],

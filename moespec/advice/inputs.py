@@ -25,7 +25,6 @@ import pandas as pd
 from moespec import predict
 from moespec import theory as th
 from moespec.fit import COEFS
-from moespec.model_shapes import get_spec
 from moespec.predict.round_model import DraftTime, RoundModel, RoundModelError, RoundModels, Term
 from moespec.predict.run_file import RunFile, default_round, read_run_file
 from moespec.routing import mean_union
@@ -164,19 +163,17 @@ def from_expert_op_fits(rf: RunFile, run: str, trace=None, dense_ratio: float = 
                                where=str(rf.path), field="expert_op_fits.bandwidth")
     invariants.check_byte_share(main["ubar"].to_numpy(float), f"{where}.bandwidth", error=AdviceInputError)
     b = float(main["expert_bytes"].iloc[0])
-    try:  # benchmark shapes shrunk for a quick run keep the preset's N, m and layers (bench.expert_op)
-        spec = get_spec(model.removesuffix("-shrunk"))
-    except KeyError:
-        spec = None
+    spec = validate.routing_shape(part.get("shape"), model)
     if trace is not None:
-        validate.check_trace(trace, spec, model)
+        validate.check_trace(trace, spec, f"{getattr(spec, 'name', model)} (the model of {rf.path})")
         union = mean_union(trace, N_MAX)
         m, L = trace.top_k, trace.num_layers
         routing = f"routing: mean union per layer of {trace.num_layers} layers of the given trace"
     else:
         if spec is None:
-            raise AdviceInputError(f"{where}.model: {model!r} is not a preset; give a routing trace",
-                                   where=str(rf.path), field="expert_op_fits.model", found=model)
+            raise AdviceInputError(f"{where}.model: {model!r} is not a preset and the run file has no shape of it; "
+                                   "give a routing trace of it", where=str(rf.path), field="expert_op_fits.model",
+                                   found=model)
         m, L = spec.top_k, spec.num_moe_layers
         union = np.tile(main["ubar"].to_numpy(float) * np.arange(1, N_MAX + 1) * m, (L, 1))
         routing = "routing: the byte share ubar(n) of the run's windows, the same in every layer"
@@ -213,7 +210,8 @@ def from_expert_op_fits(rf: RunFile, run: str, trace=None, dense_ratio: float = 
                    f"dense bytes per pass D = {dense_ratio:g} m W (not measured by notebook 03), {dense_note}",
                    draft_assumption(draft), "host time h(k) = 0: notebook 03 does not measure it"]
     subject = {"model": (f"{spec.paper_label or spec.name} ({spec.num_moe_layers} MoE layers, m = {spec.top_k}), "
-                         f"benchmark shape {model}") if spec else model,
+                         f"benchmark shape {model}") if spec else
+               f"{model} (the given trace's {L} MoE layers, m = {m})",
                "engine": f"moespec {part['backend'] or '?'} kernels", "format": part["fmt"] or "?",
                "source": "this run", "from": "notebook 03 (expert-operation fits)", "run": run, **_meta(rf)}
     rm = predicted_round({"slot": slot.tau(), "dedup": dedup.tau()},

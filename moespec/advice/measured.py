@@ -35,6 +35,22 @@ def measured_acceptance(run, allow_incomplete: bool = False) -> pd.DataFrame:
     return acc
 
 
+def decision_rate(row, where) -> float:
+    """The acceptance rate a state's measured acceptance ``row`` decides at: its median prompt's ``a``;
+    where that is 1 (most prompts accepted every draft: data, not an error), the pooled rate over
+    every prompt's verify steps, ``a_pooled``; refused where every draft of every prompt was accepted
+    (the geometric rate is 1 and the theory needs a < 1)."""
+    a = float(row.a)
+    if a < 1:
+        return a
+    pooled = float(getattr(row, "a_pooled", float("nan")))
+    if pooled < 1:
+        return pooled
+    raise AdviceInputError(f"{where}: run file field acceptance.{row.state}: every draft of every prompt was accepted "
+                           f"(a = {a}, pooled {pooled}); the decision needs a < 1: give acceptance rates (-a)",
+                           where=str(where), field=f"acceptance.{row.state}", found=a)
+
+
 def regret(speedup: pd.Series, by_rep: np.ndarray | None, k: int, resamples: int = RESAMPLES,
            seed: int = 0) -> dict:
     """The throughput lost by running draft length ``k`` instead of the measured best:
@@ -109,9 +125,10 @@ def against_runs(folder: Path, tolerance: float = 0.05, **options) -> tuple[pd.D
                          "rel_error": sp / float(meas[k]) - 1, "inside": bool(inside_band(float(meas[k]), lo, hi))})
         mine = pd.DataFrame([x for x in rows if x["state"] == r.state])
         rec = item["recommended"]
-        geometric = advise(folder, [float(r.a)], state=r.state, **options)["acceptance"][0]["recommended"]["k"]
+        a_geo = decision_rate(r, folder)          # the median prompt's a; the pooled a where that is 1
+        geometric = advise(folder, [a_geo], state=r.state, **options)["acceptance"][0]["recommended"]["k"]
         ours = _regret_row(r.state, "the run's measured profile", rec["k"], own)
-        regrets += [ours, _regret_row(r.state, f"geometric at the measured a = {r.a:.3f}", geometric, own)]
+        regrets += [ours, _regret_row(r.state, f"geometric at the measured a = {a_geo:.3f}", geometric, own)]
         best_meas = ours["measured_best_k"]
         goals += [{"goal": f"advise at the run's measured acceptance profile recommends the measured best, {r.state}",
                    "value": f"advise k = {rec['k']} ({rec['engine']}); measured best k = {best_meas}"

@@ -124,8 +124,21 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+def _faster_at(kd: dict) -> str:
+    """Where deduplication is faster, as pass sizes: ``at n = 2-5, 8`` (``at no n up to 9``)."""
+    ns = [r["n"] for r in kd["pass_sizes"] if r["dedup_faster"]]
+    runs = []
+    for n in ns:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+    return f"at n = {text}" if ns else f"at no n up to {len(kd['pass_sizes'])}"
+
+
 def _n(x) -> str:
-    return "none up to 9" if x is None else str(x)
+    return "none" if x is None else str(x)
 
 
 def _interval(lo: float, hi: float) -> str:
@@ -179,8 +192,10 @@ def format_explain(advice: dict) -> str:
                 f"throughput (20); best speedup within x[{lo21:.3f}, {hi21:.3f}] (21)")
     head.append("  the band covers: " + "; ".join(advice["band_covers"]))
     out = head + ["Assumptions:", *[f"  - {a}" for a in advice["assumptions"]], "",
-                  f"Expert kernel: deduplication is faster from n = {_n(kd['from_n'])} tokens per pass "
-                  f"(earliest {_n(kd['earliest_n'])}, guaranteed from {_n(kd['guaranteed_from_n'])}; {kd['interval']})",
+                  f"Expert kernel: deduplication is faster {_faster_at(kd)}; "
+                  + (f"from n = {kd['from_n']} tokens per pass on" if kd["from_n"] else "from no n through the last")
+                  + f" (earliest {_n(kd['earliest_n'])}, guaranteed from {_n(kd['guaranteed_from_n'])}; "
+                  f"{kd['interval']})",
                   "   n   tau slot ms   tau dedup ms   saving ms [interval]         dedup faster   sign certain"]
     for r in kd["pass_sizes"]:
         out.append(f"  {r['n']:>2}   {r['tau_slot_ms']:>11.4f}   {r['tau_dedup_ms']:>12.4f}   "
@@ -345,11 +360,21 @@ def format_text(advice: dict) -> str:
             out += _wrap(f"vLLM Triton MoE: tune M = k + 1 = {tune['M']} (" + (
                 f"it runs the config tuned for {tune['runs_config_of']}" if tune["runs_config_of"] != tune["M"]
                 else "a tuned size") + "; command: --explain)", "  ")
+        for line in setting["llama_cpp"].get("convert", []):   # moespec.advice.gguf: a checkpoint folder's GGUF file
+            out += _command("    GGUF for llama.cpp (its converter): ", line)
+    switches = {}   # one kernel switch per recommendation (moespec.advice.decide.kernel_switch_of): the same, or per a
+    for setting in advice["settings"]:
+        switches.setdefault(setting["kernel_switch"]["text"], (setting["kernel_switch"], []))[1].append(setting["a"])
+    for ks, rates in switches.values():
+        at = "" if len(switches) == 1 else " at a = " + ", ".join(f"{a:.3f}" for a in rates)
+        decided = ks["per_slot_up_to"] == (None if kd["from_n"] is None else kd["from_n"] - 1)
+        guaranteed = f" (guaranteed from {kd['guaranteed_from_n']})" if decided and kd["from_n"] is not None else ""
+        out += _wrap(f"Kernel switch{at}: {ks['text']}{guaranteed}" + ("" if decided else
+                     " (that engine is faster at the recommended draft length, though deduplication is faster "
+                     f"{_faster_at(kd)})"))
+        out += _wrap(f"llama.cpp CUDA: {ks['llama_cpp_cuda']}", "  ")
+        out += [wrapped for line in cap_lines(ks.get("mmvq_cap", [])) for wrapped in _wrap(line, "    ")]
     ks = advice["settings"][0]["kernel_switch"]
-    guaranteed = f" (guaranteed from {kd['guaranteed_from_n']})" if kd["from_n"] is not None else ""
-    out += _wrap(f"Kernel switch: {ks['text']}{guaranteed}")
-    out += _wrap(f"llama.cpp CUDA: {ks['llama_cpp_cuda']}", "  ")
-    out += [wrapped for line in cap_lines(ks.get("mmvq_cap", [])) for wrapped in _wrap(line, "    ")]
     if ks.get("engines"):
         out += _wrap("MoE kernel options (every pass size): " + "; ".join(
             f"{name} {text}" for name, text in (("vLLM", ks["engines"]["vllm"]), ("SGLang", ks["engines"]["sglang"]))),

@@ -14,10 +14,12 @@ in the advice which notebooks' tables a run file of an unfinished run holds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from moespec.model_shapes import get_spec
 from moespec.validate import invariants
 from moespec.validate.tables import Column, check_columns, parse_csv
 
@@ -107,10 +109,34 @@ def label_incomplete(curves, run: dict, sources: dict) -> None:
 
 
 def check_trace(trace, spec, model: str) -> None:
-    """A trace used with the preset ``spec`` must have its shape (L, N, m)."""
+    """A trace used with the model ``spec`` (a preset, or the shape a run or table records) must
+    have its shape (L, N, m): refused by name, never applied to another shape."""
     if spec is not None:
         invariants.check_trace_shape(trace, spec, model, error=AdviceInputError)
 
 
+@dataclass(frozen=True)
+class RoutingShape:
+    """The routing shape a run or table records for its model: N experts, m per token, L MoE layers."""
+
+    name: str
+    num_experts: int
+    top_k: int
+    num_moe_layers: int
+    paper_label: str = ""
+
+
+def routing_shape(shape: dict | None, model: str):
+    """The shape of ``model`` as the run file or table records it (``{"N", "m", "L"}``); without one,
+    the preset of that name (a benchmark shrunk for a quick run keeps its preset's N, m and L), else
+    None. A name is looked up only where no shape is recorded."""
+    if shape:
+        return RoutingShape(str(model).removesuffix("-shrunk"), int(shape["N"]), int(shape["m"]), int(shape["L"]))
+    try:
+        return get_spec(str(model).removesuffix("-shrunk"))
+    except KeyError:
+        return None
+
+
 __all__ = ["BANDWIDTH_TABLE", "read_bandwidth_table", "table_header", "acceptance", "label_incomplete",
-           "check_trace"]
+           "check_trace", "RoutingShape", "routing_shape"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec.engine.runs import oracle_run_row, prompt_reference, timed_oracle_run
 

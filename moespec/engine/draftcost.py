@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec import paper_reference
 from moespec.engine.speculative import ModelDraft, speculative_generate, summarize_steps

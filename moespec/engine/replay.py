@@ -116,12 +116,17 @@ class ReplayRouter(nn.Module):
 
 
 def check_trace(trace, spec: MoESpec, layers: int) -> None:
-    """Refuse a trace that cannot be replayed on ``layers`` MoE layers of ``spec``."""
+    """Refuse a trace that is not of ``spec``'s shape (N, m and its L MoE layers: routing is never
+    replayed on another model's shape) or has fewer than the ``layers`` the replay builds."""
     if trace.num_experts != spec.num_experts or trace.top_k != spec.top_k:
         raise ValueError(f"trace {trace.label!r} routes N={trace.num_experts}, m={trace.top_k}; the model "
                          f"{spec.name} has N={spec.num_experts}, m={spec.top_k}")
     if trace.num_layers < layers:
         raise ValueError(f"trace {trace.label!r} has {trace.num_layers} MoE layers; the model runs {layers}")
+    if trace.num_layers != spec.num_moe_layers:
+        raise ValueError(f"trace {trace.label!r} has {trace.num_layers} MoE layers; the model {spec.name} has "
+                         f"{spec.num_moe_layers}: a trace of another model (give like= the model it is of, e.g. its "
+                         "config.json)")
 
 
 def skeleton_bytes(spec: MoESpec, fmt: str, layers: int, vocab_size: int, packed_copy: bool) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec.engine.speculative import ModelDraft, OracleDraft, speculative_generate, summarize_steps
 

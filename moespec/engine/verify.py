@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec.measure.regimes import classify, dominant, regime_summary, split_point
 from moespec.measure.timing import MachineMonitor

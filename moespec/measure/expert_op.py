@@ -27,7 +27,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec import io, paths, provenance
 from moespec.kernels import ExpertWeights, expert_forward, resolve_backend
@@ -38,6 +38,7 @@ from moespec.model_shapes import MoESpec, get_spec
 from moespec.routing import RoutingTrace, synthetic
 from moespec.routing.published import reuse_targets
 from moespec.routing.stats import pass_union
+from moespec.validate.invariants import check_trace_shape
 
 FIELDS = ["run_id", "model", "layer", "kind", "kernel", "backend", "fmt", "device", "n", "m", "N", "U",
           "expert_bytes", "requested_bytes", "pass_id", "window", "t_median_s", "t_q25_s", "t_q75_s",
@@ -97,6 +98,25 @@ class BenchConfig:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
 
 
+def shape_columns(config: BenchConfig) -> dict:
+    """The benchmarked model's routing shape as table columns: ``N`` experts, ``m`` per token, ``L``
+    MoE layers (kept by a quick run's shrunk shapes), so that a table of its bandwidths says which
+    model's routing it may be used with (``moespec advise``), whatever its name."""
+    spec = config.spec()
+    return {"N": spec.num_experts, "m": spec.top_k, "L": spec.num_moe_layers}
+
+
+def describe_shape(config: BenchConfig) -> str:
+    """One line: the model's shape, where it comes from, and what the benchmark runs of it."""
+    full, spec = get_spec(config.model), config.spec()
+    shrunk = (f"; timed shrunk to H = {spec.hidden_size}, I = {spec.expert_intermediate} (quick profile)"
+              if spec.name != full.name else "")
+    return (f"{full.name}: N = {full.num_experts} experts, m = {full.top_k} per token, "
+            f"L = {full.num_moe_layers} MoE layers, H = {full.hidden_size}, I = {full.expert_intermediate} "
+            f"({full.source}){shrunk}; "
+            f"random weights in {config.fmt} at this shape (kernel time depends on shapes and format, not on values)")
+
+
 def requested_bytes(kernel: str, n: int, m: int, U: int, b: float) -> float:
     """Bytes one expert call of a pass requests (paper 1, Section 2): the per-slot kernel reads its
     n*m slots, the deduplicating kernel (and any peer that reads each expert once) the U distinct
@@ -134,9 +154,20 @@ def routing_for(model: str, trace_file: str = "", seed: int = 0, num_docs: int =
         return RoutingTrace.load(path)
     for path in paths.trace_files():
         tr = RoutingTrace.load(path)
-        if tr.model == model:
+        if same_model(tr.model, model):
             return tr
     return synthetic_routing(model, seed=seed, num_docs=num_docs, doc_len=doc_len)
+
+
+def same_model(a, b) -> bool:
+    """Whether two model names are the same model: equal names, or paths to the same folder or file
+    (a checkpoint named relative in one place and absolute in another)."""
+    if not a or not b:
+        return False
+    if str(a) == str(b):
+        return True
+    pa, pb = Path(str(a)).expanduser(), Path(str(b)).expanduser()
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
 
 
 #: The backend name that times llama.cpp's own CPU expert operation (ggml MUL_MAT_ID, deduplicating)
@@ -209,11 +240,11 @@ def group_passes(config: BenchConfig, spec: MoESpec, trace, layer: int, n: int) 
 
 
 def _check_inputs(spec: MoESpec, trace, config: BenchConfig) -> None:
+    """A trace whose windows are timed has the model's shape (L, N, m): routing is never applied to
+    another model's shape."""
     if trace is None:
         return
-    if trace.num_experts != spec.num_experts or trace.top_k != spec.top_k:
-        raise ValueError(f"trace routes {trace.top_k} of {trace.num_experts} experts; the model "
-                         f"{spec.name} has m={spec.top_k} of N={spec.num_experts}")
+    check_trace_shape(trace, spec, spec.name)
     bad = [l for l in config.layers if not 0 <= l < trace.num_layers]
     if bad:
         raise ValueError(f"layers {bad} are outside the trace's {trace.num_layers} MoE layers")

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec import io, paths, provenance
 from moespec.kernels import ExpertWeights, build, expert_forward

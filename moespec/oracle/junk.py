@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec.io import atomic_path
 from moespec.routing.stats import union_sizes

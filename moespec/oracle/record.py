@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec import paths
 from moespec.engine import Engine, ModelDraft, speculative_step

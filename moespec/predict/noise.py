@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from .speculative import p_outside, real_draft_predictions
 

@@ -51,7 +51,8 @@ class RunFileError(InputError):
 
 # --- the tables a run writes, by the part of the run file they fill ----------------------------
 _POS = dict(low=0, low_open=True)
-_ACCEPTANCE = (Column("state", "str"), Column("a", low=0, high=1, high_open=True), Column("label", "str"),
+# a = 1 (the median prompt accepted every draft) is data: the pooled rate decides (moespec.advice.measured)
+_ACCEPTANCE = (Column("state", "str"), Column("a", low=0, high=1), Column("label", "str"),
                Column("a_pooled", low=0, high=1, required=False), Column("prompts", "count", required=False),
                Column("accepted_total", "count", required=False), Column("rejections_total", "count", required=False),
                Column("k_max", "count", required=False))
@@ -65,7 +66,8 @@ _FITS = (Column("model", "str"), Column("layer", "int", low=0), Column("kernel",
          Column("n_passes", "count", required=False), Column("backend", "str", required=False),
          Column("fmt", "str", required=False))
 _BANDWIDTH = (Column("model", "str"), Column("n", "int", low=1), Column("ubar"), Column("expert_bytes", **_POS),
-              Column("read_GBps", low=0, low_open=True, required=False, missing_ok=True))
+              Column("read_GBps", low=0, low_open=True, required=False, missing_ok=True),
+              *(Column(c, "int", low=1, required=False) for c in ("N", "m", "L")))
 _EPS = (Column("eps_engine", low=0),)
 
 #: Part of the run file -> (notebook, files, what it is). The one place that names the run's tables.
@@ -130,7 +132,7 @@ _PROFILE = _object({"source": _STR,
                     "tokens_per_step": {"type": "array", "items": _object(
                         {"k": {"type": "integer", "minimum": 1},
                          "tokens_per_step": {"type": "number", "minimum": 1}})}})
-_ACCEPTED = _object({"state": _STR, "a": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "label": _STR,
+_ACCEPTED = _object({"state": _STR, "a": _SHARE, "label": _STR,
                      "by_prompt": {"type": "array", "items": _PROMPT}},
                     {"a_pooled": _SHARE, "prompts": _COUNT, "accepted_total": _COUNT, "rejections_total": _COUNT,
                      "k_max": _COUNT, "profile": _nullable(_PROFILE)})
@@ -145,7 +147,8 @@ _FITS_PART = _object({"model": _STR, "backend": _STR_OR_NULL, "fmt": _STR_OR_NUL
                           {c: _NUM_OR_NULL for c in ("t_op", "c_u", "c_g", "c_t", "c_re", "n_passes")})},
                       "bandwidth": {"type": "array", "minItems": 1, "items": _object(
                           {"n": {"type": "integer", "minimum": 1}, "ubar": _SHARE, "expert_bytes": _POSITIVE},
-                          {"read_GBps": _NUM_OR_NULL})}})
+                          {"read_GBps": _NUM_OR_NULL})}},
+                     {"shape": _object({k: {"type": "integer", "minimum": 1} for k in ("N", "m", "L")})})
 
 #: JSON Schema (draft 2020-12) of the run file; checked when it is written and when it is read.
 RUN_FILE_SCHEMA = {
@@ -381,10 +384,13 @@ def _expert_op_fits(folder: Path, error) -> dict:
         raise error(f"{bw_path}: column 'model': expected rows of {model!r} (the model of {fits_path.name}); "
                     f"found {sorted(set(bw['model']))}", where=str(bw_path), field="model")
     first = fits.iloc[0]
+    # the benchmarked model's routing shape, where the table carries it (the model is never looked up by name)
+    shape = {c: int(main[c].iloc[0]) for c in ("N", "m", "L")} if {"N", "m", "L"} <= set(main.columns) else None
     return {"model": model, "backend": str(first["backend"]) if "backend" in fits else None,
             "fmt": str(first["fmt"]) if "fmt" in fits else None, "eps": eps,
             "fits": _records(fits, ["layer", "kernel", "t_op", "c_u", "c_g", "c_t", "c_re", "n_passes"]),
-            "bandwidth": _records(main, ["n", "ubar", "expert_bytes", "read_GBps"])}
+            "bandwidth": _records(main, ["n", "ubar", "expert_bytes", "read_GBps"]),
+            **({"shape": shape} if shape else {})}
 
 
 def build_run_file(run: str | Path, allow_incomplete: bool = False, error: type[InputError] = RunFileError) -> dict:

@@ -336,6 +336,11 @@ def breakdown_bytes(run: RunFiles) -> str:
     if "published" not in df.columns:
         raise ReportError("05_breakdown.csv has no byte columns (written before notebook 05 counted each "
                           "component's bytes)")
+    if df["published"].isna().all():   # a subject not embedded in a published model (a user's checkpoint)
+        return ("`05_breakdown.csv` (notebook 05): " + "; ".join(
+            f"{r['label'] if 'label' in df.columns else r['subject']}: step {num(r['step_ms'], 2)} ms at n = 1, "
+            f"read {num(r['read_GBps'], 1)} GB/s in the same run" for _, r in df.iterrows())
+            + ". The subject is not embedded in a published model, so no published byte shares are set beside it.")
     rows, steps = [], []
     for _, r in df[df["published"].notna()].iterrows():
         for c in COMPONENTS:

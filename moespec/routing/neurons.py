@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec.io import atomic_path
 from moespec.routing.record import decoder_layers

@@ -22,7 +22,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 from moespec.routing.trace import RoutingTrace
 
@@ -194,7 +194,9 @@ def record(model, documents: Sequence[Any], *, chunk_size: int | None = None,
     grad = torch.is_grad_enabled()
     torch.set_grad_enabled(False)
     try:
-        for d in tqdm(docs, desc="record", disable=not progress, mininterval=5):
+        what = str(model_name or getattr(model.config, "_name_or_path", None) or model.config.model_type)
+        for d in tqdm(docs, desc=f"recording the routing of {what.rstrip('/').split('/')[-1]} (documents)",
+                      disable=not progress, mininterval=5):
             step = chunk_size or len(d)
             cache = DynamicCache(config=model.config)  # filled in place by each chunk's forward
             for c in hooks.calls:

@@ -32,7 +32,9 @@ same shuffled sweep):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +53,7 @@ from moespec.engine.widen import attention_and_head_in_format
 from moespec.measure.load import machine_state
 from moespec.measure.regimes import ReferenceRead
 from moespec.measure.timing import FLUSH_FLOOR_BYTES
+from moespec.notebook_profiles import default_depths, resolve
 from moespec.plots.engine import breakdown_figure, draft_cost_figure
 from moespec.plots.predictions import oracle_figure, real_draft_figure, verify_time_figure
 from moespec.plots.rounds import predictions_figure, protocols_figure, round_terms_figure
@@ -58,6 +61,7 @@ from moespec.predict import calibration as CAL
 from moespec.predict import noise as NOISE
 from moespec.predict import speculative as SP
 from moespec.predict.round_model import RoundModels
+from moespec.predict.rules import load_rules
 from moespec.routing import RoutingTrace
 from moespec.runstats import machine_adjust as MA
 from moespec.tables.predictions import oracle_cells
@@ -124,6 +128,48 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat()
 
 
+def run_sizes(profile: str, sizes: dict | None, sub, rules: dict) -> tuple[dict, list]:
+    """(P, from_profile): notebook 05's run sizes of ``profile`` (:func:`moespec.notebook_profiles.resolve`
+    with ``sizes``), the acceptance values and draft costs the profile leaves open from the scoring
+    ``rules``, the depths from the subject's context (:func:`moespec.notebook_profiles.default_depths`)."""
+    P, from_profile = resolve("05", profile, sizes)
+    P["a_values"] = P["a_values"] or rules["acceptance_values"]
+    P["draft_costs"] = (P["draft_costs"] if P["draft_costs"] is not None
+                        else rules.get("draft_cost_grid", {}).get("values", [0.0]))
+    P["depths"] = P["depths"] or default_depths(sub.context, P["n_tokens"])
+    return P, from_profile
+
+
+def work_units(P: dict) -> dict:
+    """Per phase of :class:`WholeModelStudy`, a count proportional to its work at run sizes ``P``
+    (decode passes, up to a constant per phase): what a full run's time is scaled by from a quick
+    run's (:meth:`WholeModelStudy.full_estimate`)."""
+    out = {"breakdown": P["breakdown_reps"], "agreement": P["agree_tokens"] * len(P["depths"]),
+           "verify_grid": len(P["depths"]) * P["prompts_per_depth"] * P["verify_reps"]}
+    for state in P["states"]:
+        S = state_sizes(P, state)
+        out[f"oracle_runs {state}"] = len(S["depths"]) * S["n_tokens"] * (
+            len(S["oracle_ks"]) * len(S["a_values"]) * S["oracle_prompts"] * S["oracle_reps"]
+            + S["cal_prompts"] * S["cal_reps"] * 9)
+        ks, costs = len(S["real_ks"]), len(S["draft_costs"])
+        out[f"real_draft {state}"] = S["real_tokens"] * (
+            S["real_prompts"] * S["real_reps"] * (costs * ks + S["plain_runs"])
+            + S["draft_cal_prompts"] * ((costs + 1) * ks + S["draft_cal_plain_runs"]))
+    return out
+
+
+def _timed(method):
+    """Record the wall time of a phase of :class:`WholeModelStudy` (``elapsed``: phase -> seconds)."""
+    @functools.wraps(method)
+    def timed(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.elapsed[" ".join([method.__name__, *map(str, args)])] = time.perf_counter() - start
+    return timed
+
+
 class WholeModelStudy:
     """The state of one notebook-05 run: the subject, its run sizes ``P`` (``moespec.notebook_profiles``),
     the data folder ``out`` and figures folder ``fig_dir``, the reference read, and what the
@@ -144,6 +190,7 @@ class WholeModelStudy:
                              "draft_cal": [], "oracle": [], "adjustment": []}
         self.results: dict = {}
         self.widened: dict = {}
+        self.elapsed: dict = {}
 
     # --- helpers -----------------------------------------------------------------------------
     def _fig(self, name: str):
@@ -166,6 +213,7 @@ class WholeModelStudy:
         return state_sizes(self.P, state)
 
     # --- 0. breakdown -------------------------------------------------------------------------
+    @_timed
     def breakdown(self) -> Result:
         d0 = self.P["depths"][0]
         bd = B.decode_breakdown({self.sub.kind: self.sub}, {self.sub.kind: self.prompts_by_depth[d0][0]},
@@ -173,6 +221,8 @@ class WholeModelStudy:
         like, fmt = self.sub.description.get("like"), self.sub.description.get("fmt")
         byte_tables = {self.sub.kind: byte_shares(self.sub.engine, like, fmt, depths=(d0,))} if like else None
         shares = B.shares(bd, byte_tables).assign(label=self.label)
+        if byte_tables is None:   # no published model to set its byte shares beside (a checkpoint is its own)
+            shares = shares.assign(published=None)
         io.write_dataframe(self.out / "breakdown.csv", bd)
         io.write_dataframe(self._fig("05_breakdown.csv"), shares)
         io.save_figure(breakdown_figure(shares, title=f"decode step at d = {d0}: {self.label}"),
@@ -186,6 +236,7 @@ class WholeModelStudy:
                       files=["05_breakdown.csv", "05_breakdown.png"])
 
     # --- 1. output checks ---------------------------------------------------------------------
+    @_timed
     def agreement(self) -> Result:
         P = self.P
         agree = pd.concat([greedy_agreement(self.sub.engine, self.prompts_by_depth[d][:3], P["agree_tokens"]).assign(d=d)
@@ -212,6 +263,7 @@ class WholeModelStudy:
         return Result(lines)
 
     # --- 2. the shuffled grid -----------------------------------------------------------------
+    @_timed
     def verify_grid(self) -> Result:
         """Section 2: tau_p(n) in the shuffled grid of 18 passes and a reference read per repetition
         (each pass after an unrelated one: the protocol set beside the decode loops' in :meth:`finish`)."""
@@ -300,6 +352,7 @@ class WholeModelStudy:
             "V_hi_ms", "delta"])} if models else {})
 
     # --- 3a. the oracle-draft grid with its depth calibration ---------------------------------
+    @_timed
     def oracle_runs(self, state: str) -> Result:
         """In machine state ``state``: at each depth, the verify loops of the round calibration and the
         oracle runs in one shuffled order (:func:`moespec.engine.calibration.depth_sweep`), the
@@ -360,6 +413,7 @@ class WholeModelStudy:
         return Result(lines, tables)
 
     # --- 3b. the real draft with its round calibration -----------------------------------------
+    @_timed
     def real_draft(self, state: str) -> Result:
         """In machine state ``state``: the real draft's calibration turns and test turns in one
         shuffled sweep, every run's machine factor, the round models from the adjusted calibration
@@ -493,7 +547,34 @@ class WholeModelStudy:
             proto[(proto.n == 1) & (proto.kernel == "slot")].groupby("d")),
             f"measured in order (UTC): " + "; ".join(f"{k} {v[11:19]}" for k, v in self.order.items()),
             f"rules committed {rules_prov.get('committed_at')} before the speculative runs started {first_test}: {before}"]
+        if self.profile != "full" and self.sub.kind == "checkpoint":   # the full profile's time on the same model
+            full, _ = run_sizes("full", None, self.sub, load_rules(self.sub.rules_file))
+            est = self.results["full_estimate"] = self.full_estimate(full)
+            io.write_json(self.out / "full_estimate.json", {**est, "subject": self.label})
+            lines.append(f"the full profile on {self.label}: about {est['minutes']:.0f} min (this run: "
+                         f"{est['quick_minutes']:.1f} min; each phase scaled by its work at the full sizes, the "
+                         f"phases at the depths {full['depths']} by x{est['depth_factor']:.2f}): "
+                         + ", ".join(f"{k} {v:.1f}" for k, v in est["by_phase"].items()))
         return Result(lines, {"goals": goals})
+
+    def full_estimate(self, full: dict) -> dict:
+        """The full profile's time on this subject, estimated from this run: each phase's wall time
+        scaled by its :func:`work_units` at the full sizes ``full`` over this run's, the phases at
+        the depths also by the verify pass's time at the full depths over this run's (tau(1) linear
+        in the depth through the grid's two depths). Minutes in all and per phase."""
+        mine, theirs = work_units(self.P), work_units(full)
+        taus = {r["d"]: r["tau1_ms"] for r in SM.verify_report(self.grid)}
+        (d0, t0), (d1, t1) = sorted(taus.items())[0], sorted(taus.items())[-1]
+        slope = max(0.0, (t1 - t0) / (d1 - d0)) if d1 != d0 else 0.0
+        at = lambda depths: t0 + slope * (np.mean(depths) - d0)  # noqa: E731
+        deeper = max(1.0, at(full["depths"]) / at(self.P["depths"]))
+        minutes = {}
+        for phase, seconds in self.elapsed.items():
+            if phase in mine and phase in theirs and mine[phase]:
+                depth = deeper if phase.startswith(("agreement", "verify_grid", "oracle_runs")) else 1.0
+                minutes[phase] = seconds * theirs[phase] / mine[phase] * depth / 60
+        return {"minutes": float(sum(minutes.values())), "by_phase": minutes, "depth_factor": float(deeper),
+                "quick_minutes": float(sum(self.elapsed.values()) / 60), "full_depths": list(full["depths"])}
 
     def summary(self) -> str:
         """The notebook's closing paragraph, every number from this run's tables."""
@@ -516,6 +597,13 @@ class WholeModelStudy:
             out += (f" Real draft: within 5 % at {int((real.rel_error.abs() <= 0.05).sum())} of {len(real)} (state, cost, k) "
                     f"points; at draft cost {rep['draft_cost']:g} plain decoding is fastest on {rep['plain_fastest']} of "
                     f"{rep['prompts']} prompts (median speedup {rep['speedup_k1']:.3f} at k = 1).")
-        if self.profile != "full":
+        if self.profile != "full" and self.sub.kind == "checkpoint":
+            est = self.results.get("full_estimate")
+            out += (f" The quick profile runs {self.label} at small sizes (few prompts, tokens and repetitions); "
+                    "the full profile's sizes"
+                    + (f" would take about {est['minutes']:.0f} min on it (estimated from this run's "
+                       f"{est['quick_minutes']:.1f} min, phase by phase)" if est else "")
+                    + "; set `profile = \"full\"` for them.")
+        elif self.profile != "full":
             out += " The quick profile runs tiny models; set `profile = \"full\"` for the measurements behind figures/."
         return out

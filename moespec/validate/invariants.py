@@ -63,5 +63,6 @@ def check_trace_shape(trace, spec, model: str, where: str | None = None,
         shape = lambda d: f"L = {d['L']} MoE layers, N = {d['N']} experts, m = {d['m']} per token"  # noqa: E731
         raise error(f"{where}: {', '.join(fields[k] for k in off)}: expected the shape of {model} ({shape(expected)}); "
                     f"found {shape(found)}: a trace of another model. Give a trace recorded from {model}, or "
-                    "choose the model the trace is of", where=where, field=fields[off[0]],
+                    "name the model the trace is of (its config.json or checkpoint folder)", where=where,
+                    field=fields[off[0]],
                     expected=expected, found=found)

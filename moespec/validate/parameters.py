@@ -276,7 +276,7 @@ def _resolve_path(value: str, rule: Rule, base: Path, where: str, name: str, err
                     where=where, field=shown, expected="an existing path", found=value)
     if rule.path == "maybe":   # a path, or a name the notebook resolves (a preset, a trace-folder file)
         looks_like_path = given.is_absolute() or value.startswith((".", "~")) or os.sep in value
-        if path.exists() and (looks_like_path or name == "trace_file"):
+        if path.exists() and (looks_like_path or name == "trace_file" or (path / "config.json").is_file()):
             return str(path.resolve())
         if (given.is_absolute() or value.startswith((".", "~"))) and local:   # surely a path, and not there
             raise missing

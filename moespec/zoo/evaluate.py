@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 
 def _windows(ids: np.ndarray, context: int) -> Iterator[np.ndarray]:

@@ -137,6 +137,37 @@ def record_checkpoint(name_or_path: str, device: str = "cpu", split: str = "test
                   meta=_meta(split, arts, pieces, [len(a) for a in ids], max_tokens), progress=progress)
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
+
+
+def has_weights(model: str) -> bool:
+    """Whether ``model`` is a checkpoint with weight files (a folder, or a hub name in the local
+    cache), else a config.json or a folder holding only one: a model's shape without weights, e.g.
+    beside an engine's routing dump."""
+    from moespec.model_shapes import config_path
+
+    config = config_path(model)
+    folder = config.parent if config is not None and config.name == "config.json" else Path(model).expanduser()
+    return folder.is_dir() and any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES)
+
+
+def checkpoint_trace(model: str, device: str = "cpu", max_tokens: int | None = None,
+                     progress: bool = True) -> tuple[RoutingTrace, str]:
+    """(trace, what happened): the routing of the checkpoint ``model`` on the 60 WikiText test
+    articles (:func:`record_checkpoint`, ``max_tokens`` per article), saved into the run's traces
+    folder as ``checkpoint-<name>-wikitext-test.npz``, or loaded from there when this run recorded it
+    with the same recipe already; later notebooks of the run time its windows
+    (:func:`moespec.measure.expert_op.routing_for` finds it by its model)."""
+    from moespec.model_shapes import get_spec
+
+    name = f"checkpoint-{get_spec(model).name}"
+    recipe = {"model": str(Path(model).expanduser().resolve()), "max_tokens": max_tokens, "split": "test"}
+    trace, what = load_or_record(name, "test", recipe, record_checkpoint, recipe["model"], device,
+                                 max_tokens=max_tokens, progress=progress)
+    trace.path = find_trace(name, "test")
+    return trace, what
+
+
 def load_or_record(name: str, split: str, recipe: dict, record_fn, *args, save: bool = True,
                    **kwargs) -> tuple[RoutingTrace, str]:
     """(trace, what happened): the saved trace (:func:`find_trace`) of ``name``/``split`` if its

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+from moespec.progress import tqdm
 
 PRECISIONS = ("f32", "bf16-autocast")
 
