@@ -32,10 +32,12 @@ build-ext: $(STAMP)
 	$(BIN)/python -m moespec.kernels cpp
 	$(BIN)/python benchmarks/ggml_peer/build.py --jobs 2
 
-# lint-imports: the package's layers (the contract in pyproject.toml, docs/DEVELOPING.md)
+# lint-imports: the package's layers (the contract in pyproject.toml, docs/DEVELOPING.md); the suite runs
+# on TEST_WORKERS processes (pytest-xdist; 2: the two cores of CI's machine)
+TEST_WORKERS ?= 2
 test: $(STAMP) build-ext
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # JupyterLab driven by Playwright in Debian's Chromium (installed here if missing: apt-get); a missing
 # browser fails this target (MOESPEC_REQUIRE_BROWSER=1), while a plain pytest run leaves the test out.
