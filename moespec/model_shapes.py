@@ -351,6 +351,20 @@ def config_format(config) -> str:
     return _CONFIG_DTYPES[dtype]
 
 
+#: Checkpoint families (``model_type``) whose expert function moespec's kernels do not compute
+#: (they compute ``down(silu(gate x) * up x)`` without biases), with what differs: such a model's
+#: whole-model run (notebooks 05-07) is refused before it starts; its routing, the benchmark at its
+#: shape and the fits (notebooks 01-03) take it.
+EXPERT_FUNCTION_NOT_COMPUTED = {
+    "gpt_oss": "gate/up and down biases, interleaved gate/up columns and a clamped SwiGLU"}
+
+
+def expert_function_difference(config) -> str | None:
+    """What in the checkpoint's experts moespec's kernels do not compute
+    (:data:`EXPERT_FUNCTION_NOT_COMPUTED`), or None when they compute its experts."""
+    return EXPERT_FUNCTION_NOT_COMPUTED.get(str(read_config(config).get("model_type", "")))
+
+
 def spec_from_config(config, name: str | None = None) -> MoESpec:
     """A :class:`MoESpec` from a transformers ``config.json`` (dict, file or checkpoint folder):
     N, m, the MoE layers (:func:`config_moe_layers`), H, the routed expert's intermediate size,

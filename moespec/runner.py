@@ -209,6 +209,23 @@ def check_models(notebook: Path, values: dict[str, Any], error: type[InputError]
                     where=notebook.name, field=field, expected=expected, found=value)
     if local:
         _check_trace_of_model(notebook, values, error)
+        _check_expert_function(notebook, values, error)
+
+
+def _check_expert_function(notebook: Path, values: dict[str, Any], error: type[InputError]) -> None:
+    """The subject checkpoint of a whole-model notebook (05-07) has experts moespec's kernels compute
+    (:func:`moespec.model_shapes.expert_function_difference`), checked before the notebook starts."""
+    from .model_shapes import config_path, expert_function_difference
+
+    model = (values.get("subject") or {}).get("model")
+    path = config_path(model) if isinstance(model, str) else None
+    differs = expert_function_difference(path) if path is not None else None
+    if differs:
+        expected = "a checkpoint whose experts compute down(silu(gate x) * up x) without biases"
+        raise error(f"{notebook.name}: parameter 'subject.model': expected {expected}; found {model!r}, whose "
+                    f"experts have {differs}: the kernels do not run it (notebooks 01, 02, 03 take it; advise "
+                    "then takes -a or --acceptance-from and --draft-fit)", where=notebook.name,
+                    field="subject.model", expected=expected, found=str(model))
 
 
 def _check_trace_of_model(notebook: Path, values: dict[str, Any], error: type[InputError]) -> None:

@@ -71,6 +71,8 @@ def test_a_bad_model_or_a_trace_of_another_shape_is_refused_before_the_notebook_
     four = synthetic.uniform(1, 20, 4, 64, 8, seed=0)
     four.save(tmp_path / "four.npz")
     (tmp_path / "empty").mkdir()
+    (tmp_path / "gpt").mkdir()
+    (tmp_path / "gpt" / "config.json").write_text('{"model_type": "gpt_oss"}')
     cases = [("02_expert_op_benchmark", {"model": "olmo"}, "parameter 'model': expected one of ['olmoe', 'qwen3', "
                                                           "'gpt-oss', 'deepseek-v2-lite'] or a config.json"),
              ("03_fits", {"model": str(tmp_path / "empty")}, "(a folder without a config.json)"),
@@ -78,6 +80,10 @@ def test_a_bad_model_or_a_trace_of_another_shape_is_refused_before_the_notebook_
              ("05_whole_model", {"subject": {"model": str(tmp_path / "empty")}},
               "parameter 'subject.model': expected one of ['byte-faithful', 'byte-faithful-all', 'default', "
               "'replay'] or a checkpoint folder"),
+             ("05_whole_model", {"subject": {"model": str(tmp_path / "gpt")}},
+              "parameter 'subject.model': expected a checkpoint whose experts compute down(silu(gate x) * up x) "
+              f"without biases; found '{tmp_path / 'gpt'}', whose experts have gate/up and down biases, interleaved "
+              "gate/up columns and a clamped SwiGLU"),
              ("02_expert_op_benchmark", {"model": "olmoe", "trace_file": str(tmp_path / "four.npz")},
               "parameter 'trace_file': .*four.npz: ids \\(layers, L\\): expected the shape of model olmoe \\(L = 16"),
              ("01_routing_reuse", {"model": str(ENGINES / "config_olmoe.json"),
@@ -248,3 +254,28 @@ def test_a_prompt_that_accepts_every_draft_is_data(tmp_path):
     table, regret, _ = against_runs(run)
     assert not table[table.state == "quiet"].empty
     assert f"geometric at the measured a = {pooled:.3f}" in set(regret[regret.state == "quiet"].acceptance)
+
+
+@pytest.mark.parametrize("family", sorted(set(checkpoints.FAMILIES) - {"gpt_oss"}))
+def test_the_breakdown_reads_each_familys_attention_projections(family, tmp_path):
+    """The decode breakdown's attention component is every dense projection of every layer's
+    attention, whatever the family names them (DeepSeek-V2's latent attention included): the
+    captured projections hold exactly the bytes of the nn.Linear weights under ``self_attn``, and
+    each got the input of a pass of the prompt's last token."""
+    import torch
+    from moespec.engine.breakdown import capture_dense_inputs
+    from moespec.engine.subject import load_subject
+
+    folder = checkpoints.random_checkpoint(family, tmp_path / f"tiny-{family}")
+    draft = checkpoints.random_draft(tmp_path / "tiny-draft")
+    sub = load_subject(str(folder), profile="quick", draft=str(draft))
+    model = sub.engine.model
+    linear = [m for layer in model.model.layers for m in layer.self_attn.modules() if isinstance(m, torch.nn.Linear)]
+    sub.engine.prefill([1, 2, 3])
+    captured = capture_dense_inputs(sub.engine, [4])["attention"]
+    assert [id(m) for m, _ in captured] == [id(m) for m in linear]
+    assert sum(m.weight.numel() for m, _ in captured) == sum(m.weight.numel() for m in linear) > 0
+    assert all(x.shape[-1] == m.in_features for m, x in captured)
+    if family == "deepseek_v2":
+        assert {"kv_a_proj_with_mqa", "kv_b_proj", "o_proj"} <= {n.rsplit(".", 1)[-1] for n, m in
+                                                               model.named_modules() if m in linear}

@@ -9,7 +9,7 @@ Components, for a pass of n tokens appended to a cache of ``depth`` positions:
   on the inputs the pass gave each layer, captured once);
 * ``step_without_experts``: the same pass with every layer's expert operation replaced by zeros
   (attention, norms, routers, embeddings, the LM head and the per-pass framework work);
-* ``attention``, ``lm_head``: every layer's four attention projections, and the LM head, alone, on
+* ``attention``, ``lm_head``: every layer's attention projections, and the LM head, alone, on
   the inputs the pass gave them (captured once): the bytes a pass reads once outside the experts
   (padded to the published model's in the byte-faithful-all subject, docs/engine.md);
 * ``draft_token``: one token of the subject's draft model (``ModelDraft.propose(..., k=1)`` at the
@@ -33,7 +33,7 @@ from torch import nn
 from moespec.engine.byte_shares import COMPONENTS
 from moespec.engine.speculative import ModelDraft
 from moespec.engine.switch import moe_layers
-from moespec.engine.widen import ATTENTION_PROJECTIONS, attention_modules
+from moespec.engine.widen import attention_projections
 from moespec.kernels import expert_forward
 from moespec.measure.regimes import ReferenceRead
 from moespec.measure.timing import time_interleaved, timer_for
@@ -79,10 +79,10 @@ def _pass_with_hooks(engine, ids, handles) -> None:
 
 def capture_dense_inputs(engine, ids) -> dict[str, list[tuple]]:
     """Run one pass of ``ids`` and return the modules read once per pass outside the experts with
-    the input each got: ``{"attention": [(projection, x), ...] (every layer's q, k, v, o),
+    the input each got: ``{"attention": [(projection, x), ...] (every layer's attention projections),
     "lm_head": [(head, x)]}``; the cache is cropped back."""
     model = engine.model
-    mods = {"attention": [getattr(a, p) for a in attention_modules(model) for p in ATTENTION_PROJECTIONS],
+    mods = {"attention": attention_projections(model),
             "lm_head": [model.get_output_embeddings()]}
     got, handles = {}, []
     for part, modules in mods.items():

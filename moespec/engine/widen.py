@@ -270,6 +270,19 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
     return found
 
 
+def attention_projections(model: nn.Module) -> list[nn.Module]:
+    """Every dense projection of every decoder layer's attention (``layer.self_attn``'s
+    ``nn.Linear`` / :class:`PaddedLinear` submodules, in module order): q, k, v and o in the OLMoE
+    family, DeepSeek-V2's latent-attention projections (``q_proj`` or ``q_a_proj``/``q_b_proj``,
+    ``kv_a_proj_with_mqa``, ``kv_b_proj``, ``o_proj``), whatever a family has."""
+    layers = getattr(getattr(model, "model", model), "layers", None) or []
+    found = [mod for layer in layers if getattr(layer, "self_attn", None) is not None
+             for mod in layer.self_attn.modules() if isinstance(mod, (nn.Linear, PaddedLinear))]
+    if not found:
+        raise ValueError(f"{type(model).__name__} has no attention projections (no nn.Linear in layer.self_attn)")
+    return found
+
+
 def published_head_rows(spec: MoESpec, layers: int) -> int:
     """LM-head rows for a subject of ``layers`` decoder layers whose per-step head bytes stand to its
     layers' bytes as the published model's do: ``V_pub * layers / L_pub`` (e.g. OLMoE, 4 of 16
