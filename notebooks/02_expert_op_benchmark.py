@@ -64,6 +64,7 @@ from moespec.plots.bandwidth import figure2_bandwidth, figure2_grid, figure3_dis
 from moespec.routing import RoutingTrace
 from moespec.tables.bandwidth import (PAPER_LABEL, bandwidth_by_n, breadth_bandwidths, discard_effect,
                                       distinct_share, load_breadth_run, table1, table1_breadth)
+from moespec.validate.run_identity import stamp_frame
 
 config = expert_op.profile_config(profile, model, fmt, backend, device, seed, role="main")
 spec = config.spec()
@@ -136,8 +137,8 @@ bw = bw.assign(**expert_op.shape_columns(config))   # the model's shape (N, m, L
 fits = fit.fit_layers(rows)
 date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
 t1 = table1(bw, fits, engine=f"moespec {side['backend_resolved']} ({fmt})", source=f"moespec, measured here ({date}, {machine})")
-io.write_dataframe(figures / "02_table1_bandwidth.csv", t1)
-io.write_dataframe(figures / "02_bandwidth_by_n.csv", bw)
+io.write_dataframe(figures / "02_table1_bandwidth.csv", stamp_frame(t1))
+io.write_dataframe(figures / "02_bandwidth_by_n.csv", stamp_frame(bw))
 print(t1.round(3).to_string(index=False))
 for n in (2, 8):
     at = bw[bw["n"] == n].iloc[0]

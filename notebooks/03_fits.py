@@ -61,6 +61,7 @@ from moespec import fit, io, paths
 from moespec.measure import discard, expert_op
 from moespec.plots.bandwidth import figure7_transfer
 from moespec.tables.bandwidth import engine_fits, fit_table, fit_variants, load_engine_fit_runs
+from moespec.validate.run_identity import stamp_frame
 
 bench_out = Path(out_dir) if out_dir else paths.expert_op_dir()
 figures = paths.ensure(paths.figures_dir())
@@ -91,7 +92,7 @@ print(f"run {main_dir.name}: {len(decision.rows)} rows; windows from: {trace.lab
 fits = fit.fit_layers(rows)
 errors = fit.window_errors(fits, rows)
 table = fit_table(fits, errors)
-io.write_dataframe(figures / "03_fit_coefficients.csv", table)
+io.write_dataframe(figures / "03_fit_coefficients.csv", stamp_frame(table))
 for r in table.itertuples():
     if r.kernel == "slot":
         print(f"layer {r.layer} slot  (4):  t_op={r.t_op * 1e3:.3f} ms  c_u={r.c_u * 1e9:.4f} s/GB  "
@@ -119,7 +120,7 @@ print(eps_variants[["rows", "fit", "eps_slot", "eps_dedup", "eps_engine"]].round
 
 # %%
 eps = fit.epsilon(errors)
-io.write_dataframe(figures / "03_epsilon.csv", eps)
+io.write_dataframe(figures / "03_epsilon.csv", stamp_frame(eps))
 io.write_dataframe(figures / "03_window_errors.csv",
                    errors[["model", "layer", "kernel", "n", "U", "pass_id", "t_median_s", "t_pred_s", "rel_err"]])
 for r in eps.itertuples():
@@ -165,7 +166,7 @@ for name in transfer_models:
                                                      **expert_op.shape_columns(cfg)))
     print(f"{name}: run {run_dir.name}; windows from: {tr.label}")
 bw_all = pd.concat(bw_parts, ignore_index=True)
-io.write_dataframe(figures / "03_bandwidth_all_models.csv", bw_all)
+io.write_dataframe(figures / "03_bandwidth_all_models.csv", stamp_frame(bw_all))
 for name, rb in read_bws.items():
     print(f"read bandwidth during {name}'s run: {rb['median_GBps']:.2f} GB/s")
 counts = discard.counts_table({"fits (4)/(E.1), epsilon": decision, "Figure 7 transfer": discard.combine(decisions)})

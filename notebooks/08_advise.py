@@ -46,7 +46,7 @@ run_folder = ""          # empty: this run's tables (else the committed full run
 acceptance = [0.5, 0.7, 0.9]   # what-if rates (geometric acceptance assumed), after the run's measured profile
 draft_fit = ""           # another draft: "A,B" for A k + B ms per round; empty: the draft of the run (measured)
 free_draft = False       # True: take the draft as free (the theory's idealization; only when asked for)
-dense_ratio = 0.5        # dense bytes per pass / (m W) where the run has none (notebook 03's fits)
+dense_ratio = None       # dense bytes per pass / (m W) where the run has no round models (notebook 03's fits); None: 0.5
 
 # %%
 from pathlib import Path

@@ -107,6 +107,18 @@ def test_stamped_files_of_two_runs_without_a_manifest_are_refused(run):
     _refused(run, "column 'stamp_run_id': expected 'run-b' (the run id of", "field run.id); found 'run-a'")
 
 
+def test_a_fits_table_of_another_run_is_refused_where_the_fits_decide(run):
+    """A run of notebooks 01-03 only (an engine dump, gpt-oss): the run file is built from notebook
+    03's tables, and one of them written by another run is refused naming it."""
+    for f in list(run.glob("0[4-9]_*")):
+        f.unlink()
+    _stamp_csv(run / "03_fit_coefficients.csv", RUN_ID, "vm")
+    _stamp_csv(run / "03_epsilon.csv", "20270101-000000-quick", "vm")
+    _refused(run, "03_epsilon.csv: column 'stamp_run_id': expected '20261207-053012-full'", "'20270101-000000-quick'")
+    _stamp_csv(run / "03_epsilon.csv", RUN_ID, "vm")
+    assert run_file.build_run_file(run, allow_incomplete=True)["expert_op_fits"]
+
+
 def test_a_file_of_two_runs_and_a_stamp_of_another_version_are_refused(tmp_path):
     path = tmp_path / "t.csv"
     pd.DataFrame({"x": [1, 2], "stamp_run_id": ["a", "b"], "stamp_machine": "h", "stamp_schema": 1}).to_csv(path,
@@ -190,9 +202,13 @@ def test_advise_options_that_select_nothing_are_refused_by_name(argv, status, sa
         assert part in lines[0], (part, lines[0])
 
 
-def test_the_default_dense_ratio_stays_accepted_with_round_models():
-    """Notebook 08 passes the default to every source; only another value would select nothing."""
-    assert advice.advise(COMMITTED, [0.7], dense_ratio=0.5) == advice.advise(COMMITTED, [0.7])
+def test_the_default_dense_ratio_given_with_round_models_is_refused_too(capsys):
+    """Round models measured the dense bytes: --dense-ratio selects nothing there, its default value
+    included; notebook 08 passes it only when its parameter is set."""
+    assert cli.main(["advise", str(COMMITTED), "-a", "0.7", "--dense-ratio", "0.5"]) == 1
+    assert "--dense-ratio 0.5: has no effect" in capsys.readouterr().err
+    with pytest.raises(AdviceInputError, match="--dense-ratio 0.5: has no effect"):
+        advice.advise(COMMITTED, [0.7], dense_ratio=0.5)
 
 
 @pytest.mark.parametrize("kwargs, says", [

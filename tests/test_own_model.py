@@ -116,6 +116,8 @@ def test_readme_commands_on_a_checkpoint_end_to_end(tmp_path):
     assert "windows from: recorded: tiny-olmoe on WikiText test" in notebook_text(run / "02_expert_op_benchmark.ipynb")
     bw = pd.read_csv(run / "figures" / "03_bandwidth_all_models.csv")
     assert bw[bw.model == "tiny-olmoe-shrunk"][["N", "m", "L"]].drop_duplicates().values.tolist() == [[16, 4, 4]]
+    for table in ("02_bandwidth_by_n.csv", "03_fit_coefficients.csv", "03_epsilon.csv", "03_bandwidth_all_models.csv"):
+        assert set(pd.read_csv(run / "figures" / table)["stamp_run_id"]) == {"mine"}, table   # the run's identity
     pred = pd.read_csv(run / "figures" / "05_draft_cost_predictions.csv")
     assert sorted(set(pred.k)) == list(range(1, 9))
     text05 = notebook_text(run / "05_whole_model.ipynb")
@@ -123,6 +125,8 @@ def test_readme_commands_on_a_checkpoint_end_to_end(tmp_path):
     assert "The quick profile runs tiny-olmoe" in "".join(json.loads((run / "05_whole_model.ipynb").read_text())[
         "cells"][-1]["outputs"][0]["data"]["text/markdown"])
     assert (run / "figures" / "moespec_run.json").is_file() and (run / "figures" / "REPORT.md").is_file()
+    subject = json.loads((run / "figures" / "moespec_run.json").read_text())["subject"]
+    assert subject["format"] == "f32"               # the kernels' format notebook 05 ran, for the settings
     assert "05_whole_model | " in out.stderr                      # what it was measuring, beside the notebook
     answer = _cli(tmp_path, "advise", run, "-a", "0.8")
     assert answer.returncode == 0, answer.stderr

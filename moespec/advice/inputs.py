@@ -250,7 +250,7 @@ def from_run(run: str | Path, trace=None, dense_ratio: float | None = None, draf
         if trace is not None:
             raise AdviceInputError(f"--trace: a routing trace applies to notebook 03's fits; {rf.path} holds round "
                                    "models, measured with the engine's own routing", where="--trace")
-        if dense_ratio is not None and dense_ratio != DENSE_RATIO:
+        if dense_ratio is not None:
             raise AdviceInputError(f"--dense-ratio {dense_ratio:g}: has no effect on {rf.path}: its round models "
                                    "measured the verify pass with its dense bytes; the option applies to notebook "
                                    "03's fits, a bandwidth table or verify times", where="--dense-ratio",

@@ -220,7 +220,7 @@ class WholeModelStudy:
                                 reps=self.P["breakdown_reps"], device=self.device)
         like, fmt = self.sub.description.get("like"), self.sub.description.get("fmt")
         byte_tables = {self.sub.kind: byte_shares(self.sub.engine, like, fmt, depths=(d0,))} if like else None
-        shares = B.shares(bd, byte_tables).assign(label=self.label)
+        shares = B.shares(bd, byte_tables).assign(label=self.label, fmt=self.sub.description.get("fmt"))
         if byte_tables is None:   # no published model to set its byte shares beside (a checkpoint is its own)
             shares = shares.assign(published=None)
         io.write_dataframe(self.out / "breakdown.csv", bd)
