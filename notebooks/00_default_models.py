@@ -7,7 +7,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -75,6 +75,7 @@ from moespec.routing.neurons import NeuronClusters, fit_neuron_clusters
 from moespec.routing.published import published_reuse
 from moespec.tables.routing import reuse_by_layer, reuse_curves, reuse_table
 from moespec.zoo import evaluate, smollm2, sources, store
+from moespec.validate.run_identity import stamp_doc, stamp_frame
 
 if profile not in ("quick", "full"):
     raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
@@ -118,7 +119,7 @@ print(f"tokenizer: {len(tok)} symbols ({summary['tokenizer']['how']}); build/loa
 
 # %%
 history = pd.concat([pd.DataFrame(meta[name]["history"]).assign(model=name) for name in meta])
-io.write_dataframe(paths.figures_dir() / "00_training_history.csv", history)
+io.write_dataframe(paths.figures_dir() / "00_training_history.csv", stamp_frame(history))
 io.save_figure(training_curves(history), paths.figures_dir() / "00_training_curves.png")
 for name in meta:
     h = history[history["model"] == name]
@@ -171,7 +172,7 @@ for name, m, docs, ctx in (("default MoE", moe, docs_tok, moe.config.max_positio
     rows.append({"model": name, "parameters": sum(p.numel() for p in m.parameters()), "context": ctx, **q})
 agreement = evaluate.greedy_agreement(moe, draft, docs_tok, moe.config.max_position_embeddings, device, progress=True)
 perplexity = pd.DataFrame(rows)
-io.write_dataframe(paths.figures_dir() / "00_perplexity.csv", perplexity)
+io.write_dataframe(paths.figures_dir() / "00_perplexity.csv", stamp_frame(perplexity))
 for r in rows:
     print(f"{r['model']}: validation perplexity {r['ppl_word']:.1f} per word, {r['ppl_token']:.1f} per token "
           f"({r['tokens']:,} tokens, {r['words']:,} words)")
@@ -210,7 +211,7 @@ io.save_figure(plot_expert_load(load, "default MoE: share of routed slots per ex
 balance = pd.DataFrame({"layer": np.arange(load.shape[0]), "max_over_mean": load.max(1) * load.shape[1],
                         "min_over_mean": load.min(1) * load.shape[1],
                         "cv": load.std(1) / load.mean(1)})
-io.write_dataframe(paths.figures_dir() / "00_expert_load.csv", balance)
+io.write_dataframe(paths.figures_dir() / "00_expert_load.csv", stamp_frame(balance))
 for _, r in balance.iterrows():
     print(f"layer {int(r['layer'])}: busiest expert {r['max_over_mean']:.2f}x the mean load, "
           f"idlest {r['min_over_mean']:.2f}x, coefficient of variation {r['cv']:.3f}")
@@ -229,9 +230,9 @@ io.save_figure(figure1_reuse(curves, published=published,
                              title="Layer-mean reuse on the WikiText test fit articles: the two embedded sources"),
                paths.figures_dir() / "00_reuse_sources.png")
 table = reuse_table(fit_traces, resamples=resamples, seed=seed, published=published)
-io.write_dataframe(paths.figures_dir() / "00_reuse_sources.csv", table)
+io.write_dataframe(paths.figures_dir() / "00_reuse_sources.csv", stamp_frame(table))
 by_layer = reuse_by_layer(fit_traces)
-io.write_dataframe(paths.figures_dir() / "00_reuse_layers.csv", by_layer)
+io.write_dataframe(paths.figures_dir() / "00_reuse_layers.csv", stamp_frame(by_layer))
 for src, g in by_layer.groupby("source", sort=False):
     print(f"{src}: rho_hat(2) per layer " + ", ".join(f"{v:.3f}" for v in g["rho_hat_2"]))
 for _, r in table.iterrows():
@@ -254,14 +255,14 @@ moe_ppl = perplexity.loc[perplexity["model"] == "default MoE", "ppl_token"].item
 draft_ppl = perplexity.loc[perplexity["model"] == "draft", "ppl_token"].item()
 moe_rho_2 = table.loc[table["source"].str.startswith(sources.DEFAULT_MOE_LABEL), "rho_hat_2"].item()
 quality = evaluate.quality_goals(moe_ppl, draft_ppl, moe_rho_2, agreement["agreement"], load)
-io.write_dataframe(paths.figures_dir() / "00_quality.csv", quality)
+io.write_dataframe(paths.figures_dir() / "00_quality.csv", stamp_frame(quality))
 for _, r in quality.iterrows():
     verdict = "" if r["goal"] == "" else (" met" if r["met"] else " NOT met")
     print(f"{r['quantity']}: {r['value']:.3f} {r['goal']}{verdict}")
 
 # %%
-io.write_json(paths.figures_dir() / "00_provenance.json",
-              {"profile": profile, "seed": seed, "build": summary, "record": provenance.full_record()})
+io.write_json(paths.figures_dir() / "00_provenance.json", stamp_doc(
+    {"profile": profile, "seed": seed, "build": summary, "record": provenance.full_record()}))
 table
 
 

@@ -64,6 +64,7 @@ from moespec.routing import RoutingTrace, synthetic
 from moespec.routing.published import published_reuse, reuse_targets
 from moespec.tables.routing import reuse_curves, reuse_table
 from moespec.zoo import sources
+from moespec.validate.run_identity import stamp_frame
 
 if profile not in ("quick", "full"):
     raise ValueError(f"profile must be 'quick' or 'full', found {profile!r}")
@@ -127,7 +128,7 @@ if synthetic_models:
               + (" and rho(9)" if calibrate_n9 else "") + " (not a measurement); the others are recorded")
 fig = figure1_reuse(curves, published=published, title=title)
 fig_path = io.save_figure(fig, paths.figures_dir() / "01_fig1_reuse.png")
-io.write_dataframe(paths.figures_dir() / "01_fig1_reuse_data.csv", curves)
+io.write_dataframe(paths.figures_dir() / "01_fig1_reuse_data.csv", stamp_frame(curves))
 print(f"figure: {fig_path}")
 
 # %% [markdown]
@@ -135,7 +136,7 @@ print(f"figure: {fig_path}")
 
 # %%
 table = reuse_table(traces, resamples=resamples, seed=seed, published=published)
-table_path = io.write_dataframe(paths.figures_dir() / "01_table_reuse.csv", table)
+table_path = io.write_dataframe(paths.figures_dir() / "01_table_reuse.csv", stamp_frame(table))
 print(f"table: {table_path}")
 for _, r in table[table["tokens"].notna()].iterrows():
     print(f"{r['source']}: rho_hat(2) = {r['rho_hat_2']:.4f} [{r['rho_hat_2_low']:.4f}, {r['rho_hat_2_high']:.4f}], "

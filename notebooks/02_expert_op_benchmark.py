@@ -106,8 +106,8 @@ print(f"run {side['run_id']}: {len(rows)} rows, backend {side['backend_resolved'
 # %%
 decision = discard.apply_rule(rows, source=str(run_dir / "rows.csv"))
 counts = discard.counts_table({"Figure 2, Table 1, 02_bandwidth_by_n": decision})
-io.write_dataframe(figures / "02_discard_groups.csv", decision.groups)
-io.write_dataframe(figures / "02_discard_rule.csv", counts)
+io.write_dataframe(figures / "02_discard_groups.csv", stamp_frame(decision.groups))
+io.write_dataframe(figures / "02_discard_rule.csv", stamp_frame(counts))
 rows = decision.kept
 print(decision.groups[["layer", "n", "read_GBps", "departure", "discard_reason"]].round(4).to_string(index=False))
 print(counts.to_string(index=False))
@@ -164,7 +164,7 @@ breadth = breadth_bandwidths(breadth_rows)
 io.save_figure(figure2_grid(breadth, title=f"Figure 2 at paper 1's breadth, run {breadth_path.stem} ({machine})"),
                figures / "02_fig2_breadth.png")
 t1_breadth = table1_breadth(breadth, source=f"moespec, measured here (run {breadth_path.stem})")
-io.write_dataframe(figures / "02_table1_breadth.csv", t1_breadth)
+io.write_dataframe(figures / "02_table1_breadth.csv", stamp_frame(t1_breadth))
 print(t1_breadth[t1_breadth.source != PAPER_LABEL].round(3).to_string(index=False))
 
 # %% [markdown]
@@ -172,7 +172,7 @@ print(t1_breadth[t1_breadth.source != PAPER_LABEL].round(3).to_string(index=Fals
 
 # %%
 effect = discard_effect(decision)
-io.write_dataframe(figures / "02_discard_effect.csv", effect)
+io.write_dataframe(figures / "02_discard_effect.csv", stamp_frame(effect))
 print(effect.round(4).to_string(index=False))
 
 
@@ -187,7 +187,7 @@ print(effect.round(4).to_string(index=False))
 traces = [trace] + [t for t in (RoutingTrace.load(p) for p in paths.trace_files())
                     if t.label != trace.label]
 shares = distinct_share(traces)
-io.write_dataframe(figures / "02_fig3_distinct_share.csv", shares)
+io.write_dataframe(figures / "02_fig3_distinct_share.csv", stamp_frame(shares))
 fig = figure3_distinct_share(shares, title="U/(n·m) of windows (right panel of Figure 3; left panel needs a GPU profiler)")
 io.save_figure(fig, figures / "02_fig3_distinct_share.png")
 for r in shares.itertuples():

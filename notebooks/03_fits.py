@@ -109,8 +109,8 @@ for r in table.itertuples():
 
 # %%
 variants, eps_variants = fit_variants(decision)
-io.write_dataframe(figures / "03_fit_variants.csv", variants)
-io.write_dataframe(figures / "03_epsilon_variants.csv", eps_variants)
+io.write_dataframe(figures / "03_fit_variants.csv", stamp_frame(variants))
+io.write_dataframe(figures / "03_epsilon_variants.csv", stamp_frame(eps_variants))
 print(variants[["rows", "fit", "layer", "kernel", "t_op", "c_u", "c_re", "c_g", "c_t", "window_median_abs_err"]]
       .to_string(index=False))
 print(eps_variants[["rows", "fit", "eps_slot", "eps_dedup", "eps_engine"]].round(5).to_string(index=False))
@@ -121,8 +121,8 @@ print(eps_variants[["rows", "fit", "eps_slot", "eps_dedup", "eps_engine"]].round
 # %%
 eps = fit.epsilon(errors)
 io.write_dataframe(figures / "03_epsilon.csv", stamp_frame(eps))
-io.write_dataframe(figures / "03_window_errors.csv",
-                   errors[["model", "layer", "kernel", "n", "U", "pass_id", "t_median_s", "t_pred_s", "rel_err"]])
+io.write_dataframe(figures / "03_window_errors.csv", stamp_frame(
+    errors[["model", "layer", "kernel", "n", "U", "pass_id", "t_median_s", "t_pred_s", "rel_err"]]))
 for r in eps.itertuples():
     print(f"epsilon ({r.backend}): slot {r.eps_slot:.4f}, dedup {r.eps_dedup:.4f}, engine {r.eps_engine:.4f} "
           f"(over {r.fits_slot} layer fit(s) per kernel)")
@@ -138,8 +138,8 @@ for r in eps.itertuples():
 # %%
 engine_decisions = {f"moespec CPU, this run {main_dir.name}": decision, **load_engine_fit_runs(engine_fit_runs)}
 engine_coefs, engine_eps = engine_fits(engine_decisions)
-io.write_dataframe(figures / "03_fit_coefficients_engines.csv", engine_coefs)
-io.write_dataframe(figures / "03_epsilon_engines.csv", engine_eps)
+io.write_dataframe(figures / "03_fit_coefficients_engines.csv", stamp_frame(engine_coefs))
+io.write_dataframe(figures / "03_epsilon_engines.csv", stamp_frame(engine_eps))
 display(engine_coefs[["engine", "fmt", "layer", "kernel", "t_op", "c_u", "c_re", "c_g", "c_t", "reread_cost",
                       "window_median_abs_err", "read_GBps"]])
 display(engine_eps[["engine", "eps_slot", "eps_dedup", "eps_engine", "read_GBps"]])
@@ -170,10 +170,10 @@ io.write_dataframe(figures / "03_bandwidth_all_models.csv", stamp_frame(bw_all))
 for name, rb in read_bws.items():
     print(f"read bandwidth during {name}'s run: {rb['median_GBps']:.2f} GB/s")
 counts = discard.counts_table({"fits (4)/(E.1), epsilon": decision, "Figure 7 transfer": discard.combine(decisions)})
-io.write_dataframe(figures / "03_discard_rule.csv", counts)
+io.write_dataframe(figures / "03_discard_rule.csv", stamp_frame(counts))
 print(counts.to_string(index=False))
 transfer = fit.transfer(bw_all, ns=(2, 4, 6, 8))
-io.write_dataframe(figures / "03_fig7_transfer.csv", transfer)
+io.write_dataframe(figures / "03_fig7_transfer.csv", stamp_frame(transfer))
 engine = rows["backend"].iloc[0]
 fig = figure7_transfer(transfer, title=f"moespec {engine} kernels ({fmt}), one machine; held out: each model in turn")
 io.save_figure(fig, figures / "03_fig7_transfer.png")
@@ -191,7 +191,7 @@ for name, g in transfer.groupby("model", sort=False):
 
 # %%
 transfer_cross = fit.transfer_crossover(transfer, bw_all)
-io.write_dataframe(figures / "03_fig7_crossover.csv", transfer_cross)
+io.write_dataframe(figures / "03_fig7_crossover.csv", stamp_frame(transfer_cross))
 display(transfer_cross[["model", "ns", "crossover_pred", "crossover_meas", "distance", "within_one"]])
 print(f"transferred bandwidths place the crossover within one of the own-bandwidth one on "
       f"{int(transfer_cross['within_one'].sum())} of {len(transfer_cross)} held-out models")
@@ -205,7 +205,7 @@ bw_norm = bw_all.copy()
 for col in ("beta_slot_GBps", "beta_dedup_GBps"):
     bw_norm[col] = bw_norm[col] / bw_norm["read_GBps"]
 transfer_norm = fit.transfer(bw_norm, ns=(2, 4, 6, 8))
-io.write_dataframe(figures / "03_fig7_transfer_normalized.csv", transfer_norm)
+io.write_dataframe(figures / "03_fig7_transfer_normalized.csv", stamp_frame(transfer_norm))
 for name, g in transfer_norm.groupby("model", sort=False):
     print(f"transfer on bandwidth / read bandwidth, held out {name}: |error| of beta median "
           f"{g[['beta_slot_rel_err', 'beta_dedup_rel_err']].abs().stack().median():.3f}; of r median {g['r_rel_err'].abs().median():.3f}")

@@ -47,6 +47,7 @@ from moespec import theory as th
 from moespec.plots import theory as plots
 from moespec.tables import theory as tables
 from moespec.tables.bandwidth import PAPER_LABEL
+from moespec.validate.run_identity import stamp_frame
 
 n_a = {"quick": 101, "full": 2001}[profile]
 a_grid = np.linspace(0, 1, n_a, endpoint=False)
@@ -93,7 +94,7 @@ built_from = ("built from paper 1's published Table 1 (their hardware)" if sourc
               else f"built from {source}")
 records = tables.table1_step_times(table1, kmax=kmax, dense_ratio=dense_ratio)
 steps = tables.step_point_table(records)
-io.write_dataframe(figures / "04_step_points.csv", steps)
+io.write_dataframe(figures / "04_step_points.csv", stamp_frame(steps))
 print(f"step points ({built_from}; D = {dense_ratio} mW):")
 for _, row in steps.iterrows():
     pts = " ".join(f"{row[f'a_{j}']:.3f}" for j in range(1, kmax + 1))
@@ -191,8 +192,8 @@ from moespec.model_shapes import PRESETS
 from moespec.tables.dispatch import dispatch_tables
 
 table5, table6 = dispatch_tables(PRESETS["olmoe"])
-io.write_dataframe(figures / "04_table5_kernel_dispatch.csv", table5)
-io.write_dataframe(figures / "04_table6_dedup_switch.csv", table6)
+io.write_dataframe(figures / "04_table5_kernel_dispatch.csv", stamp_frame(table5))
+io.write_dataframe(figures / "04_table6_dedup_switch.csv", stamp_frame(table6))
 display(table5.pivot(index="engine", columns="n", values="kind"))
 display(table6.pivot(index="engine", columns="n", values="kind_on"))
 at2 = table5[table5["n"] == 2].groupby("kind")["engine"].agg(", ".join)

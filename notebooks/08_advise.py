@@ -56,6 +56,7 @@ from IPython.display import Markdown, display
 from moespec import advice, io, paths
 from moespec.advice.figure import advice_figure
 from moespec.predict.run_file import ensure_run_file
+from moespec.validate.run_identity import stamp_frame
 
 figures = paths.ensure(paths.figures_dir())
 options = dict(draft_fit=draft_fit or None, free_draft=free_draft, dense_ratio=dense_ratio)
@@ -85,9 +86,9 @@ print("written:", advice.write_json(result, figures / "08_advice.json"))
 # %%
 if advice.run_file(source).doc["acceptance"] and not free_draft and not draft_fit:
     check, regret, check_goals = advice.measured.against_runs(source, dense_ratio=dense_ratio)
-    io.write_dataframe(figures / "08_advise_vs_measured.csv", check)
-    io.write_dataframe(figures / "08_advise_regret.csv", regret)
-    io.write_dataframe(figures / "08_goals.csv", check_goals)
+    io.write_dataframe(figures / "08_advise_vs_measured.csv", stamp_frame(check))
+    io.write_dataframe(figures / "08_advise_regret.csv", stamp_frame(regret))
+    io.write_dataframe(figures / "08_goals.csv", stamp_frame(check_goals))
     display(check.round(3))
     display(regret.round(4))
     display(check_goals)

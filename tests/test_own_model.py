@@ -116,8 +116,12 @@ def test_readme_commands_on_a_checkpoint_end_to_end(tmp_path):
     assert "windows from: recorded: tiny-olmoe on WikiText test" in notebook_text(run / "02_expert_op_benchmark.ipynb")
     bw = pd.read_csv(run / "figures" / "03_bandwidth_all_models.csv")
     assert bw[bw.model == "tiny-olmoe-shrunk"][["N", "m", "L"]].drop_duplicates().values.tolist() == [[16, 4, 4]]
-    for table in ("02_bandwidth_by_n.csv", "03_fit_coefficients.csv", "03_epsilon.csv", "03_bandwidth_all_models.csv"):
-        assert set(pd.read_csv(run / "figures" / table)["stamp_run_id"]) == {"mine"}, table   # the run's identity
+    tables = sorted((run / "figures").glob("*.csv"))
+    assert len(tables) > 30
+    for table in tables:            # every table of the run carries its identity
+        assert set(pd.read_csv(table)["stamp_run_id"]) == {"mine"}, table.name
+    for doc in sorted((run / "figures").glob("0[0-7]_*.json")):
+        assert json.loads(doc.read_text())["run"]["id"] == "mine", doc.name
     pred = pd.read_csv(run / "figures" / "05_draft_cost_predictions.csv")
     assert sorted(set(pred.k)) == list(range(1, 9))
     text05 = notebook_text(run / "05_whole_model.ipynb")

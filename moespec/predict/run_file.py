@@ -210,7 +210,7 @@ def find_run_file(run: str | Path, error: type[InputError] = RunFileError) -> Pa
 def _source(part: str, files) -> dict:
     notebook, _, what = SOURCE_FILES[part]
     names = [Path(f).name for f in files]
-    if part == "subject" and names == [BREAKDOWN_FILE]:
+    if part == "subject" and names == [ROUND_TERMS_FILE]:
         notebook, what = "05", "storage format of the kernels"
     return {"by": f"notebook {notebook}", "files": names, "what": what}
 
@@ -313,8 +313,8 @@ def _first(path: Path, columns, what: str, error, column: str):
     return read_csv(path, columns, what, error)[column].iloc[0]
 
 
-#: Notebook 05's decode breakdown: its ``fmt`` column is the kernels' storage format of the run.
-BREAKDOWN_FILE = "05_breakdown.csv"
+#: Notebook 05's round terms: its ``fmt`` column is the kernels' storage format of the run.
+ROUND_TERMS_FILE = "05_round_terms.csv"
 
 
 def _subject(folder: Path, error) -> tuple[dict, list]:
@@ -323,11 +323,11 @@ def _subject(folder: Path, error) -> tuple[dict, list]:
     if fits.is_file():
         subject["format"] = str(_first(fits, (Column("fmt", "str"),), "notebook 06's fits", error, "fmt"))
         used.append(fits)
-    elif (folder / BREAKDOWN_FILE).is_file():   # no notebook 06: the kernels' format notebook 05 ran
-        fmt = pd.read_csv(folder / BREAKDOWN_FILE).get("fmt")
+    elif (folder / ROUND_TERMS_FILE).is_file():   # no notebook 06: the kernels' format notebook 05 ran
+        fmt = pd.read_csv(folder / ROUND_TERMS_FILE).get("fmt")
         if fmt is not None and fmt.notna().any():
             subject["format"] = str(fmt.dropna().iloc[0])
-            used.append(folder / BREAKDOWN_FILE)
+            used.append(folder / ROUND_TERMS_FILE)
     if t3.is_file():
         rows = read_csv(t3, (Column("model", "str", missing_ok=True), Column("engine", "str", missing_ok=True),
                              Column("source", "str")), "notebook 06's Table 3", error)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from moespec.report.run import ReportError
+from moespec.validate import run_identity
 
 
 def num(x, digits: int = 3) -> str:
@@ -63,6 +64,8 @@ def named_table(df: pd.DataFrame, file: str, columns: str | tuple | list = "", d
         if missing:
             raise ReportError(f"{file} has no columns {missing} (it has {list(df.columns)})")
         df = df[want]
+    else:   # the run's stamp is checked where the file is read, not shown
+        df = df.drop(columns=[c for c in run_identity.COLUMNS if c in df.columns])
     return f"`{file}`:\n\n" + frame_table(df, int(digits))
 
 

@@ -175,7 +175,7 @@ class SspOracleStudy:
 
     # --- helpers -----------------------------------------------------------------------------
     def _write(self, name: str, df: pd.DataFrame) -> str:
-        io.write_dataframe(self.fig_dir / name, df)
+        io.write_dataframe(self.fig_dir / name, run_identity.stamp_frame(df))
         return name
 
     def _figure(self, name: str, fig) -> str:
@@ -434,8 +434,8 @@ class SspOracleStudy:
             prefix = _prefix(name, self.oracle_headline)
             for tname, table in A.merged_tables(analyses[name].values()).items():
                 if isinstance(table, dict):
-                    io.write_json(self.fig_dir / f"{prefix}{tname}.json", {**table, "subject": self.label,
-                                                                           "analysis": name})
+                    io.write_json(self.fig_dir / f"{prefix}{tname}.json", run_identity.stamp_doc(
+                        {**table, "subject": self.label, "analysis": name}))
                     files.append(f"{prefix}{tname}.json")
                 else:
                     files.append(self._write(f"{prefix}{tname}.csv", table.assign(subject=self.label, analysis=name)))
@@ -510,13 +510,13 @@ class SspOracleStudy:
                 without[0].require_tokens("Appendix B (the text of the reference)")
             except ValueError as exc:
                 io.write_json(self.fig_dir / "07_tableB_status.json",
-                              {"computed": False, "reason": str(exc), "subject": subject})
+                              run_identity.stamp_doc({"computed": False, "reason": str(exc), "subject": subject}))
                 return Result(["wrote 07_tableB_status.json", f"Appendix B not computed: {exc}"],
                               files=["07_tableB_status.json"])
         B = boundaries.appendix_b(items, by_transitions, self.sub.tokenizer, n_boot=n_boot, seed=self.seed)
-        io.write_json(self.fig_dir / "07_tableB_status.json", {
+        io.write_json(self.fig_dir / "07_tableB_status.json", run_identity.stamp_doc({
             "computed": True, "tokenizer": self.sub.tokenizer is not None, "lmax": lmax, "n_boot": n_boot,
-            "seed": self.seed, "responses": len(items), "decisions": sum(it.n for it in items), "subject": subject})
+            "seed": self.seed, "responses": len(items), "decisions": sum(it.n for it in items), "subject": subject}))
         surrogate = {it.seq_id: it.p for it in items}
         cases = {t: gallery.b4_cases(a.changed, surrogate=surrogate) for t, a in by_transitions.items()}
         picks = {t: gallery.gallery(B.decisions[t], lmax) for t in by_transitions}

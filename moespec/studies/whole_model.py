@@ -220,11 +220,11 @@ class WholeModelStudy:
                                 reps=self.P["breakdown_reps"], device=self.device)
         like, fmt = self.sub.description.get("like"), self.sub.description.get("fmt")
         byte_tables = {self.sub.kind: byte_shares(self.sub.engine, like, fmt, depths=(d0,))} if like else None
-        shares = B.shares(bd, byte_tables).assign(label=self.label, fmt=self.sub.description.get("fmt"))
+        shares = B.shares(bd, byte_tables).assign(label=self.label)
         if byte_tables is None:   # no published model to set its byte shares beside (a checkpoint is its own)
             shares = shares.assign(published=None)
         io.write_dataframe(self.out / "breakdown.csv", bd)
-        io.write_dataframe(self._fig("05_breakdown.csv"), shares)
+        io.write_dataframe(self._fig("05_breakdown.csv"), run_identity.stamp_frame(shares))
         io.save_figure(breakdown_figure(shares, title=f"decode step at d = {d0}: {self.label}"),
                        self._fig("05_breakdown.png"))
         s = shares.iloc[0]
@@ -496,7 +496,8 @@ class WholeModelStudy:
         e.g. ``subject_args``, which notebook 06 reads)."""
         models = RoundModels(self.models, self.order)
         models.save(self._fig(ROUND_MODEL_FILE), run=run_identity.current().record())
-        io.write_dataframe(self._fig("05_round_terms.csv"), run_identity.stamp_frame(round_terms_table(self.models)))
+        terms = round_terms_table(self.models).assign(fmt=self.sub.description.get("fmt"))
+        io.write_dataframe(self._fig("05_round_terms.csv"), run_identity.stamp_frame(terms))
         quiet = self.results["models quiet"]["depth"]
         proto = protocol_table(self.grid, quiet)
         self._write("05_verify_protocols.csv", proto)

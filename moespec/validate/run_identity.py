@@ -1,9 +1,8 @@
 """A run is one identity: the stamp a run writes into its files, and the check that files read
 together are of one run.
 
-**The stamp.** Every table a study writes that a reader combines with another carries three
-columns, every JSON file a ``run`` object with the same fields (:func:`stamp_frame`,
-:func:`stamp_doc`):
+**The stamp.** Every table a notebook writes into the run's figures carries three columns, every
+JSON file there a ``run`` object with the same fields (:func:`stamp_frame`, :func:`stamp_doc`):
 
 * ``stamp_run_id`` (``run.id``): the run folder's name (``moespec reproduce``'s ``runs/<time>-<profile>``, its
   ``--out``, a sweep's job folder), the folder ``MOESPEC_RUN_DIR`` names while the notebooks run;
