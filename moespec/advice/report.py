@@ -103,7 +103,26 @@ ADVICE_SCHEMA = {
                                              "properties": {"per_slot_up_to": _INT_OR_NULL}}}}},
         "versions_cited": {"type": "object", "required": ["vllm", "sglang", "llama.cpp", "llama.cpp-cuda-kernel"]},
         "sources": {"type": "object", "additionalProperties": {"type": "string"}},
+        "batch_schedule": {
+            "type": "object", "required": ["batch_sizes", "rows", "ranges", "vllm", "sglang", "assumptions"],
+            "properties": {
+                "batch_sizes": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                "rows": {"type": "array", "minItems": 1, "items": {
+                    "type": "object", "required": ["B", "engine", "k", "speedup", "throughput_per_sequence",
+                                                   "throughput_per_batch", "pass_tokens", "verify_from"],
+                    "properties": {"B": {"type": "integer", "minimum": 1}, "engine": {"enum": list(ENGINES)},
+                                   "k": {"type": "integer", "minimum": 0}, "speedup": _NUM}}},
+                "ranges": {"$ref": "#/$defs/ranges"},
+                "vllm": {"oneOf": [{"$ref": "#/$defs/ranges"}, {"type": "null"}]},
+                "sglang": {"type": "object", "patternProperties": {"^[1-9][0-9]*$": {
+                    "type": "object", "required": ["candidate_steps"],
+                    "properties": {"candidate_steps": {"type": "array", "minItems": 1,
+                                                       "items": {"type": "integer", "minimum": 0}}}}},
+                           "additionalProperties": False},
+                "assumptions": {"type": "array", "items": {"type": "string"}}}},
     },
+    "$defs": {"ranges": {"type": "array", "minItems": 1, "items": {
+        "type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 3, "maxItems": 3}}},
 }
 
 
@@ -313,6 +332,31 @@ def _state_line(s: dict, eps) -> str:
     return f"  machine state: {s['state']}{read}{hw}" + (f"; eps {eps:.3f}" if eps is not None else "")
 
 
+def format_batch(sched: dict) -> list[str]:
+    """k*(B) per batch-size range and the schedules for vLLM and SGLang, as ``moespec advise
+    --batch-sizes`` prints them."""
+    rows = sched["rows"]
+    out = _wrap(f"Batch sizes B ({sched['acceptance'].split(' (', 1)[0]}): k*(B) from V(k, B), verify passes of "
+                f"B(k + 1) tokens")
+    out.append(f"  {'B':>7}" + "".join(f"{r['B']:>9}" for r in rows))
+    out.append(f"  {'k*':>7}" + "".join(f"{r['k']:>9}" for r in rows))
+    out.append(f"  {'speedup':>7}" + "".join(f"{r['speedup']:>9.3f}" for r in rows))
+    out.append(f"  {'kernel':>7}" + "".join(f"{r['engine']:>9}" for r in rows))
+    verify = ["rows" if all(w == "row" for w in r["verify_from"]) else "fit" if all(w.startswith("fit") for w in
+              r["verify_from"]) else "rows+fit" for r in rows]
+    out.append(f"  {'verify':>7}" + "".join(f"{v:>9}" for v in verify))
+    out += _wrap("verify: rows = the source's verify times; fit = paper 1's fit (4)/(E.1) of them at the union of "
+                 "B sequences (--explain: per k)", "  ")
+    out += _wrap("ranges: " + "; ".join(f"B = {a}" + ("" if a == b else f"..{b}") + f": k = {k}"
+                                        for a, b, k in sched["ranges"]), "  ")
+    if sched.get("vllm_cli"):
+        out += _command("    vLLM:      ", sched["vllm_cli"])
+    if sched.get("sglang_cli"):
+        out += _command("    SGLang:    ", sched["sglang_cli"])
+    out += _wrap(sched["note"], "  ")
+    return out
+
+
 def format_text(advice: dict) -> str:
     """The answer on one screen, as ``moespec advise`` prints it: per acceptance rate the
     recommendation with its band and what the other machine states would take, the kernel switch,
@@ -379,6 +423,8 @@ def format_text(advice: dict) -> str:
         out += _wrap("MoE kernel options (every pass size): " + "; ".join(
             f"{name} {text}" for name, text in (("vLLM", ks["engines"]["vllm"]), ("SGLang", ks["engines"]["sglang"]))),
             "  ")
+    if advice.get("batch_schedule"):
+        out += format_batch(advice["batch_schedule"])
     sources = advice.get("sources") or {"inputs": ", ".join(advice["inputs"])}
     out += _wrap("Sources: " + "; ".join(f"{part}: {where}" for part, where in sources.items())
                  + "; option names: docs/advise.md; the derivation: --explain")

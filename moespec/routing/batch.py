@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moespec import theory as th
-from moespec.routing.stats import Bootstrap, resample_counts
+from moespec.routing.stats import Bootstrap, bootstrap_statistic, resample_counts
 from moespec.routing.trace import RoutingTrace
 
 
@@ -199,14 +199,8 @@ def batch_bootstrap(trace: RoutingTrace, B: int, n_max: int, statistic: str = "u
     biased low by the same convexity, (1 - p)^B convex in p). ``samples.mean(0) - estimate`` is that
     shift; at B = 1 the statistic is linear and the resamples are those of
     :func:`moespec.routing.bootstrap`."""
-    if statistic not in BATCH_STATISTICS:
-        raise ValueError(f"statistic: expected one of {sorted(BATCH_STATISTICS)}; found {statistic!r}")
-    if resamples < 1:
-        raise ValueError(f"resamples: expected an integer >= 1; found {resamples}")
-    if not 0 < level < 1:
-        raise ValueError(f"level: expected a number in (0, 1); found {level}")
+    fn = bootstrap_statistic(BATCH_STATISTICS, statistic, resamples, level)
     B = _check_B(B)
-    fn = BATCH_STATISTICS[statistic]
     sums = inclusion_sums(trace, n_max)
     D = sums.counts.shape[0]
     counts = resample_counts(trace.num_docs, resamples, seed).astype(np.float64)          # [R, D]
