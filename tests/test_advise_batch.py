@@ -161,3 +161,17 @@ def test_cli_writes_the_sglang_file(tmp_path):
     assert json.loads((tmp_path / "sg.json").read_text()) == adv["batch_schedule"]["sglang"]
     assert f"--speculative-adaptive-config {tmp_path / 'sg.json'}" in " ".join(out.stdout.split())
     assert "k*" in out.stdout and "ranges: B = 1" in out.stdout
+
+
+def test_where_speculation_stops_paying(run_advice):
+    """k*(B) = 0 from B on through the largest B given, else None; the theory's stops_paying on the same V(k, B)
+    agrees where acceptance is geometric."""
+    from moespec import theory as th
+    adv = advice.advise(RUN, acceptance=[0.6], batch_sizes=[2, 4, 8, 16, 32, 64], trace=_trace())
+    sched = adv["batch_schedule"]
+    ks = [r["k"] for r in sched["rows"]]
+    V = {r["B"]: np.asarray(r["engines"][r["engine"]]["step_ms"]) for r in sched["rows"]}
+    stops = th.stops_paying(V, 0.6)
+    assert sched["speculation_stops_from"] == stops and stops > 2 and max(ks) > 0
+    assert all((k == 0) == (r["B"] >= stops) for r, k in zip(sched["rows"][1:], ks[1:]))
+    assert run_advice["batch_schedule"]["speculation_stops_from"] is None

@@ -170,7 +170,13 @@ def batch_schedule(curves: VerifyCurves, advice: dict, batch_sizes, trace=None, 
         assumptions += [f"union of B sequences: {trace.label}, B independent sequences (moespec.routing.batch)",
                         f"rows' union: {rows_note}; beyond n = {rm.n_max}: fit (4)/(E.1) of the rows plus its "
                         "residual at the last row"]
+    stop = None          # the smallest B from which k*(B) = 0 through the largest B given (theory.stops_paying)
+    for r in reversed(rows):
+        if r["k"] > 0:
+            break
+        stop = r["B"]
     out = {"acceptance": item["label"], "a": item["a"], "batch_sizes": Bs, "rows": rows, "assumptions": assumptions,
+           "speculation_stops_from": stop,
            "fits": None if fits is None else {p: {c: float(v) for c, v in f.items() if isinstance(v, float)}
                                                  for p, f in fits.items()}}
     out.update(batch_schedule_settings({r["B"]: r["k"] for r in rows}, method, target, draft, sglang_config))

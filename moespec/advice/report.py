@@ -104,8 +104,10 @@ ADVICE_SCHEMA = {
         "versions_cited": {"type": "object", "required": ["vllm", "sglang", "llama.cpp", "llama.cpp-cuda-kernel"]},
         "sources": {"type": "object", "additionalProperties": {"type": "string"}},
         "batch_schedule": {
-            "type": "object", "required": ["batch_sizes", "rows", "ranges", "vllm", "sglang", "assumptions"],
+            "type": "object", "required": ["batch_sizes", "rows", "ranges", "vllm", "sglang", "assumptions",
+                                           "speculation_stops_from"],
             "properties": {
+                "speculation_stops_from": _INT_OR_NULL,
                 "batch_sizes": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
                 "rows": {"type": "array", "minItems": 1, "items": {
                     "type": "object", "required": ["B", "engine", "k", "speedup", "throughput_per_sequence",
@@ -273,6 +275,8 @@ def format_explain(advice: dict) -> str:
     out += ["", f"Kernel switch: {ks['text']}", f"  llama.cpp CUDA: {ks['llama_cpp_cuda']}",
             *[f"    {line}" for line in cap_lines(ks.get("mmvq_cap", []))],
             *[f"  {name}: {text}" for name, text in ks.get("engines", {}).items()], ""]
+    if advice.get("batch_schedule"):
+        out += _explain_batch(advice["batch_schedule"]) + [""]
     out += ["Inputs:"] + [f"  - {p}" for p in advice["inputs"]]
     out += ["Option names from:"] + [f"  - {name}: {v['project']} @ {v['commit'][:12]} ({v['where']})"
                                      for name, v in advice["versions_cited"].items()]
@@ -332,6 +336,27 @@ def _state_line(s: dict, eps) -> str:
     return f"  machine state: {s['state']}{read}{hw}" + (f"; eps {eps:.3f}" if eps is not None else "")
 
 
+def _explain_batch(sched: dict) -> list[str]:
+    """Per batch size: every engine's V(k, B), k*, where each k's verify time comes from, the union."""
+    out = ["Batch sizes: V(k, B) = t_draft(k) + tau(B, k) + h(k) (ms), verify passes of B(k + 1) tokens"]
+    out += [line for a in sched["assumptions"] for line in _wrap("- " + a, "  ", "  ")]
+    if sched.get("fits"):
+        out += [f"  fit of the rows, {p}: " + ", ".join(f"{c} = {v:.4g}" for c, v in f.items())
+                for p, f in sched["fits"].items()]
+    for r in sched["rows"]:
+        out.append(f"  B = {r['B']}: k* = {r['k']} ({r['engine']}), speedup over plain decoding at B = {r['B']}: "
+                   f"{r['speedup']:.3f}")
+        for e, x in r["engines"].items():
+            out += _wrap(f"{e} (k* = {x['k']}): " + ", ".join(f"{v:.2f}" for v in x["step_ms"]), "    ")
+        if r.get("union_pairs"):
+            out += _wrap("distinct (expert, layer) pairs of the pass U(B, k + 1): "
+                         + ", ".join(f"{u:.1f}" for u in r["union_pairs"]), "    ")
+        froms = list(dict.fromkeys(r["verify_from"]))
+        out += _wrap("verify: " + "; ".join(f"{w} at k = " + ", ".join(str(k) for k, v in enumerate(r["verify_from"])
+                                                                     if v == w) for w in froms), "    ")
+    return out
+
+
 def format_batch(sched: dict) -> list[str]:
     """k*(B) per batch-size range and the schedules for vLLM and SGLang, as ``moespec advise
     --batch-sizes`` prints them."""
@@ -347,8 +372,11 @@ def format_batch(sched: dict) -> list[str]:
     out.append(f"  {'verify':>7}" + "".join(f"{v:>9}" for v in verify))
     out += _wrap("verify: rows = the source's verify times; fit = paper 1's fit (4)/(E.1) of them at the union of "
                  "B sequences (--explain: per k)", "  ")
+    stop = sched["speculation_stops_from"]
     out += _wrap("ranges: " + "; ".join(f"B = {a}" + ("" if a == b else f"..{b}") + f": k = {k}"
-                                        for a, b, k in sched["ranges"]), "  ")
+                                        for a, b, k in sched["ranges"])
+                 + (f"; speculation stops paying from B = {stop}" if stop is not None else
+                    "; speculation pays at every batch size given"), "  ")
     if sched.get("vllm_cli"):
         out += _command("    vLLM:      ", sched["vllm_cli"])
     if sched.get("sglang_cli"):
