@@ -175,3 +175,15 @@ def test_where_speculation_stops_paying(run_advice):
     assert sched["speculation_stops_from"] == stops and stops > 2 and max(ks) > 0
     assert all((k == 0) == (r["B"] >= stops) for r, k in zip(sched["rows"][1:], ks[1:]))
     assert run_advice["batch_schedule"]["speculation_stops_from"] is None
+
+
+def test_one_kernel_path_keeps_the_decisions_engine():
+    """Verify times of one kernel path per pass size (an engine's benchmark without slot=/dedup= labels): no engine
+    to choose between at any B, and the answer says so."""
+    tr = synthetic.sticky(8, 40, 48, 128, 8, keep=0.5, working_set=30, seed=3, model="qwen3")
+    adv = advice.advise(verify_times=[str(paths.ROOT / "tests" / "data" / "verify_times" /
+                                          "llama_test_backend_ops_mul_mat_id.txt")],
+                        model="qwen3", eps=0.05, free_draft=True, acceptance=[0.8], trace=tr, batch_sizes=[2, 8])
+    sched = adv["batch_schedule"]
+    assert {r["engine"] for r in sched["rows"]} == {adv["acceptance"][0]["recommended"]["engine"]}
+    assert any("one kernel path" in a for a in sched["assumptions"])

@@ -136,6 +136,7 @@ def batch_schedule(curves: VerifyCurves, advice: dict, batch_sizes, trace=None, 
     if max(Bs) > 1:
         U_rows, rows_note = _rows_union(curves, trace, slots)
         fits = _fits(curves, U_rows, slots)
+    one_path = curves.subject.get("kernel_paths") == "one"
     rows = []
     for B in Bs:
         U_B = None if B == 1 else batch_union(trace, B, K).sum(axis=0)
@@ -151,6 +152,8 @@ def batch_schedule(curves: VerifyCurves, advice: dict, batch_sizes, trace=None, 
             best = rec1["engine"]
             engines[best].update(k=rec1["k"], speedup=rec1["speedup"],
                                  throughput_per_sequence=item["engines"][best]["throughput_per_s"])
+        elif one_path:   # one kernel path timed per pass size: no engine to choose between
+            best = rec1["engine"]
         else:
             top = max(x["throughput_per_sequence"] for x in engines.values())
             tied = [e for e in ENGINES if engines[e]["throughput_per_sequence"] == top]
@@ -166,6 +169,9 @@ def batch_schedule(curves: VerifyCurves, advice: dict, batch_sizes, trace=None, 
                    "t_draft(k) and h(k): the one-sequence terms (a batch's draft and host time not measured)",
                    "key-value reads of the other B - 1 sequences not in the rows or the fit (each sequence reads its "
                    "own cache: V(k, B) leaves them out)"]
+    if one_path:
+        assumptions.append(f"one kernel path timed per pass size: the B = 1 decision's engine ({rec1['engine']}) "
+                           "at every B")
     if max(Bs) > 1:
         assumptions += [f"union of B sequences: {trace.label}, B independent sequences (moespec.routing.batch)",
                         f"rows' union: {rows_note}; beyond n = {rm.n_max}: fit (4)/(E.1) of the rows plus its "
