@@ -121,7 +121,8 @@ def test_ranges_by_hand():
     assert s["vllm"] is None and s["vllm_cli"] is None and s["sglang"] == {"1": {"candidate_steps": [0]}}
     s = st.batch_schedule_settings({1: 2, 4: 1}, "draft_model", "T", "D")
     assert s["sglang_cli"] is None and "EAGLE/EAGLE3" in s["note"]
-    assert st.batch_schedule_settings({1: 2, 4: 1}, "mtp", "T", "D")["sglang_cli"].count("--speculative-algorithm EAGLE ")
+    mtp = st.batch_schedule_settings({1: 2, 4: 1}, "mtp", "T", "D")
+    assert "--speculative-algorithm EAGLE " in mtp["sglang_cli"]
     for k_of in ({1: 4, 3: 2, 5: 2, 9: 0}, {1: 1, 2: 3}):
         s = st.batch_schedule_settings(k_of, "eagle3", "T", "D")
         for B in range(1, 20):

@@ -41,8 +41,8 @@ def test_hand_case():
 
 
 def test_batch_one_is_the_single_sequence_estimator_to_the_bit():
-    for tr in (synthetic.sticky(7, 40, 3, 32, 4, keep=0.6, working_set=12, seed=3), synthetic.uniform(3, [5, 30, 12], 2, 16, 2),
-               _hand()):
+    for tr in (synthetic.sticky(7, 40, 3, 32, 4, keep=0.6, working_set=12, seed=3),
+               synthetic.uniform(3, [5, 30, 12], 2, 16, 2), _hand()):
         assert np.array_equal(batch_union(tr, 1, 9), mean_union(tr, 9), equal_nan=True)
         assert np.array_equal(batch_byte_share(tr, 1, 9), byte_share(tr, 9), equal_nan=True)
         a, b = batch_bootstrap(tr, 1, 6, "union", 50, seed=4), bootstrap(tr, 6, "union", 50, seed=4)

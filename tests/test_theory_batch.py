@@ -63,6 +63,9 @@ def test_hand_case_two_sequences():
     dedup = th.batch_verify_time(vt, 2, 2, expert_bytes=E_dedup)
     assert list(dedup.tau()) == [6 + 9, 7 + 15, 8 + 9]
     assert list(th.saving(slot, dedup)) == [3, 9, 9]
+    # bytes saved, eq. (3) over two sequences: B(k+1) m W - W U = 12 - 9, 24 - 15, 36 - 18; share 3/4, 5/8, 1/2
+    assert list(th.batch_byte_saving(2, 3, 2, [[3, 5, 6]], [3])) == [3, 9, 18]
+    assert list(th.batch_byte_share(2, 3, 2, [[3, 5, 6]], [3])) == [F(3, 4), F(5, 8), F(1, 2)]
     # at a = 1/2: G = 1, 3/2, 7/4; per-slot V = 18, 31, 26 -> T = 1/18, 3/62, 7/104: k* = 2
     a = F(1, 2)
     assert th.best_draft_lengths({2: slot.step_times()}, a) == {2: 2}

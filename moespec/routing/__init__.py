@@ -5,7 +5,8 @@ right; ``distinct_share_against`` sets verified text beside a reference), ``byte
 ``e_dedup`` and ``rho_bar`` estimate eqs. (1)-(3) and (11); ``bootstrap`` gives document-level
 intervals; :mod:`.batch` the same over the tokens of B sequences (``batch_union``,
 ``batch_byte_share``, ``batch_reuse``, ``union_share``, ``batch_bootstrap``); ``synthetic`` builds
-seeded synthetic traces; ``record`` records a transformers model's routers; ``from_vllm``/``from_sglang`` import the routed experts that vLLM and SGLang return.
+seeded synthetic traces; ``record`` records a transformers model's routers; ``from_vllm``/``from_sglang``
+import the routed experts that vLLM and SGLang return.
 """
 
 from moespec.routing import synthetic

@@ -86,6 +86,25 @@ def batch_union_bytes(union, w=None) -> np.ndarray:
     return (w[:, None] * U).sum(axis=0)
 
 
+def batch_byte_saving(m, W, B: int, union, w=None) -> np.ndarray:
+    """E_slot(B, k) - E_dedup(B, k) = B (k + 1) m W - sum_l w_l U_l(B, k + 1), k = 0..kmax: the bytes the
+    deduplicating kernel does not request on a pass of B sequences (paper 1, eq. (3), over the tokens of
+    B sequences; ``union`` ``[L, kmax+1]`` as :func:`batch_union_bytes`, W = sum_l w_l)."""
+    E = batch_union_bytes(union, w)
+    slot = batch_slot_bytes(m, W, B, len(E) - 1)
+    E, slot = harmonize(as_array(E, "E_dedup"), as_array(slot, "E_slot"))
+    return slot - E
+
+
+def batch_byte_share(m, W, B: int, union, w=None) -> np.ndarray:
+    """ubar(B, k) = E_dedup(B, k) / E_slot(B, k), k = 0..kmax: the share of the per-slot bytes that the
+    deduplicating kernel requests on a pass of B sequences (paper 1, Sec. 2; compare r(B(k + 1)) by (7))."""
+    E = batch_union_bytes(union, w)
+    slot = batch_slot_bytes(m, W, B, len(E) - 1)
+    E, slot = harmonize(as_array(E, "E_dedup"), as_array(slot, "E_slot"))
+    return E / slot
+
+
 def exchangeable_union(U_window, N, B):
     """U(B, j) = N [1 - (1 - U(j)/N)^B]: the mean union of B independent windows when each window's
     expert set is exchangeable over the N experts (its law the same under any relabelling), so that
@@ -219,6 +238,7 @@ def batch_error_bounds(slot: VerifyTime, dedup: VerifyTime, eps, ubar=None, r=No
     return out
 
 
-__all__ = ["pass_sizes", "batch_slot_bytes", "batch_union_bytes", "exchangeable_union", "union_from_inclusion",
+__all__ = ["pass_sizes", "batch_slot_bytes", "batch_union_bytes", "batch_byte_saving", "batch_byte_share",
+           "exchangeable_union", "union_from_inclusion",
            "cross_reuse", "batch_verify_time", "batch_step_times", "batch_throughput", "batch_speedup",
            "best_draft_lengths", "speculation_pays", "stops_paying", "batch_error_bounds"]
