@@ -188,3 +188,19 @@ def test_one_kernel_path_keeps_the_decisions_engine():
     sched = adv["batch_schedule"]
     assert {r["engine"] for r in sched["rows"]} == {adv["acceptance"][0]["recommended"]["engine"]}
     assert any("one kernel path" in a for a in sched["assumptions"])
+
+
+def test_the_docs_numbers_are_this_runs():
+    """docs/advise.md quotes the committed run with this file's trace; the numbers must be the ones advise gives."""
+    import re
+    text = " ".join((paths.ROOT / "docs" / "advise.md").read_text().split())
+    rows = {r["B"]: r for r in advice.advise(RUN, batch_sizes=[2, 4, 8, 16, 32, 64], trace=_trace())
+            ["batch_schedule"]["rows"]}
+    quoted = (f"{rows[1]['speedup']:.3f} (k* = {rows[1]['k']}) at B = 1, {rows[2]['speedup']:.3f} at B = 2, "
+              f"{rows[4]['speedup']:.3f} at B = 4, {rows[8]['speedup']:.3f} (k* = {rows[8]['k']}) at B = 8, "
+              f"{rows[64]['speedup']:.3f} (k* = {rows[64]['k']}) at B = 64")
+    assert quoted in text, re.findall(r"1\.\d{3} \(k\* = \d\) at B = 1.{0,160}", text)
+    geo = {r["B"]: r["k"] for r in advice.advise(RUN, acceptance=[0.6], batch_sizes=[2, 4, 8, 16, 32, 64],
+                                                 trace=_trace())["batch_schedule"]["rows"]}
+    assert geo == {1: 0, 2: 1, 4: 1, 8: 1, 16: 1, 32: 0, 64: 0}
+    assert "k* = 0 at B = 1, 1 at B = 2..16, 0 from B = 32" in text
