@@ -160,6 +160,8 @@ def test_refusals():
         th.batch_verify_time(vt, 2, 1)
     with pytest.raises(ValueError, match="B: draft length must be an integer"):
         th.pass_sizes(0, 3)
+    with pytest.raises(ValueError, match=r"expert_bytes: expected E_p\(B, k\) for k = 0..1"):
+        th.batch_verify_time(th.VerifyTime([1, 2, 3, 4], [1, 1, 1, 1]), 2, 1, expert_bytes=[1, 2, 3])
     with pytest.raises(ValueError, match="union"):
         th.batch_union_bytes([[-1, 2]])
     with pytest.raises(ValueError, match="U_window"):

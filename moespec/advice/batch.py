@@ -92,13 +92,12 @@ def _tau(curves, fits, U_rows, U_B, B: int, slots: int) -> tuple[dict, list[str]
     tau = {}
     for p in ("slot", "dedup"):
         rows = rm.verify[p].values_s
-        kern = "slot" if p == "dedup" and B == 1 else p
         if B == 1:
             tau[p] = rows[:K].copy()
             continue
-        fit = fitted_time(kern, fits[kern], n, slots, U_B, 1.0)
-        at_rows = fitted_time(kern, fits[kern], np.minimum(n, n_max), slots, U_rows[np.minimum(n, n_max) - 1], 1.0)
-        last = rows[n_max - 1] - fitted_time(kern, fits[kern], np.array([n_max]), slots, U_rows[-1:], 1.0)[0]
+        fit = fitted_time(p, fits[p], n, slots, U_B, 1.0)
+        at_rows = fitted_time(p, fits[p], np.minimum(n, n_max), slots, U_rows[np.minimum(n, n_max) - 1], 1.0)
+        last = rows[n_max - 1] - fitted_time(p, fits[p], np.array([n_max]), slots, U_rows[-1:], 1.0)[0]
         tau[p] = np.where(n <= n_max, rows[np.minimum(n, n_max) - 1] + fit - at_rows, fit + last)
     where = ["row" if B == 1 else "row moved to the B sequences' union by the fit" if x <= n_max else
              "fit (4)/(E.1) plus its residual at the last row" for x in n]

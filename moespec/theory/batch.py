@@ -161,7 +161,9 @@ def batch_verify_time(verify: VerifyTime, B: int, kmax: int, expert_bytes=None) 
     if n[-1] > verify.n_max:
         raise ValueError(f"verify: B = {B} sequences x (kmax + 1) = {kmax + 1} tokens need pass sizes up to "
                          f"n = {n[-1]}; the verify time covers n = 1..{verify.n_max}")
-    E = verify.expert_bytes[n - 1] if expert_bytes is None else expert_bytes
+    E = verify.expert_bytes[n - 1] if expert_bytes is None else as_array(expert_bytes, "expert_bytes")
+    if E.shape != (kmax + 1,):
+        raise ValueError(f"expert_bytes: expected E_p(B, k) for k = 0..{kmax}, shape ({kmax + 1},); found {E.shape}")
     return VerifyTime(E, verify.bandwidth[n - 1], dense_bytes=verify.dense_bytes,
                       dense_bandwidth=verify.dense_bandwidth, kv=verify.kv[: kmax + 1] * B,
                       fixed=verify.fixed[n - 1], t0=verify.t0)
