@@ -184,7 +184,8 @@ def _advise(args) -> int:
                                state=args.state, context=args.context, draft_of_run=args.run_draft,
                                fmt=args.format, target=args.target, draft=args.draft,
                                allow_incomplete=args.allow_incomplete, source=args.source,
-                               verify_times=args.verify_times, method=args.method)
+                               verify_times=args.verify_times, method=args.method, batch_sizes=args.batch_sizes,
+                               sglang_config=str(args.sglang_adaptive_config or "adaptive_config.json"))
     except (ValueError, KeyError, OSError) as exc:   # AdviceInputError and every InputError are ValueErrors
         print(f"moespec advise: {_message(exc)}", file=sys.stderr)
         return 1
@@ -199,6 +200,14 @@ def _advise(args) -> int:
         print(f"moespec advise: the advice above was not written to {out}: {_message(exc)}", file=sys.stderr)
         return 1
     print(f"JSON: {written}")
+    sched = result.get("batch_schedule")
+    if args.sglang_adaptive_config and sched:
+        if sched["sglang_cli"] is None:
+            print(f"SGLang adaptive config: not written ({sched['note'].split('SGLang: ', 1)[-1]})")
+        else:
+            from moespec import io
+            text = json.dumps(sched["sglang"], indent=2) + "\n"     # keys in batch-size order
+            print(f"SGLang adaptive config: {io.write_text(args.sglang_adaptive_config, text)}")
     return 0
 
 
@@ -261,6 +270,11 @@ def _add_advise(sub) -> None:
     adv.add_argument("--allow-incomplete", action="store_true",
                      help="use the run file of a run that did not finish (running, failed, interrupted); the output "
                           "says which notebooks' tables it holds")
+    adv.add_argument("--batch-sizes", nargs="+", type=int, metavar="B",
+                     help="also k*(B) at these batch sizes (B sequences per verify pass of B(k + 1) tokens; B >= 2 "
+                          "needs --trace) and the per-batch schedules of vLLM and SGLang")
+    adv.add_argument("--sglang-adaptive-config", type=Path, metavar="FILE",
+                     help="with --batch-sizes: write SGLang's --speculative-adaptive-config file there")
     adv.add_argument("--schema", action="store_true", help="print the JSON Schema of the output and exit")
     adv.set_defaults(func=_advise)
 

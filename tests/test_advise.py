@@ -870,6 +870,13 @@ def test_printed_options_are_the_documented_list():
         for n_switch in (None, 4):
             notes += [st.kernel_switch(n_switch, "mxfp4")["llama_cpp_cuda"], *st.cap_lines(st.mmvq_caps("q8_0"))]
         printed |= {w for w in re.findall(r"[A-Za-z_0-9-]+", " ".join(notes)) if w in st.PRINTED_OPTIONS}
+    for method in st.METHODS:   # the per-batch-size schedules (--batch-sizes)
+        sched = st.batch_schedule_settings({1: 3, 4: 1, 8: 0}, method, "T", "D", "a.json")
+        for cmd in filter(None, (sched["vllm_cli"], sched["sglang_cli"])):
+            words = shlex.split(cmd)
+            printed |= {w for w in words if w.startswith("-")} | {w for w in words if w in st.PRINTED_OPTIONS}
+            printed |= {key for w in words if w.startswith("{") for key in json.loads(w)}
+        printed |= {key for slot in sched["sglang"].values() for key in slot}
     printed |= {"vllm serve", "python3 -m sglang.launch_server", "llama-server"}  # the command names
     assert printed == set(st.PRINTED_OPTIONS)
     assert set(st.PRINTED_OPTIONS.values()) <= set(st.VERSIONS)

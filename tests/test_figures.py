@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 
 import moespec.plots  # noqa: E402
 from moespec import theory as th  # noqa: E402
-from moespec.routing import distinct_share_against, synthetic  # noqa: E402
+from moespec.routing import distinct_share_against, synthetic, union_share_curves  # noqa: E402
 from moespec.tables.predictions import oracle_cells  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -237,6 +237,9 @@ CASES = {
     "routing.figure3_right": lambda f: f(distinct_share_against(
         {"d=24": synthetic.sticky(4, 40, 2, 16, 2, keep=0.5, seed=1)}, synthetic.sticky(4, 40, 2, 16, 2, keep=0.4, seed=2),
         resamples=50)),
+    "routing.union_share_figure": lambda f: f(union_share_curves(
+        [synthetic.sticky(6, 30, 2, 16, 2, keep=0.5, seed=1, model="a"), synthetic.uniform(6, 30, 2, 32, 4, model="b")],
+        batch_sizes=(2, 4), n_max=12, resamples=30)),
     "routing.figure1_reuse": lambda f: f(pd.DataFrame([dict(label=lab, model=lab, n=n, rho=1 - 0.9 ** (n - 1),
                                                             rho_low=0.95 * (1 - 0.9 ** (n - 1)),
                                                             rho_high=min(1, 1.05 * (1 - 0.9 ** (n - 1))), m=8, N=64)

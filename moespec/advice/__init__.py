@@ -20,6 +20,7 @@ from moespec.model_shapes import FORMATS
 from moespec.routing import RoutingTrace
 
 from . import measured, profiles
+from .batch import batch_schedule, check_batch_sizes
 from .bandwidth_table import from_bandwidth_table
 from .curves import VerifyCurves, draft_option
 from .decide import decide, kernel_switch_of
@@ -71,7 +72,8 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
            state: str | None = None, context: str | None = None, draft_of_run: str | None = None,
            fmt: str | None = None, target: str = "<target-model>", draft: str = "<draft-model>",
            allow_incomplete: bool = False, source: str | None = None, verify_times=None,
-           method: str = "draft_model", with_run_profile: bool = False) -> dict:
+           method: str = "draft_model", with_run_profile: bool = False, batch_sizes=None,
+           sglang_config: str = "adaptive_config.json") -> dict:
     """Decide the expert kernel and draft length (JSON-ready dict, schema :data:`ADVICE_SCHEMA`).
 
     Inputs: a run ``run`` (its run file, :mod:`moespec.predict.run_file`: round models, or
@@ -88,7 +90,9 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
     numbers); by default the rows are recognised by their content. A ``trace`` must have the
     model's L, N and m. ``verify_times``: an engine's kernel benchmark instead (files, each
     optionally ``slot=``/``dedup=``-prefixed; :mod:`.verify_times`); ``method``: the draft method
-    of the printed settings (:data:`METHODS`).
+    of the printed settings (:data:`METHODS`). ``batch_sizes``: also k*(B) at these batch sizes and the
+    per-batch schedules of vLLM and SGLang (:func:`.batch.batch_schedule`; B >= 2 needs ``trace``, whose
+    union of B sequences it uses; ``sglang_config``: the file name the SGLang command names).
     """
     if sum(x is not None for x in (run, bandwidth, verify_times)) != 1:
         raise AdviceInputError("give one of a run folder, a bandwidth table or verify times (--verify-times)")
@@ -126,6 +130,11 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
         except ValueError as exc:
             raise AdviceInputError(str(exc), where=str(trace)) from None
     chosen = draft_option(draft_fit, free_draft)
+    batch_trace = trace
+    if batch_sizes:
+        check_batch_sizes(batch_sizes)
+        if run is not None and trace is not None and run_file(run, allow_incomplete).doc["round_models"] is not None:
+            trace = None      # round models measured the run's own routing: the trace serves the batch union only
     if run is not None:
         table_only = {"--source": source, "--eps": eps, "--engine": engine, "--model": model, "--format": fmt}
         for name, value in table_only.items():
@@ -157,10 +166,15 @@ def advise(run: str | Path | None = None, acceptance=None, *, acceptance_table: 
             pass                                                  # rates given, no profile to add
         else:
             pairs.insert(0, profiles.from_run(rf, state, kmax))
-    return advise_curves(curves, pairs, target=target, draft=draft, method=method)
+    advice = advise_curves(curves, pairs, target=target, draft=draft, method=method)
+    if batch_sizes:
+        advice["batch_schedule"] = batch_schedule(curves, advice, batch_sizes, batch_trace, method, target, draft,
+                                                  sglang_config)
+        validate(advice)
+    return advice
 
 
 __all__ = ["advise", "advise_curves", "decide", "VerifyCurves", "AdviceInputError", "from_run", "run_file",
            "draft_option", "from_bandwidth_table", "acceptance_from_table", "engine_settings", "ADVICE_SCHEMA",
            "validate", "write_json", "format_text", "format_explain", "measured", "profiles", "VERSIONS", "METHODS",
-           "from_verify_times"]
+           "from_verify_times", "batch_schedule"]

@@ -103,7 +103,28 @@ ADVICE_SCHEMA = {
                                              "properties": {"per_slot_up_to": _INT_OR_NULL}}}}},
         "versions_cited": {"type": "object", "required": ["vllm", "sglang", "llama.cpp", "llama.cpp-cuda-kernel"]},
         "sources": {"type": "object", "additionalProperties": {"type": "string"}},
+        "batch_schedule": {
+            "type": "object", "required": ["batch_sizes", "rows", "ranges", "vllm", "sglang", "assumptions",
+                                           "speculation_stops_from"],
+            "properties": {
+                "speculation_stops_from": _INT_OR_NULL,
+                "batch_sizes": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                "rows": {"type": "array", "minItems": 1, "items": {
+                    "type": "object", "required": ["B", "engine", "k", "speedup", "throughput_per_sequence",
+                                                   "throughput_per_batch", "pass_tokens", "verify_from"],
+                    "properties": {"B": {"type": "integer", "minimum": 1}, "engine": {"enum": list(ENGINES)},
+                                   "k": {"type": "integer", "minimum": 0}, "speedup": _NUM}}},
+                "ranges": {"$ref": "#/$defs/ranges"},
+                "vllm": {"oneOf": [{"$ref": "#/$defs/ranges"}, {"type": "null"}]},
+                "sglang": {"type": "object", "patternProperties": {"^[1-9][0-9]*$": {
+                    "type": "object", "required": ["candidate_steps"],
+                    "properties": {"candidate_steps": {"type": "array", "minItems": 1,
+                                                       "items": {"type": "integer", "minimum": 0}}}}},
+                           "additionalProperties": False},
+                "assumptions": {"type": "array", "items": {"type": "string"}}}},
     },
+    "$defs": {"ranges": {"type": "array", "minItems": 1, "items": {
+        "type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 3, "maxItems": 3}}},
 }
 
 
@@ -254,6 +275,8 @@ def format_explain(advice: dict) -> str:
     out += ["", f"Kernel switch: {ks['text']}", f"  llama.cpp CUDA: {ks['llama_cpp_cuda']}",
             *[f"    {line}" for line in cap_lines(ks.get("mmvq_cap", []))],
             *[f"  {name}: {text}" for name, text in ks.get("engines", {}).items()], ""]
+    if advice.get("batch_schedule"):
+        out += _explain_batch(advice["batch_schedule"]) + [""]
     out += ["Inputs:"] + [f"  - {p}" for p in advice["inputs"]]
     out += ["Option names from:"] + [f"  - {name}: {v['project']} @ {v['commit'][:12]} ({v['where']})"
                                      for name, v in advice["versions_cited"].items()]
@@ -311,6 +334,55 @@ def _state_line(s: dict, eps) -> str:
     read = f", read {s['read_GBps']:.2f} GB/s in the same rounds" if s.get("read_GBps") is not None else ""
     hw = f"; {s['hardware']}" if s.get("hardware") else ""
     return f"  machine state: {s['state']}{read}{hw}" + (f"; eps {eps:.3f}" if eps is not None else "")
+
+
+def _explain_batch(sched: dict) -> list[str]:
+    """Per batch size: every engine's V(k, B), k*, where each k's verify time comes from, the union."""
+    out = ["Batch sizes: V(k, B) = t_draft(k) + tau(B, k) + h(k) (ms), verify passes of B(k + 1) tokens"]
+    out += [line for a in sched["assumptions"] for line in _wrap("- " + a, "  ", "  ")]
+    if sched.get("fits"):
+        out += [f"  fit of the rows, {p}: " + ", ".join(f"{c} = {v:.4g}" for c, v in f.items())
+                for p, f in sched["fits"].items()]
+    for r in sched["rows"]:
+        out.append(f"  B = {r['B']}: k* = {r['k']} ({r['engine']}), speedup over plain decoding at B = {r['B']}: "
+                   f"{r['speedup']:.3f}")
+        for e, x in r["engines"].items():
+            out += _wrap(f"{e} (k* = {x['k']}): " + ", ".join(f"{v:.2f}" for v in x["step_ms"]), "    ")
+        if r.get("union_pairs"):
+            out += _wrap("distinct (expert, layer) pairs of the pass U(B, k + 1): "
+                         + ", ".join(f"{u:.1f}" for u in r["union_pairs"]), "    ")
+        froms = list(dict.fromkeys(r["verify_from"]))
+        out += _wrap("verify: " + "; ".join(f"{w} at k = " + ", ".join(str(k) for k, v in enumerate(r["verify_from"])
+                                                                     if v == w) for w in froms), "    ")
+    return out
+
+
+def format_batch(sched: dict) -> list[str]:
+    """k*(B) per batch-size range and the schedules for vLLM and SGLang, as ``moespec advise
+    --batch-sizes`` prints them."""
+    rows = sched["rows"]
+    out = _wrap(f"Batch sizes B ({sched['acceptance'].split(' (', 1)[0]}): k*(B) from V(k, B), verify passes of "
+                f"B(k + 1) tokens")
+    out.append(f"  {'B':>7}" + "".join(f"{r['B']:>9}" for r in rows))
+    out.append(f"  {'k*':>7}" + "".join(f"{r['k']:>9}" for r in rows))
+    out.append(f"  {'speedup':>7}" + "".join(f"{r['speedup']:>9.3f}" for r in rows))
+    out.append(f"  {'kernel':>7}" + "".join(f"{r['engine']:>9}" for r in rows))
+    verify = ["rows" if all(w == "row" for w in r["verify_from"]) else "fit" if all(w.startswith("fit") for w in
+              r["verify_from"]) else "rows+fit" for r in rows]
+    out.append(f"  {'verify':>7}" + "".join(f"{v:>9}" for v in verify))
+    out += _wrap("verify: rows = the source's verify times; fit = paper 1's fit (4)/(E.1) of them at the union of "
+                 "B sequences (--explain: per k)", "  ")
+    stop = sched["speculation_stops_from"]
+    out += _wrap("ranges: " + "; ".join(f"B = {a}" + ("" if a == b else f"..{b}") + f": k = {k}"
+                                        for a, b, k in sched["ranges"])
+                 + (f"; speculation stops paying from B = {stop}" if stop is not None else
+                    "; speculation pays at every batch size given"), "  ")
+    if sched.get("vllm_cli"):
+        out += _command("    vLLM:      ", sched["vllm_cli"])
+    if sched.get("sglang_cli"):
+        out += _command("    SGLang:    ", sched["sglang_cli"])
+    out += _wrap(sched["note"], "  ")
+    return out
 
 
 def format_text(advice: dict) -> str:
@@ -379,6 +451,8 @@ def format_text(advice: dict) -> str:
         out += _wrap("MoE kernel options (every pass size): " + "; ".join(
             f"{name} {text}" for name, text in (("vLLM", ks["engines"]["vllm"]), ("SGLang", ks["engines"]["sglang"]))),
             "  ")
+    if advice.get("batch_schedule"):
+        out += format_batch(advice["batch_schedule"])
     sources = advice.get("sources") or {"inputs": ", ".join(advice["inputs"])}
     out += _wrap("Sources: " + "; ".join(f"{part}: {where}" for part, where in sources.items())
                  + "; option names: docs/advise.md; the derivation: --explain")

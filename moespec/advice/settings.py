@@ -29,6 +29,7 @@ METHODS = ("draft_model", "eagle3", "mtp", "ngram")
 PRINTED_OPTIONS = {
     "vllm serve": "vllm", "--speculative-config": "vllm", "method": "vllm", "draft_model": "vllm",
     "eagle3": "vllm", "mtp": "vllm", "ngram": "vllm", "model": "vllm", "num_speculative_tokens": "vllm",
+    "num_speculative_tokens_per_batch_size": "vllm",
     "moe_backend": "vllm", "--moe-backend": "vllm-kernel", "auto": "vllm-kernel", "triton": "vllm-kernel",
     "benchmarks/kernels/benchmark_moe.py": "vllm-benchmark-moe", "--model": "vllm-benchmark-moe",
     "--tp-size": "vllm-benchmark-moe", "--tune": "vllm-benchmark-moe", "--batch-size": "vllm-benchmark-moe",
@@ -40,6 +41,8 @@ PRINTED_OPTIONS = {
     "--speculative-eagle-topk": "sglang", "--speculative-num-draft-tokens": "sglang",
     "--speculative-ngram-max-bfs-breadth": "sglang",
     "--moe-runner-backend": "sglang-server-args", "--speculative-moe-runner-backend": "sglang-server-args",
+    "--speculative-adaptive": "sglang-server-args", "--speculative-adaptive-config": "sglang-server-args",
+    "candidate_steps": "sglang-adaptive",
     "llama-server": "llama.cpp", "-m": "llama.cpp", "--spec-type": "llama.cpp", "draft-simple": "llama.cpp",
     "draft-eagle3": "llama.cpp", "draft-mtp": "llama.cpp", "ngram-simple": "llama.cpp",
     "--spec-draft-model": "llama.cpp", "--spec-draft-n-max": "llama.cpp", "--spec-draft-n-min": "llama.cpp",
@@ -276,3 +279,63 @@ def engine_settings(k: int, n_switch: int | None, target: str = "<target-model>"
     return {"k": int(k), "method": _method(method), "vllm": vllm(k, target, draft, method, tuned),
             "sglang": sglang(k, target, draft, method), "llama_cpp": llama_cpp(k, target, draft, method),
             "kernel_switch": kernel_switch(n_switch, fmt, paths)}
+
+
+def schedule_ranges(k_by_B: dict) -> list[list[int]]:
+    """[start, end, k] ranges of batch sizes from k*(B) at the batch sizes decided: each decided B
+    starts a range that ends before the next decided B (the last ends at its own B; larger batches
+    take its k in both engines, as their sources read); neighbouring ranges of equal k merged."""
+    Bs = sorted(k_by_B)
+    if not Bs or Bs[0] != 1:
+        raise ValueError(f"batch sizes must start at 1 (the engines' first range does); found {Bs}")
+    out = []
+    for i, B in enumerate(Bs):
+        end = Bs[i + 1] - 1 if i + 1 < len(Bs) else B
+        if out and out[-1][2] == k_by_B[B]:
+            out[-1][1] = end
+        else:
+            out.append([B, end, int(k_by_B[B])])
+    return out
+
+
+#: SGLang runs adaptive draft steps for these algorithms, one chain (speculative_eagle_topk 1) only
+#: (adaptive_unsupported_reason, VERSIONS "sglang-adaptive"); moespec's methods that map to them.
+SGLANG_ADAPTIVE_METHODS = {"eagle3": "EAGLE3", "mtp": "EAGLE"}
+
+
+def batch_schedule_settings(k_by_B: dict, method: str, target: str, draft: str,
+                            sglang_config: str = "adaptive_config.json") -> dict:
+    """The per-batch-size schedule of k*(B) in the formats the engines read (VERSIONS "vllm",
+    "vllm-dynamic-sd", "sglang-server-args", "sglang-adaptive"; docs/advise.md):
+
+    * vLLM: ``num_speculative_tokens_per_batch_size``, a list of [range_start, range_end, k] with
+      inclusive, sorted, non-overlapping ranges from 1, inside ``--speculative-config`` beside
+      ``num_speculative_tokens`` (> 0, the largest k: vLLM clamps each range's k to it); batch sizes
+      past the last range take its k. None where k*(B) = 0 at every B (speculation off).
+    * SGLang: the JSON file of ``--speculative-adaptive-config`` with ``--speculative-adaptive``: one
+      integer-string key per range start, each {"candidate_steps": [k]} (one candidate: the step count
+      stays k); a batch takes the entry of the largest key not above it. SGLang runs it with EAGLE or
+      EAGLE3 at top-k 1 only (:data:`SGLANG_ADAPTIVE_METHODS`); for other methods ``cli`` is None.
+    """
+    method = _method(method)
+    ranges = schedule_ranges(k_by_B)
+    kmax = max(r[2] for r in ranges)
+    out = {"ranges": ranges, "vllm": None, "vllm_cli": None,
+           "sglang": {str(start): {"candidate_steps": [k]} for start, _, k in ranges}, "sglang_cli": None}
+    if kmax > 0:
+        base = vllm(kmax, target, draft, method)
+        spec = json.loads(shlex.split(base["cli"])[-1])
+        spec["num_speculative_tokens_per_batch_size"] = ranges
+        out["vllm"] = ranges
+        out["vllm_cli"] = f"vllm serve {shlex.quote(target)} --speculative-config {shlex.quote(json.dumps(spec))}"
+        if method in SGLANG_ADAPTIVE_METHODS:
+            out["sglang_cli"] = (f"{sglang(kmax, target, draft, method)['cli']} --speculative-adaptive "
+                                 f"--speculative-adaptive-config {shlex.quote(sglang_config)}")
+    notes = ["vLLM: batch sizes past the last range take its k; num_speculative_tokens is the largest k"
+             if kmax > 0 else "vLLM: k*(B) = 0 at every batch size: leave speculative_config unset"]
+    notes.append(f"SGLang: the config file {sglang_config}; a batch takes the entry of the largest key not above its "
+                 "size padded to the next CUDA-graph batch size" if method in SGLANG_ADAPTIVE_METHODS else
+                 f"SGLang: adaptive steps run with EAGLE/EAGLE3 at top-k 1 only; --method {method} has no per-batch "
+                 "schedule there")
+    out["note"] = "; ".join(notes)
+    return out

@@ -84,3 +84,38 @@ def figure3_right(shares: pd.DataFrame, title: str = "") -> plt.Figure:
                      "document-level bootstrap intervals over " + ", ".join(f"{d} documents ({lab})" for lab, d in docs.items())
                 + f" and {int(shares['reference_docs'].iloc[0])} reference documents.", width=90)
     return fig
+
+
+def union_share_figure(curves: pd.DataFrame, title: str = "") -> plt.Figure:
+    """The union share U/N (layer mean: the share of a layer's N experts a verify pass reads) against
+    the tokens of the pass, n, one panel per model (``curves`` from
+    :func:`moespec.routing.union_share_curves`): one sequence's window of n consecutive tokens (B = 1,
+    solid black) and B sequences x n/B tokens each (colours), with document-level bootstrap bands; the
+    independent-uniform curve 1 - (1 - m/N)^n dotted. Where B sequences read more experts than one
+    window of the same n, reuse along a sequence is not there to save bytes across sequences."""
+    models = list(dict.fromkeys(curves["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 1.8, 4.2), squeeze=False)
+    Bs = sorted(curves["B"].unique())
+    for ax, model in zip(axes[0], models):
+        g = curves[curves["model"] == model]
+        for i, B in enumerate(Bs):
+            c = g[g["B"] == B]
+            color = "k" if B == 1 else f"C{i % 10}"
+            what = "one sequence, n consecutive tokens" if B == 1 else f"B = {B} sequences x n/B tokens"
+            ax.plot(c["n"], c["share"], "-" if B == 1 else "o-", color=color, ms=3, lw=1.2, label=what)
+            ax.fill_between(c["n"], c["share_low"], c["share_high"], color=color, alpha=0.2, lw=0)
+        N, m = int(g["N"].iloc[0]), int(g["m"].iloc[0])
+        n = np.arange(1, int(g["n"].max()) + 1)
+        ax.plot(n, 1 - (1 - m / N) ** n, ":", color="0.5", label=f"independent uniform, m/N = {m}/{N}")
+        ax.set_title(f"{model} (N = {N}, m = {m})", fontsize=9)
+        ax.set_xlabel("n, tokens in the verify pass")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("union share U/N, layer mean")
+    legend_outside(axes[0][-1], fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    add_caption(fig, "U: distinct experts the pass's tokens select in a layer (B sequences independent, each a "
+                     "window of consecutive tokens of the trace; moespec.routing.batch). Bands: 95 % "
+                     "document-level bootstrap intervals.", width=120)
+    return fig

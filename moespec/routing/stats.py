@@ -321,6 +321,17 @@ def resample_counts(num_docs: int, resamples: int, seed: int | np.random.Generat
     return rng.multinomial(num_docs, np.full(num_docs, 1.0 / num_docs), size=resamples)
 
 
+def bootstrap_statistic(statistics: dict, statistic: str, resamples: int, level: float):
+    """The function of ``statistic`` in ``statistics``, once the bootstrap's arguments are checked."""
+    if statistic not in statistics:
+        raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(statistics)}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, found {resamples}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), found {level}")
+    return statistics[statistic]
+
+
 def bootstrap(trace: RoutingTrace, n_max: int, statistic: str = "reuse", resamples: int = 2000,
               seed: int | np.random.Generator = 0, level: float = 0.95) -> Bootstrap:
     """Document-level bootstrap of a layer-mean statistic (paper 1, App. D.2: 2000 resamples).
@@ -330,13 +341,7 @@ def bootstrap(trace: RoutingTrace, n_max: int, statistic: str = "reuse", resampl
     replacement; each resample's window sums are the count-weighted per-document sums, so the
     statistic is a ratio of pooled sums exactly as on the full trace.
     """
-    if statistic not in STATISTICS:
-        raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, found {resamples}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), found {level}")
-    fn = STATISTICS[statistic]
+    fn = bootstrap_statistic(STATISTICS, statistic, resamples, level)
     sums = window_sums(trace, n_max)
     counts = resample_counts(trace.num_docs, resamples, seed).astype(np.float64)  # [B, D]
     D, L, n = sums.reuse.shape
