@@ -34,17 +34,20 @@ REQUIRED = ("model", "layer", "kind", "kernel", "n", "m", "U", "expert_bytes", "
 GROUP = ("model", "backend", "fmt", "layer")
 KERNELS = ("slot", "dedup")
 FIT_NS = range(2, 10)
+#: The kinds of timed passes (:mod:`moespec.measure.expert_op`): chosen ids, windows of one sequence,
+#: batched passes of B sequences (batch mode).
+TIMED_KINDS = ("chosen", "window", "batch")
 
 
 def check_rows(rows: pd.DataFrame, source: str = "timing rows", kinds=("chosen", "window")) -> pd.DataFrame:
     """Return the rows of ``kinds`` with numeric columns, or raise ``ValueError`` naming the
     problem and the row: a missing column, an empty or non-numeric value, an infinite one, a time
-    or expert size <= 0, or U outside [m, n·m]. Every timed pass (kinds chosen and window) is
-    checked, whichever ``kinds`` are returned."""
+    or expert size <= 0, or U outside [m, n·m]. Every timed pass (kinds chosen, window and batch) is
+    checked, whichever ``kinds`` are returned (:data:`TIMED_KINDS`)."""
     missing = [c for c in REQUIRED if c not in rows.columns]
     if missing:
         raise ValueError(f"{source}: missing column(s) {missing}; expected at least {list(REQUIRED)}")
-    df = rows[rows["kind"].isin(("chosen", "window"))].copy()
+    df = rows[rows["kind"].isin(TIMED_KINDS)].copy()
     for col in ("layer", "n", "m", "U", "expert_bytes", "t_median_s"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
         bad = df[col].isna()
