@@ -101,7 +101,8 @@ def main(argv=None) -> None:
         single = fit.fit_layers(kept, ns=range(2, int(kept["n"].max()) + 1), kinds=(expert_op.BATCH,))
         reg = fit.regimes(kept)
         fits.append(pd.concat([single.assign(regime="single fit"), reg]))
-        runs[backend] = {"run_dir": str(run_dir.relative_to(args.out)), "wall_s": round(time.perf_counter() - started, 1),
+        runs[backend] = {"run_dir": str(run_dir.relative_to(args.out)),
+                         "wall_s": round(time.perf_counter() - started, 1),
                          "read_ceiling": expert_op.read_bandwidth(expert_op.load_rows(run_dir)),
                          "sum_read": expert_op.read_bandwidth(expert_op.load_rows(run_dir), reference="sum"),
                          "other_load": float(table["other_load"].max()), "flags": sorted(set(table["flags"].dropna())),

@@ -12,7 +12,7 @@ from moespec import fit
 from bench_scripts import load_benchmark
 
 
-def test_quick_run_writes_rows_fits_and_record(tmp_path):
+def test_quick_run_writes_rows_fits_and_record(tmp_path, monkeypatch):
     bench = load_benchmark("bench_batch_passes")
     bench.main(["--quick", "--backends", "cpp,torch", "--batch-sizes", "1,2,4", "--windows", "1,2,3",
                 "--reps", "2", "--out", str(tmp_path)])
@@ -38,3 +38,19 @@ def test_quick_run_writes_rows_fits_and_record(tmp_path):
     assert set(rec["runs"]) == {"cpp", "torch"} and rec["backends"] == ["cpp", "torch"]
     assert rec["runs"]["cpp"]["read_ceiling"]["median_GBps"] > 0 and "hardware" in rec["provenance"]
     assert rec["cold"]["flush_bytes"] == 2**20
+
+    # the docs' block, written from these files: the same numbers
+    from moespec import paths, report
+    from moespec.report.run import RunFiles
+
+    monkeypatch.setattr(paths, "ROOT", tmp_path.parent)
+    stamp = next(tmp_path.glob("*Z.json")).stem
+    (tmp_path / "figs").mkdir()
+    doc = f"<!-- moespec-report:kernel-batch stamp={stamp} folder={tmp_path.name} -->\nold\n" \
+          "<!-- /moespec-report:kernel-batch -->\n"
+    text = report.render_text(doc, RunFiles(tmp_path / "figs"))
+    cpp = rows[(rows["backend"] == "cpp") & (rows["B"] == 4) & (rows["k_plus_1"] == 3)].set_index("kernel")
+    ratio = cpp.loc["dedup", "t_median_s"] / cpp.loc["slot", "t_median_s"]
+    assert f"| cpp | 4 | " in text and f" {ratio:.2f} |\n" in text
+    assert f"cpp: ceiling {rec['runs']['cpp']['read_ceiling']['median_GBps']:.1f} GB/s" in text
+    assert "noisy" in text and "Regimes found: " in text
