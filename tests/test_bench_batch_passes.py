@@ -51,6 +51,6 @@ def test_quick_run_writes_rows_fits_and_record(tmp_path, monkeypatch):
     text = report.render_text(doc, RunFiles(tmp_path / "figs"))
     cpp = rows[(rows["backend"] == "cpp") & (rows["B"] == 4) & (rows["k_plus_1"] == 3)].set_index("kernel")
     ratio = cpp.loc["dedup", "t_median_s"] / cpp.loc["slot", "t_median_s"]
-    assert f"| cpp | 4 | " in text and f" {ratio:.2f} |\n" in text
+    assert "| cpp | 4 | " in text and f" {ratio:.2f} |\n" in text
     assert f"cpp: ceiling {rec['runs']['cpp']['read_ceiling']['median_GBps']:.1f} GB/s" in text
     assert "noisy" in text and "Regimes found: " in text
