@@ -17,7 +17,7 @@ k_plus_1, n, U, the times' median and quartiles over the repetitions, beside eac
 its group, the ``torch.sum`` read, the machine's load and the hardware), ``<stamp>_fits.csv`` (the
 single fit over the range and the regimes), ``<stamp>.json`` (arguments, hardware and versions,
 the flush and reads, per backend its run, read ceiling and regimes) and the runs' folders under
-``runs/`` (``rows.csv``, ``provenance.json``). docs/kernels.md, "Batched verify passes", is written
+``expert_op/`` (``rows.csv``, ``provenance.json``). docs/kernels.md, "Batched verify passes", is written
 from these files by ``moespec report``.
 """
 
@@ -94,7 +94,7 @@ def main(argv=None) -> None:
                                        "windows_per_n": args.passes, "reps": args.reps, "u_count": 0,
                                        "interleave": "layer"})
         started = time.perf_counter()
-        run_dir = expert_op.run(cfg, out_dir=args.out / "runs", trace=trace)
+        run_dir = expert_op.run(cfg, out_dir=args.out / "expert_op", trace=trace)
         table = pass_table(run_dir, record)
         tables.append(table)
         kept = table[table["kept"]]

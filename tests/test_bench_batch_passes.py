@@ -38,6 +38,8 @@ def test_quick_run_writes_rows_fits_and_record(tmp_path, monkeypatch):
     assert set(rec["runs"]) == {"cpp", "torch"} and rec["backends"] == ["cpp", "torch"]
     assert rec["runs"]["cpp"]["read_ceiling"]["median_GBps"] > 0 and "hardware" in rec["provenance"]
     assert rec["cold"]["flush_bytes"] == 2**20
+    for r in rec["runs"].values():   # each backend's run folder beside the files, not under an ignored runs/
+        assert r["run_dir"].startswith("expert_op/") and (tmp_path / r["run_dir"] / "rows.csv").exists()
 
     # the docs' block, written from these files: the same numbers
     from moespec import paths, report
