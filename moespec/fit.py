@@ -34,17 +34,20 @@ REQUIRED = ("model", "layer", "kind", "kernel", "n", "m", "U", "expert_bytes", "
 GROUP = ("model", "backend", "fmt", "layer")
 KERNELS = ("slot", "dedup")
 FIT_NS = range(2, 10)
+#: The kinds of timed passes (:mod:`moespec.measure.expert_op`): chosen ids, windows of one sequence,
+#: batched passes of B sequences (batch mode).
+TIMED_KINDS = ("chosen", "window", "batch")
 
 
 def check_rows(rows: pd.DataFrame, source: str = "timing rows", kinds=("chosen", "window")) -> pd.DataFrame:
     """Return the rows of ``kinds`` with numeric columns, or raise ``ValueError`` naming the
     problem and the row: a missing column, an empty or non-numeric value, an infinite one, a time
-    or expert size <= 0, or U outside [m, n·m]. Every timed pass (kinds chosen and window) is
-    checked, whichever ``kinds`` are returned."""
+    or expert size <= 0, or U outside [m, n·m]. Every timed pass (kinds chosen, window and batch) is
+    checked, whichever ``kinds`` are returned (:data:`TIMED_KINDS`)."""
     missing = [c for c in REQUIRED if c not in rows.columns]
     if missing:
         raise ValueError(f"{source}: missing column(s) {missing}; expected at least {list(REQUIRED)}")
-    df = rows[rows["kind"].isin(("chosen", "window"))].copy()
+    df = rows[rows["kind"].isin(TIMED_KINDS)].copy()
     for col in ("layer", "n", "m", "U", "expert_bytes", "t_median_s"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
         bad = df[col].isna()
@@ -139,17 +142,18 @@ def fitted_time(kernel: str, coefs: dict, n, m, U, b) -> np.ndarray:
     return design(kernel, n, m, U, b) @ beta
 
 
-def fit_layers(rows: pd.DataFrame, ns=FIT_NS, fit: str = NONNEGATIVE) -> pd.DataFrame:
-    """Fit eq. (4) and (E.1) per layer on the chosen-id passes with n in ``ns`` (2..9), with
-    every coefficient >= 0 (default) or unconstrained (``fit``, see :func:`fit_one`).
+def fit_layers(rows: pd.DataFrame, ns=FIT_NS, fit: str = NONNEGATIVE, kinds=("chosen",)) -> pd.DataFrame:
+    """Fit eq. (4) and (E.1) per layer on the passes of ``kinds`` (chosen ids; ``("batch",)``: the
+    batched passes of B sequences) with n in ``ns`` (2..9), with every coefficient >= 0 (default) or
+    unconstrained (``fit``, see :func:`fit_one`).
 
     One row per (group, kernel): coefficients, which fit (``fit``), passes used, the fit's own
     median relative error and, for the per-slot kernel, the re-read cost c_re/c_u.
     """
-    df = check_rows(rows, kinds=("chosen",))
+    df = check_rows(rows, kinds=tuple(kinds))
     df = df[df["n"].isin(list(ns))]
     if df.empty:
-        raise ValueError(f"no chosen-id passes with n in {list(ns)} to fit")
+        raise ValueError(f"no {'/'.join(kinds)} passes with n in {list(ns)} to fit")
     keys = _group_cols(df)
     out = []
     for key, g in df.groupby(keys + ["kernel"], sort=True):
@@ -322,3 +326,110 @@ def transfer_crossover(transfer_rows: pd.DataFrame, bw: pd.DataFrame, model_col:
         out.append(row)
     return pd.DataFrame(out, columns=[model_col, "ns", "crossover_pred", "crossover_meas", "distance", "within_one",
                                       "saving_s_per_GB_pred", "saving_s_per_GB_meas"])
+
+
+
+#: The regime beyond bytes is accepted only over at least this many measured pass sizes (a line
+#: t_op + c_n·n, checked on a third size).
+MIN_REGIME_SIZES = 3
+#: The regimes :func:`regimes` names: eq. (4)/(E.1) holds (bytes explain the time), or the time per
+#: token t = t_op + c_n·n takes over (``beyond bytes``: on a CPU, the arithmetic of several tokens per expert).
+BYTES, BEYOND = "bytes", "beyond bytes"
+
+
+def byte_excess(fits: pd.DataFrame, rows: pd.DataFrame, kinds=("batch",)) -> pd.DataFrame:
+    """Per (group, kernel, n) of the passes of ``kinds``: the median measured time, the median time
+    the fit of eq. (4)/(E.1) (``fits`` from :func:`fit_layers`) gives for the same passes, and
+    ``excess``, the median over passes of measured/fitted − 1 (the time the bytes do not explain)."""
+    df = check_rows(rows, kinds=tuple(kinds))
+    keys = _group_cols(df) + ["kernel"]
+    merged = df.merge(fits, on=keys, how="inner", suffixes=("", "_fit"))
+    if merged.empty:
+        raise ValueError(f"no {'/'.join(kinds)} rows share a (model, backend, fmt, layer, kernel) with any fit")
+    parts = []
+    for kernel, g in merged.groupby("kernel"):
+        X = design(kernel, g["n"], g["m"], g["U"], g["expert_bytes"])
+        g = g.assign(t_fit_s=(X * g[list(COEFS[kernel])].to_numpy(float)).sum(axis=1))
+        parts.append(g.assign(excess=g["t_median_s"] / g["t_fit_s"] - 1))
+    per = pd.concat(parts)
+    return (per.groupby(keys + ["n"], sort=True)
+            .agg(t_median_s=("t_median_s", "median"), t_fit_s=("t_fit_s", "median"), excess=("excess", "median"),
+                 passes=("excess", "size")).reset_index())
+
+
+def _byte_fit(kernel: str, g: pd.DataFrame, fit: str) -> tuple[dict, np.ndarray]:
+    """Eq. (4)/(E.1) on the passes ``g`` and their relative residuals (measured − fitted)/measured."""
+    res = fit_one(kernel, g["n"], g["m"], g["U"], g["expert_bytes"], g["t_median_s"], fit=fit)
+    t = g["t_median_s"].to_numpy(float)
+    return res, (t - fitted_time(kernel, res, g["n"], g["m"], g["U"], g["expert_bytes"])) / t
+
+
+def _token_fit(g: pd.DataFrame) -> tuple[dict, np.ndarray]:
+    """t = t_op + c_n·n by non-negative least squares (the regime beyond bytes), and its relative residuals."""
+    n, t = g["n"].to_numpy(float), g["t_median_s"].to_numpy(float)
+    X = np.column_stack([np.ones_like(n), n])
+    scale = X.max(axis=0)
+    coef = lsq_linear(X / scale, t, bounds=(0.0, np.inf), method="bvls").x / scale
+    rel = (t - X @ coef) / t
+    return ({"t_op": float(coef[0]), "c_n": float(coef[1]), "fit": NONNEGATIVE, "n_passes": int(len(t)),
+             "fit_median_rel_err": float(np.median(np.abs(rel)))}, rel)
+
+
+def _bic(rel: np.ndarray, params: int) -> float:
+    """Bayesian information criterion of a fit from its relative residuals (Gaussian errors)."""
+    rss = max(float(np.sum(rel ** 2)), 1e-300)
+    return len(rel) * np.log(rss / len(rel)) + params * np.log(len(rel))
+
+
+def regimes(rows: pd.DataFrame, kinds=("batch",), base_ns=FIT_NS, fit: str = NONNEGATIVE,
+            min_sizes: int = MIN_REGIME_SIZES) -> pd.DataFrame:
+    """Whether, and from which n, the bytes stop explaining the expert operation's time, chosen from
+    the passes of ``kinds`` (the batched passes: n = B(k + 1) up to 72), per (group, kernel).
+
+    Two descriptions of the passes with n >= 2 are compared by the Bayesian information criterion
+    on their relative residuals: one fit of eq. (4)/(E.1) over the whole range (3 coefficients), and
+    for every split n_s above ``base_ns`` (the pass sizes of paper 1's fits stay in the byte regime)
+    with at least ``min_sizes`` measured sizes from it, eq. (4)/(E.1) below n_s and the time per
+    token t = t_op + c_n·n from n_s (6 parameters with the split). The split is a second regime when
+    its criterion is lower than the single fit's and the passes from n_s take longer than the byte fit
+    below predicts for them (median measured/fitted − 1 > 0: a bound other than bytes).
+
+    One row per (group, kernel, regime): ``regime`` (:data:`BYTES`, :data:`BEYOND`), ``n_from``,
+    ``n_to``, the coefficients (bytes: eq. (4)/(E.1); beyond: ``t_op``, ``c_n``, both >= 0),
+    ``fit_median_rel_err``, ``n_passes``, ``bic`` of the chosen description and ``bic_single`` of
+    the single fit, and on the beyond row ``excess_at_boundary`` (measured over the byte fit's
+    time at n_s, median − 1)."""
+    df = check_rows(rows, kinds=tuple(kinds))
+    df = df[df["n"] >= 2]
+    keys = _group_cols(df) + ["kernel"]
+    out = []
+    for key, g in df.groupby(keys, sort=True):
+        info = dict(zip(keys, key))
+        kernel = info["kernel"]
+        single, rel = _byte_fit(kernel, g, fit)
+        bic_single = _bic(rel, 3)
+        best = None
+        sizes = sorted(set(g["n"]))
+        for ns in [n for i, n in enumerate(sizes) if n > max(base_ns) and len(sizes) - i >= min_sizes]:
+            low, high = g[g["n"] < ns], g[g["n"] >= ns]
+            below, rel_low = _byte_fit(kernel, low, fit)
+            beyond, rel_high = _token_fit(high)
+            bic = _bic(np.concatenate([rel_low, rel_high]), 6)
+            if best is None or bic < best[0]:
+                best = (bic, ns, below, beyond)
+        common = {**info, "bic_single": bic_single}
+        if best is not None and best[0] < bic_single:
+            bic, ns, below, beyond = best
+            at = g[g["n"] == ns]
+            excess = at["t_median_s"] / fitted_time(kernel, below, at["n"], at["m"], at["U"], at["expert_bytes"]) - 1
+            high = g[g["n"] >= ns]
+            over = high["t_median_s"] / fitted_time(kernel, below, high["n"], high["m"], high["U"],
+                                                    high["expert_bytes"]) - 1
+            if float(np.median(over)) > 0:
+                out.append({**common, "regime": BYTES, "n_from": sizes[0], "n_to": int(g.loc[g["n"] < ns, "n"].max()),
+                            "bic": bic, **below})
+                out.append({**common, "regime": BEYOND, "n_from": int(ns), "n_to": sizes[-1], "bic": bic, **beyond,
+                            "excess_at_boundary": float(np.median(excess))})
+                continue
+        out.append({**common, "regime": BYTES, "n_from": sizes[0], "n_to": sizes[-1], "bic": bic_single, **single})
+    return pd.DataFrame(out)

@@ -202,3 +202,63 @@ def test_ggml_backend_errors():
         expert_op.ggml_forward(None, None, None, kernel="fused")
     with pytest.raises(ValueError, match="runs on the CPU"):
         expert_op.run(expert_op.BenchConfig(backend="ggml", device="cuda"), out_dir="/nonexistent")
+
+
+BATCH_CFG = expert_op.BenchConfig(model="gpt-oss", fmt="f32", backend="torch", hidden=64, intermediate=32,
+                                  layers=(0,), ns=(1, 2, 3), batch_sizes=(1, 2, 4), windows_per_n=2, reps=3,
+                                  warmup=0, flush_bytes=0, membw_bytes=2**16)
+
+
+def batch_trace():   # gpt-oss's routing shape, 5 documents of 16 tokens
+    return synthetic.uniform(5, 16, 24, 32, 4, seed=2, source="synthetic uniform (batch test)")
+
+
+def test_batch_mode_rows_carry_b_and_k_plus_1(tmp_path):
+    """Batch mode: every (B, k + 1) pass is B windows of k + 1 tokens from B different documents,
+    n = B·(k + 1), U counted on the whole pass, both kernels, in one interleaved group with the reads."""
+    tr = batch_trace()
+    run_dir = expert_op.run(BATCH_CFG, out_dir=tmp_path, trace=tr, progress=False, timer=CountingTimer())
+    rows = expert_op.load_rows(run_dir)
+    assert list(rows.columns) == expert_op.BATCH_FIELDS
+    timed = rows[rows["kind"] == "batch"]
+    assert set(rows["kind"]) == {"batch", "membw", "ceiling"}
+    assert len(timed) == 3 * 3 * 2 * 2   # (B, k + 1) x windows_per_n x kernels
+    assert (timed["n"] == timed["B"] * timed["k_plus_1"]).all()
+    assert sorted(set(zip(timed["B"], timed["k_plus_1"]))) == [(b, w) for b in (1, 2, 4) for w in (1, 2, 3)]
+    assert set(rows.loc[rows["kind"] == "membw", "n"]) == {0}   # one group: every n of the layer
+    for _, r in timed.iterrows():
+        where = [tuple(map(int, part.split(":"))) for part in r["window"].split("+")]
+        assert len(where) == r["B"] and len({d for d, _ in where}) == r["B"]   # B different documents
+        ids = np.concatenate([tr.docs[d][s:s + int(r["k_plus_1"]), 0, :] for d, s in where])
+        assert r["U"] == pass_union(ids, 32)
+        assert r["requested_bytes"] == (r["U"] if r["kernel"] == "dedup" else r["n"] * 4) * 3 * 64 * 32 * 4
+    assert timed.groupby("pass_id")["kernel"].apply(lambda k: sorted(k) == ["dedup", "slot"]).all()
+    fit.check_rows(rows)
+    side = json.loads((run_dir / "provenance.json").read_text())
+    assert side["config"]["batch_sizes"] == [1, 2, 4]
+
+
+def test_batch_mode_leaves_the_other_runs_config_hash():
+    """A run without batch sizes hashes its configuration as before the field existed."""
+    assert "batch_sizes" not in CFG.as_dict() and CFG.pass_sizes() == (1, 2, 3)
+    assert BATCH_CFG.pass_sizes() == (1, 2, 3, 4, 6, 8, 12)
+
+
+def test_batch_mode_refuses_a_trace_with_too_few_documents(tmp_path):
+    with pytest.raises(ValueError, match=r"batch mode needs 4 documents of >= 3 tokens .*found 3"):
+        expert_op.run(BATCH_CFG, out_dir=tmp_path, trace=synthetic.uniform(3, 16, 24, 32, 4, seed=0),
+                      progress=False, timer=CountingTimer())
+    with pytest.raises(ValueError, match="expected a routing trace"):
+        expert_op.run(BATCH_CFG, out_dir=tmp_path, trace=None, progress=False, timer=CountingTimer())
+
+
+def test_batch_windows_from_distinct_documents():
+    from moespec.measure.ids import batch_windows
+
+    docs = [np.arange(d * 100, d * 100 + 10 * 2).reshape(10, 1, 2) for d in range(4)]
+    docs.append(np.zeros((2, 1, 2)))    # too short for k + 1 = 3: never drawn
+    for where, ids in batch_windows(docs, 0, 4, 3, 5, np.random.default_rng(0)):
+        assert sorted(d for d, _ in where) == [0, 1, 2, 3] and ids.shape == (12, 2)
+        assert np.array_equal(ids, np.concatenate([docs[d][s:s + 3, 0] for d, s in where]))
+    with pytest.raises(ValueError, match=r"expected at least 5 documents of >= 3 tokens .*found 4"):
+        batch_windows(docs, 0, 5, 3, 1, np.random.default_rng(0))

@@ -261,3 +261,90 @@ def test_reread_cost_undefined_when_c_u_binds_at_zero():
     slot = fits[fits.kernel == "slot"]
     assert (slot.c_u == 0).all() and slot.reread_cost.isna().all()
     assert (fit.fit_layers(rows, fit="unconstrained").query("kernel == 'slot'").reread_cost < 0).all()
+
+
+def batch_rows(time_of, seed=0, batch_sizes=(1, 2, 4, 8), windows=range(1, 10), per=3):
+    """Rows of kind batch as the benchmark's batch mode writes them: B windows of k + 1 tokens from B
+    documents of a uniform trace (N = 64, m = 8), timed by ``time_of(kernel, n, U)``."""
+    from moespec.measure.ids import batch_windows
+    from moespec.routing import synthetic
+
+    tr = synthetic.uniform(8, 32, 1, N, M, seed=seed)
+    rng, rows = np.random.default_rng(seed), []
+    for bs in batch_sizes:
+        for w in windows:
+            for i, (_, ids) in enumerate(batch_windows(tr.docs, 0, bs, w, per, rng)):
+                U = pass_union(ids, N)
+                for kernel in fit.KERNELS:
+                    rows.append(dict(model="toy", backend="cpp", fmt="f32", layer=0, kind="batch", kernel=kernel,
+                                     n=bs * w, m=M, U=U, expert_bytes=B, B=bs, k_plus_1=w, pass_id=f"b{bs}x{w}:{i}",
+                                     t_median_s=time_of(kernel, bs * w, U)))
+    return pd.DataFrame(rows)
+
+
+def bytes_time(kernel, n, U):
+    return float(fit.fitted_time(kernel, TRUE[kernel], n, M, U, B)[0])
+
+
+def test_batch_fits_recover_known_coefficients_exactly_up_to_72_tokens():
+    rows = batch_rows(bytes_time)
+    assert rows["n"].max() == 72 and rows["U"].nunique() > 20
+    fits = fit.fit_layers(rows, ns=range(2, 73), kinds=("batch",))
+    for _, r in fits.iterrows():
+        for name, true in TRUE[r["kernel"]].items():
+            assert r[name] == pytest.approx(true, rel=1e-6), (r["kernel"], name)
+    reg = fit.regimes(rows)     # bytes explain every n: one regime per kernel, over the whole range
+    assert reg["regime"].tolist() == [fit.BYTES, fit.BYTES] and set(reg["n_to"]) == {72}
+    assert set(reg["n_from"]) == {2}
+    for _, r in reg.iterrows():
+        for name, true in TRUE[r["kernel"]].items():
+            assert r[name] == pytest.approx(true, rel=1e-6)
+    ex = fit.byte_excess(fit.fit_layers(rows, kinds=("batch",)), rows)
+    assert np.abs(ex["excess"]).max() < 1e-9
+
+
+def compute_bound_time(kernel, n, U, c_n=8e-4):
+    """The deduplicating kernel reads its bytes and computes its tokens at once: the longer of the
+    two (a roofline), so the time per token c_n takes over where c_n·n exceeds the bytes' time."""
+    t = bytes_time(kernel, n, U)
+    if kernel == "slot":
+        return t
+    t_op = TRUE["dedup"]["t_op"]
+    return t_op + max(t - t_op, c_n * n)
+
+
+def test_regime_beyond_bytes_detected_where_the_time_per_token_takes_over():
+    rows = batch_rows(compute_bound_time)
+    reg = fit.regimes(rows)
+    slot = reg[reg["kernel"] == "slot"]
+    assert slot["regime"].tolist() == [fit.BYTES] and slot["n_to"].iloc[0] == 72
+    dedup = reg[reg["kernel"] == "dedup"].set_index("regime")
+    # where the roofline switches, from the true coefficients: below it every pass is bound by bytes,
+    # from it every pass by the time per token (a clean switch between two measured sizes)
+    d = rows[rows["kernel"] == "dedup"]
+    token = [8e-4 * n > bytes_time("dedup", n, u) - TRUE["dedup"]["t_op"] for n, u in zip(d["n"], d["U"])]
+    switch = int(d.loc[token, "n"].min())
+    assert not any(np.array(token)[d["n"].to_numpy() < switch]) and all(np.array(token)[d["n"].to_numpy() >= switch])
+    assert 9 < switch < 72
+    assert dedup.loc[fit.BEYOND, "n_from"] == switch and dedup.loc[fit.BEYOND, "n_to"] == 72
+    assert dedup.loc[fit.BYTES, "n_to"] == max(n for n in d["n"] if n < switch)
+    for name, true in {**TRUE["dedup"], "c_n": None}.items():   # both pieces exact
+        if name != "c_n":
+            assert dedup.loc[fit.BYTES, name] == pytest.approx(true, rel=1e-6)
+    assert dedup.loc[fit.BEYOND, "c_n"] == pytest.approx(8e-4, rel=1e-6)
+    assert dedup.loc[fit.BEYOND, "t_op"] == pytest.approx(TRUE["dedup"]["t_op"], rel=1e-6)
+    assert dedup.loc[fit.BEYOND, "excess_at_boundary"] > 0
+    assert dedup.loc[fit.BEYOND, "bic"] < dedup.loc[fit.BEYOND, "bic_single"]
+
+
+def test_regimes_under_noise():
+    """10 % noise on every pass, 20 simulated runs of each kind: bytes-bound rows rarely gain a second
+    regime (at most 2 of the 40 kernel fits), the roofline's switch is found in at least 18 of 20."""
+    false, found = 0, 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        noisy = lambda time_of: lambda k, n, U: time_of(k, n, U) * (1 + 0.1 * rng.standard_normal())  # noqa: E731
+        false += int((fit.regimes(batch_rows(noisy(bytes_time), seed=seed))["regime"] == fit.BEYOND).sum())
+        reg = fit.regimes(batch_rows(noisy(compute_bound_time), seed=seed))
+        found += reg.loc[reg["kernel"] == "dedup", "regime"].tolist() == [fit.BYTES, fit.BEYOND]
+    assert false <= 2 and found >= 18

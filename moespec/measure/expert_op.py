@@ -33,7 +33,7 @@ from moespec import io, paths, provenance
 from moespec.kernels import ExpertWeights, expert_forward, resolve_backend
 from moespec.measure import timing
 from moespec.measure.ceiling import PREFIX, REFERENCE_KINDS, ReadCeiling
-from moespec.measure.ids import chosen_ids, trace_windows, u_grid
+from moespec.measure.ids import batch_windows, chosen_ids, trace_windows, u_grid
 from moespec.model_shapes import MoESpec, get_spec
 from moespec.routing import RoutingTrace, synthetic
 from moespec.routing.published import reuse_targets
@@ -45,6 +45,10 @@ FIELDS = ["run_id", "model", "layer", "kind", "kernel", "backend", "fmt", "devic
           "reps", "other_load", "swapped", "gpu_throttle", "flags", "flush_bytes", "cold_bytes"]
 KEY = ["layer", "n", "pass_id", "kernel"]
 KERNELS = ("slot", "dedup")
+#: Batch mode's rows (``BenchConfig.batch_sizes``): each carries B sequences and k_plus_1 tokens per
+#: sequence besides n = B·(k + 1); kind ``batch``.
+BATCH_FIELDS = FIELDS + ["B", "k_plus_1"]
+BATCH = "batch"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,13 @@ class BenchConfig:
     the same threads, so Figure 2 compares like with like. ``interleave``: ``"layer"`` runs all passes of a
     layer (every n) round-robin in one group, so that the machine's drift falls on every n alike
     (rows are written when the layer finishes); ``"n"``: one group per (layer, n), finer resume.
+
+    ``batch_sizes`` (batch mode, when not empty): the passes are batched verify steps instead of
+    chosen ids and windows, ``windows_per_n`` per (B, k + 1) for every B in ``batch_sizes`` and k + 1
+    in ``ns``, each one window of k + 1 consecutive tokens from each of B different documents of the
+    trace (:func:`moespec.measure.ids.batch_windows`), so n = B·(k + 1); rows of kind ``batch`` with
+    columns ``B`` and ``k_plus_1`` (:data:`BATCH_FIELDS`). With ``interleave="n"`` a group holds every
+    (B, k + 1) of one n.
     """
 
     model: str = "olmoe"
@@ -84,6 +95,7 @@ class BenchConfig:
     intermediate: int | None = None
     threads: int | None = 1
     interleave: str = "layer"
+    batch_sizes: tuple[int, ...] = ()
 
     def spec(self) -> MoESpec:
         """The model spec, with its shapes replaced by ``hidden``/``intermediate`` if given."""
@@ -95,7 +107,18 @@ class BenchConfig:
         return spec
 
     def as_dict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+        """The fields as JSON values; ``batch_sizes`` only in batch mode, so that a run of the other
+        passes keeps the configuration (and hash) it had without the field."""
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+        if not self.batch_sizes:
+            del out["batch_sizes"]
+        return out
+
+    def pass_sizes(self) -> tuple[int, ...]:
+        """The n timed: ``ns``, or in batch mode every B·(k + 1), ascending."""
+        if not self.batch_sizes:
+            return tuple(self.ns)
+        return tuple(sorted({b * w for b in self.batch_sizes for w in self.ns}))
 
 
 def shape_columns(config: BenchConfig) -> dict:
@@ -226,7 +249,11 @@ def _weights_getter(weights, config: BenchConfig, spec: MoESpec) -> Callable[[in
 
 def group_passes(config: BenchConfig, spec: MoESpec, trace, layer: int, n: int) -> list[dict]:
     """The passes of group (layer, n): chosen ids at :func:`u_grid` values of U, then windows of
-    the trace. Deterministic in (seed, layer, n), so a resumed run times the same passes."""
+    the trace; in batch mode the batched passes of every (B, k + 1) with B·(k + 1) = n
+    (:func:`batch_passes`). Deterministic in (seed, layer, n), so a resumed run times the same passes."""
+    if config.batch_sizes:
+        return [p for b in config.batch_sizes for w in config.ns if b * w == n
+                for p in batch_passes(config, trace, layer, b, w)]
     m, N = spec.top_k, spec.num_experts
     rng = np.random.default_rng([config.seed, layer, n])
     grid = u_grid(n, m, N, config.u_count) if config.u_count != 0 else []
@@ -239,15 +266,39 @@ def group_passes(config: BenchConfig, spec: MoESpec, trace, layer: int, n: int) 
     return passes
 
 
+def batch_passes(config: BenchConfig, trace, layer: int, batch: int, window: int) -> list[dict]:
+    """``config.windows_per_n`` passes of B = ``batch`` sequences x ``window`` (k + 1) tokens of the
+    trace (:func:`moespec.measure.ids.batch_windows`), kind ``batch``, ``pass_id`` ``b{B}x{k+1}:{i}``,
+    ``window`` the B windows as ``doc:start`` joined by ``+``. Deterministic in (seed, layer, B, k + 1)."""
+    rng = np.random.default_rng([config.seed, layer, batch, window])
+    return [{"kind": BATCH, "pass_id": f"b{batch}x{window}:{i}", "B": batch, "k_plus_1": window, "ids": ids,
+             "window": "+".join(f"{trace.doc_ids[d]}:{s}" for d, s in where)}
+            for i, (where, ids) in enumerate(batch_windows(trace.docs, layer, batch, window,
+                                                           config.windows_per_n, rng))]
+
+
 def _check_inputs(spec: MoESpec, trace, config: BenchConfig) -> None:
     """A trace whose windows are timed has the model's shape (L, N, m): routing is never applied to
-    another model's shape."""
+    another model's shape. Batch mode needs a trace, with at least max(B) documents of max(k + 1) tokens."""
     if trace is None:
+        if config.batch_sizes:
+            raise ValueError("batch mode (batch_sizes): expected a routing trace to draw the B sequences from; "
+                             "found none")
         return
     check_trace_shape(trace, spec, spec.name)
     bad = [l for l in config.layers if not 0 <= l < trace.num_layers]
     if bad:
         raise ValueError(f"layers {bad} are outside the trace's {trace.num_layers} MoE layers")
+    if config.batch_sizes:
+        bad_b = [b for b in config.batch_sizes if int(b) != b or b < 1]
+        if bad_b or not config.windows_per_n:
+            raise ValueError(f"batch mode: expected batch_sizes >= 1 and windows_per_n >= 1; found batch_sizes "
+                             f"{list(config.batch_sizes)}, windows_per_n {config.windows_per_n}")
+        need, w = max(config.batch_sizes), max(config.ns)
+        have = int((np.asarray(trace.doc_lengths) >= w).sum())
+        if have < need:
+            raise ValueError(f"{trace.label}: batch mode needs {need} documents of >= {w} tokens (B = {need}, "
+                             f"k + 1 = {w}); found {have}")
 
 
 def _config_hash(config: BenchConfig, trace_source: str) -> str:
@@ -436,14 +487,15 @@ def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, 
     times the ``torch.sum`` read and the read ceiling's patterns beside the kernels. Returns the
     read ceiling (None when every group was on disk)."""
 
-    log = io.RowLog(run_dir / "rows.csv", FIELDS, KEY)
+    log = io.RowLog(run_dir / "rows.csv", BATCH_FIELDS if config.batch_sizes else FIELDS, KEY)
     done = log.done_keys()
     read_fn, read_bytes = timing.read_bandwidth_callable(cold["read_bytes"], config.device)
     ceiling = None
+    sizes = config.pass_sizes()
     if config.interleave == "n":
-        groups = [(layer, (n,), n) for layer in config.layers for n in config.ns]
+        groups = [(layer, (n,), n) for layer in config.layers for n in sizes]
     elif config.interleave == "layer":
-        groups = [(layer, tuple(config.ns), 0) for layer in config.layers]  # read row: n = 0, "all n"
+        groups = [(layer, sizes, 0) for layer in config.layers]  # read row: n = 0, "all n"
     else:
         raise ValueError(f"interleave must be 'n' or 'layer', found {config.interleave!r}")
     bar = tqdm(groups, desc=f"expert op {spec.name} {backend} {config.fmt}", disable=not progress)
@@ -489,6 +541,7 @@ def _sweep(config, spec, trace, run_dir, run_id, backend, get_weights, forward, 
                 req = requested_bytes(k, n, spec.top_k, U, b)
                 rows.append({**base, "n": n, "kind": p["kind"], "kernel": k, "U": U, "expert_bytes": b,
                              "requested_bytes": req, "pass_id": p["pass_id"], "window": p["window"],
+                             **{c: p[c] for c in ("B", "k_plus_1") if c in p},
                              **result[f"{n}/{p['pass_id']}/{k}"].row()})
         log.extend(rows)
     return ceiling

@@ -3,7 +3,8 @@
 Three kinds: *random ids* (:func:`random_ids`, random routing, as the kernel benchmarks use); *chosen ids*, where a pass of n tokens names exactly U distinct experts across its
 n·m slots (from heavy repetition, U = m, to none, U = min(N, n·m)), so that a fit can separate the
 time of a first read of an expert from that of a repeated read (eq. (4), (E.1)); and *windows*
-of n consecutive tokens copied from recorded routing.
+of n consecutive tokens copied from recorded routing; *batch windows* (:func:`batch_windows`), one
+window of k + 1 consecutive tokens from each of B different documents, the pass of a batched verify step.
 """
 
 from __future__ import annotations
@@ -88,4 +89,35 @@ def trace_windows(docs, layer: int | None, n: int, count: int,
         if not 0 <= layer < arr.shape[1]:
             raise ValueError(f"layer {layer} is outside the trace's {arr.shape[1]} MoE layers")
         out.append((d, s, arr[s:s + n, layer, :].astype(np.int64)))
+    return out
+
+
+def batch_windows(docs, layer: int, batch: int, window: int, count: int,
+                  rng: np.random.Generator) -> list[tuple[tuple[tuple[int, int], ...], np.ndarray]]:
+    """``count`` passes of a batched verify step: each pass is one window of ``window`` (k + 1)
+    consecutive tokens of MoE layer ``layer`` from each of ``batch`` (B) different documents of
+    ``docs`` (a RoutingTrace's ``[T, L, m]`` arrays), drawn at random (the B documents without
+    repetition, each window's start uniform over its document), stacked sequence by sequence:
+    ``n = B·window`` tokens.
+
+    Returns ``(((doc, start), ...), ids [B·window, m])`` pairs. Raises naming the lengths when
+    fewer than ``batch`` documents have ``window`` tokens."""
+    if batch < 1 or window < 1:
+        raise ValueError(f"need batch >= 1 and window >= 1; got batch={batch}, window={window}")
+    long_enough = [d for d, arr in enumerate(docs) if len(arr) >= window]
+    if len(long_enough) < batch:
+        raise ValueError(f"routing trace: expected at least {batch} documents of >= {window} tokens (B = {batch} "
+                         f"sequences); found {len(long_enough)} (lengths {[len(a) for a in docs]})")
+    out = []
+    for _ in range(count):
+        picked = rng.choice(long_enough, size=batch, replace=False)
+        where, parts = [], []
+        for d in picked:
+            arr = np.asarray(docs[d])
+            if not 0 <= layer < arr.shape[1]:
+                raise ValueError(f"layer {layer} is outside the trace's {arr.shape[1]} MoE layers")
+            s = int(rng.integers(0, len(arr) - window + 1))
+            where.append((int(d), s))
+            parts.append(arr[s:s + window, layer, :].astype(np.int64))
+        out.append((tuple(where), np.concatenate(parts)))
     return out

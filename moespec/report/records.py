@@ -607,3 +607,74 @@ def gpu_overhead_fit(run: RunFiles, file: str, model: str = "olmoe", goal: str =
             f"{1e6 * t_bytes:.1f} us is the bytes at the read rate) the fixed cost must fall to about "
             f"{1e6 * (t_goal - t_bytes):.0f} us.")
 
+
+
+#: How the batch block writes each fitted coefficient: its label and the value from the fit's row.
+_BATCH_COEFS = {"t_op": ("t_op ms", lambda r: 1e3 * r.t_op), "c_u": ("1/c_u GB/s", lambda r: 1e-9 / r.c_u),
+                "c_re": ("c_re/c_u", lambda r: r.c_re / r.c_u), "c_g": ("1/c_g GB/s", lambda r: 1e-9 / r.c_g),
+                "c_t": ("c_t ms/token", lambda r: 1e3 * r.c_t), "c_n": ("c_n ms/token", lambda r: 1e3 * r.c_n)}
+
+
+def _batch_coefs(r) -> str:
+    """A fit's coefficients in readable units (a zero slope's bandwidth: "n/a")."""
+    out = []
+    for col, (label, value) in _BATCH_COEFS.items():
+        v = getattr(r, col, float("nan"))
+        if pd.isna(v):
+            continue
+        try:
+            x = value(r)
+        except ZeroDivisionError:   # a slope held at 0 by the non-negative fit
+            x = None
+        out.append(f"{label} {num(x, 2)}")
+    return "; ".join(out)
+
+
+@block("kernel-batch")
+def kernel_batch(run: RunFiles, stamp: str, folder: str) -> str:
+    """benchmarks/bench_batch_passes.py's run: the machine and reads beside the timings, the deduplicating
+    over the per-slot kernel's time per (backend, B, k + 1), both kernels' shares of the read ceiling per
+    B, and the fits' regimes (:func:`moespec.fit.regimes`)."""
+    rows = run.repo_csv(f"{folder}/{stamp}_batch.csv")
+    fits = run.repo_csv(f"{folder}/{stamp}_fits.csv")
+    rec = _bench_record(run, f"{folder}/{stamp}.json")
+    args, runs = rec["args"], rec["runs"]
+    reads = "; ".join(f"{b}: ceiling {num(r['read_ceiling']['median_GBps'], 1)} GB/s ({r['read_ceiling']['probe']}), "
+                      f"torch.sum {num(r['sum_read']['median_GBps'], 1)} GB/s, other processes "
+                      f"{pct(r['other_load'], 0)} of the CPUs, {r['kept_passes']} of {r['passes']} rows kept, "
+                      f"{r['wall_s'] / 60:.1f} min" for b, r in runs.items())
+    started = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}"
+    head = (f"Run `{folder}/{stamp}*` ({when(started)}, {machine(rec['provenance'])}, torch "
+            f"{rec['provenance']['versions']['torch']}; {rec['model']} {rec['fmt']}, layer {args['layers']}, "
+            f"{args['reps']} rounds after one warm-up, one torch thread, a {rows['flush_bytes'].iloc[0] / 2**20:.0f} "
+            f"MiB read flush before every call, {args['passes']} pass per (B, k + 1) from {rec['trace']}; "
+            f"{rec['wall_s'] / 60:.1f} min). The machine was shared with other jobs while it ran, so these timings "
+            f"are noisy. Per backend: {reads}.")
+    both = rows.pivot_table(index=["backend", "B", "k_plus_1", "pass_id"], columns="kernel",
+                            values="t_median_s").reset_index()
+    both["ratio"] = both["dedup"] / both["slot"]
+    ks = sorted(set(rows["k_plus_1"]))
+    ratio = [[b, B] + [num(g.loc[g["k_plus_1"] == k, "ratio"].median(), 2) for k in ks]
+             for (b, B), g in both.groupby(["backend", "B"], sort=False)]
+    share = [[b, k, B, span(g["beta_over_read"], 2), span(1e3 * g["t_median_s"], 0)]
+             for (b, k, B), g in rows.groupby(["backend", "kernel", "B"], sort=False)]
+    found = []
+    for (b, k), g in fits[fits["regime"] != "single fit"].groupby(["backend", "kernel"], sort=False):
+        low, high = g[g["regime"] == "bytes"].iloc[0], g[g["regime"] != "bytes"]
+        found.append(f"{b} {k}: bytes explain the time over n = {int(low.n_from)}–{int(low.n_to)}" + (
+            "" if high.empty else f", the time per token from n = {int(high.n_from.iloc[0])} (there "
+                                  f"{pct(high.excess_at_boundary.iloc[0], 0)} above the byte fit)"))
+    head += " Regimes found: " + "; ".join(found) + "."
+    reg = [[r.backend, r.kernel, r.regime, f"{int(r.n_from)}–{int(r.n_to)}", _batch_coefs(r),
+            pct(r.fit_median_rel_err), "" if pd.isna(getattr(r, "excess_at_boundary", None))
+            else pct(r.excess_at_boundary)] for r in fits[fits["regime"] != "single fit"].itertuples()]
+    return (head + "\n\nTime of the deduplicating over the per-slot kernel on the same pass (same rounds), by B "
+            "(rows) and k + 1 (columns):\n\n" + md_table(["backend", "B"] + [str(k) for k in ks], ratio)
+            + "\n\nEffective bandwidth over the read ceiling of the same group (per-slot n·m·b, deduplicating "
+              "U·b) and median time (ms), over k + 1 = " + f"{ks[0]}..{ks[-1]}:\n\n"
+            + md_table(["backend", "kernel", "B", "share of read", "ms"], share)
+            + "\n\nFits (4)/(E.1) over the range, or the two regimes `moespec.fit.regimes` finds (eq. (4)/(E.1) "
+              "below a split and t = t_op + c_n·n from it, chosen by BIC, where the passes from the split also "
+              "take longer than the byte fit predicts):\n\n"
+            + md_table(["backend", "kernel", "regime", "n", "coefficients", "median \\|rel. error\\|",
+                        "time above bytes at the split"], reg))
