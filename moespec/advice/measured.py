@@ -173,3 +173,58 @@ def state_agreement(goals: pd.DataFrame) -> bool:
     """True when advise recommended each state's measured best (the states' goal rows)."""
     rec = goals[goals["goal"].str.contains("recommends the measured best")]
     return bool(len(rec)) and bool(np.all(rec["met"]))
+
+
+def regret_sizing(speedup: pd.Series, by_rep: np.ndarray, k: int, reps=(3, 5, 7, 9, 11, 15),
+                  prompt_factors=(1, 2, 4), trials: int = 200, goal: float | None = None,
+                  resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """How many repetitions (and prompts per repetition) a run needs for :func:`regret`'s interval
+    to resolve the regret goal: a simulation of runs like the measured one. Each k's repetitions
+    are drawn from a normal distribution centred on its measured median speedup (``speedup``) with
+    the spread of the measured repetitions (``by_rep``, one row per k), pooled over k (the root mean
+    square of the per-k standard deviations); ``prompt_factor`` f prompts per repetition shrink that
+    spread by sqrt(f) (each repetition is a median over prompts). Per (reps, prompt_factor): the
+    median and 80th percentile of the simulated runs' upper interval end for draft length ``k``,
+    and the share of runs whose upper end is at most ``goal`` (default :data:`REGRET_GOAL`)."""
+    goal = REGRET_GOAL if goal is None else float(goal)
+    by_rep = np.asarray(by_rep, dtype=float)
+    if by_rep.ndim != 2 or by_rep.shape[1] < 2 or by_rep.shape[0] != len(speedup):
+        raise ValueError(f"by_rep: expected one row per k of speedup ({len(speedup)}) and at least two "
+                         f"repetitions; found shape {by_rep.shape}")
+    centre = speedup.astype(float).to_numpy()
+    spread = float(np.sqrt(np.mean(np.var(by_rep, axis=1, ddof=1))))
+    rng = np.random.default_rng(seed)
+    rows = []
+    for f in prompt_factors:
+        for R in reps:
+            his = []
+            for t in range(trials):
+                sim = centre[:, None] + rng.normal(0.0, spread / np.sqrt(f), (len(centre), int(R)))
+                r = regret(pd.Series(np.median(sim, axis=1), index=speedup.index), sim, k, resamples=resamples,
+                           seed=t)
+                his.append(r["regret_hi"])
+            his = np.array(his)
+            rows.append({"reps": int(R), "prompt_factor": f, "rep_spread": spread / np.sqrt(f),
+                         "regret_hi_median": float(np.median(his)), "regret_hi_p80": float(np.quantile(his, 0.8)),
+                         "share_resolved": float(np.mean(his <= goal)), "goal": goal, "trials": trials})
+    return pd.DataFrame(rows)
+
+
+def run_regret_sizing(folder: Path, **options) -> pd.DataFrame:
+    """:func:`regret_sizing` per machine state of a run (the run file's measured runs of the draft as
+    trained, at the measured best k, where regret is zero by construction and its interval is all
+    that is left to resolve)."""
+    pred = run_file(folder, bool(options.pop("allow_incomplete", False))).measured()
+    out = []
+    for state, own in pred[pred["draft_cost"] == 0].groupby("state", sort=False):
+        own = own.sort_values("k")
+        reps = _reps(own)
+        if reps is None:
+            continue
+        speed = own.set_index("k")["speedup"]
+        out.append(regret_sizing(speed, reps, int(speed.idxmax()), **options).assign(
+            state=state, measured_reps=reps.shape[1], best_k=int(speed.idxmax())))
+    if not out:
+        raise AdviceInputError(f"{folder}: run file field measured: expected repetitions (speedup_by_rep) of the "
+                               "draft as trained; found none", where=str(folder), field="measured")
+    return pd.concat(out, ignore_index=True)
