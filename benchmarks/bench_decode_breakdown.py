@@ -13,6 +13,22 @@ targets (expert share >= 0.6, draft <= 0.1, memory <= 16 GiB).
     .venv/bin/python benchmarks/bench_decode_breakdown.py --source random --reps 30
     .venv/bin/python benchmarks/bench_decode_breakdown.py --subjects default,byte-faithful,byte-faithful-intermediate
 
+Where a step stands against its byte limit (issue 55): ``--transformers`` also times every step
+through transformers' forward (the path the engine ran before its lean one,
+``Engine.variant(lean=False)``) in the same rounds; ``--ceiling`` (default on) times the read
+ceiling (:class:`moespec.measure.ceiling.ReadCeiling`) in them too; every step is then set beside
+the bytes its pass reads over the run's read bandwidth (the ceiling, or the ``torch.sum`` read where
+that is faster): ``<stamp>_limits.csv`` (per subject, path and pass) and ``<stamp>_components.csv``
+(the n = 1 step's components alone against their bytes, and the step's remainder). ``--profile``
+writes a per-operation profile (``torch.profiler``, :mod:`moespec.engine.profile`) of one decode
+step and one verify pass of ``--profile-n`` tokens on each path: ``<stamp>_profile.csv`` (the
+parts of a pass) and ``<stamp>_profile_ops.csv`` (operations). ``--peer`` adds llama.cpp's own CPU
+decode on a model both engines load (``benchmarks/ggml_peer/llamacpp_peer.py``), timed in the same
+rounds.
+
+    .venv/bin/python benchmarks/bench_decode_breakdown.py --subjects byte-faithful-all --transformers \
+        --profile --peer --ns 1,2,5,9 --reps 30
+
 ``--source random`` (or no trained models on disk) uses the default models' configurations with
 random weights, labelled so: timing depends on shapes, formats and ids, and the routing of a
 random router is close to uniform. Writes ``data/bench/breakdown/<stamp>_breakdown.csv``,
@@ -24,6 +40,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +49,11 @@ import pandas as pd
 import torch
 
 from moespec import io, paths, provenance, zoo
-from moespec.engine.breakdown import decode_breakdown, shares
+from moespec.engine.breakdown import byte_limits, component_limits, decode_breakdown, pass_bytes, shares
 from moespec.engine.byte_shares import byte_shares
+from moespec.engine.profile import profile_engine
 from moespec.engine.subject import subject_from_models
+from moespec.measure.ceiling import PREFIX, ReadCeiling
 
 #: name -> arguments of moespec.engine.subject.subject_from_models
 SUBJECTS = {
@@ -85,6 +105,66 @@ def build(names, source: str, like: str, backend: str, depth: int, seed: int):
     return subjects, prompts, held
 
 
+def peer_module():
+    """``benchmarks/ggml_peer/llamacpp_peer.py`` (not a package: loaded from its file)."""
+    path = Path(__file__).resolve().parent / "ggml_peer" / "llamacpp_peer.py"
+    spec = importlib.util.spec_from_file_location("llamacpp_peer", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def continuation(engine, prompt, n: int) -> list[int]:
+    """The prompt's greedy next token and the n - 1 after it (the tokens every timed pass feeds)."""
+    first = engine.prefill(prompt)
+    return [first] + engine.greedy(first, n - 1)
+
+
+def pass_bytes_at(engine, prompt, n: int) -> dict:
+    """:func:`moespec.engine.breakdown.pass_bytes` of the pass of n greedy tokens after ``prompt``."""
+    tokens = continuation(engine, prompt, n)
+    engine.crop(len(prompt))
+    return pass_bytes(engine, tokens, n)
+
+
+def profile_subjects(subjects: dict, prompts: dict, n: int, reps: int):
+    """Per-operation profiles (:func:`moespec.engine.profile.profile_engine`) of a decode step and a
+    verify pass of ``n`` tokens (dedup on) on each subject's lean path and transformers' path."""
+    parts, ops = [], []
+    for name, sub in subjects.items():
+        eng = sub.engine
+        engines = [("lean", eng)] + ([("transformers", eng.variant(lean=False))] if eng.lean else [])
+        for path, e in engines:
+            tokens = continuation(e, prompts[name], n)
+            e.crop(len(prompts[name]))
+            was = e.dedup
+            e.dedup = True
+            try:
+                p, o = profile_engine(e, tokens, ns=(1, n), reps=reps)
+            finally:
+                e.dedup = was
+            parts.append(p.assign(subject=name, path=path))
+            ops.append(o.assign(subject=name, path=path))
+    return pd.concat(parts, ignore_index=True), pd.concat(ops, ignore_index=True)
+
+
+def read_reference(bd: pd.DataFrame, ceiling: ReadCeiling | None) -> tuple[float, dict]:
+    """The run's read bandwidth: the read ceiling's best pattern or the ``torch.sum`` read, whichever
+    is faster (as the expert-operation benchmark takes it), with both recorded."""
+    read = float(bd[bd.component == "read"].GBps.iloc[0])
+    record = {"torch_sum_GBps": read}
+    if ceiling is not None:
+        rows = bd[bd.component == "read_ceiling"]
+        per = {r["pass"][len(PREFIX):]: ceiling.bytes[r["pass"][len(PREFIX):]] / r.t_median_s / 1e9
+               for _, r in rows.iterrows()}
+        best = max(per, key=per.get)
+        record.update({"ceiling_GBps": per[best], "ceiling_pattern": best, "ceiling_patterns_GBps": per,
+                       "ceiling": ceiling.record()})
+    record["GBps"] = max(read, record.get("ceiling_GBps", 0.0))
+    record["used"] = "ceiling" if record["GBps"] > read else "torch.sum"
+    return record["GBps"], record
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--subjects", default="default,byte-faithful", help=f"comma-separated, of {sorted(SUBJECTS)}")
@@ -99,6 +179,16 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="", help="output folder (default data/bench/breakdown)")
+    ap.add_argument("--transformers", action="store_true",
+                    help="also time every step through transformers' forward (Engine.variant(lean=False))")
+    ap.add_argument("--no-ceiling", dest="ceiling", action="store_false",
+                    help="leave out the read ceiling (the byte limits then use the torch.sum read)")
+    ap.add_argument("--profile", action="store_true", help="write a per-operation profile of each path")
+    ap.add_argument("--profile-n", type=int, default=9, help="tokens of the profiled verify pass")
+    ap.add_argument("--profile-reps", type=int, default=5)
+    ap.add_argument("--peer", action="store_true", help="llama.cpp's CPU decode on a model both engines load")
+    ap.add_argument("--peer-experts", type=int, default=16,
+                    help="experts per layer of the peer model (OLMoE's shapes otherwise; 8 routed per token)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -109,15 +199,38 @@ def main(argv=None) -> int:
     ns = tuple(int(x) for x in args.ns.split(","))
     started = dt.datetime.now(dt.timezone.utc)
     subjects, prompts, held = build(names, source, args.like, args.backend, args.depth, args.seed)
-    bd = decode_breakdown(subjects, prompts, n_values=ns, reps=args.reps, warmup=args.warmup)
+    out = Path(args.out) if args.out else paths.bench_dir() / "breakdown"
+    stamp = started.strftime("%Y%m%dT%H%M%S")
+    extra, ceiling, peer = {}, None, None
+    if args.peer:
+        peer = peer_module().PeerPair(experts=args.peer_experts, depth=args.depth, seed=args.seed,
+                                      backend=args.backend, threads=args.threads)
+        subjects[peer.name], prompts[peer.name] = peer.subject, peer.prompt
+        held[peer.name] = np.nan
+        extra.update(peer.calls(ns))
+    if args.ceiling:
+        ceiling = ReadCeiling()
+        extra.update({("", "read_ceiling", name): fn for name, fn in ceiling.calls().items()})
+    if args.profile:
+        profiles = profile_subjects(subjects, prompts, args.profile_n, args.profile_reps)
+        io.write_dataframe(out / f"{stamp}_profile.csv", profiles[0])
+        io.write_dataframe(out / f"{stamp}_profile_ops.csv", profiles[1])
+    bd = decode_breakdown(subjects, prompts, n_values=ns, reps=args.reps, warmup=args.warmup,
+                          transformers_path=args.transformers, extra_calls=extra)
+    gbps, ceiling_record = read_reference(bd, ceiling)
+    bytes_by_pass = {(k, n): pass_bytes_at(s.engine, prompts[k], n) for k, s in subjects.items() for n in ns}
+    if peer is not None:
+        bytes_by_pass.update(peer.bytes_by_pass(ns))
+    limits = byte_limits(bd, bytes_by_pass, gbps)
     fmt_of = {k: s.description.get("fmt", "f32") for k, s in subjects.items()}
     byte_tables = {k: byte_shares(s.engine, args.like, fmt_of[k], depths=(args.depth,)).assign(subject=k)
                    for k, s in subjects.items()}
     table = shares(bd, byte_tables)
     table["memory_held_GiB"] = table["subject"].map(held)
     table["label"] = table["subject"].map({k: s.label for k, s in subjects.items()})
-    out = Path(args.out) if args.out else paths.bench_dir() / "breakdown"
-    stamp = started.strftime("%Y%m%dT%H%M%S")
+    components = component_limits(bd, byte_tables, gbps)
+    io.write_dataframe(out / f"{stamp}_limits.csv", limits)
+    io.write_dataframe(out / f"{stamp}_components.csv", components)
     io.write_dataframe(out / f"{stamp}_breakdown.csv", bd)
     io.write_dataframe(out / f"{stamp}_shares.csv", table)
     bytes_table = pd.concat(list(byte_tables.values()), ignore_index=True)
@@ -125,7 +238,9 @@ def main(argv=None) -> int:
     io.write_json(out / f"{stamp}_provenance.json", {
         **provenance.full_record(), "started": started.isoformat(),
         "finished": dt.datetime.now(dt.timezone.utc).isoformat(), "args": vars(args), "source": source,
-        "targets": TARGETS, "subjects": {k: {"label": s.label, **s.description} for k, s in subjects.items()}})
+        "targets": TARGETS, "subjects": {k: {"label": s.label, **s.description} for k, s in subjects.items()},
+        "read_reference": ceiling_record, "load_average_1_5_15": list(os.getloadavg()),
+        "peer": peer.record() if peer is not None else None})
     pd_opts = dict(index=False, float_format=lambda x: f"{x:.4g}")
     print(table.drop(columns=["label"]).to_string(**pd_opts))
     for _, r in table.iterrows():
@@ -135,6 +250,10 @@ def main(argv=None) -> int:
     print(f"peak memory of this run (all subjects): {table.peak_memory_GiB.iloc[0]:.2f} GiB "
           f"(target for one subject <= {TARGETS['memory_GiB_max']} GiB); read {table.read_GBps.iloc[0]:.1f} GB/s")
     print(bytes_table[["subject", "component", "subject_bytes", "subject_share", "published_share"]].to_string(**pd_opts))
+    print(limits[["subject", "path", "pass", "step_ms", "bytes_MB", "limit_ms", "share_of_limit", "share_q25",
+                  "share_q75"]].to_string(**pd_opts))
+    print(components.to_string(**pd_opts))
+    print(f"read reference: {ceiling_record}")
     print(f"written to {out}/{stamp}_*")
     return 0
 

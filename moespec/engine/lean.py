@@ -31,10 +31,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _module
 
 from moespec.engine.switch import KernelExperts
 from moespec.engine.widen import PaddedLinear
-from moespec.kernels.dense import dense_call
+from moespec.kernels.dense import DenseWeights, dense_call
 from moespec.kernels.dispatch import expert_call
 
 #: Smallest capacity a new cache is given (it doubles as positions are appended, up to the model's limit).
@@ -107,10 +108,9 @@ class KVCache:
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``OlmoeRMSNorm.forward``, the same operations in the same order."""
-    h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
+    """``OlmoeRMSNorm.forward`` on float32: torch's ``rms_norm``, whose CPU kernel runs the same
+    operations (pow, mean, add, rsqrt, mul, mul by the weight) in one call."""
+    return F.rms_norm(x, weight.shape, weight, eps)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -160,6 +160,36 @@ def _linear(module: nn.Module, pads: dict):
     return module
 
 
+def _fused_qkv(mods, pads: dict):
+    """One dense call for the q, k and v projections of a layer when all three are hook-free
+    :class:`PaddedLinear` of one format, backend and input: their matrices stacked row-wise (a copy
+    made once), each output row the same dot product of the same input as in its own matrix, so
+    the three outputs are the separate calls' bit for bit (``tests/test_engine_lean.py``); None
+    otherwise."""
+    if not all(type(m) is PaddedLinear and _plain(m) for m in mods):
+        return None
+    first = mods[0]
+    key = (first.weights.fmt, first.backend, first.weights.shape[1], first.in_features)
+    if any((m.weights.fmt, m.backend, m.weights.shape[1], m.in_features) != key for m in mods):
+        return None
+    ws = [m.weights for m in mods]
+    fused = DenseWeights(key[0], torch.cat([w.values for w in ws]).contiguous(),
+                         None if ws[0].scale is None else torch.cat([w.scale for w in ws]).contiguous())
+    call = dense_call(fused, first.backend)
+    k_pad, k = key[2], key[3]
+    pad = pads.setdefault(k_pad, _Padded(k_pad)) if k_pad > k else None
+    bounds, start = [], 0
+    for m in mods:
+        bounds.append((start, start + m.out_features))
+        start += m.weights.shape[0]
+
+    def qkv(x: torch.Tensor):
+        flat = x.reshape(-1, k)
+        y = call(pad(flat) if pad is not None else flat.contiguous())
+        return tuple(y[:, a:b].reshape(*x.shape[:-1], b - a) for a, b in bounds)
+    return qkv
+
+
 class _Layer:
     """One decoder layer's resolved pieces (see :class:`LeanOlmoe`)."""
 
@@ -172,8 +202,12 @@ class _Layer:
         self.index = index
         self.norms = tuple(self._norm(m) for m in (layer.input_layernorm, attn.q_norm, attn.k_norm,
                                                    layer.post_attention_layernorm))
-        self.q, self.k, self.v, self.o = (_linear(getattr(attn, p), pads) for p in ("q_proj", "k_proj", "v_proj",
-                                                                                  "o_proj"))
+        projections = [getattr(attn, p) for p in ("q_proj", "k_proj", "v_proj")]
+        self.qkv = _fused_qkv(projections, pads)
+        if self.qkv is None:
+            q, k, v = (_linear(m, pads) for m in projections)
+            self.qkv = lambda x: (q(x), k(x), v(x))
+        self.o = _linear(attn.o_proj, pads)
         self.head_dim, self.groups, self.scaling = attn.head_dim, attn.num_key_value_groups, attn.scaling
         gate = mlp.gate
         self.router = ((gate.weight, gate.top_k, gate.norm_topk_prob, gate.hidden_dim)
@@ -209,6 +243,9 @@ class LeanOlmoe:
             raise ValueError(f"the lean path cannot run this model: {why}")
         self.model = model
         inner = model.model
+        if _module._global_forward_hooks or _module._global_forward_pre_hooks:
+            raise ValueError("global forward hooks are registered, which the lean path does not run; build the "
+                             "Engine with lean=False")
         if not (_plain(model) and _plain(inner)):
             raise ValueError("the model has forward hooks, which the lean path does not run; build the Engine "
                              "with lean=False")
@@ -279,9 +316,10 @@ class LeanOlmoe:
         x = _norm(norm_in, h)
         batch, n = x.shape[:2]
         shape = (batch, n, -1, lay.head_dim)
-        q = _norm(q_norm, lay.q(x)).view(shape).transpose(1, 2)
-        k = _norm(k_norm, lay.k(x)).view(shape).transpose(1, 2)
-        v = lay.v(x).view(shape).transpose(1, 2)
+        q, k, v = lay.qkv(x)
+        q = _norm(q_norm, q).view(shape).transpose(1, 2)
+        k = _norm(k_norm, k).view(shape).transpose(1, 2)
+        v = v.view(shape).transpose(1, 2)
         q = (q * cos) + (_rotate_half(q) * sin)
         keys[:, :, start:end] = (k * cos) + (_rotate_half(k) * sin)
         values[:, :, start:end] = v
@@ -325,12 +363,20 @@ class LeanOlmoe:
 
 
 def _signature(model: nn.Module) -> tuple:
-    """The modules the lean path reads or calls, with whether each has forward hooks."""
-    inner = model.model
-    mods = [model, inner, inner.embed_tokens, inner.norm, inner.rotary_emb, model.lm_head]
-    for layer in inner.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        mods += [layer, attn, mlp, layer.input_layernorm, layer.post_attention_layernorm, attn.q_norm, attn.k_norm,
-                 attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate, mlp.experts]
-        backend = getattr(getattr(mlp.experts, "switch", None), "backend", None)
-    return tuple((m, bool(m._forward_hooks or m._forward_pre_hooks)) for m in mods) + (backend,)
+    """The modules the lean path reads or calls, whether each has forward hooks, whether any global
+    forward hooks exist, and the kernels' backend (read through ``_modules``: a pass checks it)."""
+    mods = model._modules
+    inner = mods["model"]
+    im = inner._modules
+    found = [model, inner, im["embed_tokens"], im["norm"], im["rotary_emb"], mods["lm_head"]]
+    backend = None
+    for layer in im["layers"]._modules.values():
+        lm = layer._modules
+        attn, mlp = lm["self_attn"], lm["mlp"]
+        am, mm = attn._modules, mlp._modules
+        found += [layer, attn, mlp, lm["input_layernorm"], lm["post_attention_layernorm"], am["q_norm"], am["k_norm"],
+                  am["q_proj"], am["k_proj"], am["v_proj"], am["o_proj"], mm["gate"], mm["experts"]]
+        backend = getattr(getattr(mm["experts"], "switch", None), "backend", None)
+    hooks = tuple(bool(m._forward_hooks or m._forward_pre_hooks) for m in found)
+    global_hooks = bool(_module._global_forward_hooks or _module._global_forward_pre_hooks)
+    return (*found, *hooks, global_hooks, backend)
