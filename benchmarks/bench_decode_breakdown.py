@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -51,7 +52,7 @@ import torch
 from moespec import io, paths, provenance, zoo
 from moespec.engine.breakdown import byte_limits, component_limits, decode_breakdown, pass_bytes, shares
 from moespec.engine.byte_shares import byte_shares
-from moespec.engine.profile import profile_engine
+from moespec.engine.profile import op_profile, pass_steps
 from moespec.engine.subject import subject_from_models
 from moespec.measure.ceiling import PREFIX, ReadCeiling
 
@@ -128,24 +129,37 @@ def pass_bytes_at(engine, prompt, n: int) -> dict:
 
 
 def profile_subjects(subjects: dict, prompts: dict, n: int, reps: int):
-    """Per-operation profiles (:func:`moespec.engine.profile.profile_engine`) of a decode step and a
-    verify pass of ``n`` tokens (dedup on) on each subject's lean path and transformers' path."""
-    parts, ops = [], []
+    """Per-operation profiles (:func:`moespec.engine.profile.op_profile`) of a decode step and a
+    verify pass of ``n`` tokens (dedup on) on each subject's lean path and transformers' path, all
+    in one round-robin order."""
+    steps = {}
     for name, sub in subjects.items():
         eng = sub.engine
         engines = [("lean", eng)] + ([("transformers", eng.variant(lean=False))] if eng.lean else [])
         for path, e in engines:
             tokens = continuation(e, prompts[name], n)
             e.crop(len(prompts[name]))
-            was = e.dedup
-            e.dedup = True
-            try:
-                p, o = profile_engine(e, tokens, ns=(1, n), reps=reps)
-            finally:
-                e.dedup = was
-            parts.append(p.assign(subject=name, path=path))
-            ops.append(o.assign(subject=name, path=path))
-    return pd.concat(parts, ignore_index=True), pd.concat(ops, ignore_index=True)
+            for tag, step in pass_steps(e, tokens, (1, n)).items():
+                steps[(name, path, tag)] = _with_dedup(e, step)
+    with torch.inference_mode():
+        parts, ops = op_profile(steps, reps=reps)
+    out = []
+    for df in (parts, ops):
+        keys = pd.DataFrame(df.pop("key").tolist(), columns=["subject", "path", "pass"], index=df.index)
+        out.append(pd.concat([keys, df], axis=1))
+    return out[0], out[1]
+
+
+def _with_dedup(engine, step):
+    """``step`` run with the engine's dedup switch on (the verify passes of the runs)."""
+    def run():
+        was = engine.dedup
+        engine.dedup = True
+        try:
+            step()
+        finally:
+            engine.dedup = was
+    return run
 
 
 def read_reference(bd: pd.DataFrame, ceiling: ReadCeiling | None) -> tuple[float, dict]:
@@ -163,6 +177,81 @@ def read_reference(bd: pd.DataFrame, ceiling: ReadCeiling | None) -> tuple[float
     record["GBps"] = max(read, record.get("ceiling_GBps", 0.0))
     record["used"] = "ceiling" if record["GBps"] > read else "torch.sum"
     return record["GBps"], record
+
+
+def summarize(out: Path, stamp: str) -> list[Path]:
+    """The run's summary tables from its files (docs/engine.md shows them; ``--summarize STAMP``
+    writes them again without measuring): ``<stamp>_steps.csv`` (per subject and pass, the bytes, the
+    byte limit, and each path's median step and share of the limit with its quartile range),
+    ``<stamp>_parts.csv`` (the profile's parts, us per traced pass, one column per path and pass)
+    and ``<stamp>_run.csv`` (the machine, versions, read bandwidths and load of the run)."""
+    lim = pd.read_csv(out / f"{stamp}_limits.csv")
+    prov = json.loads((out / f"{stamp}_provenance.json").read_text())
+    rows = []
+    for (subject, tag), g in lim.groupby(["subject", "pass"], sort=False):
+        row = {"subject": subject, "pass": tag, "bytes_MB": g.bytes_MB.iloc[0], "limit_ms": g.limit_ms.iloc[0]}
+        for r in g.itertuples():
+            row[f"{r.path}_ms"] = r.step_ms
+            row[f"{r.path}_share"] = r.share_of_limit
+            row[f"{r.path}_share_IQR"] = f"{r.share_q25:.2f}-{r.share_q75:.2f}"
+        rows.append(row)
+    written = [out / f"{stamp}_steps.csv"]
+    io.write_dataframe(written[0], pd.DataFrame(rows))
+    if (out / f"{stamp}_profile.csv").is_file():
+        prof = pd.read_csv(out / f"{stamp}_profile.csv")
+        prof["column"] = prof.path + " " + prof["pass"] + " (us)"
+        wide = prof.pivot_table(index=["subject", "part"], columns="column", values="us_per_pass", sort=False)
+        written.append(out / f"{stamp}_parts.csv")
+        io.write_dataframe(written[-1], wide.reset_index())
+    hw, ver, ref = prov.get("hardware", {}), prov.get("versions", {}), prov.get("read_reference") or {}
+    cpu = hw.get("cpu", {})
+    peer = prov.get("peer") or {}
+    run = {"started": prov.get("started", "")[:19], "cpu": cpu.get("cpu_model"), "logical_cpus": cpu.get("logical_cpus"),
+           "threads": prov["args"]["threads"], "reps": prov["args"]["reps"], "depth": prov["args"]["depth"],
+           "read_torch_sum_GBps": ref.get("torch_sum_GBps"), "read_ceiling_GBps": ref.get("ceiling_GBps"),
+           "limits_use": ref.get("used"), "load_average_1_5_15": " ".join(f"{v:.2f}" for v in
+                                                                         prov.get("load_average_1_5_15", [])),
+           "torch": ver.get("torch"), "transformers": ver.get("transformers"),
+           "llama_cpp_python": peer.get("llama_cpp_python", "")}
+    written.append(out / f"{stamp}_run.csv")
+    io.write_dataframe(written[-1], pd.DataFrame([run]))
+    written.append(out / f"{stamp}_goals.csv")
+    io.write_dataframe(written[-1], goals(lim))
+    return written
+
+
+#: Issue 55's goals: the share of the byte limit a step reaches.
+GOAL_SHARE = 0.85
+
+
+def goals(lim: pd.DataFrame, subject: str = "byte-faithful-all", peer: str = "peer-olmoe-shape") -> pd.DataFrame:
+    """Issue 55's goals from a run's ``_limits.csv``: the lean path's plain decode step and its verify
+    passes (each kernel, the least share over the passes of 2..9 tokens) at least
+    :data:`GOAL_SHARE` of their byte limits, and moespec's decode step on the peer model at least the
+    better of llama.cpp's two contexts' share in the same run; each with the median share, its
+    quartile range and whether the median meets it."""
+    rows = []
+    lean = lim[(lim.subject == subject) & (lim.path == "lean")]
+    one = lean[lean.n == 1]
+    if len(one):
+        r = one.iloc[0]
+        rows.append({"goal": f"{subject}: plain decode step", "share": r.share_of_limit, "share_q25": r.share_q25,
+                     "share_q75": r.share_q75, "target": GOAL_SHARE, "met": bool(r.share_of_limit >= GOAL_SHARE)})
+    for kernel in ("dedup", "slot"):
+        ver = lean[(lean.n > 1) & (lean.n <= 9) & (lean.kernel == kernel)]
+        if len(ver):
+            r = ver.loc[ver.share_of_limit.idxmin()]
+            rows.append({"goal": f"{subject}: verify passes of 2..9 tokens, {kernel} (least, at {r['pass']})",
+                         "share": r.share_of_limit, "share_q25": r.share_q25, "share_q75": r.share_q75,
+                         "target": GOAL_SHARE, "met": bool(r.share_of_limit >= GOAL_SHARE)})
+    p = lim[(lim.subject == peer) & (lim.n == 1)].set_index("path")
+    if "lean" in p.index and p.index.str.startswith("llamacpp").any():
+        best = p[p.index.str.startswith("llamacpp")].share_of_limit.idxmax()
+        r = p.loc["lean"]
+        rows.append({"goal": f"{peer}: moespec's decode step against llama.cpp's ({best})", "share": r.share_of_limit,
+                     "share_q25": r.share_q25, "share_q75": r.share_q75, "target": p.loc[best, "share_of_limit"],
+                     "met": bool(r.share_of_limit >= p.loc[best, "share_of_limit"])})
+    return pd.DataFrame(rows)
 
 
 def main(argv=None) -> int:
@@ -189,7 +278,13 @@ def main(argv=None) -> int:
     ap.add_argument("--peer", action="store_true", help="llama.cpp's CPU decode on a model both engines load")
     ap.add_argument("--peer-experts", type=int, default=16,
                     help="experts per layer of the peer model (OLMoE's shapes otherwise; 8 routed per token)")
+    ap.add_argument("--summarize", default="", metavar="STAMP",
+                    help="only write the summary tables of the run STAMP in --out (no measurement)")
     args = ap.parse_args(argv)
+    if args.summarize:
+        for path in summarize(Path(args.out) if args.out else paths.bench_dir() / "breakdown", args.summarize):
+            print(f"written {path}")
+        return 0
 
     torch.set_num_threads(args.threads)
     source = args.source
@@ -254,6 +349,7 @@ def main(argv=None) -> int:
                   "share_q75"]].to_string(**pd_opts))
     print(components.to_string(**pd_opts))
     print(f"read reference: {ceiling_record}")
+    summarize(out, stamp)
     print(f"written to {out}/{stamp}_*")
     return 0
 

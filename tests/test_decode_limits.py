@@ -96,8 +96,10 @@ def test_profile_gives_the_kernels_their_own_parts():
     if available("cpu"):
         assert n1.loc[("kernel expert_slot", "expert kernel"), "calls_per_pass"] == 2      # one per MoE layer
     calls = []
-    parts, _ = op_profile(lambda: calls.append(torch.ones(3).sum()), reps=3, warmup=1)
-    assert len(calls) == 4 and parts.share.sum() == pytest.approx(1.0)
+    parts, _ = op_profile({"a": lambda: calls.append("a") or torch.ones(3).sum(),
+                           "b": lambda: calls.append("b") or torch.ones(3).sum()}, reps=3, warmup=1)
+    assert calls == ["a", "b"] * 4                       # round-robin, warm-up round first
+    assert parts.groupby("key").share.sum().tolist() == pytest.approx([1.0, 1.0])
 
 
 def test_peer_gguf_holds_the_models_weights_in_q8_0(tmp_path):

@@ -17,8 +17,9 @@ those of the transformers path (``tests/test_engine_lean.py`` against outputs sa
 Which modules it runs inline: ``OlmoeRMSNorm``, ``OlmoeTopKRouter``, ``nn.Linear``, ``nn.Embedding``,
 :class:`moespec.engine.widen.PaddedLinear` and :class:`moespec.engine.switch.KernelExperts`, each
 when it has no forward hooks; any other module in their place (a replayed router, the breakdown's
-zero experts) or one with hooks is called as a module, so its hooks run. The plan is checked before
-every pass against the model's current modules (a few microseconds) and rebuilt when one changed.
+zero experts) or one with hooks is called as a module, so its hooks run. Before every pass the
+model's modules and hooks are read (a few microseconds) and the plan of that arrangement is taken
+(:class:`Plans`: built the first time it is met).
 Hooks on the containers it does not call (decoder layers, attention, MoE block, the model) are
 refused by name.
 
@@ -173,9 +174,12 @@ def _fused_qkv(mods, pads: dict):
     if any((m.weights.fmt, m.backend, m.weights.shape[1], m.in_features) != key for m in mods):
         return None
     ws = [m.weights for m in mods]
-    fused = DenseWeights(key[0], torch.cat([w.values for w in ws]).contiguous(),
-                         None if ws[0].scale is None else torch.cat([w.scale for w in ws]).contiguous())
-    call = dense_call(fused, first.backend)
+    kept = ws[0]._cache.get("lean_qkv")       # made once per weights: a rebuilt plan reuses it
+    if kept is None or any(a is not b for a, b in zip(kept[0], ws)):
+        fused = DenseWeights(key[0], torch.cat([w.values for w in ws]).contiguous(),
+                             None if ws[0].scale is None else torch.cat([w.scale for w in ws]).contiguous())
+        kept = ws[0]._cache["lean_qkv"] = (tuple(ws), fused)
+    call = dense_call(kept[1], first.backend)
     k_pad, k = key[2], key[3]
     pad = pads.setdefault(k_pad, _Padded(k_pad)) if k_pad > k else None
     bounds, start = [], 0
@@ -234,8 +238,7 @@ def _norm(spec, x: torch.Tensor) -> torch.Tensor:
 
 
 class LeanOlmoe:
-    """The forward pass of one OLMoE-layout model (module docstring), built once per model and
-    rebuilt when :meth:`current` finds a module changed."""
+    """The forward pass of one OLMoE-layout model as its modules stand (module docstring)."""
 
     def __init__(self, model: nn.Module):
         why = unsupported(model)
@@ -250,7 +253,6 @@ class LeanOlmoe:
             raise ValueError("the model has forward hooks, which the lean path does not run; build the Engine "
                              "with lean=False")
         cfg = model.config
-        self.signature = self._signature()
         pads: dict = {}
         self.layers = [_Layer(layer, i, pads) for i, layer in
                        enumerate(inner.layers[:cfg.num_hidden_layers])]
@@ -266,12 +268,6 @@ class LeanOlmoe:
         self.kv_heads, self.head_dim = cfg.num_key_value_heads, attn.head_dim
         self.limit = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 20)
 
-    def _signature(self) -> tuple:
-        return _signature(self.model)
-
-    def current(self) -> bool:
-        """The model's modules are the ones this plan was built from, with the same hooks."""
-        return _signature(self.model) == self.signature
 
     # --- the cache and the rotary table ------------------------------------------------------
     def new_cache(self, positions: int, batch: int = 1) -> KVCache:
@@ -380,3 +376,23 @@ def _signature(model: nn.Module) -> tuple:
     hooks = tuple(bool(m._forward_hooks or m._forward_pre_hooks) for m in found)
     global_hooks = bool(_module._global_forward_hooks or _module._global_forward_pre_hooks)
     return (*found, *hooks, global_hooks, backend)
+
+
+class Plans:
+    """The plans of one model, one per arrangement of its modules met so far (a benchmark that swaps
+    a module in and out between passes switches between two plans; nothing is rebuilt)."""
+
+    #: Arrangements kept (the oldest is dropped beyond).
+    KEEP = 4
+
+    def __init__(self, model: nn.Module):
+        self.model, self.plans = model, {}
+
+    def current(self) -> LeanOlmoe:
+        sig = _signature(self.model)
+        plan = self.plans.get(sig)
+        if plan is None:
+            plan = self.plans[sig] = LeanOlmoe(self.model)
+            while len(self.plans) > self.KEEP:
+                self.plans.pop(next(iter(self.plans)))
+        return plan

@@ -79,25 +79,20 @@ def _part_of(event, markers, memo) -> str:
     return found
 
 
-def op_profile(step, reps: int = 5, warmup: int = 2) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Profile ``reps`` calls of ``step()`` (one pass each, e.g. a forward and its crop) after
-    ``warmup`` untraced ones. Returns (parts, operations): per part its own time per pass (us) and
-    share of the traced pass; per event name (torch operators and the kernels' built-in calls; a
-    built-in's object address dropped) its own time and calls per pass, largest first."""
+def _traced(step) -> tuple[dict, dict]:
+    """One profiled call of ``step()``: own time per part and (time, calls) per operation (us)."""
     from torch.profiler import ProfilerActivity, profile
 
-    for _ in range(warmup):
-        step()
     with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-        for _ in range(reps):
-            step()
+        step()
     events = prof.events()
-    ours = next(e.thread for e in events if e.name.startswith("aten::"))  # the passes' thread, not others'
-    events = [e for e in events if e.thread == ours]
+    ours = next(e.thread for e in events if e.name.startswith("aten::"))  # the pass's thread, not others'
     markers, memo = part_markers(), {}
     parts: dict[str, float] = {}
-    ops: dict[str, list] = {}
+    ops: dict[tuple, list] = {}
     for e in events:
+        if e.thread != ours:
+            continue
         own = float(e.self_cpu_time_total)
         part = _part_of(e, markers, memo)
         if part == PROFILER:
@@ -108,35 +103,56 @@ def op_profile(step, reps: int = 5, warmup: int = 2) -> tuple[pd.DataFrame, pd.D
             cell = ops.setdefault((name, part), [0.0, 0])
             cell[0] += own
             cell[1] += 1
-    total = sum(parts.values())
-    part_rows = [{"part": p, "us_per_pass": t / reps, "share": t / total} for p, t in parts.items()]
-    op_rows = [{"operation": name, "part": part, "us_per_pass": t / reps, "calls_per_pass": c / reps}
-               for (name, part), (t, c) in ops.items()]
+    return parts, ops
+
+
+def op_profile(steps: dict, reps: int = 5, warmup: int = 2) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Profile ``steps`` ``{key: step}`` (each ``step()`` one pass, e.g. a forward and its crop),
+    ``reps`` traced calls of each in round-robin order after ``warmup`` untraced ones, so that every
+    step meets the same mixture of the machine's moments. Returns (parts, operations), with a
+    ``key`` column: per part the median over the calls of its own time (us) and its share of the
+    parts' medians; per event name (torch operators and the kernels' built-in calls, a built-in's
+    object address dropped) its median own time and calls per pass, largest first."""
+    for _ in range(warmup):
+        for step in steps.values():
+            step()
+    per_part: dict = {}
+    per_op: dict = {}
+    for _ in range(reps):
+        for key, step in steps.items():
+            parts, ops = _traced(step)
+            for part, t in parts.items():
+                per_part.setdefault((key, part), []).append(t)
+            for op, (t, c) in ops.items():
+                per_op.setdefault((key, *op), []).append((t, c))
     order = {p: i for i, p in enumerate([*PARTS, "framework"])}  # PARTS' order, the rest last
-    parts_df = pd.DataFrame(part_rows).sort_values("part", key=lambda s: s.map(order)).reset_index(drop=True)
-    ops_df = pd.DataFrame(op_rows).sort_values("us_per_pass", ascending=False).reset_index(drop=True)
-    return parts_df, ops_df
+    part_rows = [{"key": k, "part": p, "us_per_pass": float(np.median(v + [0.0] * (reps - len(v))))}
+                 for (k, p), v in per_part.items()]
+    parts_df = pd.DataFrame(part_rows)
+    parts_df["share"] = parts_df.us_per_pass / parts_df.groupby("key").us_per_pass.transform("sum")
+    parts_df = parts_df.sort_values(["key", "part"], key=lambda s: s.map(order) if s.name == "part" else s.astype(str))
+    op_rows = [{"key": k, "operation": name, "part": part,
+                "us_per_pass": float(np.median([t for t, _ in v] + [0.0] * (reps - len(v)))),
+                "calls_per_pass": float(np.median([c for _, c in v] + [0] * (reps - len(v))))}
+               for (k, name, part), v in per_op.items()]
+    ops_df = pd.DataFrame(op_rows).sort_values(["key", "us_per_pass"], ascending=[True, False])
+    return parts_df.reset_index(drop=True), ops_df.reset_index(drop=True)
+
+
+def pass_steps(engine, tokens, ns=(1, 9)) -> dict:
+    """``{"n=<n>": step}``: a pass of ``tokens[:n]`` appended to the engine's cache, cropped back."""
+    start = engine.length
+
+    def make(n):
+        def step():
+            engine.forward(tokens[:n])
+            engine.crop(start)
+        return step
+    return {f"n={n}": make(n) for n in ns}
 
 
 def profile_engine(engine, tokens, ns=(1, 9), reps: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """:func:`op_profile` of the passes of ``n`` tokens (``tokens[:n]`` appended to the engine's
-    cache, cropped back after each) for each n in ``ns``; the rows carry ``pass`` (``n=<n>``)."""
-    start = engine.length
-    parts, ops = [], []
-    for n in ns:
-        def step(n=n):
-            engine.forward(tokens[:n])
-            engine.crop(start)
-
-        with torch.inference_mode():
-            p, o = op_profile(step, reps=reps)
-        parts.append(p.assign(**{"pass": f"n={n}"}))
-        ops.append(o.assign(**{"pass": f"n={n}"}))
-    return pd.concat(parts, ignore_index=True), pd.concat(ops, ignore_index=True)
-
-
-def part_summary(parts: pd.DataFrame) -> pd.DataFrame:
-    """Per pass, the kernels' share and everything else's of a traced pass."""
-    kern = parts.part.isin(["expert kernel", "dense kernel (attention, LM head)"])
-    g = parts.assign(kernel=np.where(kern, "kernels", "outside kernels")).groupby(["pass", "kernel"]).us_per_pass
-    return g.sum().unstack().reset_index()
+    """:func:`op_profile` of :func:`pass_steps`; the rows carry ``pass`` (``n=<n>``)."""
+    with torch.inference_mode():
+        parts, ops = op_profile(pass_steps(engine, tokens, ns), reps=reps)
+    return parts.rename(columns={"key": "pass"}), ops.rename(columns={"key": "pass"})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from moespec.engine.lean import KVCache, LeanOlmoe, unsupported
+from moespec.engine.lean import KVCache, LeanOlmoe, Plans, unsupported
 from moespec.engine.switch import install, moe_layers
 
 
@@ -44,7 +44,7 @@ class Engine:
         #: the lean decode path (:mod:`moespec.engine.lean`) when asked for and the model is one it runs;
         #: otherwise transformers' forward with a ``DynamicCache``
         self.lean = bool(lean) and unsupported(model) is None
-        self._plan: LeanOlmoe | None = None
+        self._plan: Plans | None = None
         self.num_layers = len(moe_layers(model))
         self.prefill_chunk = int(prefill_chunk)
         self.cache = None
@@ -93,10 +93,10 @@ class Engine:
         return out.logits[0]
 
     def plan(self) -> LeanOlmoe:
-        """The lean path's plan of the model as it is now (rebuilt when a module or hook changed)."""
-        if self._plan is None or not self._plan.current():
-            self._plan = LeanOlmoe(self.model)
-        return self._plan
+        """The lean path's plan of the model as it is now (one per arrangement of its modules and hooks)."""
+        if self._plan is None:
+            self._plan = Plans(self.model)
+        return self._plan.current()
 
     def variant(self, lean: bool) -> "Engine":
         """An engine on the same model and switch that runs the lean path or transformers' forward
