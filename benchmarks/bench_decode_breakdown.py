@@ -13,6 +13,22 @@ targets (expert share >= 0.6, draft <= 0.1, memory <= 16 GiB).
     .venv/bin/python benchmarks/bench_decode_breakdown.py --source random --reps 30
     .venv/bin/python benchmarks/bench_decode_breakdown.py --subjects default,byte-faithful,byte-faithful-intermediate
 
+Where a step stands against its byte limit (issue 55): ``--transformers`` also times every step
+through transformers' forward (the path the engine ran before its lean one,
+``Engine.variant(lean=False)``) in the same rounds; ``--ceiling`` (default on) times the read
+ceiling (:class:`moespec.measure.ceiling.ReadCeiling`) in them too; every step is then set beside
+the bytes its pass reads over the run's read bandwidth (the ceiling, or the ``torch.sum`` read where
+that is faster): ``<stamp>_limits.csv`` (per subject, path and pass) and ``<stamp>_components.csv``
+(the n = 1 step's components alone against their bytes, and the step's remainder). ``--profile``
+writes a per-operation profile (``torch.profiler``, :mod:`moespec.engine.profile`) of one decode
+step and one verify pass of ``--profile-n`` tokens on each path: ``<stamp>_profile.csv`` (the
+parts of a pass) and ``<stamp>_profile_ops.csv`` (operations). ``--peer`` adds llama.cpp's own CPU
+decode on a model both engines load (``benchmarks/ggml_peer/llamacpp_peer.py``), timed in the same
+rounds.
+
+    .venv/bin/python benchmarks/bench_decode_breakdown.py --subjects byte-faithful-all --transformers \
+        --profile --peer --ns 1,2,5,9 --reps 30
+
 ``--source random`` (or no trained models on disk) uses the default models' configurations with
 random weights, labelled so: timing depends on shapes, formats and ids, and the routing of a
 random router is close to uniform. Writes ``data/bench/breakdown/<stamp>_breakdown.csv``,
@@ -24,6 +40,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
+import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +50,11 @@ import pandas as pd
 import torch
 
 from moespec import io, paths, provenance, zoo
-from moespec.engine.breakdown import decode_breakdown, shares
+from moespec.engine.breakdown import byte_limits, component_limits, decode_breakdown, pass_bytes, shares
 from moespec.engine.byte_shares import byte_shares
+from moespec.engine.profile import op_profile, pass_steps
 from moespec.engine.subject import subject_from_models
+from moespec.measure.ceiling import PREFIX, ReadCeiling
 
 #: name -> arguments of moespec.engine.subject.subject_from_models
 SUBJECTS = {
@@ -85,6 +106,154 @@ def build(names, source: str, like: str, backend: str, depth: int, seed: int):
     return subjects, prompts, held
 
 
+def peer_module():
+    """``benchmarks/ggml_peer/llamacpp_peer.py`` (not a package: loaded from its file)."""
+    path = Path(__file__).resolve().parent / "ggml_peer" / "llamacpp_peer.py"
+    spec = importlib.util.spec_from_file_location("llamacpp_peer", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def continuation(engine, prompt, n: int) -> list[int]:
+    """The prompt's greedy next token and the n - 1 after it (the tokens every timed pass feeds)."""
+    first = engine.prefill(prompt)
+    return [first] + engine.greedy(first, n - 1)
+
+
+def pass_bytes_at(engine, prompt, n: int) -> dict:
+    """:func:`moespec.engine.breakdown.pass_bytes` of the pass of n greedy tokens after ``prompt``."""
+    tokens = continuation(engine, prompt, n)
+    engine.crop(len(prompt))
+    return pass_bytes(engine, tokens, n)
+
+
+def profile_subjects(subjects: dict, prompts: dict, n: int, reps: int):
+    """Per-operation profiles (:func:`moespec.engine.profile.op_profile`) of a decode step and a
+    verify pass of ``n`` tokens (dedup on) on each subject's lean path and transformers' path, all
+    in one round-robin order."""
+    steps = {}
+    for name, sub in subjects.items():
+        eng = sub.engine
+        engines = [("lean", eng)] + ([("transformers", eng.variant(lean=False))] if eng.lean else [])
+        for path, e in engines:
+            tokens = continuation(e, prompts[name], n)
+            e.crop(len(prompts[name]))
+            for tag, step in pass_steps(e, tokens, (1, n)).items():
+                steps[(name, path, tag)] = _with_dedup(e, step)
+    with torch.inference_mode():
+        parts, ops = op_profile(steps, reps=reps)
+    out = []
+    for df in (parts, ops):
+        keys = pd.DataFrame(df.pop("key").tolist(), columns=["subject", "path", "pass"], index=df.index)
+        out.append(pd.concat([keys, df], axis=1))
+    return out[0], out[1]
+
+
+def _with_dedup(engine, step):
+    """``step`` run with the engine's dedup switch on (the verify passes of the runs)."""
+    def run():
+        was = engine.dedup
+        engine.dedup = True
+        try:
+            step()
+        finally:
+            engine.dedup = was
+    return run
+
+
+def read_reference(bd: pd.DataFrame, ceiling: ReadCeiling | None) -> tuple[float, dict]:
+    """The run's read bandwidth: the read ceiling's best pattern or the ``torch.sum`` read, whichever
+    is faster (as the expert-operation benchmark takes it), with both recorded."""
+    read = float(bd[bd.component == "read"].GBps.iloc[0])
+    record = {"torch_sum_GBps": read}
+    if ceiling is not None:
+        rows = bd[bd.component == "read_ceiling"]
+        per = {r["pass"][len(PREFIX):]: ceiling.bytes[r["pass"][len(PREFIX):]] / r.t_median_s / 1e9
+               for _, r in rows.iterrows()}
+        best = max(per, key=per.get)
+        record.update({"ceiling_GBps": per[best], "ceiling_pattern": best, "ceiling_patterns_GBps": per,
+                       "ceiling": ceiling.record()})
+    record["GBps"] = max(read, record.get("ceiling_GBps", 0.0))
+    record["used"] = "ceiling" if record["GBps"] > read else "torch.sum"
+    return record["GBps"], record
+
+
+def summarize(out: Path, stamp: str) -> list[Path]:
+    """The run's summary tables from its files (docs/engine.md shows them; ``--summarize STAMP``
+    writes them again without measuring): ``<stamp>_steps.csv`` (per subject and pass, the bytes, the
+    byte limit, and each path's median step and share of the limit with its quartile range),
+    ``<stamp>_parts.csv`` (the profile's parts, us per traced pass, one column per path and pass)
+    and ``<stamp>_run.csv`` (the machine, versions, read bandwidths and load of the run)."""
+    lim = pd.read_csv(out / f"{stamp}_limits.csv")
+    prov = json.loads((out / f"{stamp}_provenance.json").read_text())
+    rows = []
+    for (subject, tag), g in lim.groupby(["subject", "pass"], sort=False):
+        row = {"subject": subject, "pass": tag, "bytes_MB": g.bytes_MB.iloc[0], "limit_ms": g.limit_ms.iloc[0]}
+        for r in g.itertuples():
+            row[f"{r.path}_ms"] = r.step_ms
+            row[f"{r.path}_share"] = r.share_of_limit
+            row[f"{r.path}_share_IQR"] = f"{r.share_q25:.2f}-{r.share_q75:.2f}"
+        rows.append(row)
+    written = [out / f"{stamp}_steps.csv"]
+    io.write_dataframe(written[0], pd.DataFrame(rows))
+    if (out / f"{stamp}_profile.csv").is_file():
+        prof = pd.read_csv(out / f"{stamp}_profile.csv")
+        prof["column"] = prof.path + " " + prof["pass"] + " (us)"
+        wide = prof.pivot_table(index=["subject", "part"], columns="column", values="us_per_pass", sort=False)
+        written.append(out / f"{stamp}_parts.csv")
+        io.write_dataframe(written[-1], wide.reset_index())
+    hw, ver, ref = prov.get("hardware", {}), prov.get("versions", {}), prov.get("read_reference") or {}
+    cpu = hw.get("cpu", {})
+    peer = prov.get("peer") or {}
+    run = {"started": prov.get("started", "")[:19], "cpu": cpu.get("cpu_model"), "logical_cpus": cpu.get("logical_cpus"),
+           "threads": prov["args"]["threads"], "reps": prov["args"]["reps"], "depth": prov["args"]["depth"],
+           "read_torch_sum_GBps": ref.get("torch_sum_GBps"), "read_ceiling_GBps": ref.get("ceiling_GBps"),
+           "limits_use": ref.get("used"), "load_average_1_5_15": " ".join(f"{v:.2f}" for v in
+                                                                         prov.get("load_average_1_5_15", [])),
+           "torch": ver.get("torch"), "transformers": ver.get("transformers"),
+           "llama_cpp_python": peer.get("llama_cpp_python", "")}
+    written.append(out / f"{stamp}_run.csv")
+    io.write_dataframe(written[-1], pd.DataFrame([run]))
+    written.append(out / f"{stamp}_goals.csv")
+    io.write_dataframe(written[-1], goals(lim))
+    return written
+
+
+#: Issue 55's goals: the share of the byte limit a step reaches.
+GOAL_SHARE = 0.85
+
+
+def goals(lim: pd.DataFrame, subject: str = "byte-faithful-all", peer: str = "peer-olmoe-shape") -> pd.DataFrame:
+    """Issue 55's goals from a run's ``_limits.csv``: the lean path's plain decode step and its verify
+    passes (each kernel, the least share over the passes of 2..9 tokens) at least
+    :data:`GOAL_SHARE` of their byte limits, and moespec's decode step on the peer model at least the
+    better of llama.cpp's two contexts' share in the same run; each with the median share, its
+    quartile range and whether the median meets it."""
+    rows = []
+    lean = lim[(lim.subject == subject) & (lim.path == "lean")]
+    one = lean[lean.n == 1]
+    if len(one):
+        r = one.iloc[0]
+        rows.append({"goal": f"{subject}: plain decode step", "share": r.share_of_limit, "share_q25": r.share_q25,
+                     "share_q75": r.share_q75, "target": GOAL_SHARE, "met": bool(r.share_of_limit >= GOAL_SHARE)})
+    for kernel in ("dedup", "slot"):
+        ver = lean[(lean.n > 1) & (lean.n <= 9) & (lean.kernel == kernel)]
+        if len(ver):
+            r = ver.loc[ver.share_of_limit.idxmin()]
+            rows.append({"goal": f"{subject}: verify passes of 2..9 tokens, {kernel} (least, at {r['pass']})",
+                         "share": r.share_of_limit, "share_q25": r.share_q25, "share_q75": r.share_q75,
+                         "target": GOAL_SHARE, "met": bool(r.share_of_limit >= GOAL_SHARE)})
+    p = lim[(lim.subject == peer) & (lim.n == 1)].set_index("path")
+    if "lean" in p.index and p.index.str.startswith("llamacpp").any():
+        best = p[p.index.str.startswith("llamacpp")].share_of_limit.idxmax()
+        r = p.loc["lean"]
+        rows.append({"goal": f"{peer}: moespec's decode step against llama.cpp's ({best})", "share": r.share_of_limit,
+                     "share_q25": r.share_q25, "share_q75": r.share_q75, "target": p.loc[best, "share_of_limit"],
+                     "met": bool(r.share_of_limit >= p.loc[best, "share_of_limit"])})
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--subjects", default="default,byte-faithful", help=f"comma-separated, of {sorted(SUBJECTS)}")
@@ -99,7 +268,23 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="", help="output folder (default data/bench/breakdown)")
+    ap.add_argument("--transformers", action="store_true",
+                    help="also time every step through transformers' forward (Engine.variant(lean=False))")
+    ap.add_argument("--no-ceiling", dest="ceiling", action="store_false",
+                    help="leave out the read ceiling (the byte limits then use the torch.sum read)")
+    ap.add_argument("--profile", action="store_true", help="write a per-operation profile of each path")
+    ap.add_argument("--profile-n", type=int, default=9, help="tokens of the profiled verify pass")
+    ap.add_argument("--profile-reps", type=int, default=5)
+    ap.add_argument("--peer", action="store_true", help="llama.cpp's CPU decode on a model both engines load")
+    ap.add_argument("--peer-experts", type=int, default=16,
+                    help="experts per layer of the peer model (OLMoE's shapes otherwise; 8 routed per token)")
+    ap.add_argument("--summarize", default="", metavar="STAMP",
+                    help="only write the summary tables of the run STAMP in --out (no measurement)")
     args = ap.parse_args(argv)
+    if args.summarize:
+        for path in summarize(Path(args.out) if args.out else paths.bench_dir() / "breakdown", args.summarize):
+            print(f"written {path}")
+        return 0
 
     torch.set_num_threads(args.threads)
     source = args.source
@@ -109,15 +294,38 @@ def main(argv=None) -> int:
     ns = tuple(int(x) for x in args.ns.split(","))
     started = dt.datetime.now(dt.timezone.utc)
     subjects, prompts, held = build(names, source, args.like, args.backend, args.depth, args.seed)
-    bd = decode_breakdown(subjects, prompts, n_values=ns, reps=args.reps, warmup=args.warmup)
+    out = Path(args.out) if args.out else paths.bench_dir() / "breakdown"
+    stamp = started.strftime("%Y%m%dT%H%M%S")
+    extra, ceiling, peer = {}, None, None
+    if args.peer:
+        peer = peer_module().PeerPair(experts=args.peer_experts, depth=args.depth, seed=args.seed,
+                                      backend=args.backend, threads=args.threads)
+        subjects[peer.name], prompts[peer.name] = peer.subject, peer.prompt
+        held[peer.name] = np.nan
+        extra.update(peer.calls(ns))
+    if args.ceiling:
+        ceiling = ReadCeiling()
+        extra.update({("", "read_ceiling", name): fn for name, fn in ceiling.calls().items()})
+    if args.profile:
+        profiles = profile_subjects(subjects, prompts, args.profile_n, args.profile_reps)
+        io.write_dataframe(out / f"{stamp}_profile.csv", profiles[0])
+        io.write_dataframe(out / f"{stamp}_profile_ops.csv", profiles[1])
+    bd = decode_breakdown(subjects, prompts, n_values=ns, reps=args.reps, warmup=args.warmup,
+                          transformers_path=args.transformers, extra_calls=extra)
+    gbps, ceiling_record = read_reference(bd, ceiling)
+    bytes_by_pass = {(k, n): pass_bytes_at(s.engine, prompts[k], n) for k, s in subjects.items() for n in ns}
+    if peer is not None:
+        bytes_by_pass.update(peer.bytes_by_pass(ns))
+    limits = byte_limits(bd, bytes_by_pass, gbps)
     fmt_of = {k: s.description.get("fmt", "f32") for k, s in subjects.items()}
     byte_tables = {k: byte_shares(s.engine, args.like, fmt_of[k], depths=(args.depth,)).assign(subject=k)
                    for k, s in subjects.items()}
     table = shares(bd, byte_tables)
     table["memory_held_GiB"] = table["subject"].map(held)
     table["label"] = table["subject"].map({k: s.label for k, s in subjects.items()})
-    out = Path(args.out) if args.out else paths.bench_dir() / "breakdown"
-    stamp = started.strftime("%Y%m%dT%H%M%S")
+    components = component_limits(bd, byte_tables, gbps)
+    io.write_dataframe(out / f"{stamp}_limits.csv", limits)
+    io.write_dataframe(out / f"{stamp}_components.csv", components)
     io.write_dataframe(out / f"{stamp}_breakdown.csv", bd)
     io.write_dataframe(out / f"{stamp}_shares.csv", table)
     bytes_table = pd.concat(list(byte_tables.values()), ignore_index=True)
@@ -125,7 +333,9 @@ def main(argv=None) -> int:
     io.write_json(out / f"{stamp}_provenance.json", {
         **provenance.full_record(), "started": started.isoformat(),
         "finished": dt.datetime.now(dt.timezone.utc).isoformat(), "args": vars(args), "source": source,
-        "targets": TARGETS, "subjects": {k: {"label": s.label, **s.description} for k, s in subjects.items()}})
+        "targets": TARGETS, "subjects": {k: {"label": s.label, **s.description} for k, s in subjects.items()},
+        "read_reference": ceiling_record, "load_average_1_5_15": list(os.getloadavg()),
+        "peer": peer.record() if peer is not None else None})
     pd_opts = dict(index=False, float_format=lambda x: f"{x:.4g}")
     print(table.drop(columns=["label"]).to_string(**pd_opts))
     for _, r in table.iterrows():
@@ -135,6 +345,11 @@ def main(argv=None) -> int:
     print(f"peak memory of this run (all subjects): {table.peak_memory_GiB.iloc[0]:.2f} GiB "
           f"(target for one subject <= {TARGETS['memory_GiB_max']} GiB); read {table.read_GBps.iloc[0]:.1f} GB/s")
     print(bytes_table[["subject", "component", "subject_bytes", "subject_share", "published_share"]].to_string(**pd_opts))
+    print(limits[["subject", "path", "pass", "step_ms", "bytes_MB", "limit_ms", "share_of_limit", "share_q25",
+                  "share_q75"]].to_string(**pd_opts))
+    print(components.to_string(**pd_opts))
+    print(f"read reference: {ceiling_record}")
+    summarize(out, stamp)
     print(f"written to {out}/{stamp}_*")
     return 0
 

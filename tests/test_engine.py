@@ -46,16 +46,21 @@ def test_switch_dispatch():
         s.kernel_for(0)
 
 
-def test_engine_matches_model_and_settings_agree(prompts):
+@pytest.mark.parametrize("lean", [True, False])
+def test_engine_matches_model_and_settings_agree(prompts, lean):
     model = tiny_moe(seed=1, vocab_size=256, num_experts=16, top_k=4, num_layers=2, hidden_size=32)
     ids = torch.as_tensor(prompts[0])
     with torch.no_grad():
         ref = model(input_ids=ids.view(1, -1)).logits[0]
-    eng = Engine(model, backend="torch")
+    eng = Engine(model, backend="torch", lean=lean)
     calls = []
-    import moespec.engine.switch as K  # the engine's kernel calls go through switch.expert_forward
+    import moespec.engine.switch as K  # transformers' path calls the kernels through switch.expert_forward
     orig = K.expert_forward
     K.expert_forward = lambda *a, **kw: (calls.append(kw["kernel"]), orig(*a, **kw))[1]
+    if lean:  # the lean path calls each layer's kernels, resolved once (moespec.engine.lean)
+        for lay in eng.plan().layers:
+            lay.kernels = {k: (lambda f, k: lambda *a: (calls.append(k), f(*a))[1])(f, k)
+                           for k, f in lay.kernels.items()}
     try:
         for dd in (False, True):
             eng.dedup = dd

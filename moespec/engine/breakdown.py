@@ -94,13 +94,17 @@ def capture_dense_inputs(engine, ids) -> dict[str, list[tuple]]:
     return {part: [got[(part, i)] for i in range(len(modules))] for part, modules in mods.items()}
 
 
-def _callables(name: str, subject, prompt, n_values, dedup_kernels: bool) -> dict:
+def _callables(name: str, subject, prompt, n_values, dedup_kernels: bool, transformers_path: bool = False) -> dict:
 
     eng = subject.engine
     d = len(prompt)
     first = eng.prefill(prompt)
     cont = [first] + eng.greedy(first, max(n_values))
     eng.crop(d)
+    old = None
+    if transformers_path and eng.lean:   # the same model through transformers' forward (Engine.variant)
+        old = eng.variant(lean=False)
+        old.prefill(prompt)
     layers = moe_layers(eng.model)
     experts = [layer.mlp.experts for layer in layers]
     zero = ZeroExperts()
@@ -123,6 +127,13 @@ def _callables(name: str, subject, prompt, n_values, dedup_kernels: bool) -> dic
 
             calls[(name, "step", tag)] = step
             calls[(name, "experts", tag)] = ops
+            if old is not None:
+                def step_old(n=n, dd=dd):
+                    eng.dedup = dd
+                    old.forward(cont[:n])
+                    old.crop(d)
+
+                calls[(name, "step_transformers", tag)] = step_old
 
         def bare(n=n):
             for layer in layers:
@@ -158,8 +169,13 @@ def peak_memory_bytes(device: str = "cpu") -> int:
 
 
 def decode_breakdown(subjects: dict, prompts: dict, n_values=(1, 8), reps: int = 50, warmup: int = 3,
-                     read_bytes: int | None = None, device: str = "cpu", dedup_kernels: bool = True) -> pd.DataFrame:
+                     read_bytes: int | None = None, device: str = "cpu", dedup_kernels: bool = True,
+                     transformers_path: bool = False, extra_calls: dict | None = None) -> pd.DataFrame:
     """Time every component (module docstring) of every subject in one interleaved run.
+
+    ``transformers_path``: also time each step through transformers' forward (component
+    ``step_transformers``) where the engine runs the lean path. ``extra_calls``: more callables,
+    ``{(subject, component, pass): fn}``, timed in the same rounds (the peer engine's steps).
 
     ``subjects``: name -> :class:`moespec.engine.subject.Subject`; ``prompts``: name -> token ids
     (the cache depth is the prompt's length). Returns one row per (subject, component, pass) with
@@ -170,7 +186,8 @@ def decode_breakdown(subjects: dict, prompts: dict, n_values=(1, 8), reps: int =
         raise ValueError(f"n_values must include 1 (the decode step); got {n_values}")
     calls = {}
     for name, sub in subjects.items():
-        calls.update(_callables(name, sub, prompts[name], tuple(n_values), dedup_kernels))
+        calls.update(_callables(name, sub, prompts[name], tuple(n_values), dedup_kernels, transformers_path))
+    calls.update(extra_calls or {})
     ref = ReferenceRead(read_bytes, device)
     calls[("", "read", "")] = ref.fn
     timings = time_interleaved(calls, reps=reps, warmup=warmup, timer=timer_for(device))
@@ -184,6 +201,8 @@ def decode_breakdown(subjects: dict, prompts: dict, n_values=(1, 8), reps: int =
     df = pd.DataFrame(rows)
     out = [df]
     for name in subjects:
+        if name not in set(df.subject):
+            continue
         sel = df[df.subject == name].set_index(["component", "pass"])["t_median_s"]
         step1, exp1 = sel[("step", "n=1")], sel[("experts", "n=1")]
         extra = [{"subject": name, "component": "rest", "pass": "n=1", "t_median_s": step1 - exp1},
@@ -264,3 +283,82 @@ def bytes_lines(row: pd.Series) -> list[str]:
         lines.append(f"{c}: {row[f'{c}_MB']:.2f} MB per step, share {row[f'{c}_share']:.3f} "
                      f"({row['published']}: {row[f'{c}_share_published']:.3f}){timed}")
     return lines
+
+
+def pass_bytes(engine, tokens, n: int) -> dict[str, float]:
+    """Bytes one pass of ``tokens[:n]`` at the engine's cache reads (:mod:`moespec.engine.byte_shares`'s
+    components): ``dense`` (attention projections, LM head, routers, norms, embedding rows), ``kv_cache``
+    (every cached position's keys and values, every layer), and the experts as each kernel reads
+    them: ``experts_slot`` (n m experts per layer, one read per (token, slot)) and ``experts_dedup``
+    (each distinct expert of the pass once per layer, from the pass's own routing)."""
+    from moespec.engine.byte_shares import subject_step_bytes
+    from moespec.engine.operation import layer_weights
+
+    depth = engine.length
+    one = subject_step_bytes(engine, depth)
+    per_expert = [w.bytes_per_expert for w in layer_weights(engine).values()]
+    m = int(engine.model.config.num_experts_per_tok)
+    with engine.routing_tap() as counts:
+        engine.forward(tokens[:n])
+    engine.crop(depth)
+    mean_b = float(np.mean(per_expert))
+    return {"dense": float(one["attention"] + one["lm_head"] + one["other"]),
+            "kv_cache": float(one["kv_cache"]), "experts_slot": float(n * m * sum(per_expert)),
+            "experts_dedup": float(counts[0] * mean_b)}
+
+
+def byte_limits(breakdown: pd.DataFrame, bytes_by_pass: dict, gbps: float | None = None) -> pd.DataFrame:
+    """Each timed step beside its byte limit: the bytes its pass reads over the run's read bandwidth
+    (the reference read's median), and the share of the limit the step reaches (limit / step time;
+    1 would be a step that only reads its bytes at the read rate). ``bytes_by_pass``
+    ``{(subject, n): pass_bytes(...)}`` (or ``{(subject, n, path): {"total": bytes, "kernel": name}}``
+    for one path, e.g. a peer engine's own format). One row per (subject, path, pass): ``path`` ``lean`` (the
+    engine's step), ``transformers`` (``step_transformers``) or a peer's name; the median step and its
+    quartiles (ms), the bytes (MB), the limit (ms) and ``share_of_limit`` with its quartile range
+    (limit over the step's quartiles). ``gbps``: the read bandwidth (default the reference read's)."""
+    gbps = float(breakdown[breakdown.component == "read"].GBps.iloc[0]) if gbps is None else float(gbps)
+    paths = {"step": "lean", "step_transformers": "transformers"}
+    rows = []
+    for r in breakdown.rename(columns={"pass": "tag"}).itertuples():
+        comp = str(r.component)
+        path = paths.get(comp, comp[len("peer_"):] if comp.startswith("peer_") else None)
+        n = int(str(r.tag).split()[0].split("=")[1]) if path is not None else 0
+        b = (bytes_by_pass.get((r.subject, n, path), bytes_by_pass.get((r.subject, n)))
+             if path is not None else None)
+        if b is None or pd.isna(r.t_median_s):
+            continue
+        kernel = b.get("kernel") or ("dedup" if "dedup" in str(r.tag) else "slot")
+        total = b["total"] if "total" in b else b["dense"] + b["kv_cache"] + b[f"experts_{kernel}"]
+        limit = total / (gbps * 1e9)
+        rows.append({"subject": r.subject, "path": path, "pass": r.tag, "n": n, "kernel": kernel,
+                     "step_ms": 1e3 * r.t_median_s, "step_q25_ms": 1e3 * r.t_q25_s, "step_q75_ms": 1e3 * r.t_q75_s,
+                     "bytes_MB": total / 1e6, "limit_ms": 1e3 * limit, "share_of_limit": limit / r.t_median_s,
+                     "share_q25": limit / r.t_q75_s, "share_q75": limit / r.t_q25_s, "read_GBps": gbps,
+                     "reps": r.reps})
+    return pd.DataFrame(rows)
+
+
+def component_limits(breakdown: pd.DataFrame, byte_tables: dict[str, pd.DataFrame],
+                     gbps: float | None = None) -> pd.DataFrame:
+    """Per subject, the n = 1 step's components timed alone (attention projections, expert
+    operation, LM head) beside their bytes' limit at the read bandwidth ``gbps`` (default the
+    reference read's), and the step's remainder (the step less the three) for each path timed:
+    time (ms), bytes (MB), limit (ms), share of the limit."""
+    gbps = float(breakdown[breakdown.component == "read"].GBps.iloc[0]) if gbps is None else float(gbps)
+    rows = []
+    for name, table in byte_tables.items():
+        t = breakdown[(breakdown.subject == name) & (breakdown["pass"] == "n=1")].set_index("component").t_median_s
+        b = table.set_index("component").subject_bytes
+        parts = {"attention": "attention", "experts": "experts", "lm_head": "lm_head"}
+        alone = 0.0
+        for comp, col in parts.items():
+            alone += t[comp]
+            rows.append({"subject": name, "component": comp, "time_ms": 1e3 * t[comp], "bytes_MB": b[col] / 1e6,
+                         "limit_ms": 1e3 * b[col] / (gbps * 1e9), "share_of_limit": b[col] / (gbps * 1e9) / t[comp]})
+        rest = b["kv_cache"] + b["other"]
+        for comp in ("step", "step_transformers"):
+            if comp in t.index:
+                rows.append({"subject": name, "component": f"{comp} less the three", "time_ms": 1e3 * (t[comp] - alone),
+                             "bytes_MB": rest / 1e6, "limit_ms": 1e3 * rest / (gbps * 1e9),
+                             "share_of_limit": np.nan})
+    return pd.DataFrame(rows).assign(read_GBps=gbps)

@@ -8,12 +8,14 @@ members (``prefill``, ``forward``, ``crop``, ``length``; the sweeps that switch 
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from moespec.engine.lean import KVCache, LeanOlmoe, Plans, unsupported
 from moespec.engine.switch import install, moe_layers
 
 
@@ -36,9 +38,13 @@ class Engine:
     """
 
     def __init__(self, model: torch.nn.Module, backend: str = "auto", install_kernels: bool = True,
-                 prefill_chunk: int = 512, fmt: str | None = None, transform=None):
+                 prefill_chunk: int = 512, fmt: str | None = None, transform=None, lean: bool = True):
         self.model = model.eval()
         self.switch = install(model, backend, fmt=fmt, transform=transform) if install_kernels else None
+        #: the lean decode path (:mod:`moespec.engine.lean`) when asked for and the model is one it runs;
+        #: otherwise transformers' forward with a ``DynamicCache``
+        self.lean = bool(lean) and unsupported(model) is None
+        self._plan: Plans | None = None
         self.num_layers = len(moe_layers(model))
         self.prefill_chunk = int(prefill_chunk)
         self.cache = None
@@ -81,8 +87,24 @@ class Engine:
     def _run(self, ids: torch.Tensor) -> torch.Tensor:
         for listener in self.pass_listeners:
             listener(self.length, ids)
+        if isinstance(self.cache, KVCache):
+            return self.plan().forward(ids.view(1, -1), self.cache)[0]
         out = self.model(input_ids=ids.view(1, -1), cache=self.cache, use_cache=True)
         return out.logits[0]
+
+    def plan(self) -> LeanOlmoe:
+        """The lean path's plan of the model as it is now (one per arrangement of its modules and hooks)."""
+        if self._plan is None:
+            self._plan = Plans(self.model)
+        return self._plan.current()
+
+    def variant(self, lean: bool) -> "Engine":
+        """An engine on the same model and switch that runs the lean path or transformers' forward
+        (``lean``), with no sequence: the two paths side by side (the breakdown benchmark)."""
+        other = copy.copy(self)
+        other.cache, other.last_logits, other._plan = None, None, None
+        other.lean = bool(lean) and unsupported(self.model) is None
+        return other
 
     def _ids(self, ids) -> torch.Tensor:
         """Token ids as a 1-D long tensor on the model's device."""
@@ -90,8 +112,11 @@ class Engine:
             return ids.to(device=self.device, dtype=torch.long).view(-1)
         return torch.as_tensor(np.asarray(ids, dtype=np.int64), device=self.device).view(-1)
 
-    def reset(self) -> None:
-        """Start an empty sequence (an empty KV cache)."""
+    def reset(self, positions: int = 0) -> None:
+        """Start an empty sequence (an empty KV cache; the lean path's with room for ``positions``)."""
+        if self.lean and unsupported(self.model) is None:
+            self.cache = self.plan().new_cache(positions)
+            return
         from transformers import DynamicCache
 
         self.cache = DynamicCache(config=self.model.config)
@@ -106,7 +131,7 @@ class Engine:
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None and ids.numel() > limit:
             raise ValueError(f"prompt of {ids.numel()} tokens exceeds the model's max_position_embeddings={limit}")
-        self.reset()
+        self.reset(ids.numel())
         for start in range(0, ids.numel(), self.prefill_chunk):
             logits = self._run(ids[start:start + self.prefill_chunk])
         self.last_logits = logits[-1]

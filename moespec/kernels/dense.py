@@ -120,17 +120,41 @@ def dense_forward(x: torch.Tensor, weights: DenseWeights, backend: str = "auto")
     if x.device != weights.device:
         raise ValueError(f"x is on {x.device} but the weights are on {weights.device}")
     x = x.to(torch.float32).contiguous()
-    if backend == "auto":
-        from moespec.kernels.dispatch import resolve_backend
-
-        backend = resolve_backend("auto", weights.device)
-        backend = backend if backend == "cpp" else "torch"
+    backend = _resolve(backend, weights)
     if backend == "torch":
         return torch_dense(x, weights)
+    fn, args = _cpp_plan(weights)
+    return fn(x, *args)
+
+
+def _resolve(backend: str, weights: DenseWeights) -> str:
+    """``cpp`` or ``torch`` for ``backend`` (``auto``: ``cpp`` on CPU when the extension builds)."""
+    if backend != "auto":
+        return backend
+    from moespec.kernels.dispatch import resolve_backend
+
+    return "cpp" if resolve_backend("auto", weights.device) == "cpp" else "torch"
+
+
+def _cpp_plan(weights: DenseWeights) -> tuple:
+    """The C++ dense function and its weight arguments, kept on the weights object."""
     if weights.device.type != "cpu":
         raise ValueError(f"backend 'cpp' runs on CPU tensors; the weights are on {weights.device}")
-    fn, args = weights._cache.get("cpp") or weights._cache.setdefault("cpp", (build.load_cpu().dense, _op_args(weights)))
-    return fn(x, *args)
+    return weights._cache.get("cpp") or weights._cache.setdefault("cpp", (build.load_cpu().dense, _op_args(weights)))
+
+
+def dense_call(weights: DenseWeights, backend: str = "auto"):
+    """``dense_forward(x, weights, backend)`` as a function of ``x`` alone, the weights and the
+    backend checked and resolved here, once (:mod:`moespec.engine.lean`). On the cpp backend it
+    calls the C++ function directly: the caller passes contiguous float32 ``x [n, K]``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
+    if not isinstance(weights, DenseWeights):
+        raise TypeError(f"weights must be a DenseWeights, found {type(weights).__name__}")
+    if _resolve(backend, weights) == "cpp":
+        fn, args = _cpp_plan(weights)
+        return lambda x: fn(x, *args)
+    return lambda x: torch_dense(x, weights)
 
 
 def _op_args(weights: DenseWeights) -> tuple:

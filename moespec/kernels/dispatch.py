@@ -163,11 +163,33 @@ def _cpp_forward(x, ids, weights: ExpertWeights, gates, kernel: str, backend: st
     rather than the dispatcher (see csrc/cpu/registration.cpp): converts the arguments (dtypes, layouts) or
     names what is wrong as the other backends do, and keeps the function and the weight arguments
     on the weights object for :func:`expert_forward`'s fast path."""
-    fn, wargs = weights.cached(("cpp", kernel, backend), lambda: (
-        getattr(build.load_cpu(), "expert_dedup" if kernel == "dedup" else "expert_slot"), _op_weights(weights)))
+    fn, wargs = _cpp_plan(weights, kernel, backend)
     x, ids, gates = check_inputs(x, ids, weights, gates, id_values=False)
     try:
         return fn(x, ids, gates, *wargs)
     except RuntimeError:
         check_inputs(x, ids, weights, gates)  # id range, duplicate ids: the usual ValueError
         raise
+
+
+def _cpp_plan(weights: ExpertWeights, kernel: str, backend: str) -> tuple:
+    """The C++ CPU function of ``kernel`` and its weight arguments, kept on the weights object."""
+    return weights.cached(("cpp", kernel, backend), lambda: (
+        getattr(build.load_cpu(), "expert_dedup" if kernel == "dedup" else "expert_slot"), _op_weights(weights)))
+
+
+def expert_call(weights: ExpertWeights, kernel: str, backend: str = "auto"):
+    """``expert_forward(x, ids, weights, gates, kernel, backend)`` as a function of ``(x, ids,
+    gates)`` whose weights, kernel and backend are checked and resolved here, once (a model's
+    decode loop, :mod:`moespec.engine.lean`). On the cpp backend it calls the C++ function
+    directly, which still checks its tensor arguments (devices, dtypes, shapes, contiguity, id
+    range) and raises ``RuntimeError``: the caller passes contiguous float32 x ``[n, H]``, int64
+    ids and float32 gates ``[n, m]``. Other backends go through :func:`expert_forward`."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, found {kernel!r}")
+    if not isinstance(weights, ExpertWeights):
+        raise TypeError(f"weights must be an ExpertWeights, found {type(weights).__name__}")
+    if resolve_backend(backend, weights.device) == "cpp":
+        fn, wargs = _cpp_plan(weights, kernel, backend)
+        return lambda x, ids, gates: fn(x, ids, gates, *wargs)
+    return lambda x, ids, gates: expert_forward(x, ids, weights, gates=gates, kernel=kernel, backend=backend)
