@@ -62,6 +62,14 @@ def decoder_layers(model: torch.nn.Module) -> list:
     return list(layers)
 
 
+def _positions(embeddings, off: int, n: int):
+    """Tokens ``off .. off + n - 1`` of a pass's rotary embeddings: a (cos, sin) pair of ``[1, N, d]``
+    tensors (OLMoE, Llama, Qwen, Mixtral) or one ``[1, N, d]`` tensor (DeepSeek-V2's complex angles)."""
+    if isinstance(embeddings, (tuple, list)):
+        return type(embeddings)(e[:, off:off + n] for e in embeddings)
+    return embeddings[:, off:off + n]
+
+
 @dataclass
 class _Pass:
     """What the per-sequence attention of one pass reads: each segment's offset and length in the
@@ -131,7 +139,6 @@ class BatchLM:
             from transformers.masking_utils import create_causal_mask
 
             ctx = self._pass
-            cos, sin = position_embeddings
             first = not ctx.masks
             outs = []
             for j, (off, n) in enumerate(ctx.spans):
@@ -140,7 +147,7 @@ class BatchLM:
                     ctx.masks.append(create_causal_mask(config=self.model.config, inputs_embeds=part,
                                                         attention_mask=None, cache=ctx.caches[j],
                                                         position_ids=ctx.positions[j]))
-                out = own_forward(hidden_states=part, position_embeddings=(cos[:, off:off + n], sin[:, off:off + n]),
+                out = own_forward(hidden_states=part, position_embeddings=_positions(position_embeddings, off, n),
                                   attention_mask=ctx.masks[j], cache=ctx.caches[j], position_ids=ctx.positions[j],
                                   use_cache=True)
                 outs.append(out[0])
