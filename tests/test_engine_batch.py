@@ -231,3 +231,26 @@ def test_checkpoint_subjects_at_batch_b(family, tmp_path):
     assert len(record) == engine.num_layers * (len(prompts) + len(steps))  # a prefill per prompt, then the rounds
     verify = record[-engine.num_layers * len(steps):]  # one call per layer per round
     assert [ids.shape[0] for _, ids in verify] == [3 * 4] * (engine.num_layers * len(steps))
+
+
+@pytest.mark.parametrize("k,a", [(1, 0.5), (3, 0.7), (4, 1.0)])
+def test_oracle_draft_matches_batch_one(subject, prompts, k, a):
+    """Sequence b of the batched oracle draws what OracleDraft(seed=[seed, b]) draws at batch one."""
+    from moespec.engine import OracleDraft
+    from moespec.engine.batch_speculative import BatchOracleDraft
+
+    engine = subject.engine
+    ref = []
+    for b, p in enumerate(prompts):
+        toks, steps = speculative_generate(engine, OracleDraft(engine, a, subject.vocab_size, seed=[5, b]), p, k,
+                                           N_TOKENS)
+        ref.append((toks[:N_TOKENS], [s.accepted for s in steps]))
+    out, steps = batch_generate(BatchEngine(engine), prompts, k=k, n_tokens=N_TOKENS,
+                                drafter=BatchOracleDraft(engine, a, subject.vocab_size, seed=5))
+    assert [o[:N_TOKENS] for o in out] == [r[0] for r in ref]
+    for b, (_, accepted) in enumerate(ref):
+        assert [s.accepted[b] for s in steps][:len(accepted)] == accepted
+    if a == 1.0:
+        assert all(j == k for s in steps for j in s.accepted)
+    with pytest.raises(ValueError, match=r"^a: the oracle's acceptance must lie in \[0, 1\], found 1.5$"):
+        BatchOracleDraft(engine, 1.5, subject.vocab_size)

@@ -12,7 +12,8 @@ of B tokens per round).
 :func:`time_round_terms` times the round model's terms at each B with the interleaved timer of
 :mod:`moespec.measure.timing`: the verify pass at n = B(k + 1) and the draft's k tokens for B
 sequences, beside the machine's read bandwidth in the same rotation; the host's share of a round
-comes from the runs (:func:`summarize_batch_steps`).
+comes from the runs (:func:`summarize_batch_steps`). :class:`BatchOracleDraft` is the oracle draft
+(acceptance set by a) per sequence.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class BatchModelDraft:
         self.prompts = [[int(t) for t in np.asarray(p).reshape(-1)] for p in prompts]
         self.lm.prefill(self.prompts)
         self.cached = [list(p) for p in self.prompts]
+
+    def prepare(self, generated, currents, k) -> None:
+        return None
 
     def rewind(self, lengths) -> None:
         """Keep the first ``lengths[b]`` tokens of each draft cache."""
@@ -81,6 +85,57 @@ class BatchModelDraft:
         return drafts
 
 
+class BatchOracleDraft:
+    """The oracle draft for B sequences (:class:`moespec.engine.speculative.OracleDraft` per
+    sequence): each sequence's greedy continuation, each token replaced by a different one with
+    probability ``1 - a``, drawn from sequence b's own generator (seeded ``[seed, b]``, so sequence b
+    draws what ``OracleDraft(..., seed=[seed, b])`` draws at batch one). The continuations come from
+    ``engine`` (a batch-one :class:`moespec.engine.Engine` on the target's model, its own cache),
+    untimed in :meth:`prepare`; where a sequence's text leaves its continuation, or the continuation
+    runs short, it is decoded again from the sequence's text."""
+
+    def __init__(self, engine, a: float, vocab: int, seed: int = 0, horizon: int = 64):
+        if not 0.0 <= a <= 1.0:
+            raise ValueError(f"a: the oracle's acceptance must lie in [0, 1], found {a}")
+        if vocab < 2:
+            raise ValueError(f"vocab: must be >= 2, found {vocab}")
+        self.engine, self.a, self.vocab, self.seed, self.horizon = engine, float(a), int(vocab), seed, int(horizon)
+        self.prompts: list[list[int]] = []
+        self.references: list[list[int]] = []
+        self.rngs: list = []
+
+    def begin(self, prompts, references=None) -> None:
+        """Start one sequence per prompt; ``references[b]``: prompt b's greedy continuation from its
+        first token (default: decoded when first needed)."""
+        self.prompts = [[int(t) for t in np.asarray(p).reshape(-1)] for p in prompts]
+        self.references = [list(r) for r in references] if references is not None else [[] for _ in self.prompts]
+        self.rngs = [np.random.default_rng([self.seed, b]) for b in range(len(self.prompts))]
+
+    def prepare(self, generated: list, currents: list, k: int) -> None:
+        """Untimed: every continuation covers its sequence's ``generated + [current]`` and k more tokens."""
+        for b, (gen, cur) in enumerate(zip(generated, currents)):
+            ref, pos = self.references[b], len(gen)
+            ok = len(ref) > pos and ref[pos] == cur and ref[:pos] == list(gen)
+            if ok and len(ref) >= pos + 1 + k:
+                continue
+            if not ok:  # the emitted text left the continuation: restart it from here
+                ref = list(gen) + [int(cur)]
+            self.engine.prefill(self.prompts[b] + ref[:-1])
+            ref = ref + self.engine.greedy(ref[-1], pos + 1 + max(k, self.horizon) - len(ref))
+            self.references[b] = ref
+
+    def propose(self, generated: list, currents: list, k: int) -> list[list[int]]:
+        out = []
+        for ref, rng, gen in zip(self.references, self.rngs, generated):
+            pos, row = len(gen), []
+            for tok in ref[pos + 1: pos + 1 + k]:
+                if rng.random() >= self.a:  # any other token: shift by 1..vocab-1
+                    tok = (tok + 1 + int(rng.integers(self.vocab - 1))) % self.vocab
+                row.append(int(tok))
+            out.append(row)
+        return out
+
+
 @dataclass
 class BatchStep:
     """One round at batch B: the drafts and the target's argmax over ``[current] + drafts`` of
@@ -108,6 +163,8 @@ def batch_speculative_step(target: BatchLM, drafter, generated: list, currents: 
     """One round: the drafter proposes ``k`` tokens per sequence, the target verifies every
     sequence's ``[current] + drafts`` in one pass of B(k + 1) tokens, each sequence keeps its
     longest agreeing prefix and its cache is cropped to it. ``drafter`` None: k must be 0."""
+    if drafter is not None:
+        drafter.prepare(generated, currents, k)  # untimed: the oracle's continuations
     lengths = target.lengths
     t0 = clock()
     drafts = drafter.propose(generated, currents, k) if drafter is not None else [[] for _ in currents]
@@ -134,11 +191,12 @@ def _check_run(k: int, n_tokens: int, drafter) -> None:
         raise ValueError(f"drafter: k = {k} drafts need a drafter, found none")
 
 
-def batch_generate(target: BatchLM, prompts, k: int, n_tokens: int, drafter=None,
+def batch_generate(target: BatchLM, prompts, k: int, n_tokens: int, drafter=None, references=None,
                    clock=time.perf_counter) -> tuple[list[list[int]], list[BatchStep]]:
     """Decode the B = len(prompts) sequences together until each holds at least ``n_tokens``
     tokens after its prompt, with draft length ``k`` (k = 0, ``drafter`` None: plain decoding, one
-    pass of B tokens per round). Every sequence stays in the batch until the last one is done, so
+    pass of B tokens per round); ``references``: the prompts' greedy continuations for a
+    :class:`BatchOracleDraft`. Every sequence stays in the batch until the last one is done, so
     every verify pass holds B(k + 1) tokens. Returns each sequence's emitted tokens (its greedy
     first token, then per round the current token's successors it accepted, as
     :func:`moespec.engine.speculative.speculative_generate`) and one :class:`BatchStep` per round."""
@@ -147,7 +205,7 @@ def batch_generate(target: BatchLM, prompts, k: int, n_tokens: int, drafter=None
     check_batch(len(prompts), "prompts")
     currents = target.prefill(prompts)
     if drafter is not None:
-        drafter.begin(prompts)
+        drafter.begin(prompts) if references is None else drafter.begin(prompts, references)
     generated: list[list[int]] = [[] for _ in prompts]
     steps: list[BatchStep] = []
     while min(len(g) for g in generated) < n_tokens:
