@@ -254,3 +254,13 @@ def test_oracle_draft_matches_batch_one(subject, prompts, k, a):
         assert all(j == k for s in steps for j in s.accepted)
     with pytest.raises(ValueError, match=r"^a: the oracle's acceptance must lie in \[0, 1\], found 1.5$"):
         BatchOracleDraft(engine, 1.5, subject.vocab_size)
+
+
+def test_round_setup_without_a_draft_verifies_the_continuations(subject, prompts):
+    s = round_setup(subject.engine, None, prompts[:2], continuations=[[3, 4, 5], [6, 7, 8]])
+    assert s.drafts(2) == [[3, 4], [6, 7]] and s.drafts(0) == [[], []]
+    with pytest.raises(ValueError, match=r"^continuations\[0\]: 4 drafts asked, found 3$"):
+        s.drafts(4)
+    df = time_round_terms([s], ks=[3], reps=2, warmup=0, timer=lambda fn: (fn(), 10.0)[1], read_nbytes=0)
+    assert df[["B", "k", "n", "term"]].values.tolist() == [[2, 3, 8, "verify"]]
+    assert np.isnan(df.read_GBps.iloc[0]) and s.target.lengths == list(LENGTHS[:2])

@@ -245,13 +245,16 @@ def summarize_batch_steps(steps: list[BatchStep]) -> dict:
 class RoundSetup:
     """B prefilled sequences of the target (a :class:`BatchEngine` of its own) and of the draft, at
     which :func:`time_round_terms` times a round's verify pass and draft; :meth:`restore` crops
-    both back to the prompts."""
+    both back to the prompts. Without a draft the verify pass's drafts are each sequence's
+    ``continuations`` (its greedy text after the first token, so that the pass routes as accepted
+    drafts do; none given: token 0)."""
 
     target: BatchLM
     drafter: BatchModelDraft | None
     firsts: list
     base: list
     draft_base: list
+    continuations: list | None = None
 
     @property
     def batch(self) -> int:
@@ -262,18 +265,31 @@ class RoundSetup:
         if self.drafter is not None:
             self.drafter.rewind(self.draft_base)
 
+    def drafts(self, k: int) -> list[list[int]]:
+        """The k drafts per sequence the verify pass at k checks (the draft's, from the prompts' end)."""
+        if self.drafter is not None:
+            out = self.drafter.propose([[] for _ in self.firsts], self.firsts, k)
+            self.restore()
+            return out
+        if self.continuations is None:
+            return [[0] * k for _ in self.firsts]
+        short = [b for b, c in enumerate(self.continuations) if len(c) < k]
+        if short:
+            raise ValueError(f"continuations[{short[0]}]: {k} drafts asked, found {len(self.continuations[short[0]])}")
+        return [list(c[:k]) for c in self.continuations]
 
-def round_setup(engine, draft_model, prompts) -> RoundSetup:
+
+def round_setup(engine, draft_model, prompts, continuations=None) -> RoundSetup:
     """A :class:`RoundSetup` of ``engine`` (a :class:`moespec.engine.Engine`) and ``draft_model``
-    (None: the verify pass alone) on ``prompts`` (B = their count)."""
+    (None: the verify pass alone, its drafts ``continuations[b]``) on ``prompts`` (B = their count)."""
     target = BatchEngine(engine)
     firsts = target.prefill(prompts)
     drafter = None
     if draft_model is not None:
         drafter = BatchModelDraft(draft_model)
         drafter.begin(prompts)
-    return RoundSetup(target, drafter, firsts, target.lengths,
-                      drafter.lm.lengths if drafter is not None else [])
+    return RoundSetup(target, drafter, firsts, target.lengths, drafter.lm.lengths if drafter is not None else [],
+                      [list(c) for c in continuations] if continuations is not None else None)
 
 
 def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, timer=None,
@@ -293,9 +309,7 @@ def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, t
     calls, meta = {}, {}
     for s in setups:
         for k in ks:
-            drafts = s.drafter.propose([[] for _ in s.firsts], s.firsts, k) if s.drafter else [[0] * k for _ in s.firsts]
-            s.restore()
-            segs = [[int(f)] + list(d) for f, d in zip(s.firsts, drafts)]
+            segs = [[int(f)] + d for f, d in zip(s.firsts, s.drafts(k))]
             name = f"verify B={s.batch} k={k}"
             calls[name] = (lambda t=s.target, x=segs: t.forward(x))
             meta[name] = (s.batch, k, "verify")
