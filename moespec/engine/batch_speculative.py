@@ -299,7 +299,8 @@ def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, t
     machine's reference read; 0: none): ``verify`` (one pass of every sequence's current token and
     k drafts: n = B(k + 1) tokens) and, with a draft, ``draft`` (its k tokens for B sequences, from
     the prompts' end). Before every call both are cropped back to the prompts (untimed), so each
-    call starts from the same caches. One row per (B, k, term): B, k, n, term, the timing columns
+    call starts from the same KV caches, and the call after the read follows an untimed verify pass
+    (the read evicts the machine's caches; a decode loop's round follows another round). One row per (B, k, term): B, k, n, term, the timing columns
     (:meth:`moespec.measure.timing.Timing.row`) and ``read_GBps``, the read bandwidth of the same run."""
     if not setups:
         raise ValueError("setups: nothing to time")
@@ -317,14 +318,20 @@ def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, t
                 name = f"draft B={s.batch} k={k}"
                 calls[name] = (lambda d=s.drafter, f=s.firsts, kk=k: d.propose([[] for _ in f], f, kk))
                 meta[name] = (s.batch, k, "draft")
-    nbytes = 0
+    nbytes, after_read = 0, []
     if read_nbytes != 0:
         read, nbytes = read_bandwidth_callable(read_nbytes)
-        calls["read"] = read
+        calls["read"] = lambda: (read(), after_read.append(True))
+    warm = next(iter(calls.values()))
 
     def restore():
         for s in setups:
             s.restore()
+        if after_read:  # the read evicted the caches: one untimed pass, as a decode loop's previous round
+            after_read.clear()
+            warm()
+            for s in setups:
+                s.restore()
 
     timings = time_interleaved(calls, reps=reps, warmup=warmup, timer=timer, flush=restore)
     restore()
