@@ -264,3 +264,25 @@ def test_round_setup_without_a_draft_verifies_the_continuations(subject, prompts
     df = time_round_terms([s], ks=[3], reps=2, warmup=0, timer=lambda fn: (fn(), 10.0)[1], read_nbytes=0)
     assert df[["B", "k", "n", "term"]].values.tolist() == [[2, 3, 8, "verify"]]
     assert np.isnan(df.read_GBps.iloc[0]) and s.target.lengths == list(LENGTHS[:2])
+
+
+@pytest.mark.parametrize("B,k", [(1, 0), (4, 2)])
+def test_attention_projections_once_per_pass(subject, prompts, B, k):
+    """Each attention's q/k/v and output projections run once per pass over its B(k + 1) tokens
+    (their weights read once per pass); the cores per sequence."""
+    target = BatchEngine(subject.engine)
+    currents = target.prefill(prompts[:B])
+    names = ("q_proj", "k_proj", "v_proj", "o_proj")
+    modules = [getattr(layer.self_attn, p) for layer in target.layers for p in names]
+    calls = []
+    hooks = [getattr(layer.self_attn, p).register_forward_hook(
+        lambda m, args, out, p=p: calls.append((p, args[0].shape[1])))
+        for layer in target.layers for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    try:
+        target.forward([[c] + [1] * k for c in currents])
+    finally:
+        for h in hooks:
+            h.remove()
+    assert sorted(calls) == sorted([(p, B * (k + 1)) for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
+                                   * len(target.layers))
+    assert [getattr(layer.self_attn, p) for layer in target.layers for p in names] == modules  # put back

@@ -11,7 +11,10 @@ switch decides by that n. Attention runs per sequence, each segment against its 
 (a transformers ``DynamicCache`` per sequence, cropped per sequence as a paged cache is) with its
 own positions and causal mask: the attention module's own forward, called once per sequence with
 the arguments a batch-one pass gives it (the rotary angles of the sequence's positions, the mask
-transformers builds for that cache and segment).
+transformers builds for that cache and segment). Its q, k, v and output projections run once over
+the pass's tokens (their weights read once per pass, not once per sequence), each sequence's
+attention taking its own rows (where the module has ``q_proj``, ``k_proj``, ``v_proj`` and
+``o_proj``: OLMoE, Qwen-MoE, Mixtral, Llama; DeepSeek-V2's latent projections run per sequence).
 
 :class:`BatchLM` does this for any transformers causal LM whose decoder layers keep their
 attention at ``layer.self_attn`` (OLMoE, Qwen-MoE, Mixtral, Llama); :class:`BatchEngine` is the
@@ -70,6 +73,23 @@ def _positions(embeddings, off: int, n: int):
     return embeddings[:, off:off + n]
 
 
+#: The attention projections a batched pass runs once over all its tokens (with ``o_proj``).
+PROJECTIONS = ("q_proj", "k_proj", "v_proj")
+
+
+class _Rows(torch.nn.Module):
+    """Stands in for a projection inside one sequence's attention: the rows of that sequence's
+    segment (``span``) of the projection's output over the whole pass."""
+
+    def __init__(self, full: torch.Tensor):
+        super().__init__()
+        self.full, self.span = full, (0, 0)
+
+    def forward(self, x):
+        off, n = self.span
+        return self.full[:, off:off + n]
+
+
 @dataclass
 class _Pass:
     """What the per-sequence attention of one pass reads: each segment's offset and length in the
@@ -90,8 +110,11 @@ class BatchLM:
     first ``lengths[b]`` positions.
     """
 
-    def __init__(self, model: torch.nn.Module, prefill_chunk: int = 512):
+    def __init__(self, model: torch.nn.Module, prefill_chunk: int = 512, fuse_projections: bool = True):
         self.model = model.eval()
+        #: run every attention's q/k/v and output projections once over the pass's tokens (its weights
+        #: read once per pass, as an engine's batched GEMM); only where it has all four (not DeepSeek-V2's)
+        self.fuse_projections = bool(fuse_projections)
         self.layers = decoder_layers(model)
         self.prefill_chunk = int(prefill_chunk)
         self.caches: list = []
@@ -133,25 +156,41 @@ class BatchLM:
 
     # --- one pass ------------------------------------------------------------------------
     def _attention(self, attn, own_forward):
-        """The forward that runs ``attn`` once per sequence of the current pass."""
+        """The forward that runs ``attn`` once per sequence of the current pass, its q/k/v and
+        output projections (where it has all four) once over the pass's tokens."""
 
         def forward(hidden_states, position_embeddings, attention_mask=None, **kwargs):
             from transformers.masking_utils import create_causal_mask
 
             ctx = self._pass
             first = not ctx.masks
+            own = {p: getattr(attn, p, None) for p in PROJECTIONS + ("o_proj",)}
+            fused = self.fuse_projections and all(isinstance(m, torch.nn.Module) for m in own.values())
+            rows = {p: _Rows(own[p](hidden_states)) for p in PROJECTIONS} if fused else {}
             outs = []
-            for j, (off, n) in enumerate(ctx.spans):
-                part = hidden_states[:, off:off + n]
-                if first:  # before any layer writes this pass into the cache, as the model's own builder
-                    ctx.masks.append(create_causal_mask(config=self.model.config, inputs_embeds=part,
-                                                        attention_mask=None, cache=ctx.caches[j],
-                                                        position_ids=ctx.positions[j]))
-                out = own_forward(hidden_states=part, position_embeddings=_positions(position_embeddings, off, n),
-                                  attention_mask=ctx.masks[j], cache=ctx.caches[j], position_ids=ctx.positions[j],
-                                  use_cache=True)
-                outs.append(out[0])
-            return torch.cat(outs, dim=1), None
+            try:
+                for p, r in rows.items():
+                    setattr(attn, p, r)
+                if fused:
+                    attn.o_proj = torch.nn.Identity()
+                for j, (off, n) in enumerate(ctx.spans):
+                    part = hidden_states[:, off:off + n]
+                    if first:  # before any layer writes this pass into the cache, as the model's own builder
+                        ctx.masks.append(create_causal_mask(config=self.model.config, inputs_embeds=part,
+                                                            attention_mask=None, cache=ctx.caches[j],
+                                                            position_ids=ctx.positions[j]))
+                    for r in rows.values():
+                        r.span = (off, n)
+                    out = own_forward(hidden_states=part, position_embeddings=_positions(position_embeddings, off, n),
+                                      attention_mask=ctx.masks[j], cache=ctx.caches[j],
+                                      position_ids=ctx.positions[j], use_cache=True)
+                    outs.append(out[0])
+            finally:
+                if fused:
+                    for p, m in own.items():
+                        setattr(attn, p, m)
+            out = torch.cat(outs, dim=1)
+            return (own["o_proj"](out) if fused else out), None
 
         return forward
 
