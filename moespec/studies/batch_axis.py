@@ -65,10 +65,10 @@ def run_sizes(profile: str, sizes: dict | None = None) -> tuple[dict, list]:
         raise ValueError(f"sizes: field batch_sizes: expected batch sizes >= 1; found {P['batch_sizes']}")
     if ks != list(range(len(ks))):
         raise ValueError(f"sizes: field ks: expected the draft lengths 0..kmax without a gap; found {P['ks']}")
-    if P["draft"] not in ("oracle", "real"):
-        raise ValueError(f"sizes: field draft: expected 'oracle' or 'real'; found {P['draft']!r}")
-    if not 0.0 <= float(P["a"]) <= 1.0:
-        raise ValueError(f"sizes: field a: expected the oracle's acceptance in [0, 1]; found {P['a']}")
+    if P["draft_kind"] not in ("oracle", "real"):
+        raise ValueError(f"sizes: field draft_kind: expected 'oracle' or 'real'; found {P['draft_kind']!r}")
+    if not 0.0 <= float(P["oracle_a"]) <= 1.0:
+        raise ValueError(f"sizes: field oracle_a: expected the oracle's acceptance in [0, 1]; found {P['oracle_a']}")
     P["batch_sizes"], P["ks"] = sorted(set(Bs)), ks
     return P, from_profile
 
@@ -140,7 +140,8 @@ def predict_speedups(terms: pd.DataFrame, acceptance: pd.DataFrame) -> pd.DataFr
     for (state, B), g in df.groupby(["state", "B"], sort=False):
         g = g.sort_values("k")
         if g["k"].tolist() != list(range(len(g))):
-            raise ValueError(f"terms: draft lengths at state {state!r}, B = {B}: expected 0..kmax; found {g['k'].tolist()}")
+            raise ValueError(f"terms: draft lengths at state {state!r}, B = {B}: expected 0..kmax; "
+                             f"found {g['k'].tolist()}")
         V = g["V_s"].to_numpy(dtype=float)
         pred = [1.0] + [float(batch_speedup(V, min(float(a), 1 - 1e-12), k))
                         for k, a in zip(g["k"].iloc[1:], g["a_measured"].iloc[1:])]
@@ -334,14 +335,14 @@ class BatchAxisStudy:
     def _drafter(self, k: int):
         if k == 0:
             return None
-        if self.P["draft"] == "real":
+        if self.P["draft_kind"] == "real":
             return BatchModelDraft(self.sub.draft)
-        return BatchOracleDraft(self.sub.engine, float(self.P["a"]), self.sub.vocab_size, seed=self.seed)
+        return BatchOracleDraft(self.sub.engine, float(self.P["oracle_a"]), self.sub.vocab_size, seed=self.seed)
 
     def _cell(self, target, B: int, k: int) -> dict:
         bw = self.ref()
         drafter = self._drafter(k)
-        oracle = drafter is not None and self.P["draft"] == "oracle"
+        oracle = drafter is not None and self.P["draft_kind"] == "oracle"
         with MachineMonitor(self.device) as mon:
             _, steps = batch_generate(target, self.prompts[:B], k, self.P["n_tokens"], drafter=drafter,
                                       references=self.refs[:B] if oracle else None)
@@ -354,14 +355,14 @@ class BatchAxisStudy:
         """In machine state ``state``: every repetition, the (B, k) cells and one block of the round
         terms in a seeded shuffled order (module docstring, step 1)."""
         P = self.P
-        if P["draft"] == "real" and self.sub.draft is None:
-            raise ValueError(f"sizes: field draft: 'real' needs the subject's draft; {self.label} has none")
+        if P["draft_kind"] == "real" and self.sub.draft is None:
+            raise ValueError(f"sizes: field draft_kind: 'real' needs the subject's draft; {self.label} has none")
         cells = [(B, k) for B in P["batch_sizes"] for k in P["ks"]]
         rng = np.random.default_rng([self.seed, len(self.states)])
         runs, terms = [], []
         with machine_state(state, pin=self.device == "cpu") as ms:
             target = BatchEngine(self.sub.engine)
-            draft = self.sub.draft if P["draft"] == "real" else None
+            draft = self.sub.draft if P["draft_kind"] == "real" else None
             setups = [round_setup(self.sub.engine, draft, self.prompts[:B],
                                   continuations=[r[1:] for r in self.refs[:B]]) for B in P["batch_sizes"]]
             for rep in range(P["reps"]):
@@ -397,6 +398,9 @@ class BatchAxisStudy:
         cells = cell_summary(runs)
         terms = round_terms(term_rows, cells)
         pred = prediction_table(terms, cells, getattr(self, "union", None))
+        rank = {s: i for i, s in enumerate(self.P["states"])}          # the states in the order they ran
+        pred = pred.sort_values(["state", "B", "k"], key=lambda c: c.map(rank) if c.name == "state" else c,
+                                ignore_index=True)
         best = best_k_table(pred)
         rise = rise_with_batch(best)
         nb05 = self.fig_dir / "05_oracle_predictions.csv"
@@ -410,8 +414,8 @@ class BatchAxisStudy:
         self._write("09_best_k.csv", best)
         self._write("09_rise_with_batch.csv", rise)
         self._write("09_goals.csv", goals)
-        io.save_figure(batch_predictions_figure(pred, title=f"speedup at batch B, predicted and measured: {self.label}"),
-                       self.fig_dir / "09_batch_predictions.png")
+        io.save_figure(batch_predictions_figure(pred, title=f"speedup at batch B, predicted and measured: "
+                                                            f"{self.label}"), self.fig_dir / "09_batch_predictions.png")
         io.save_figure(schedule_figure(best, title=f"draft length per batch size: {self.label}"),
                        self.fig_dir / "09_schedule.png")
         io.write_json(self.out / "batch_run.json", {"profile": self.profile, "subject": self.label, "sizes": self.P,
@@ -447,7 +451,7 @@ class BatchAxisStudy:
         """The notebook's closing paragraph, every number from this run's tables."""
         pred, best, rise = self.results["pred"], self.results["best"], self.results["rise"]
         out = [f"**{self.profile} profile, {self.label}**, B in {self.P['batch_sizes']}, k = 0..{self.kmax}, "
-               f"{self.P['draft']} draft."]
+               f"{self.P['draft_kind']} draft."]
         for state, g in pred.groupby("state", sort=False):
             tol = TOLERANCE.get(state, TOLERANCE["loaded"])
             out.append(f"On the {state} machine the round model predicts the speedup within {100 * tol:.0f} % at "
