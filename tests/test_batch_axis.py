@@ -175,3 +175,27 @@ def test_notebook_09_quick(run_notebook, tmp_path):
     assert len(runs) == P["reps"] * len(P["states"]) * len(P["batch_sizes"]) * len(P["ks"])
     assert json.loads((tmp_path / "batch" / "batch_run.json").read_text())["sizes"]["ks"] == P["ks"]
     assert "[quiet] predicted within 5 % at" in text and "notebook 05's B = 1 numbers: not in this run folder" in text
+
+
+def test_report_part_renders_exactly(tmp_path):
+    """The report's batch-axis part over hand-made tables: quiet B = 1 with errors 1 % and -6 % (one of
+    two within 5 %), loaded B = 2 with 8 % (within 10 %)."""
+    from moespec import report
+    from moespec.report.run import RunFiles
+
+    (tmp_path / "MANIFEST.json").write_text(json.dumps({"started": "2026-12-02T10:00:00", "profile": "full",
+                                                        "notebooks": [{"name": "09_batch", "wall_s": 60.0}]}))
+    (tmp_path / "09_batch_predictions.csv").write_text(
+        "state,B,k,rel_error,tolerance\nquiet,1,0,0.01,0.05\nquiet,1,1,-0.06,0.05\nloaded,2,1,0.08,0.1\n")
+    (tmp_path / "09_best_k.csv").write_text(
+        "state,B,k_best_measured,k_star_predicted,measured_best,measured_at_k_star,regret\n"
+        "quiet,1,1,1,1.25,1.25,0.0\nloaded,2,1,0,1.5,1.0,0.3333333\n")
+    (tmp_path / "09_rise_with_batch.csv").write_text(
+        'state,B,best_measured,best_predicted,rises_measured,rises_predicted\nquiet,"[1, 2]","[1.25, 1.5]",'
+        '"[1.3, 1.4]",True,True\n')
+    out = report.render_text("<!-- moespec-report:batch-axis -->\n<!-- /moespec-report:batch-axis -->\n",
+                             RunFiles(tmp_path))
+    assert "| quiet | 1 | 1 of 2 (<= 5.0 %) | 6.0 % | 1 (1.250) | 1 (1.250) | 0.0 % |" in out
+    assert "| loaded | 2 | 1 of 1 (<= 10.0 %) | 8.0 % | 1 (1.500) | 0 (1.000) | 33.3 % |" in out
+    assert ("quiet: best speedup per B [1, 2] measured [1.25, 1.5], predicted [1.3, 1.4] (first rises with B: "
+            "measured True, predicted True).") in " ".join(out.split())

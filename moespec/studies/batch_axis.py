@@ -55,6 +55,11 @@ EQUAL_ATOL = 1e-9
 KEYS = ["state", "B", "k"]
 
 
+def tolerance(state: str) -> float:
+    """The goals' tolerance in machine state ``state`` (:data:`TOLERANCE`; another state: the loaded one's)."""
+    return TOLERANCE.get(state, TOLERANCE["loaded"])
+
+
 def run_sizes(profile: str, sizes: dict | None = None) -> tuple[dict, list]:
     """(P, from_profile): notebook 09's run sizes (:func:`moespec.notebook_profiles.resolve`), checked:
     batch sizes >= 1, draft lengths 0..kmax without a gap (k = 0, plain decoding, is the reference),
@@ -251,7 +256,7 @@ def batch_goals(pred: pd.DataFrame, best: pd.DataFrame, b1: dict | None = None) 
     speedups beside its oracle runs (reported beside the goals)."""
     rows = []
     for state, g in pred[pred["k"] <= 8].groupby("state", sort=False):
-        tol = TOLERANCE.get(state, TOLERANCE["loaded"])
+        tol = tolerance(state)
         err = g["rel_error"].abs()
         rows.append(G._row(f"predicted speedup within {100 * tol:.0f} % at every (B, k <= 8), {state} machine",
                            f"{int((err <= tol).sum())} of {len(g)} cells; largest |error| {100 * err.max():.1f} %",
@@ -267,7 +272,7 @@ def batch_goals(pred: pd.DataFrame, best: pd.DataFrame, b1: dict | None = None) 
                            "05's step times", f"largest |difference| {b1['recomputed_max_abs']:.3g} over "
                            f"{b1['cells']} cells", f"<= {EQUAL_ATOL:g}", b1["recomputed_max_abs"] <= EQUAL_ATOL, False))
         for m in b1["measured"]:
-            tol = TOLERANCE.get(m["state"], TOLERANCE["loaded"])
+            tol = tolerance(m["state"])
             rows.append(G._row(f"B = 1: measured speedup beside notebook 05's oracle runs (a = {m['a_05']:g}, every "
                                f"depth), {m['state']} machine",
                                f"largest |relative difference| {100 * m['max_abs_rel_difference']:.1f} % over "
@@ -406,10 +411,11 @@ class BatchAxisStudy:
         nb05 = self.fig_dir / "05_oracle_predictions.csv"
         b1 = b1_against_05(pd.read_csv(nb05), pred) if nb05.is_file() else None
         goals = batch_goals(pred, best, b1)
-        cols = ["state", "B", "k", "n_pass", "predicted", "measured", "rel_error", "measured_q25", "measured_q75",
-                "predicted_realized", "rel_error_realized", "a_measured", "tokens_per_round", "verify_s", "draft_s",
-                "draft_from", "host_s", "V_s", "union_ratio", "throughput_per_seq", "reps", "read_GBps", "other_load"]
-        pred = pred.assign(n_pass=pred["B"] * (pred["k"] + 1))
+        cols = ["state", "B", "k", "n_pass", "predicted", "measured", "rel_error", "tolerance", "measured_q25",
+                "measured_q75", "predicted_realized", "rel_error_realized", "a_measured", "tokens_per_round", "verify_s",
+                "draft_s", "draft_from", "host_s", "V_s", "union_ratio", "throughput_per_seq", "reps", "read_GBps", "other_load"]
+        pred = pred.assign(n_pass=pred["B"] * (pred["k"] + 1),
+                           tolerance=[tolerance(s) for s in pred["state"]])
         self._write("09_batch_predictions.csv", pred[[c for c in cols if c in pred]])
         self._write("09_best_k.csv", best)
         self._write("09_rise_with_batch.csv", rise)
@@ -425,8 +431,8 @@ class BatchAxisStudy:
         lines = []
         for state, g in pred.groupby("state", sort=False):
             err = g["rel_error"].abs()
-            lines.append(f"[{state}] predicted within {100 * TOLERANCE.get(state, 0.1):.0f} % at "
-                         f"{int((err <= TOLERANCE.get(state, 0.1)).sum())} of {len(g)} (B, k) cells; largest |error| "
+            lines.append(f"[{state}] predicted within {100 * tolerance(state):.0f} % at "
+                         f"{int((err <= tolerance(state)).sum())} of {len(g)} (B, k) cells; largest |error| "
                          f"{100 * err.max():.1f} % (with the runs' tokens per round in place of G(k): "
                          f"{100 * g['rel_error_realized'].abs().max():.1f} %)")
         for r in best.itertuples():
@@ -453,7 +459,7 @@ class BatchAxisStudy:
         out = [f"**{self.profile} profile, {self.label}**, B in {self.P['batch_sizes']}, k = 0..{self.kmax}, "
                f"{self.P['draft_kind']} draft."]
         for state, g in pred.groupby("state", sort=False):
-            tol = TOLERANCE.get(state, TOLERANCE["loaded"])
+            tol = tolerance(state)
             out.append(f"On the {state} machine the round model predicts the speedup within {100 * tol:.0f} % at "
                        f"{int((g.rel_error.abs() <= tol).sum())} of {len(g)} (B, k) cells (largest |error| "
                        f"{100 * g.rel_error.abs().max():.1f} %).")
