@@ -15,14 +15,12 @@ def batch_predictions_figure(table: pd.DataFrame, title: str = "") -> plt.Figure
     """One panel per machine state: speedup over plain decoding at the same B against k, measured
     (points with the interquartile range of the per-repetition ratios) and predicted (lines), one
     colour per B. ``table``: :func:`moespec.studies.batch_axis.prediction_table` rows."""
-    states = list(dict.fromkeys(table["state"]))
-    fig, axes = plt.subplots(1, len(states), figsize=(5.0 * len(states) + 1.8, 4.2), squeeze=False)
-    Bs = sorted(table["B"].unique())
-    for ax, state in zip(axes[0], states):
-        g = table[table["state"] == state]
-        for i, B in enumerate(Bs):
-            c = g[g["B"] == B].sort_values("k")
-            color = f"C{i % 10}"
+    panels = list(table.groupby("state", sort=False))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels) + 1.8, 4.2), squeeze=False)
+    colors = {B: f"C{i % 10}" for i, B in enumerate(sorted(table["B"].unique()))}
+    for ax, (state, g) in zip(axes[0], panels):
+        for B, c in g.sort_values("k").groupby("B"):
+            color = colors[B]
             ax.plot(c["k"], c["predicted"], "-", color=color, lw=1.2, label=f"B = {B}, predicted")
             err = np.vstack([c["measured"] - c["measured_q25"], c["measured_q75"] - c["measured"]]).clip(0)
             ax.errorbar(c["k"], c["measured"], yerr=err, fmt="o", color=color, ms=4, capsize=2,
@@ -31,10 +29,10 @@ def batch_predictions_figure(table: pd.DataFrame, title: str = "") -> plt.Figure
         ax.set_title(f"{state} machine", fontsize=9)
         ax.set_xlabel("k, drafted tokens per sequence")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("throughput per sequence / plain decoding at the same B")
-    legend_outside(axes[0][-1], fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
+    axes[0][0].set_ylabel("throughput per sequence / plain decoding at the same B")
+    legend_outside(axes[0][-1], fontsize=7)
     add_caption(fig, "Predicted: G(k) V(0, B) / V(k, B), the round terms timed at n = B(k + 1) in the same "
                      "interleaved run, G(k) at the runs' measured acceptance. Measured: median throughput per "
                      "sequence over the repetitions, over plain decoding's; bars: quartiles of the "
