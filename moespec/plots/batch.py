@@ -4,7 +4,10 @@ prediction picks beside the one the runs measured best."""
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
@@ -28,10 +31,11 @@ def batch_predictions_figure(table: pd.DataFrame, title: str = "") -> plt.Figure
         ax.axhline(1.0, color="0.5", lw=0.8, ls=":")
         ax.set_title(f"{state} machine", fontsize=9)
         ax.set_xlabel("k, drafted tokens per sequence")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     if title:
-        fig.suptitle(title, fontsize=10)
-    axes[0][0].set_ylabel("throughput per sequence / plain decoding at the same B")
+        fig.suptitle(textwrap.fill(title, 110), fontsize=9)
+    axes[0][0].set_ylabel("speedup over plain decoding at the same B")
     legend_outside(axes[0][-1], fontsize=7)
     add_caption(fig, "Predicted: G(k) V(0, B) / V(k, B), the round terms timed at n = B(k + 1) in the same "
                      "interleaved run, G(k) at the runs' measured acceptance. Measured: median throughput per "
@@ -47,7 +51,9 @@ def schedule_figure(best: pd.DataFrame, title: str = "") -> plt.Figure:
     for i, (state, g) in enumerate(best.groupby("state", sort=False)):
         g = g.sort_values("B")
         color = f"C{i % 10}"
-        ax.step(g["B"], g["k_star_predicted"], where="post", color=color, lw=1.4, label=f"{state}: predicted k*(B)")
+        Bs = [*g["B"], 2 * g["B"].iloc[-1]]             # the last range drawn to twice its B: larger batches take its k
+        ax.step(Bs, [*g["k_star_predicted"], g["k_star_predicted"].iloc[-1]], where="post", color=color, lw=1.4,
+                label=f"{state}: predicted k*(B)")
         ax.plot(g["B"], g["k_best_measured"], "o", color=color, ms=6, mfc="none",
                 label=f"{state}: measured best k")
     ax.set_xscale("log", base=2)
@@ -55,10 +61,11 @@ def schedule_figure(best: pd.DataFrame, title: str = "") -> plt.Figure:
     ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())
     ax.set_xlabel("B, sequences decoded together")
     ax.set_ylabel("draft length k")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     legend_outside(ax, fontsize=7)
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(textwrap.fill(title, 80), fontsize=8)
     add_caption(fig, "The schedule an engine takes per batch size (vLLM's num_speculative_tokens_per_batch_size, "
                      "SGLang's adaptive config): k*(B) from the round model, beside the k the runs measured fastest.",
                 width=100)
