@@ -100,6 +100,24 @@ def test_prediction_table_best_k_and_rise():
     rise = BA.rise_with_batch(best.reset_index()).iloc[0]
     assert rise.B == [1, 2] and rise.best_measured == [1.15, 2.6]
     assert bool(rise.rises_measured) and rise.B_best_measured == 2
+    assert rise.stops_paying_measured is None
+    # plain decoding fastest at B = 2 and 4, not at B = 1: speculation stops paying from B = 2
+    stop = pd.DataFrame({"state": "quiet", "B": [1, 2, 4], "measured_best": [1.3, 1.0, 1.0],
+                         "predicted_at_k_star": [1.2, 1.1, 1.0]})
+    r = BA.rise_with_batch(stop).iloc[0]
+    assert r.stops_paying_measured == 2 and r.stops_paying_predicted == 4 and not r.rises_measured
+
+
+def test_union_ratios_exact_on_hand_traces():
+    from moespec.routing import RoutingTrace
+
+    # every token selects experts {0, 1}: a pass reads them whatever its size
+    same = RoutingTrace([np.tile([[[0, 1]]], (6, 1, 1)) for _ in range(3)], num_experts=4)
+    assert (BA.union_ratios(same, [1, 2], 2)["union_ratio"] == 1.0).all()
+    # tokens alternate {0, 1} and {2, 3}: one window of 2 tokens reads all 4, one token 2
+    alt = RoutingTrace([np.array([[[0, 1]], [[2, 3]]] * 3) for _ in range(3)], num_experts=4)
+    u = BA.union_ratios(alt, [1], 1).set_index("k")["union_ratio"]
+    assert u[0] == 1.0 and u[1] == 2.0
 
 
 def _pred(errors: dict) -> pd.DataFrame:

@@ -184,10 +184,22 @@ def best_k_table(pred: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _stops_paying(Bs: list, best: np.ndarray):
+    """The smallest B from which no k >= 1 beats plain decoding at every larger B given (the best
+    speedup, plain decoding included, is 1 there); None where speculation pays at the largest B
+    (:func:`moespec.theory.stops_paying`'s rule on speedups)."""
+    first = None
+    for B, s in zip(reversed(Bs), best[::-1]):
+        if s > 1.0:
+            break
+        first = int(B)
+    return first
+
+
 def rise_with_batch(best: pd.DataFrame) -> pd.DataFrame:
     """Per state: the best speedup per B (measured and predicted, each the largest over k) in order of
-    B, and whether it first rises with B (MoESD's claim: from the smallest B to the next, larger),
-    measured and predicted."""
+    B, whether it first rises with B (MoESD's claim: from the smallest B to the next, larger), and
+    the batch size from which speculation stops paying (:func:`_stops_paying`), measured and predicted."""
     rows = []
     for state, g in best.groupby("state", sort=False):
         g = g.sort_values("B")
@@ -197,7 +209,9 @@ def rise_with_batch(best: pd.DataFrame) -> pd.DataFrame:
                      "rises_measured": bool(len(meas) > 1 and meas[1] > meas[0]),
                      "rises_predicted": bool(len(pred) > 1 and pred[1] > pred[0]),
                      "B_best_measured": int(g["B"].iloc[int(np.argmax(meas))]),
-                     "B_best_predicted": int(g["B"].iloc[int(np.argmax(pred))])})
+                     "B_best_predicted": int(g["B"].iloc[int(np.argmax(pred))]),
+                     "stops_paying_measured": _stops_paying(g["B"].tolist(), meas),
+                     "stops_paying_predicted": _stops_paying(g["B"].tolist(), pred)})
     return pd.DataFrame(rows)
 
 
@@ -442,7 +456,8 @@ class BatchAxisStudy:
         for r in rise.itertuples():
             lines.append(f"[{r.state}] best speedup per B {r.B}: measured {r.best_measured}, predicted "
                          f"{r.best_predicted}; first rises with B: measured {r.rises_measured}, predicted "
-                         f"{r.rises_predicted}")
+                         f"{r.rises_predicted}; speculation stops paying from B = {r.stops_paying_measured} measured, "
+                         f"{r.stops_paying_predicted} predicted (None: it pays at the largest B)")
         lines.append("notebook 05's B = 1 numbers: " + ("not in this run folder" if b1 is None else
                      f"its predicted speedups recomputed here within {b1['recomputed_max_abs']:.3g} over {b1['cells']} "
                      "cells"))
