@@ -426,8 +426,9 @@ class BatchAxisStudy:
         b1 = b1_against_05(pd.read_csv(nb05), pred) if nb05.is_file() else None
         goals = batch_goals(pred, best, b1)
         cols = ["state", "B", "k", "n_pass", "predicted", "measured", "rel_error", "tolerance", "measured_q25",
-                "measured_q75", "predicted_realized", "rel_error_realized", "a_measured", "tokens_per_round", "verify_s",
-                "draft_s", "draft_from", "host_s", "V_s", "union_ratio", "throughput_per_seq", "reps", "read_GBps", "other_load"]
+                "measured_q75", "predicted_realized", "rel_error_realized", "a_measured", "tokens_per_round",
+                "verify_s", "draft_s", "draft_from", "host_s", "V_s", "union_ratio", "throughput_per_seq", "reps",
+                "read_GBps", "other_load"]
         pred = pred.assign(n_pass=pred["B"] * (pred["k"] + 1),
                            tolerance=[tolerance(s) for s in pred["state"]])
         self._write("09_batch_predictions.csv", pred[[c for c in cols if c in pred]])
