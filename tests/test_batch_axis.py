@@ -38,6 +38,19 @@ def test_cell_summary_exact():
         BA.cell_summary(_runs().drop(index=2))
 
 
+def test_regret_interval_from_paired_repetitions():
+    runs = _runs()
+    by_rep = BA.ratios_by_rep(runs)
+    assert list(by_rep) == [("quiet", 1)]
+    np.testing.assert_allclose(by_rep[("quiet", 1)], [[1.0, 1.0], [1.5, 1.25]], rtol=1e-12)
+    # k = 1 beats plain decoding in every repetition: running k = 1 loses nothing in any resample
+    assert BA.regret_interval(by_rep[("quiet", 1)], 1) == (0.0, 0.0)
+    # k = 0 loses 1 - 1/S(1), S(1) the median of two resampled repetitions: 1.25, 1.375 or 1.5
+    lo, hi = BA.regret_interval(by_rep[("quiet", 1)], 0, resamples=2000)
+    assert lo == pytest.approx(1 - 1 / 1.25) and hi == pytest.approx(1 - 1 / 1.5)
+    assert all(np.isnan(BA.regret_interval(np.ones((2, 1)), 0)))
+
+
 def test_round_terms_take_verify_from_the_blocks_and_draft_host_from_the_runs():
     cells = BA.cell_summary(_runs())
     blocks = pd.DataFrame([{"state": "quiet", "rep": r, "B": 1, "k": k, "term": "verify", "t_median_s": t}
@@ -206,14 +219,14 @@ def test_report_part_renders_exactly(tmp_path):
     (tmp_path / "09_batch_predictions.csv").write_text(
         "state,B,k,rel_error,tolerance\nquiet,1,0,0.01,0.05\nquiet,1,1,-0.06,0.05\nloaded,2,1,0.08,0.1\n")
     (tmp_path / "09_best_k.csv").write_text(
-        "state,B,k_best_measured,k_star_predicted,measured_best,measured_at_k_star,regret\n"
-        "quiet,1,1,1,1.25,1.25,0.0\nloaded,2,1,0,1.5,1.0,0.3333333\n")
+        "state,B,k_best_measured,k_star_predicted,measured_best,measured_at_k_star,regret,regret_lo,regret_hi\n"
+        "quiet,1,1,1,1.25,1.25,0.0,,\nloaded,2,1,0,1.5,1.0,0.3333333,0.2,0.4\n")
     (tmp_path / "09_rise_with_batch.csv").write_text(
         'state,B,best_measured,best_predicted,rises_measured,rises_predicted\nquiet,"[1, 2]","[1.25, 1.5]",'
         '"[1.3, 1.4]",True,True\n')
     out = report.render_text("<!-- moespec-report:batch-axis -->\n<!-- /moespec-report:batch-axis -->\n",
                              RunFiles(tmp_path))
     assert "| quiet | 1 | 1 of 2 (<= 5.0 %) | 6.0 % | 1 (1.250) | 1 (1.250) | 0.0 % |" in out
-    assert "| loaded | 2 | 1 of 1 (<= 10.0 %) | 8.0 % | 1 (1.500) | 0 (1.000) | 33.3 % |" in out
+    assert "| loaded | 2 | 1 of 1 (<= 10.0 %) | 8.0 % | 1 (1.500) | 0 (1.000) | 33.3 % [20.0 %, 40.0 %] |" in out
     assert ("quiet: best speedup per B [1, 2] measured [1.25, 1.5], predicted [1.3, 1.4] (first rises with B: "
             "measured True, predicted True).") in " ".join(out.split())

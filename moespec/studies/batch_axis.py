@@ -79,6 +79,42 @@ def run_sizes(profile: str, sizes: dict | None = None) -> tuple[dict, list]:
 
 
 # --- the arithmetic -------------------------------------------------------------------------------
+def with_ratios(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with ``ratio``: each run's throughput per sequence over the plain run (k = 0) of its
+    state, B and repetition."""
+    plain = runs[runs["k"] == 0].set_index(["state", "B", "rep"])["throughput_per_seq"]
+    if plain.index.has_duplicates:
+        raise ValueError("runs: more than one plain run (k = 0) per (state, B, rep)")
+    idx = list(zip(runs["state"], runs["B"], runs["rep"]))
+    missing = [i for i in idx if i not in plain.index]
+    if missing:
+        raise ValueError(f"runs: no plain run (k = 0) at (state, B, rep) = {missing[0]}")
+    return runs.assign(ratio=runs["throughput_per_seq"].to_numpy() / plain.loc[idx].to_numpy())
+
+
+def ratios_by_rep(runs: pd.DataFrame) -> dict:
+    """{(state, B): array [k, repetition]} of :func:`with_ratios`' ratios (k = 0..kmax in order; a
+    repetition that lacks a cell is left out)."""
+    wide = with_ratios(runs).pivot_table(index=["state", "B", "k"], columns="rep", values="ratio")
+    return {(s, int(B)): g.sort_index().dropna(axis=1).to_numpy() for (s, B), g in wide.groupby(level=[0, 1])}
+
+
+def regret_interval(ratios: np.ndarray, k: int, resamples: int = 4000, seed: int = 0,
+                    level: float = 0.95) -> tuple[float, float]:
+    """The interval of the regret of running ``k``: the repetitions (columns of ``ratios`` [k, rep],
+    each repetition's speedups over its own plain run) resampled with replacement, the same ones for
+    every k, each k's speedup the median of the resampled repetitions, 1 - S(k) / max_j S(j) per
+    resample; its ``level`` percentile interval. NaN without two repetitions."""
+    R = ratios.shape[1]
+    if R < 2:
+        return float("nan"), float("nan")
+    idx = np.random.default_rng(seed).integers(0, R, size=(resamples, R))
+    boot = np.median(ratios[:, idx], axis=2)                        # [k, resamples]
+    lost = 1 - boot[k] / boot.max(axis=0)
+    lo, hi = np.quantile(lost, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
 def cell_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (state, B, k) of the runs (one row per cell and repetition: ``throughput_per_seq``,
     ``accepted``, ``rejections``, ``emitted``, ``rounds`` and the per-round means ``t_verify_mean_s``,
@@ -87,15 +123,7 @@ def cell_summary(runs: pd.DataFrame) -> pd.DataFrame:
     quartiles of the per-repetition ratios (each repetition over its own plain run); ``a_measured``,
     the pooled acceptance (accepted drafts over accepted drafts plus rejections, NaN at k = 0);
     ``tokens_per_round``, emitted tokens per sequence per round; the medians of the round's parts."""
-    plain = runs[runs["k"] == 0].set_index(["state", "B", "rep"])["throughput_per_seq"]
-    if plain.index.has_duplicates:
-        raise ValueError("runs: more than one plain run (k = 0) per (state, B, rep)")
-    idx = list(zip(runs["state"], runs["B"], runs["rep"]))
-    missing = [i for i in idx if i not in plain.index]
-    if missing:
-        raise ValueError(f"runs: no plain run (k = 0) at (state, B, rep) = {missing[0]}")
-    runs = runs.assign(ratio=runs["throughput_per_seq"].to_numpy() / plain.loc[idx].to_numpy())
-    g = runs.groupby(KEYS)
+    g = with_ratios(runs).groupby(KEYS)
     out = g.agg(reps=("rep", "count"), throughput_per_seq=("throughput_per_seq", "median"),
                 accepted=("accepted", "sum"), rejections=("rejections", "sum"), emitted=("emitted", "sum"),
                 rounds=("rounds", "sum"), t_verify_run_s=("t_verify_mean_s", "median"),
@@ -167,11 +195,12 @@ def prediction_table(terms: pd.DataFrame, cells: pd.DataFrame, union_ratio: pd.D
     return out
 
 
-def best_k_table(pred: pd.DataFrame) -> pd.DataFrame:
+def best_k_table(pred: pd.DataFrame, by_rep: dict | None = None, seed: int = 0) -> pd.DataFrame:
     """Per (state, B): ``k_best_measured`` (the measured fastest k, plain decoding included),
     ``k_star_predicted`` (the smallest maximizer of the predicted speedup: k*(B)), their speedups,
     and ``regret`` = 1 - measured(k*(B)) / measured(best k): the share of the measured best lost by
-    running the predicted k."""
+    running the predicted k; with ``by_rep`` (:func:`ratios_by_rep`), its interval
+    ``regret_lo``/``regret_hi`` (:func:`regret_interval`)."""
     rows = []
     for (state, B), g in pred.groupby(["state", "B"], sort=False):
         g = g.sort_values("k").reset_index(drop=True)
@@ -181,6 +210,9 @@ def best_k_table(pred: pd.DataFrame) -> pd.DataFrame:
                      "measured_best": float(m[best]), "measured_at_k_star": float(m[star]),
                      "predicted_at_k_star": float(g.set_index("k").loc[star, "predicted"]),
                      "regret": float(1 - m[star] / m[best])})
+        ratios = (by_rep or {}).get((state, int(B)))
+        lo, hi = regret_interval(ratios, star, seed=seed) if ratios is not None else (float("nan"),) * 2
+        rows[-1].update(regret_lo=lo, regret_hi=hi, reps=0 if ratios is None else int(ratios.shape[1]))
     return pd.DataFrame(rows)
 
 
@@ -420,7 +452,7 @@ class BatchAxisStudy:
         rank = {s: i for i, s in enumerate(self.P["states"])}          # the states in the order they ran
         pred = pred.sort_values(["state", "B", "k"], key=lambda c: c.map(rank) if c.name == "state" else c,
                                 ignore_index=True)
-        best = best_k_table(pred)
+        best = best_k_table(pred, ratios_by_rep(runs), seed=self.seed)
         rise = rise_with_batch(best)
         nb05 = self.fig_dir / "05_oracle_predictions.csv"
         b1 = b1_against_05(pd.read_csv(nb05), pred) if nb05.is_file() else None
@@ -453,7 +485,8 @@ class BatchAxisStudy:
         for r in best.itertuples():
             lines.append(f"[{r.state}] B = {r.B}: measured best k = {r.k_best_measured} ({r.measured_best:.3f}), "
                          f"predicted k*(B) = {r.k_star_predicted} (measured there {r.measured_at_k_star:.3f}); "
-                         f"regret {100 * r.regret:.1f} %")
+                         f"regret {100 * r.regret:.1f} % [{100 * r.regret_lo:.1f}, {100 * r.regret_hi:.1f}] "
+                         f"over {r.reps} repetitions")
         for r in rise.itertuples():
             lines.append(f"[{r.state}] best speedup per B {r.B}: measured {r.best_measured}, predicted "
                          f"{r.best_predicted}; first rises with B: measured {r.rises_measured}, predicted "
