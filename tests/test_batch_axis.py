@@ -57,7 +57,7 @@ def test_round_terms_take_verify_from_the_blocks_and_draft_host_from_the_runs():
     t = BA.round_terms(blocks, cells).set_index("k")
     assert t.loc[0, "verify_s"] == pytest.approx(0.012) and t.loc[1, "verify_s"] == pytest.approx(0.014)
     assert t.loc[0, "draft_s"] == 0.0 and t.loc[1, "draft_s"] == pytest.approx(0.001)
-    assert (t["draft_from"] == "runs").all()
+    assert t["draft_from"].tolist() == ["none (k = 0)", "runs"]
     drafts = pd.concat([blocks, pd.DataFrame([{"state": "quiet", "rep": 0, "B": 1, "k": 1, "term": "draft",
                                                "t_median_s": 0.004}])])
     t = BA.round_terms(drafts, cells).set_index("k")

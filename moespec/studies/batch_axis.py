@@ -154,8 +154,9 @@ def round_terms(term_rows: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     out["verify_s"] = t.loc[out.index, "verify"].to_numpy()
     timed = t["draft"].reindex(out.index) if "draft" in t else pd.Series(np.nan, index=out.index)
     out["draft_s"] = timed.fillna(out["t_draft_run_s"]).to_numpy()
-    out.loc[out.index.get_level_values("k") == 0, "draft_s"] = 0.0
-    out["draft_from"] = np.where(timed.notna(), "round terms", "runs")
+    plain = out.index.get_level_values("k") == 0
+    out.loc[plain, "draft_s"] = 0.0
+    out["draft_from"] = np.where(plain, "none (k = 0)", np.where(timed.notna(), "round terms", "runs"))
     out["host_s"] = out["t_host_run_s"]
     return out.drop(columns=["t_draft_run_s", "t_host_run_s"]).reset_index()
 
