@@ -32,7 +32,9 @@ def test_committed_report_regenerates_identically_from_figures():
     run = RunFiles(paths.committed_figures_dir())
     committed = (paths.committed_figures_dir() / report.REPORT_NAME).read_text()
     assert sections.report_text(run) == committed
-    assert [f"## {s.notebook}." for s in sections.SECTIONS] == re.findall(r"^## \d\d\.", committed, re.M)
+    ran = {nb["name"][:2] for nb in run.manifest.get("notebooks", [])}     # a section for every notebook it ran
+    assert [f"## {s.notebook}." for s in sections.SECTIONS if s.notebook in ran] == re.findall(r"^## \d\d\.",
+                                                                                             committed, re.M)
 
 
 @pytest.mark.parametrize("page, limit", [("README.md", 25600), ("docs/engine.md", 40960)])

@@ -675,6 +675,36 @@ def draft_stop(run: RunFiles) -> str:
             "predicted:\n\n" + md_table(["draft cost", "best measured", "best predicted"], rows))
 
 
+# --- notebook 09: speculation at batch B ------------------------------------------------------------
+@block("batch-axis", "09_batch_predictions.csv", "09_best_k.csv", "09_rise_with_batch.csv")
+def batch_axis(run: RunFiles) -> str:
+    """Notebook 09 per machine state and batch size: the (B, k) cells within the state's tolerance and
+    the largest error, the measured best k beside the predicted k*(B) and its regret; then whether the
+    best speedup first rises with B, measured and predicted."""
+    pred, best = run.csv("09_batch_predictions.csv"), run.csv("09_best_k.csv")
+    rise = run.csv("09_rise_with_batch.csv")
+    rows = []
+    for r in best.itertuples():
+        g = pred[(pred["state"] == r.state) & (pred["B"] == r.B)]
+        limit = float(g["tolerance"].iloc[0])
+        lo = getattr(r, "regret_lo", None)
+        interval = f" [{pct(lo)}, {pct(r.regret_hi)}]" if pd.notna(lo) else ""
+        rows.append([r.state, int(r.B), f"{_within(g['rel_error'], limit)} of {len(g)} (<= {pct(limit)})",
+                     pct(g["rel_error"].abs().max()), f"{int(r.k_best_measured)} ({num(r.measured_best)})",
+                     f"{int(r.k_star_predicted)} ({num(r.measured_at_k_star)})", pct(r.regret) + interval])
+    said = "; ".join(f"{r.state}: best speedup per B {r.B} measured {r.best_measured}, predicted {r.best_predicted} "
+                     f"(first rises with B: measured {r.rises_measured}, predicted {r.rises_predicted})"
+                     for r in rise.itertuples())
+    return ("Throughput per sequence over plain decoding at the same B, predicted G(k) V(0, B) / V(k, B) from the "
+            "round terms timed at n = B(k + 1) in the same interleaved run (`09_batch_predictions.csv`), and the "
+            "measured best k per B beside the predicted k*(B) (`09_best_k.csv`; in brackets the measured speedup at "
+            "each; the regret's 95 % interval from a paired bootstrap over the repetitions):\n\n"
+            + md_table(["state", "B", "cells within tolerance", "largest error", "measured best k",
+                        "predicted k*(B)", "regret"], rows)
+            + "\n\n" + textwrap.fill(f"MoESD's claim, as found (`09_rise_with_batch.csv`): {said}.", 100,
+                                      break_on_hyphens=False))
+
+
 # --- the report -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Section:
@@ -722,6 +752,8 @@ SECTIONS = (
         ("goals", {"notebook": "07"}),
         ("table", {"file": "07_paper2_map.csv", "columns": "paper 2 item,section,our files,verdict"}))),
     Section("08", "advise against what the run measured", (("advise-vs-measured", {}),)),
+    Section("09", "Speculation under concurrency: the batch-size axis", (
+        ("batch-axis", {}), ("goals", {"notebook": "09"}))),
 )
 
 

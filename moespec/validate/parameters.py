@@ -111,6 +111,10 @@ RULES: dict[str, Rule] = {
 NOTEBOOK_RULES: dict[tuple[str, str], Rule] = {
     ("01", "trace_file"): Rule(path="input"),           # 01 loads it as a file (no trace-folder names)
     ("05", "threads"): _COUNT, ("06", "threads"): _COUNT, ("07", "threads"): _COUNT,
+    ("09", "threads"): _COUNT, ("09", "batch_sizes"): Rule(low=1, nonempty=True),
+    ("09", "ks"): Rule(low=0, nonempty=True),
+    ("09", "draft_kind"): Rule(choices=("oracle", "real")), ("09", "union_resamples"): _COUNT,
+    ("09", "prompt_tokens"): _COUNT, ("09", "reps"): _COUNT,
 }
 
 _WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a text", list: "a list",

@@ -1,0 +1,288 @@
+"""The engine at batch B (moespec.engine.batch, moespec.engine.batch_speculative) on the quick
+profile's models: each sequence's tokens those of its own batch-one run, one expert operation per
+MoE layer per pass over all B(k + 1) tokens, refusals, the round terms' rows."""
+
+import numpy as np
+import pytest
+import torch
+
+from moespec.engine import ModelDraft, speculative_generate
+from moespec.engine.batch import BatchEngine, BatchLM
+from moespec.engine.batch_speculative import (BatchModelDraft, BatchStep, batch_generate, batch_speculative_step,
+                                              round_setup, summarize_batch_steps, time_round_terms)
+from moespec import zoo
+from moespec.engine.subject import QUICK_MOE, load_subject
+
+N_TOKENS = 14
+LENGTHS = (5, 11, 8, 14)  # prompts of different lengths
+
+
+@pytest.fixture(scope="module", params=["default", "byte-faithful-all"])
+def subject(request):
+    return load_subject(request.param, profile="quick")
+
+
+@pytest.fixture(scope="module")
+def near_draft():
+    """The quick target's own tiny model (its own experts, f32) with noise on its LM head: a draft
+    that agrees with the target often but not always (the quick draft, random, almost never does)."""
+    draft = zoo.tiny_moe(**QUICK_MOE)
+    with torch.no_grad():
+        w = draft.lm_head.weight
+        w.add_(0.3 * w.std() * torch.randn(w.shape, generator=torch.Generator().manual_seed(3)))
+    return draft
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(7)
+    return [rng.integers(1, 256, size=n) for n in LENGTHS]
+
+
+def _plain_reference(engine, prompt, n):
+    first = engine.prefill(prompt)
+    return [first] + engine.greedy(first, n - 1)
+
+
+@pytest.mark.parametrize("dedup", [False, True])
+def test_plain_decoding_matches_batch_one(subject, prompts, dedup):
+    engine = subject.engine
+    engine.dedup = dedup
+    try:
+        ref = [_plain_reference(engine, p, N_TOKENS) for p in prompts]
+        for B in (1, 2, 4):
+            out, steps = batch_generate(BatchEngine(engine), prompts[:B], k=0, n_tokens=N_TOKENS)
+            assert [o[:N_TOKENS] for o in out] == ref[:B]
+            assert len(steps) == N_TOKENS and all(s.accepted == [0] * B for s in steps)
+    finally:
+        engine.dedup = False
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+@pytest.mark.parametrize("which", ["near", "own"])
+def test_speculative_decoding_matches_batch_one(subject, near_draft, prompts, k, which):
+    engine = subject.engine
+    draft = near_draft if which == "near" else subject.draft
+    ref_tokens, ref_accepted = [], []
+    for p in prompts:
+        toks, steps = speculative_generate(engine, ModelDraft(draft), p, k, N_TOKENS)
+        ref_tokens.append(toks[:N_TOKENS])
+        ref_accepted.append([s.accepted for s in steps])
+    for B in (1, 2, 4):
+        out, steps = batch_generate(BatchEngine(engine), prompts[:B], k=k, n_tokens=N_TOKENS,
+                                    drafter=BatchModelDraft(draft))
+        assert [o[:N_TOKENS] for o in out] == ref_tokens[:B]
+        for b in range(B):  # each sequence accepts its own drafts, round by round, until it is done
+            mine = [s.accepted[b] for s in steps][:len(ref_accepted[b])]
+            assert mine == ref_accepted[b]
+
+
+def test_caches_become_ragged(subject, near_draft, prompts):
+    """Sequences accept different numbers of drafts (some rounds all k), so their caches grow apart."""
+    target = BatchEngine(subject.engine)
+    _, steps = batch_generate(target, prompts, k=4, n_tokens=N_TOKENS, drafter=BatchModelDraft(near_draft))
+    grown = np.array(target.lengths) - np.array(LENGTHS)
+    assert len(set(grown.tolist())) > 1
+    assert 4 in {j for s in steps for j in s.accepted}
+    assert grown.tolist() == [sum(s.accepted[b] + 1 for s in steps) for b in range(len(LENGTHS))]
+
+
+@pytest.mark.parametrize("B,k", [(1, 0), (2, 1), (4, 0), (4, 2), (3, 4)])
+def test_one_expert_call_per_layer_over_the_whole_pass(subject, prompts, B, k):
+    engine = subject.engine
+    switch = engine.switch
+    sizes = []
+    own = switch.kernel_for
+    target, drafter = BatchEngine(engine), BatchModelDraft(subject.draft)
+    currents = target.prefill(prompts[:B])
+    drafter.begin(prompts[:B])
+    draft_mlp = []
+    hooks = [layer.mlp.register_forward_hook(lambda m, args, out: draft_mlp.append(args[0].shape[:2]))
+             for layer in drafter.lm.layers]
+    engine.dedup = True
+    switch.record = []
+    switch.kernel_for = lambda n: sizes.append((n, own(n))) or own(n)
+    try:
+        drafts = drafter.propose([[] for _ in range(B)], currents, k)
+        draft_mlp_calls = list(draft_mlp)
+        st = batch_speculative_step(target, drafter, [[] for _ in range(B)], currents, k)
+        record = switch.record
+    finally:
+        switch.record, engine.dedup = None, False
+        del switch.kernel_for
+        for h in hooks:
+            h.remove()
+    n = B * (k + 1)
+    assert st.drafts == drafts
+    assert sorted(layer for layer, _ in record) == list(range(engine.num_layers))
+    assert all(ids.shape[0] == n for _, ids in record)
+    assert sizes == [(n, "slot" if n == 1 else "dedup")] * engine.num_layers  # the switch decides by n = B(k + 1)
+    # the draft: each dense MLP once per draft pass over the B sequences' tokens
+    assert draft_mlp_calls == [torch.Size([1, B])] * (k * len(drafter.lm.layers))
+
+
+def test_refusals(subject, prompts):
+    target = BatchEngine(subject.engine)
+    with pytest.raises(ValueError, match=r"^prompts: the batch size must be >= 1, found 0$"):
+        target.prefill([])
+    with pytest.raises(ValueError, match=r"^B: the batch size must be >= 1, found 0$"):
+        target.reset(0)
+    with pytest.raises(ValueError, match=r"^prompts\[1\]: needs a non-empty 1-D token list, found shape \(0,\)$"):
+        batch_generate(target, [prompts[0], []], k=0, n_tokens=4)
+    with pytest.raises(ValueError, match=r"^k: the draft length must be >= 0, found -1$"):
+        batch_generate(target, prompts, k=-1, n_tokens=4)
+    with pytest.raises(ValueError, match=r"^drafter: k = 2 drafts need a drafter, found none$"):
+        batch_generate(target, prompts, k=2, n_tokens=4)
+    with pytest.raises(ValueError, match=r"^n_tokens: must be >= 1, found 0$"):
+        batch_generate(target, prompts, k=0, n_tokens=0)
+    target.prefill(prompts[:2])
+    with pytest.raises(ValueError, match=r"^segments: one per sequence \(2\), found 1$"):
+        target.forward([[1]])
+    with pytest.raises(ValueError, match=r"^lengths\[0\]: cannot crop a cache of 5 positions to 6$"):
+        target.crop([6, 3])
+
+
+def test_replayed_routing_refused():
+    sub = load_subject("replay", profile="quick")
+    with pytest.raises(ValueError, match=r"^engine: it has pass listeners"):
+        BatchEngine(sub.engine)
+
+
+def test_batch_lm_refuses_a_model_without_decoder_layers():
+    with pytest.raises(ValueError, match=r"^Linear: batched passes need decoder layers"):
+        BatchLM(torch.nn.Linear(2, 2))
+
+
+def test_summarize_batch_steps_hand_case():
+    drafts = [[1, 2], [3, 4]]
+    steps = [BatchStep(drafts, [[0] * 3] * 2, [2, 0], [5, 9], 0.1, 0.3, 0.5),
+             BatchStep(drafts, [[0] * 3] * 2, [1, 2], [8, 10], 0.1, 0.2, 0.5)]
+    s = summarize_batch_steps(steps)
+    # emitted: accepted 5 + one token per sequence per round (4) = 9; rejections: 0 then 1, 0 -> 2
+    assert (s["B"], s["k"], s["n_pass"], s["rounds"], s["emitted"]) == (2, 2, 6, 2, 9)
+    assert s["realized_a"] == pytest.approx(5 / 7)
+    assert s["throughput_per_seq"] == pytest.approx(9 / 2 / 1.0)
+    assert s["throughput_batch"] == pytest.approx(9.0)
+    assert s["t_verify_mean_s"] == pytest.approx(0.25)
+    assert s["t_host_mean_s"] == pytest.approx(0.5 - 0.25 - 0.1)
+    with pytest.raises(ValueError, match="^steps: no rounds"):
+        summarize_batch_steps([])
+
+
+def test_round_terms_rows_and_restored_caches(subject, prompts):
+    setups = [round_setup(subject.engine, subject.draft, prompts[:B]) for B in (1, 2)]
+    bases = [(s.target.lengths, s.drafter.lm.lengths) for s in setups]
+    calls = []
+
+    def timer(fn):
+        calls.append([s.target.lengths for s in setups])
+        fn()
+        return 1000.0  # ns
+
+    df = time_round_terms(setups, ks=[0, 2], reps=3, warmup=1, timer=timer, read_nbytes=4096)
+    assert sorted(zip(df.B, df.k, df.term)) == [(1, 0, "verify"), (1, 2, "draft"), (1, 2, "verify"),
+                                                (2, 0, "verify"), (2, 2, "draft"), (2, 2, "verify")]
+    assert (df.n == df.B * (df.k + 1)).all()
+    assert (df.reps == 3).all() and np.allclose(df.t_median_s, 1e-6, rtol=1e-12)
+    assert df.read_GBps.iloc[0] == pytest.approx(4096 / 1e-6 / 1e9)
+    assert len(calls) == 3 * 7
+    assert all(c == [b[0] for b in bases] for c in calls)  # every timed call starts from the prompts
+    assert [(s.target.lengths, s.drafter.lm.lengths) for s in setups] == bases
+
+
+def _checkpoint(family: str):
+    import transformers as tf
+
+    common = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                  max_position_embeddings=128, eos_token_id=0, pad_token_id=0, bos_token_id=0)
+    torch.manual_seed(0)
+    return {"qwen3_moe": lambda: tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
+                intermediate_size=96, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, head_dim=16,
+                **common)),
+            "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(intermediate_size=32, num_local_experts=8,
+                                                                      num_experts_per_tok=2, **common)),
+            "deepseek_v2": lambda: tf.DeepseekV2ForCausalLM(tf.DeepseekV2Config(
+                intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+                qk_nope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1, **common))}[family]().eval()
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "deepseek_v2"])
+def test_checkpoint_subjects_at_batch_b(family, tmp_path):
+    """A checkpoint subject of each supported family: batched plain and speculative tokens those of
+    batch one, one expert operation per MoE layer per pass of B(k + 1) tokens."""
+    _checkpoint(family).save_pretrained(tmp_path / "target")
+    zoo.tiny_draft(seed=1, vocab_size=128).save_pretrained(tmp_path / "draft")
+    sub = load_subject(str(tmp_path / "target"), profile="quick", backend="torch", draft=str(tmp_path / "draft"))
+    engine = sub.engine
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(1, 128, size=n) for n in (6, 10, 3)]
+    ref = [_plain_reference(engine, p, 10) for p in prompts]
+    out, _ = batch_generate(BatchEngine(engine), prompts, k=0, n_tokens=10)
+    assert [o[:10] for o in out] == ref
+    ref = [speculative_generate(engine, ModelDraft(sub.draft), p, 3, 10)[0][:10] for p in prompts]
+    engine.switch.record = []
+    try:
+        out, steps = batch_generate(BatchEngine(engine), prompts, k=3, n_tokens=10, drafter=BatchModelDraft(sub.draft))
+        record = engine.switch.record
+    finally:
+        engine.switch.record = None
+    assert [o[:10] for o in out] == ref
+    assert len(record) == engine.num_layers * (len(prompts) + len(steps))  # a prefill per prompt, then the rounds
+    verify = record[-engine.num_layers * len(steps):]  # one call per layer per round
+    assert [ids.shape[0] for _, ids in verify] == [3 * 4] * (engine.num_layers * len(steps))
+
+
+@pytest.mark.parametrize("k,a", [(1, 0.5), (3, 0.7), (4, 1.0)])
+def test_oracle_draft_matches_batch_one(subject, prompts, k, a):
+    """Sequence b of the batched oracle draws what OracleDraft(seed=[seed, b]) draws at batch one."""
+    from moespec.engine import OracleDraft
+    from moespec.engine.batch_speculative import BatchOracleDraft
+
+    engine = subject.engine
+    ref = []
+    for b, p in enumerate(prompts):
+        toks, steps = speculative_generate(engine, OracleDraft(engine, a, subject.vocab_size, seed=[5, b]), p, k,
+                                           N_TOKENS)
+        ref.append((toks[:N_TOKENS], [s.accepted for s in steps]))
+    out, steps = batch_generate(BatchEngine(engine), prompts, k=k, n_tokens=N_TOKENS,
+                                drafter=BatchOracleDraft(engine, a, subject.vocab_size, seed=5))
+    assert [o[:N_TOKENS] for o in out] == [r[0] for r in ref]
+    for b, (_, accepted) in enumerate(ref):
+        assert [s.accepted[b] for s in steps][:len(accepted)] == accepted
+    if a == 1.0:
+        assert all(j == k for s in steps for j in s.accepted)
+    with pytest.raises(ValueError, match=r"^a: the oracle's acceptance must lie in \[0, 1\], found 1.5$"):
+        BatchOracleDraft(engine, 1.5, subject.vocab_size)
+
+
+def test_round_setup_without_a_draft_verifies_the_continuations(subject, prompts):
+    s = round_setup(subject.engine, None, prompts[:2], continuations=[[3, 4, 5], [6, 7, 8]])
+    assert s.drafts(2) == [[3, 4], [6, 7]] and s.drafts(0) == [[], []]
+    with pytest.raises(ValueError, match=r"^continuations\[0\]: 4 drafts asked, found 3$"):
+        s.drafts(4)
+    df = time_round_terms([s], ks=[3], reps=2, warmup=0, timer=lambda fn: (fn(), 10.0)[1], read_nbytes=0)
+    assert df[["B", "k", "n", "term"]].values.tolist() == [[2, 3, 8, "verify"]]
+    assert np.isnan(df.read_GBps.iloc[0]) and s.target.lengths == list(LENGTHS[:2])
+
+
+@pytest.mark.parametrize("B,k", [(1, 0), (4, 2)])
+def test_attention_projections_once_per_pass(subject, prompts, B, k):
+    """Each attention's q/k/v and output projections run once per pass over its B(k + 1) tokens
+    (their weights read once per pass); the cores per sequence."""
+    target = BatchEngine(subject.engine)
+    currents = target.prefill(prompts[:B])
+    names = ("q_proj", "k_proj", "v_proj", "o_proj")
+    modules = [getattr(layer.self_attn, p) for layer in target.layers for p in names]
+    calls = []
+    hooks = [getattr(layer.self_attn, p).register_forward_hook(
+        lambda m, args, out, p=p: calls.append((p, args[0].shape[1])))
+        for layer in target.layers for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    try:
+        target.forward([[c] + [1] * k for c in currents])
+    finally:
+        for h in hooks:
+            h.remove()
+    assert sorted(calls) == sorted([(p, B * (k + 1)) for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
+                                   * len(target.layers))
+    assert [getattr(layer.self_attn, p) for layer in target.layers for p in names] == modules  # put back
