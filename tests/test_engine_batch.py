@@ -266,7 +266,7 @@ def test_round_setup_without_a_draft_verifies_the_continuations(subject, prompts
     assert np.isnan(df.read_GBps.iloc[0]) and s.target.lengths == list(LENGTHS[:2])
 
 
-@pytest.mark.parametrize("B,k", [(1, 0), (4, 2)])
+@pytest.mark.parametrize("B,k", [(1, 0), (1, 3), (4, 2)])
 def test_attention_projections_once_per_pass(subject, prompts, B, k):
     """Each attention's q/k/v and output projections run once per pass over its B(k + 1) tokens
     (their weights read once per pass); the cores per sequence."""

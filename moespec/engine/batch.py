@@ -165,7 +165,8 @@ class BatchLM:
             ctx = self._pass
             first = not ctx.masks
             own = {p: getattr(attn, p, None) for p in PROJECTIONS + ("o_proj",)}
-            fused = self.fuse_projections and all(isinstance(m, torch.nn.Module) for m in own.values())
+            fused = (self.fuse_projections and len(ctx.spans) > 1  # one segment: the module's own calls
+                     and all(isinstance(m, torch.nn.Module) for m in own.values()))
             rows = {p: _Rows(own[p](hidden_states)) for p in PROJECTIONS} if fused else {}
             outs = []
             try:
