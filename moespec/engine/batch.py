@@ -160,8 +160,12 @@ class BatchLM:
         output projections (where it has all four) once over the pass's tokens."""
 
         def forward(hidden_states, position_embeddings, attention_mask=None, **kwargs):
-            from transformers.masking_utils import create_causal_mask
+            from transformers import masking_utils
 
+            # the builder the model's own forward picks (Mixtral, Qwen-MoE: a sliding window where set)
+            build = (masking_utils.create_sliding_window_causal_mask
+                     if getattr(self.model.config, "sliding_window", None) is not None
+                     else masking_utils.create_causal_mask)
             ctx = self._pass
             first = not ctx.masks
             own = {p: getattr(attn, p, None) for p in PROJECTIONS + ("o_proj",)}
@@ -177,9 +181,8 @@ class BatchLM:
                 for j, (off, n) in enumerate(ctx.spans):
                     part = hidden_states[:, off:off + n]
                     if first:  # before any layer writes this pass into the cache, as the model's own builder
-                        ctx.masks.append(create_causal_mask(config=self.model.config, inputs_embeds=part,
-                                                            attention_mask=None, cache=ctx.caches[j],
-                                                            position_ids=ctx.positions[j]))
+                        ctx.masks.append(build(config=self.model.config, inputs_embeds=part, attention_mask=None,
+                                               cache=ctx.caches[j], position_ids=ctx.positions[j]))
                     for r in rows.values():
                         r.span = (off, n)
                     out = own_forward(hidden_states=part, position_embeddings=_positions(position_embeddings, off, n),
