@@ -291,3 +291,32 @@ def test_attention_projections_once_per_pass(subject, prompts, B, k):
     assert sorted(calls) == sorted([(p, B * (k + 1)) for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
                                    * len(target.layers))
     assert [getattr(layer.self_attn, p) for layer in target.layers for p in names] == modules  # put back
+
+
+def test_a_forward_set_on_the_attention_is_kept(subject, prompts):
+    """A pass swaps each attention's forward for its own and puts back what was there."""
+    target = BatchEngine(subject.engine)
+    attn = target.layers[0].self_attn
+    seen = []
+    own = attn.forward
+
+    def mine(*args, **kwargs):
+        seen.append(kwargs["hidden_states"].shape[1])
+        return own(*args, **kwargs)
+
+    attn.forward = mine
+    try:
+        currents = target.prefill(prompts[:2])
+        target.forward([[c, 1] for c in currents])
+        assert attn.forward is mine
+    finally:
+        del attn.forward
+    assert seen == [LENGTHS[0], LENGTHS[1], 2, 2]  # the two prefills, then one call per sequence
+
+
+def test_mixed_layer_types_refused():
+    model = zoo.tiny_draft(seed=1)
+    model.config.layer_types = ["full_attention", "sliding_attention"]
+    with pytest.raises(ValueError, match=r"^LlamaForCausalLM: layer_types mixes \['full_attention', "
+                                         r"'sliding_attention'\]"):
+        BatchLM(model)

@@ -62,6 +62,10 @@ def decoder_layers(model: torch.nn.Module) -> list:
     if layers is None or not all(hasattr(layer, "self_attn") for layer in layers):
         raise ValueError(f"{type(model).__name__}: batched passes need decoder layers at model.layers, each with its "
                          "attention at self_attn (transformers' OLMoE, Qwen-MoE, Mixtral and Llama layouts)")
+    kinds = sorted(set(getattr(model.config, "layer_types", None) or []))
+    if len(kinds) > 1:
+        raise ValueError(f"{type(model).__name__}: layer_types mixes {kinds}; a batched pass builds one kind of "
+                         "attention mask for every layer")
     return list(layers)
 
 
@@ -211,17 +215,20 @@ class BatchLM:
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
         positions = [torch.arange(s, s + n, device=self.device).view(1, -1) for s, n in zip(starts, sizes)]
         self._pass = _Pass(list(zip(offsets, sizes)), caches, positions)
-        patched = []
+        patched = []  # (module, the forward set on the instance before, if any)
         try:
             for layer in self.layers:
                 attn = layer.self_attn
+                patched.append((attn, attn.__dict__.get("forward")))
                 attn.forward = self._attention(attn, attn.forward)
-                patched.append(attn)
             out = self.model(input_ids=torch.cat(segments).view(1, -1), position_ids=torch.cat(positions, dim=1),
                              use_cache=False)
         finally:
-            for attn in patched:
-                del attn.forward  # the class's forward again
+            for attn, before in patched:
+                if before is None:
+                    del attn.forward  # the class's forward again
+                else:
+                    attn.forward = before
             self._pass = None
         logits = out.logits[0]
         return [logits[o:o + n] for o, n in zip(offsets, sizes)]
