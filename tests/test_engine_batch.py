@@ -201,16 +201,19 @@ def _checkpoint(family: str):
                 **common)),
             "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(intermediate_size=32, num_local_experts=8,
                                                                       num_experts_per_tok=2, **common)),
+            "mixtral_window": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(
+                intermediate_size=32, num_local_experts=8, num_experts_per_tok=2, sliding_window=5, **common)),
             "deepseek_v2": lambda: tf.DeepseekV2ForCausalLM(tf.DeepseekV2Config(
                 intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
                 n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
                 qk_nope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1, **common))}[family]().eval()
 
 
-@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "deepseek_v2"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "mixtral_window", "deepseek_v2"])
 def test_checkpoint_subjects_at_batch_b(family, tmp_path):
     """A checkpoint subject of each supported family: batched plain and speculative tokens those of
-    batch one, one expert operation per MoE layer per pass of B(k + 1) tokens."""
+    batch one, one expert operation per MoE layer per pass of B(k + 1) tokens; with a sliding window
+    of 5 positions (prompts and text longer than it) the plain tokens."""
     _checkpoint(family).save_pretrained(tmp_path / "target")
     zoo.tiny_draft(seed=1, vocab_size=128).save_pretrained(tmp_path / "draft")
     sub = load_subject(str(tmp_path / "target"), profile="quick", backend="torch", draft=str(tmp_path / "draft"))
@@ -220,6 +223,8 @@ def test_checkpoint_subjects_at_batch_b(family, tmp_path):
     ref = [_plain_reference(engine, p, 10) for p in prompts]
     out, _ = batch_generate(BatchEngine(engine), prompts, k=0, n_tokens=10)
     assert [o[:10] for o in out] == ref
+    if family == "mixtral_window":  # transformers' sliding-window cache cannot be cropped: no speculation
+        return
     ref = [speculative_generate(engine, ModelDraft(sub.draft), p, 3, 10)[0][:10] for p in prompts]
     engine.switch.record = []
     try:
@@ -266,7 +271,7 @@ def test_round_setup_without_a_draft_verifies_the_continuations(subject, prompts
     assert np.isnan(df.read_GBps.iloc[0]) and s.target.lengths == list(LENGTHS[:2])
 
 
-@pytest.mark.parametrize("B,k", [(1, 0), (4, 2)])
+@pytest.mark.parametrize("B,k", [(1, 0), (1, 3), (4, 2)])
 def test_attention_projections_once_per_pass(subject, prompts, B, k):
     """Each attention's q/k/v and output projections run once per pass over its B(k + 1) tokens
     (their weights read once per pass); the cores per sequence."""
@@ -286,3 +291,32 @@ def test_attention_projections_once_per_pass(subject, prompts, B, k):
     assert sorted(calls) == sorted([(p, B * (k + 1)) for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
                                    * len(target.layers))
     assert [getattr(layer.self_attn, p) for layer in target.layers for p in names] == modules  # put back
+
+
+def test_a_forward_set_on_the_attention_is_kept(subject, prompts):
+    """A pass swaps each attention's forward for its own and puts back what was there."""
+    target = BatchEngine(subject.engine)
+    attn = target.layers[0].self_attn
+    seen = []
+    own = attn.forward
+
+    def mine(*args, **kwargs):
+        seen.append(kwargs["hidden_states"].shape[1])
+        return own(*args, **kwargs)
+
+    attn.forward = mine
+    try:
+        currents = target.prefill(prompts[:2])
+        target.forward([[c, 1] for c in currents])
+        assert attn.forward is mine
+    finally:
+        del attn.forward
+    assert seen == [LENGTHS[0], LENGTHS[1], 2, 2]  # the two prefills, then one call per sequence
+
+
+def test_mixed_layer_types_refused():
+    model = zoo.tiny_draft(seed=1)
+    model.config.layer_types = ["full_attention", "sliding_attention"]
+    with pytest.raises(ValueError, match=r"^LlamaForCausalLM: layer_types mixes \['full_attention', "
+                                         r"'sliding_attention'\]"):
+        BatchLM(model)

@@ -62,6 +62,10 @@ def decoder_layers(model: torch.nn.Module) -> list:
     if layers is None or not all(hasattr(layer, "self_attn") for layer in layers):
         raise ValueError(f"{type(model).__name__}: batched passes need decoder layers at model.layers, each with its "
                          "attention at self_attn (transformers' OLMoE, Qwen-MoE, Mixtral and Llama layouts)")
+    kinds = sorted(set(getattr(model.config, "layer_types", None) or []))
+    if len(kinds) > 1:
+        raise ValueError(f"{type(model).__name__}: layer_types mixes {kinds}; a batched pass builds one kind of "
+                         "attention mask for every layer")
     return list(layers)
 
 
@@ -160,12 +164,17 @@ class BatchLM:
         output projections (where it has all four) once over the pass's tokens."""
 
         def forward(hidden_states, position_embeddings, attention_mask=None, **kwargs):
-            from transformers.masking_utils import create_causal_mask
+            from transformers import masking_utils
 
+            # the builder the model's own forward picks (Mixtral, Qwen-MoE: a sliding window where set)
+            build = (masking_utils.create_sliding_window_causal_mask
+                     if getattr(self.model.config, "sliding_window", None) is not None
+                     else masking_utils.create_causal_mask)
             ctx = self._pass
             first = not ctx.masks
             own = {p: getattr(attn, p, None) for p in PROJECTIONS + ("o_proj",)}
-            fused = self.fuse_projections and all(isinstance(m, torch.nn.Module) for m in own.values())
+            fused = (self.fuse_projections and len(ctx.spans) > 1  # one segment: the module's own calls
+                     and all(isinstance(m, torch.nn.Module) for m in own.values()))
             rows = {p: _Rows(own[p](hidden_states)) for p in PROJECTIONS} if fused else {}
             outs = []
             try:
@@ -176,9 +185,8 @@ class BatchLM:
                 for j, (off, n) in enumerate(ctx.spans):
                     part = hidden_states[:, off:off + n]
                     if first:  # before any layer writes this pass into the cache, as the model's own builder
-                        ctx.masks.append(create_causal_mask(config=self.model.config, inputs_embeds=part,
-                                                            attention_mask=None, cache=ctx.caches[j],
-                                                            position_ids=ctx.positions[j]))
+                        ctx.masks.append(build(config=self.model.config, inputs_embeds=part, attention_mask=None,
+                                               cache=ctx.caches[j], position_ids=ctx.positions[j]))
                     for r in rows.values():
                         r.span = (off, n)
                     out = own_forward(hidden_states=part, position_embeddings=_positions(position_embeddings, off, n),
@@ -207,17 +215,20 @@ class BatchLM:
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
         positions = [torch.arange(s, s + n, device=self.device).view(1, -1) for s, n in zip(starts, sizes)]
         self._pass = _Pass(list(zip(offsets, sizes)), caches, positions)
-        patched = []
+        patched = []  # (module, the forward set on the instance before, if any)
         try:
             for layer in self.layers:
                 attn = layer.self_attn
+                patched.append((attn, attn.__dict__.get("forward")))
                 attn.forward = self._attention(attn, attn.forward)
-                patched.append(attn)
             out = self.model(input_ids=torch.cat(segments).view(1, -1), position_ids=torch.cat(positions, dim=1),
                              use_cache=False)
         finally:
-            for attn in patched:
-                del attn.forward  # the class's forward again
+            for attn, before in patched:
+                if before is None:
+                    del attn.forward  # the class's forward again
+                else:
+                    attn.forward = before
             self._pass = None
         logits = out.logits[0]
         return [logits[o:o + n] for o, n in zip(offsets, sizes)]
