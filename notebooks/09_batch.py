@@ -39,7 +39,7 @@
 #    whether the speedup first rises with B.
 #
 # **The subject** is notebook 05's (`subject = {"model": ...}`); the draft is the oracle draft at
-# acceptance `a` per sequence (`sizes = {"draft": "real"}`: the subject's own draft, batched).
+# acceptance `a` per sequence (`sizes = {"draft_kind": "real"}`: the subject's own draft, batched).
 
 # %% tags=["parameters"]
 profile = "quick"   # quick: seconds, for a person exploring; "full": the measurements behind figures/ (make reproduce)
