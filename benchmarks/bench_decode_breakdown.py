@@ -13,7 +13,7 @@ targets (expert share >= 0.6, draft <= 0.1, memory <= 16 GiB).
     .venv/bin/python benchmarks/bench_decode_breakdown.py --source random --reps 30
     .venv/bin/python benchmarks/bench_decode_breakdown.py --subjects default,byte-faithful,byte-faithful-intermediate
 
-Where a step stands against its byte limit (issue 55): ``--transformers`` also times every step
+Where a step stands against its byte limit: ``--transformers`` also times every step
 through transformers' forward (the path the engine ran before its lean one,
 ``Engine.variant(lean=False)``) in the same rounds; ``--ceiling`` (default on) times the read
 ceiling (:class:`moespec.measure.ceiling.ReadCeiling`) in them too; every step is then set beside
@@ -183,10 +183,17 @@ def summarize(out: Path, stamp: str) -> list[Path]:
     """The run's summary tables from its files (docs/engine.md shows them; ``--summarize STAMP``
     writes them again without measuring): ``<stamp>_steps.csv`` (per subject and pass, the bytes, the
     byte limit, and each path's median step and share of the limit with its quartile range),
-    ``<stamp>_parts.csv`` (the profile's parts, us per traced pass, one column per path and pass)
-    and ``<stamp>_run.csv`` (the machine, versions, read bandwidths and load of the run)."""
-    lim = pd.read_csv(out / f"{stamp}_limits.csv")
+    ``<stamp>_parts.csv`` (the profile's parts, us per traced pass, one column per path and pass),
+    ``<stamp>_run.csv`` (the machine, versions, read bandwidths and load of the run) and
+    ``<stamp>_goals.csv`` (:func:`goals` at each read reference). The steps' shares are against the
+    run's read reference (the ceiling where it is the faster read), with the share against the
+    ``torch.sum`` read beside them (``_share_at_sum_read``, the reference of the committed run's
+    breakdown)."""
+    every = pd.read_csv(out / f"{stamp}_limits.csv")
     prov = json.loads((out / f"{stamp}_provenance.json").read_text())
+    main_ref = (prov.get("read_reference") or {}).get("used", "torch.sum")
+    lim = every[every.reference == main_ref]
+    at_sum = every[every.reference == "torch.sum"].set_index(["subject", "path", "pass"]).share_of_limit
     rows = []
     for (subject, tag), g in lim.groupby(["subject", "pass"], sort=False):
         row = {"subject": subject, "pass": tag, "bytes_MB": g.bytes_MB.iloc[0], "limit_ms": g.limit_ms.iloc[0]}
@@ -194,6 +201,8 @@ def summarize(out: Path, stamp: str) -> list[Path]:
             row[f"{r.path}_ms"] = r.step_ms
             row[f"{r.path}_share"] = r.share_of_limit
             row[f"{r.path}_share_IQR"] = f"{r.share_q25:.2f}-{r.share_q75:.2f}"
+            if main_ref != "torch.sum":
+                row[f"{r.path}_share_at_sum_read"] = at_sum.get((subject, r.path, tag), np.nan)
         rows.append(row)
     written = [out / f"{stamp}_steps.csv"]
     io.write_dataframe(written[0], pd.DataFrame(rows))
@@ -215,17 +224,41 @@ def summarize(out: Path, stamp: str) -> list[Path]:
            "llama_cpp_python": peer.get("llama_cpp_python", "")}
     written.append(out / f"{stamp}_run.csv")
     io.write_dataframe(written[-1], pd.DataFrame([run]))
+    written.append(out / f"{stamp}_bound.csv")
+    io.write_dataframe(written[-1], kernel_bound(pd.read_csv(out / f"{stamp}_components.csv"), lim))
     written.append(out / f"{stamp}_goals.csv")
-    io.write_dataframe(written[-1], goals(lim))
+    io.write_dataframe(written[-1], pd.concat([goals(g).assign(read_reference=ref)
+                                               for ref, g in every.groupby("reference", sort=False)],
+                                              ignore_index=True))
     return written
 
 
-#: Issue 55's goals: the share of the byte limit a step reaches.
+def kernel_bound(components: pd.DataFrame, lim: pd.DataFrame) -> pd.DataFrame:
+    """Per subject, the n = 1 step's three components alone (attention projections, expert
+    operation, LM head) taken together: their time, their bytes' limit and the share of it, which is
+    the share a step would reach if nothing but these ran (the kernels' bound); beside it each path's
+    step, its share, and its time outside the three."""
+    rows = []
+    for subject, g in components.groupby("subject", sort=False):
+        three = g[g.component.isin(["attention", "experts", "lm_head"])]
+        t, limit = three.time_ms.sum(), three.limit_ms.sum()
+        row = {"subject": subject, "three_components_ms": t, "their_limit_ms": limit, "kernels_bound_share": limit / t}
+        steps = lim[(lim.subject == subject) & (lim.n == 1)].set_index("path")
+        for path in ("lean", "transformers"):
+            if path in steps.index:
+                row[f"{path}_step_ms"] = steps.loc[path, "step_ms"]
+                row[f"{path}_share"] = steps.loc[path, "share_of_limit"]
+                row[f"{path}_outside_three_ms"] = steps.loc[path, "step_ms"] - t
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+#: The decode-step goal: the share of the byte limit a step reaches.
 GOAL_SHARE = 0.85
 
 
 def goals(lim: pd.DataFrame, subject: str = "byte-faithful-all", peer: str = "peer-olmoe-shape") -> pd.DataFrame:
-    """Issue 55's goals from a run's ``_limits.csv``: the lean path's plain decode step and its verify
+    """The decode-step goals from a run's ``_limits.csv``: the lean path's plain decode step and its verify
     passes (each kernel, the least share over the passes of 2..9 tokens) at least
     :data:`GOAL_SHARE` of their byte limits, and moespec's decode step on the peer model at least the
     better of llama.cpp's two contexts' share in the same run; each with the median share, its
@@ -316,7 +349,9 @@ def main(argv=None) -> int:
     bytes_by_pass = {(k, n): pass_bytes_at(s.engine, prompts[k], n) for k, s in subjects.items() for n in ns}
     if peer is not None:
         bytes_by_pass.update(peer.bytes_by_pass(ns))
-    limits = byte_limits(bd, bytes_by_pass, gbps)
+    limits = pd.concat([byte_limits(bd, bytes_by_pass, gbps).assign(reference=ceiling_record["used"]),
+                        byte_limits(bd, bytes_by_pass).assign(reference="torch.sum")], ignore_index=True)
+    limits = limits.drop_duplicates(subset=["subject", "path", "pass", "reference"])
     fmt_of = {k: s.description.get("fmt", "f32") for k, s in subjects.items()}
     byte_tables = {k: byte_shares(s.engine, args.like, fmt_of[k], depths=(args.depth,)).assign(subject=k)
                    for k, s in subjects.items()}
