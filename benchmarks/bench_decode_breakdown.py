@@ -55,6 +55,7 @@ from moespec.engine.byte_shares import byte_shares
 from moespec.engine.profile import op_profile, pass_steps
 from moespec.engine.subject import subject_from_models
 from moespec.measure.ceiling import PREFIX, ReadCeiling
+from moespec.measure.timing import time_interleaved
 
 #: name -> arguments of moespec.engine.subject.subject_from_models
 SUBJECTS = {
@@ -215,7 +216,8 @@ def summarize(out: Path, stamp: str) -> list[Path]:
     hw, ver, ref = prov.get("hardware", {}), prov.get("versions", {}), prov.get("read_reference") or {}
     cpu = hw.get("cpu", {})
     peer = prov.get("peer") or {}
-    run = {"started": prov.get("started", "")[:19], "cpu": cpu.get("cpu_model"), "logical_cpus": cpu.get("logical_cpus"),
+    run = {"started": prov.get("started", "")[:19], "cpu": cpu.get("cpu_model"),
+           "logical_cpus": cpu.get("logical_cpus"),
            "threads": prov["args"]["threads"], "reps": prov["args"]["reps"], "depth": prov["args"]["depth"],
            "read_torch_sum_GBps": ref.get("torch_sum_GBps"), "read_ceiling_GBps": ref.get("ceiling_GBps"),
            "limits_use": ref.get("used"), "load_average_1_5_15": " ".join(f"{v:.2f}" for v in
@@ -287,6 +289,56 @@ def goals(lim: pd.DataFrame, subject: str = "byte-faithful-all", peer: str = "pe
     return pd.DataFrame(rows)
 
 
+def thread_counts(subject, prompt, counts, reps: int, warmup: int) -> pd.DataFrame:
+    """The lean decode step and the deduplicating verify pass of 9 tokens at each of torch's thread
+    ``counts`` (the kernels take torch's intra-op threads), each beside the read ceiling at the same
+    count, all in one interleaved run: per count the ceiling (GB/s), each step's median and quartiles
+    (ms) and its share of its byte limit at that count's ceiling."""
+    eng = subject.engine
+    tokens = continuation(eng, prompt, 9)
+    eng.crop(len(prompt))
+    per = {1: pass_bytes(eng, tokens, 1), 9: pass_bytes(eng, tokens, 9)}
+    bytes_of = {1: per[1]["dense"] + per[1]["kv_cache"] + per[1]["experts_slot"],
+                9: per[9]["dense"] + per[9]["kv_cache"] + per[9]["experts_dedup"]}
+    ceilings = {t: ReadCeiling(threads=t) for t in counts}
+
+    def at(t, fn):
+        def run():
+            torch.set_num_threads(t)
+            try:
+                fn()
+            finally:
+                torch.set_num_threads(1)
+        return run
+
+    def step(n):
+        def run():
+            eng.dedup = n > 1
+            try:
+                eng.forward(tokens[:n])
+                eng.crop(len(prompt))
+            finally:
+                eng.dedup = False
+        return run
+
+    calls = {}
+    for t in counts:
+        calls.update({(t, f"n={n}"): at(t, step(n)) for n in (1, 9)})
+        calls.update({(t, name): at(t, fn) for name, fn in ceilings[t].calls().items()})
+    timings = time_interleaved(calls, reps=reps, warmup=warmup)
+    rows = []
+    for t in counts:
+        gbps = max(ceilings[t].bytes[name[len(PREFIX):]] / timings[(t, name)].median_s / 1e9
+                   for name in ceilings[t].calls())
+        for n in (1, 9):
+            tm = timings[(t, f"n={n}")]
+            limit = bytes_of[n] / (gbps * 1e9)
+            rows.append({"threads": t, "pass": "n=1" if n == 1 else "n=9 dedup", "ceiling_GBps": gbps,
+                         "step_ms": 1e3 * tm.median_s, "step_q25_ms": 1e3 * tm.q25_s, "step_q75_ms": 1e3 * tm.q75_s,
+                         "limit_ms": 1e3 * limit, "share_of_limit": limit / tm.median_s})
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--subjects", default="default,byte-faithful", help=f"comma-separated, of {sorted(SUBJECTS)}")
@@ -311,6 +363,8 @@ def main(argv=None) -> int:
     ap.add_argument("--peer", action="store_true", help="llama.cpp's CPU decode on a model both engines load")
     ap.add_argument("--peer-experts", type=int, default=16,
                     help="experts per layer of the peer model (OLMoE's shapes otherwise; 8 routed per token)")
+    ap.add_argument("--thread-counts", default="", metavar="1,2",
+                    help="only compare torch thread counts on the first subject's lean step (<stamp>_threads.csv)")
     ap.add_argument("--summarize", default="", metavar="STAMP",
                     help="only write the summary tables of the run STAMP in --out (no measurement)")
     args = ap.parse_args(argv)
@@ -329,6 +383,15 @@ def main(argv=None) -> int:
     subjects, prompts, held = build(names, source, args.like, args.backend, args.depth, args.seed)
     out = Path(args.out) if args.out else paths.bench_dir() / "breakdown"
     stamp = started.strftime("%Y%m%dT%H%M%S")
+    if args.thread_counts:
+        counts = tuple(int(t) for t in args.thread_counts.split(","))
+        table = thread_counts(subjects[names[0]], prompts[names[0]], counts, args.reps, args.warmup)
+        io.write_dataframe(out / f"{stamp}_threads.csv", table.assign(subject=names[0]))
+        io.write_json(out / f"{stamp}_threads_provenance.json", {
+            **provenance.full_record(), "started": started.isoformat(), "args": vars(args),
+            "load_average_1_5_15": list(os.getloadavg())})
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        return 0
     extra, ceiling, peer = {}, None, None
     if args.peer:
         peer = peer_module().PeerPair(experts=args.peer_experts, depth=args.depth, seed=args.seed,
