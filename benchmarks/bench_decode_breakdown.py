@@ -13,7 +13,7 @@ targets (expert share >= 0.6, draft <= 0.1, memory <= 16 GiB).
     .venv/bin/python benchmarks/bench_decode_breakdown.py --source random --reps 30
     .venv/bin/python benchmarks/bench_decode_breakdown.py --subjects default,byte-faithful,byte-faithful-intermediate
 
-Where a step stands against its byte limit (issue 55): ``--transformers`` also times every step
+Where a step stands against its byte limit: ``--transformers`` also times every step
 through transformers' forward (the path the engine ran before its lean one,
 ``Engine.variant(lean=False)``) in the same rounds; ``--ceiling`` (default on) times the read
 ceiling (:class:`moespec.measure.ceiling.ReadCeiling`) in them too; every step is then set beside
@@ -55,6 +55,7 @@ from moespec.engine.byte_shares import byte_shares
 from moespec.engine.profile import op_profile, pass_steps
 from moespec.engine.subject import subject_from_models
 from moespec.measure.ceiling import PREFIX, ReadCeiling
+from moespec.measure.timing import time_interleaved
 
 #: name -> arguments of moespec.engine.subject.subject_from_models
 SUBJECTS = {
@@ -183,10 +184,17 @@ def summarize(out: Path, stamp: str) -> list[Path]:
     """The run's summary tables from its files (docs/engine.md shows them; ``--summarize STAMP``
     writes them again without measuring): ``<stamp>_steps.csv`` (per subject and pass, the bytes, the
     byte limit, and each path's median step and share of the limit with its quartile range),
-    ``<stamp>_parts.csv`` (the profile's parts, us per traced pass, one column per path and pass)
-    and ``<stamp>_run.csv`` (the machine, versions, read bandwidths and load of the run)."""
-    lim = pd.read_csv(out / f"{stamp}_limits.csv")
+    ``<stamp>_parts.csv`` (the profile's parts, us per traced pass, one column per path and pass),
+    ``<stamp>_run.csv`` (the machine, versions, read bandwidths and load of the run) and
+    ``<stamp>_goals.csv`` (:func:`goals` at each read reference). The steps' shares are against the
+    run's read reference (the ceiling where it is the faster read), with the share against the
+    ``torch.sum`` read beside them (``_share_at_sum_read``, the reference of the committed run's
+    breakdown)."""
+    every = pd.read_csv(out / f"{stamp}_limits.csv")
     prov = json.loads((out / f"{stamp}_provenance.json").read_text())
+    main_ref = (prov.get("read_reference") or {}).get("used", "torch.sum")
+    lim = every[every.reference == main_ref]
+    at_sum = every[every.reference == "torch.sum"].set_index(["subject", "path", "pass"]).share_of_limit
     rows = []
     for (subject, tag), g in lim.groupby(["subject", "pass"], sort=False):
         row = {"subject": subject, "pass": tag, "bytes_MB": g.bytes_MB.iloc[0], "limit_ms": g.limit_ms.iloc[0]}
@@ -194,6 +202,8 @@ def summarize(out: Path, stamp: str) -> list[Path]:
             row[f"{r.path}_ms"] = r.step_ms
             row[f"{r.path}_share"] = r.share_of_limit
             row[f"{r.path}_share_IQR"] = f"{r.share_q25:.2f}-{r.share_q75:.2f}"
+            if main_ref != "torch.sum":
+                row[f"{r.path}_share_at_sum_read"] = at_sum.get((subject, r.path, tag), np.nan)
         rows.append(row)
     written = [out / f"{stamp}_steps.csv"]
     io.write_dataframe(written[0], pd.DataFrame(rows))
@@ -206,7 +216,8 @@ def summarize(out: Path, stamp: str) -> list[Path]:
     hw, ver, ref = prov.get("hardware", {}), prov.get("versions", {}), prov.get("read_reference") or {}
     cpu = hw.get("cpu", {})
     peer = prov.get("peer") or {}
-    run = {"started": prov.get("started", "")[:19], "cpu": cpu.get("cpu_model"), "logical_cpus": cpu.get("logical_cpus"),
+    run = {"started": prov.get("started", "")[:19], "cpu": cpu.get("cpu_model"),
+           "logical_cpus": cpu.get("logical_cpus"),
            "threads": prov["args"]["threads"], "reps": prov["args"]["reps"], "depth": prov["args"]["depth"],
            "read_torch_sum_GBps": ref.get("torch_sum_GBps"), "read_ceiling_GBps": ref.get("ceiling_GBps"),
            "limits_use": ref.get("used"), "load_average_1_5_15": " ".join(f"{v:.2f}" for v in
@@ -215,17 +226,41 @@ def summarize(out: Path, stamp: str) -> list[Path]:
            "llama_cpp_python": peer.get("llama_cpp_python", "")}
     written.append(out / f"{stamp}_run.csv")
     io.write_dataframe(written[-1], pd.DataFrame([run]))
+    written.append(out / f"{stamp}_bound.csv")
+    io.write_dataframe(written[-1], kernel_bound(pd.read_csv(out / f"{stamp}_components.csv"), lim))
     written.append(out / f"{stamp}_goals.csv")
-    io.write_dataframe(written[-1], goals(lim))
+    io.write_dataframe(written[-1], pd.concat([goals(g).assign(read_reference=ref)
+                                               for ref, g in every.groupby("reference", sort=False)],
+                                              ignore_index=True))
     return written
 
 
-#: Issue 55's goals: the share of the byte limit a step reaches.
+def kernel_bound(components: pd.DataFrame, lim: pd.DataFrame) -> pd.DataFrame:
+    """Per subject, the n = 1 step's three components alone (attention projections, expert
+    operation, LM head) taken together: their time, their bytes' limit and the share of it, which is
+    the share a step would reach if nothing but these ran (the kernels' bound); beside it each path's
+    step, its share, and its time outside the three."""
+    rows = []
+    for subject, g in components.groupby("subject", sort=False):
+        three = g[g.component.isin(["attention", "experts", "lm_head"])]
+        t, limit = three.time_ms.sum(), three.limit_ms.sum()
+        row = {"subject": subject, "three_components_ms": t, "their_limit_ms": limit, "kernels_bound_share": limit / t}
+        steps = lim[(lim.subject == subject) & (lim.n == 1)].set_index("path")
+        for path in ("lean", "transformers"):
+            if path in steps.index:
+                row[f"{path}_step_ms"] = steps.loc[path, "step_ms"]
+                row[f"{path}_share"] = steps.loc[path, "share_of_limit"]
+                row[f"{path}_outside_three_ms"] = steps.loc[path, "step_ms"] - t
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+#: The decode-step goal: the share of the byte limit a step reaches.
 GOAL_SHARE = 0.85
 
 
 def goals(lim: pd.DataFrame, subject: str = "byte-faithful-all", peer: str = "peer-olmoe-shape") -> pd.DataFrame:
-    """Issue 55's goals from a run's ``_limits.csv``: the lean path's plain decode step and its verify
+    """The decode-step goals from a run's ``_limits.csv``: the lean path's plain decode step and its verify
     passes (each kernel, the least share over the passes of 2..9 tokens) at least
     :data:`GOAL_SHARE` of their byte limits, and moespec's decode step on the peer model at least the
     better of llama.cpp's two contexts' share in the same run; each with the median share, its
@@ -254,6 +289,56 @@ def goals(lim: pd.DataFrame, subject: str = "byte-faithful-all", peer: str = "pe
     return pd.DataFrame(rows)
 
 
+def thread_counts(subject, prompt, counts, reps: int, warmup: int) -> pd.DataFrame:
+    """The lean decode step and the deduplicating verify pass of 9 tokens at each of torch's thread
+    ``counts`` (the kernels take torch's intra-op threads), each beside the read ceiling at the same
+    count, all in one interleaved run: per count the ceiling (GB/s), each step's median and quartiles
+    (ms) and its share of its byte limit at that count's ceiling."""
+    eng = subject.engine
+    tokens = continuation(eng, prompt, 9)
+    eng.crop(len(prompt))
+    per = {1: pass_bytes(eng, tokens, 1), 9: pass_bytes(eng, tokens, 9)}
+    bytes_of = {1: per[1]["dense"] + per[1]["kv_cache"] + per[1]["experts_slot"],
+                9: per[9]["dense"] + per[9]["kv_cache"] + per[9]["experts_dedup"]}
+    ceilings = {t: ReadCeiling(threads=t) for t in counts}
+
+    def at(t, fn):
+        def run():
+            torch.set_num_threads(t)
+            try:
+                fn()
+            finally:
+                torch.set_num_threads(1)
+        return run
+
+    def step(n):
+        def run():
+            eng.dedup = n > 1
+            try:
+                eng.forward(tokens[:n])
+                eng.crop(len(prompt))
+            finally:
+                eng.dedup = False
+        return run
+
+    calls = {}
+    for t in counts:
+        calls.update({(t, f"n={n}"): at(t, step(n)) for n in (1, 9)})
+        calls.update({(t, name): at(t, fn) for name, fn in ceilings[t].calls().items()})
+    timings = time_interleaved(calls, reps=reps, warmup=warmup)
+    rows = []
+    for t in counts:
+        gbps = max(ceilings[t].bytes[name[len(PREFIX):]] / timings[(t, name)].median_s / 1e9
+                   for name in ceilings[t].calls())
+        for n in (1, 9):
+            tm = timings[(t, f"n={n}")]
+            limit = bytes_of[n] / (gbps * 1e9)
+            rows.append({"threads": t, "pass": "n=1" if n == 1 else "n=9 dedup", "ceiling_GBps": gbps,
+                         "step_ms": 1e3 * tm.median_s, "step_q25_ms": 1e3 * tm.q25_s, "step_q75_ms": 1e3 * tm.q75_s,
+                         "limit_ms": 1e3 * limit, "share_of_limit": limit / tm.median_s})
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--subjects", default="default,byte-faithful", help=f"comma-separated, of {sorted(SUBJECTS)}")
@@ -278,6 +363,8 @@ def main(argv=None) -> int:
     ap.add_argument("--peer", action="store_true", help="llama.cpp's CPU decode on a model both engines load")
     ap.add_argument("--peer-experts", type=int, default=16,
                     help="experts per layer of the peer model (OLMoE's shapes otherwise; 8 routed per token)")
+    ap.add_argument("--thread-counts", default="", metavar="1,2",
+                    help="only compare torch thread counts on the first subject's lean step (<stamp>_threads.csv)")
     ap.add_argument("--summarize", default="", metavar="STAMP",
                     help="only write the summary tables of the run STAMP in --out (no measurement)")
     args = ap.parse_args(argv)
@@ -296,6 +383,15 @@ def main(argv=None) -> int:
     subjects, prompts, held = build(names, source, args.like, args.backend, args.depth, args.seed)
     out = Path(args.out) if args.out else paths.bench_dir() / "breakdown"
     stamp = started.strftime("%Y%m%dT%H%M%S")
+    if args.thread_counts:
+        counts = tuple(int(t) for t in args.thread_counts.split(","))
+        table = thread_counts(subjects[names[0]], prompts[names[0]], counts, args.reps, args.warmup)
+        io.write_dataframe(out / f"{stamp}_threads.csv", table.assign(subject=names[0]))
+        io.write_json(out / f"{stamp}_threads_provenance.json", {
+            **provenance.full_record(), "started": started.isoformat(), "args": vars(args),
+            "load_average_1_5_15": list(os.getloadavg())})
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        return 0
     extra, ceiling, peer = {}, None, None
     if args.peer:
         peer = peer_module().PeerPair(experts=args.peer_experts, depth=args.depth, seed=args.seed,
@@ -316,7 +412,9 @@ def main(argv=None) -> int:
     bytes_by_pass = {(k, n): pass_bytes_at(s.engine, prompts[k], n) for k, s in subjects.items() for n in ns}
     if peer is not None:
         bytes_by_pass.update(peer.bytes_by_pass(ns))
-    limits = byte_limits(bd, bytes_by_pass, gbps)
+    limits = pd.concat([byte_limits(bd, bytes_by_pass, gbps).assign(reference=ceiling_record["used"]),
+                        byte_limits(bd, bytes_by_pass).assign(reference="torch.sum")], ignore_index=True)
+    limits = limits.drop_duplicates(subset=["subject", "path", "pass", "reference"])
     fmt_of = {k: s.description.get("fmt", "f32") for k, s in subjects.items()}
     byte_tables = {k: byte_shares(s.engine, args.like, fmt_of[k], depths=(args.depth,)).assign(subject=k)
                    for k, s in subjects.items()}

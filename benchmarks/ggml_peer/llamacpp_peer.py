@@ -1,4 +1,4 @@
-"""llama.cpp's own CPU decode beside moespec's engine on the same weights (issue 55, the peer).
+"""llama.cpp's own CPU decode beside moespec's engine on the same weights (the peer of the decode-step benchmark).
 
 The model: OLMoE's shapes (H = 2048, 16 heads of 128, I = 1024 per expert, 8 experts routed per
 token, q/k norms) at the byte-faithful subjects' 4 layers, with ``experts`` experts per layer
@@ -216,6 +216,12 @@ class LlamaCppDecoder:
         return self.L.llama_print_system_info().decode()
 
 
+def pass_tag(n: int) -> str:
+    """The breakdown's name of a pass of n tokens, for llama.cpp's: beside moespec's deduplicating
+    pass of the same size (ggml's MUL_MAT_ID reads each distinct expert of a pass once)."""
+    return "n=1" if n == 1 else f"n={n} dedup"
+
+
 class PeerPair:
     """The peer model in both engines (module docstring), its prompt of ``depth`` seeded ids, and the
     callables and bytes the breakdown benchmark times and divides by.
@@ -251,10 +257,10 @@ class PeerPair:
         eng.crop(self.depth)
 
     def calls(self, ns) -> dict:
-        """``{(name, "peer_<path>", "n=<n>"): fn}``: one llama.cpp pass of n tokens, cropped back;
-        ``llamacpp`` at every n, ``llamacpp_repacked`` at n = 1 (class docstring)."""
+        """``{(name, "peer_<path>", pass_tag(n)): fn}``: one llama.cpp pass of n tokens, cropped
+        back; ``llamacpp`` at every n, ``llamacpp_repacked`` at n = 1 (class docstring)."""
         plain, repacked = self.decoders["llamacpp"], self.decoders["llamacpp_repacked"]
-        out = {(self.name, "peer_llamacpp", f"n={n}"): (lambda n=n: plain.step(self.tokens[:n])) for n in ns}
+        out = {(self.name, "peer_llamacpp", pass_tag(n)): (lambda n=n: plain.step(self.tokens[:n])) for n in ns}
         if 1 in ns:
             out[(self.name, "peer_llamacpp_repacked", "n=1")] = lambda: repacked.step(self.tokens[:1])
         return out

@@ -141,6 +141,12 @@ class _Padded:
         return out
 
 
+def _pad(pads: dict, width: int, used: int) -> _Padded:
+    """The buffer of inputs of ``used`` columns padded to ``width``, shared by every call of those
+    two sizes (each writes all ``used`` columns, so the rest stay zero)."""
+    return pads.setdefault((int(width), int(used)), _Padded(width))
+
+
 def _linear(module: nn.Module, pads: dict):
     """A function ``x [..., K] -> [..., N]`` computing ``module(x)`` with the same operations:
     inline for a hook-free :class:`PaddedLinear` (the cpp or torch dense kernel, resolved once) or
@@ -148,7 +154,7 @@ def _linear(module: nn.Module, pads: dict):
     if type(module) is PaddedLinear and _plain(module):
         call = dense_call(module.weights, module.backend)
         k_pad, k, out = module.weights.shape[1], module.in_features, module.out_features
-        pad = pads.setdefault(k_pad, _Padded(k_pad)) if k_pad > k else None
+        pad = _pad(pads, k_pad, k) if k_pad > k else None
 
         def padded(x: torch.Tensor) -> torch.Tensor:
             flat = x.reshape(-1, k)
@@ -181,7 +187,7 @@ def _fused_qkv(mods, pads: dict):
         kept = ws[0]._cache["lean_qkv"] = (tuple(ws), fused)
     call = dense_call(kept[1], first.backend)
     k_pad, k = key[2], key[3]
-    pad = pads.setdefault(k_pad, _Padded(k_pad)) if k_pad > k else None
+    pad = _pad(pads, k_pad, k) if k_pad > k else None
     bounds, start = [], 0
     for m in mods:
         bounds.append((start, start + m.out_features))
@@ -222,7 +228,7 @@ class _Layer:
             w = experts.weights
             self.switch = experts.switch
             self.kernels = {k: expert_call(w, k, experts.switch.backend) for k in ("slot", "dedup")}
-            self.expert_pad = pads.setdefault(w.hidden_size, _Padded(w.hidden_size))
+            self.expert_pad = _pad(pads, w.hidden_size, layer.input_layernorm.weight.shape[0])
         else:
             self.kernels = None
 
