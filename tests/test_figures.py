@@ -237,6 +237,13 @@ CASES = {
     "routing.figure3_right": lambda f: f(distinct_share_against(
         {"d=24": synthetic.sticky(4, 40, 2, 16, 2, keep=0.5, seed=1)}, synthetic.sticky(4, 40, 2, 16, 2, keep=0.4, seed=2),
         resamples=50)),
+    "batch.batch_predictions_figure": lambda f: f(pd.DataFrame(
+        [dict(state=st, B=B, k=k, predicted=1 + 0.1 * k / B, measured=1 + 0.09 * k / B, measured_q25=1 + 0.08 * k / B,
+              measured_q75=1 + 0.1 * k / B) for st in ("quiet", "loaded") for B in (1, 2, 4) for k in range(9)]),
+        title="batch predictions"),
+    "batch.schedule_figure": lambda f: f(pd.DataFrame(
+        [dict(state=st, B=B, k_star_predicted=max(1, 6 - B), k_best_measured=max(1, 5 - B))
+         for st in ("quiet", "loaded") for B in (1, 2, 4, 8)]), title="schedule"),
     "routing.union_share_figure": lambda f: f(union_share_curves(
         [synthetic.sticky(6, 30, 2, 16, 2, keep=0.5, seed=1, model="a"), synthetic.uniform(6, 30, 2, 32, 4, model="b")],
         batch_sizes=(2, 4), n_max=12, resamples=30)),
