@@ -91,6 +91,19 @@ def test_speculative_is_lossless_on_the_engine(engine, prompts):
     assert summarize_steps(steps)["cut_short"] == 0
 
 
+def test_oracle_reference_extended_past_its_horizon_is_the_targets_greedy_text(engine, prompts):
+    """A short horizon makes the oracle extend its reference mid-run, after partly accepted rounds:
+    the extension continues the emitted text, so a draft the oracle did not corrupt is never
+    rejected (every rejection is of a corrupted token)."""
+    first = engine.prefill(prompts[1])
+    engine.crop(len(prompts[1]))
+    out, steps = speculative_generate(engine, OracleDraft(engine, 0.6, 256, seed=5, horizon=1), prompts[1], 4, 40,
+                                      first=first)
+    rejected = [s for s in steps if s.rejected]
+    assert rejected and all(s.corrupted_reject for s in rejected)
+    assert any(0 < s.accepted < 4 for s in steps)          # partly accepted rounds: the extension case
+
+
 def test_model_draft_is_lossless_and_same_model_accepts_all(engine, prompts):
     first = engine.prefill(prompts[0])
     greedy = [first] + engine.greedy(first, 19)

@@ -58,9 +58,10 @@ class OracleDraft:
               and self.reference[:pos] == generated)
         if ok and len(self.reference) >= pos + 1 + k:
             return
-        if not ok:  # the emitted text left the reference: restart it from here
-            self.reference = list(generated) + [int(current)]
-        need = pos + 1 + max(k, self.horizon) - len(self.reference)
+        # the target's cache holds the emitted text up to ``current``: the reference is continued from
+        # there (a reference that left the emitted text, or too short to cover k, restarts at ``current``)
+        self.reference = list(generated) + [int(current)]
+        need = max(k, self.horizon)
         start = self.target.length
         self.reference += self.target.greedy(self.reference[-1], need)
         self.target.crop(start)
