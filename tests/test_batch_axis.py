@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from moespec.studies import batch_axis as BA
+from moespec.runstats import regret_interval
 
 
 def _runs() -> pd.DataFrame:
@@ -43,11 +44,11 @@ def test_regret_interval_from_paired_repetitions():
     assert list(by_rep) == [("quiet", 1)]
     np.testing.assert_allclose(by_rep[("quiet", 1)], [[1.0, 1.0], [1.5, 1.25]], rtol=1e-12)
     # k = 1 beats plain decoding in every repetition: running k = 1 loses nothing in any resample
-    assert BA.regret_interval(by_rep[("quiet", 1)], 1) == (0.0, 0.0)
+    assert regret_interval(by_rep[("quiet", 1)], 1) == (0.0, 0.0)
     # k = 0 loses 1 - 1/S(1), S(1) the median of two resampled repetitions: 1.25, 1.375 or 1.5
-    lo, hi = BA.regret_interval(by_rep[("quiet", 1)], 0, resamples=2000)
+    lo, hi = regret_interval(by_rep[("quiet", 1)], 0, resamples=2000)
     assert lo == pytest.approx(1 - 1 / 1.25) and hi == pytest.approx(1 - 1 / 1.5)
-    assert all(np.isnan(BA.regret_interval(np.ones((2, 1)), 0)))
+    assert all(np.isnan(regret_interval(np.ones((2, 1)), 0)))
 
 
 def test_round_terms_take_verify_from_the_blocks_and_draft_host_from_the_runs():

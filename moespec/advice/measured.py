@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from moespec.predict.speculative import inside_band
+from moespec.runstats import regret_interval
 
 from .errors import AdviceInputError
 from .inputs import run_file
@@ -65,13 +66,9 @@ def regret(speedup: pd.Series, by_rep: np.ndarray | None, k: int, resamples: int
            "regret": float(1 - S[k] / S.max()), "regret_lo": np.nan, "regret_hi": np.nan, "reps": 0}
     if by_rep is None or by_rep.shape[1] < 2:
         return out
-    R = by_rep.shape[1]
-    idx = np.random.default_rng(seed).integers(0, R, size=(resamples, R))
-    boot = np.median(by_rep[:, idx], axis=2).T                      # resamples x k
-    boot = np.hstack([np.ones((resamples, 1)), boot])
-    col = list(S.index).index(k)
-    lost = 1 - boot[:, col] / boot.max(axis=1)
-    out.update(regret_lo=float(np.quantile(lost, 0.025)), regret_hi=float(np.quantile(lost, 0.975)), reps=R)
+    with_plain = np.vstack([np.ones((1, by_rep.shape[1])), by_rep])     # plain decoding: S(0) = 1 in every repetition
+    lo, hi = regret_interval(with_plain, list(S.index).index(k), resamples=resamples, seed=seed)
+    out.update(regret_lo=lo, regret_hi=hi, reps=by_rep.shape[1])
     return out
 
 

@@ -59,3 +59,21 @@ def throughput_grid(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
     if med.isna().any().any():
         raise ValueError("oracle runs do not cover every (a, k) pair")
     return med.index.to_numpy(float), med.columns.to_numpy(int), med.to_numpy()
+
+
+def regret_interval(by_rep: np.ndarray, k: int, resamples: int = 4000, seed: int = 0,
+                    level: float = 0.95) -> tuple[float, float]:
+    """The interval of the regret of running the draft length in row ``k`` of ``by_rep`` [k, rep]
+    (each repetition's speedup per draft length, one column per repetition): the repetitions
+    resampled with replacement, the same ones for every row (paired), each row's speedup the median
+    of the resampled repetitions, the regret 1 - S(k) / max_j S(j) per resample; its ``level``
+    percentile interval. NaN without two repetitions."""
+    by_rep = np.asarray(by_rep, dtype=float)
+    R = by_rep.shape[1]
+    if R < 2:
+        return float("nan"), float("nan")
+    idx = np.random.default_rng(seed).integers(0, R, size=(resamples, R))
+    boot = np.median(by_rep[:, idx], axis=2)                        # [k, resamples]
+    lost = 1 - boot[k] / boot.max(axis=0)
+    lo, hi = np.quantile(lost, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)

@@ -40,6 +40,7 @@ from moespec.notebook_profiles import resolve
 from moespec.plots.batch import batch_predictions_figure, schedule_figure
 from moespec.plots.routing import union_share_figure
 from moespec.routing import RoutingTrace, union_share, union_share_curves
+from moespec.runstats import regret_interval
 from moespec.theory import batch_speedup, speedup
 from moespec.validate import run_identity
 
@@ -97,22 +98,6 @@ def ratios_by_rep(runs: pd.DataFrame) -> dict:
     repetition that lacks a cell is left out)."""
     wide = with_ratios(runs).pivot_table(index=["state", "B", "k"], columns="rep", values="ratio")
     return {(s, int(B)): g.sort_index().dropna(axis=1).to_numpy() for (s, B), g in wide.groupby(level=[0, 1])}
-
-
-def regret_interval(ratios: np.ndarray, k: int, resamples: int = 4000, seed: int = 0,
-                    level: float = 0.95) -> tuple[float, float]:
-    """The interval of the regret of running ``k``: the repetitions (columns of ``ratios`` [k, rep],
-    each repetition's speedups over its own plain run) resampled with replacement, the same ones for
-    every k, each k's speedup the median of the resampled repetitions, 1 - S(k) / max_j S(j) per
-    resample; its ``level`` percentile interval. NaN without two repetitions."""
-    R = ratios.shape[1]
-    if R < 2:
-        return float("nan"), float("nan")
-    idx = np.random.default_rng(seed).integers(0, R, size=(resamples, R))
-    boot = np.median(ratios[:, idx], axis=2)                        # [k, resamples]
-    lost = 1 - boot[k] / boot.max(axis=0)
-    lo, hi = np.quantile(lost, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
 
 
 def cell_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -201,7 +186,7 @@ def best_k_table(pred: pd.DataFrame, by_rep: dict | None = None, seed: int = 0) 
     ``k_star_predicted`` (the smallest maximizer of the predicted speedup: k*(B)), their speedups,
     and ``regret`` = 1 - measured(k*(B)) / measured(best k): the share of the measured best lost by
     running the predicted k; with ``by_rep`` (:func:`ratios_by_rep`), its interval
-    ``regret_lo``/``regret_hi`` (:func:`regret_interval`)."""
+    ``regret_lo``/``regret_hi`` (:func:`moespec.runstats.regret_interval`)."""
     rows = []
     for (state, B), g in pred.groupby(["state", "B"], sort=False):
         g = g.sort_values("k").reset_index(drop=True)
