@@ -70,22 +70,24 @@ _BANDWIDTH = (Column("model", "str"), Column("n", "int", low=1), Column("ubar"),
               *(Column(c, "int", low=1, required=False) for c in ("N", "m", "L")))
 _EPS = (Column("eps_engine", low=0),)
 
-#: Part of the run file -> (notebook, files, what it is). The one place that names the run's tables.
+#: Part of the run file -> (files, what it is). The one place that names the run's tables; a
+#: table's name begins with the number of the notebook that writes it.
 SOURCE_FILES = {
-    "round_models": ("05", ("05_round_model.json",),
+    "round_models": (("05_round_model.json",),
                      "round models: every term of a round timed in decode loops, per state, context and draft"),
-    "eps": ("06", ("06_epsilon.csv", "06_epsilon_{state}.csv"), "the engine's bandwidth error eps, per state"),
-    "subject": ("06", ("06_table3_predictions.csv", "06_fits.csv"), "model, engine and storage format"),
-    "acceptance": ("05", ("05_real_draft_acceptance.csv", "05_real_draft_acceptance_by_prompt.csv",
-                          acceptance_runs.PROFILE_FILE),
+    "eps": (("06_epsilon.csv", "06_epsilon_{state}.csv"), "the engine's bandwidth error eps, per state"),
+    "subject": (("06_table3_predictions.csv", "06_fits.csv", "05_round_terms.csv"),
+                "model, engine and storage format"),
+    "acceptance": (("05_real_draft_acceptance.csv", "05_real_draft_acceptance_by_prompt.csv",
+                    acceptance_runs.PROFILE_FILE),
                    "acceptance of the real-draft runs, per state and prompt, and their per-position profile"),
-    "measured": ("05", ("05_draft_cost_predictions.csv",),
+    "measured": (("05_draft_cost_predictions.csv",),
                  "measured speedup and tokens per step of the real-draft runs at every k"),
-    "expert_op_fits": ("03", ("03_fit_coefficients.csv", "03_epsilon.csv", "03_bandwidth_all_models.csv"),
+    "expert_op_fits": (("03_fit_coefficients.csv", "03_epsilon.csv", "03_bandwidth_all_models.csv"),
                        "fits (4)/(E.1) of the expert operation, its eps and byte shares"),
 }
-ROUND_MODEL_FILE = SOURCE_FILES["round_models"][1][0]
-FITS_FILE = SOURCE_FILES["expert_op_fits"][1][0]
+ROUND_MODEL_FILE = SOURCE_FILES["round_models"][0][0]
+FITS_FILE = SOURCE_FILES["expert_op_fits"][0][0]
 
 # --- the schema ------------------------------------------------------------------------------------
 _STR = {"type": "string"}
@@ -208,11 +210,10 @@ def find_run_file(run: str | Path, error: type[InputError] = RunFileError) -> Pa
 
 # --- building ----------------------------------------------------------------------------------------
 def _source(part: str, files) -> dict:
-    notebook, _, what = SOURCE_FILES[part]
     names = [Path(f).name for f in files]
-    if part == "subject" and names == [ROUND_TERMS_FILE]:
-        notebook, what = "05", "storage format of the kernels"
-    return {"by": f"notebook {notebook}", "files": names, "what": what}
+    numbers = sorted({name.split("_", 1)[0] for name in names})
+    by = f"notebook {numbers[0]}" if len(numbers) == 1 else f"notebooks {', '.join(numbers)}"
+    return {"by": by, "files": names, "what": SOURCE_FILES[part][1]}
 
 
 def _number(x):
@@ -313,21 +314,21 @@ def _first(path: Path, columns, what: str, error, column: str):
     return read_csv(path, columns, what, error)[column].iloc[0]
 
 
-#: Notebook 05's round terms: its ``fmt`` column is the kernels' storage format of the run.
-ROUND_TERMS_FILE = "05_round_terms.csv"
-
-
 def _subject(folder: Path, error) -> tuple[dict, list]:
-    t3, fits = folder / "06_table3_predictions.csv", folder / "06_fits.csv"
+    """Model and engine from notebook 06's Table 3; the storage format from its fits, else from
+    notebook 05's round terms (the kernels' format notebook 05 ran, where notebook 06 did not run)."""
+    t3, fits, terms = (folder / f for f in SOURCE_FILES["subject"][0])
     subject, used = {"model": None, "engine": None, "format": None}, []
     if fits.is_file():
         subject["format"] = str(_first(fits, (Column("fmt", "str"),), "notebook 06's fits", error, "fmt"))
         used.append(fits)
-    elif (folder / ROUND_TERMS_FILE).is_file():   # no notebook 06: the kernels' format notebook 05 ran
-        fmt = pd.read_csv(folder / ROUND_TERMS_FILE).get("fmt")
-        if fmt is not None and fmt.notna().any():
-            subject["format"] = str(fmt.dropna().iloc[0])
-            used.append(folder / ROUND_TERMS_FILE)
+    elif terms.is_file():
+        rows = read_csv(terms, (Column("fmt", "str", required=False, missing_ok=True),), "notebook 05's round terms",
+                        error)
+        fmts = [v for v in rows.get("fmt", []) if isinstance(v, str) and v]
+        if fmts:
+            subject["format"] = fmts[0]
+            used.append(terms)
     if t3.is_file():
         rows = read_csv(t3, (Column("model", "str", missing_ok=True), Column("engine", "str", missing_ok=True),
                              Column("source", "str")), "notebook 06's Table 3", error)
@@ -349,12 +350,12 @@ def _profile(state: str, table: pd.DataFrame | None, measured: list, where: str)
     cost = min(r["draft_cost"] for r in own)
     tokens = {r["k"]: r["tokens_per_step"] for r in own if r["draft_cost"] == cost}
     source = (f"{acceptance_runs.SOURCE}: the median prompt's measured tokens per step at each draft length k "
-              f"({SOURCE_FILES['measured'][1][0]}); no per-position counts in this run")
+              f"({SOURCE_FILES['measured'][0][0]}); no per-position counts in this run")
     return acceptance_runs.to_doc(tokens=tokens, source=source)
 
 
 def _acceptance(folder: Path, measured: list, error) -> tuple[list, list]:
-    path, by_path, profile_path = (folder / f for f in SOURCE_FILES["acceptance"][1])
+    path, by_path, profile_path = (folder / f for f in SOURCE_FILES["acceptance"][0])
     if not path.is_file():
         return [], []
     table = read_csv(path, _ACCEPTANCE, "the real-draft runs' acceptance", error)
@@ -371,7 +372,7 @@ def _acceptance(folder: Path, measured: list, error) -> tuple[list, list]:
 
 
 def _measured(folder: Path, error) -> tuple[list, list]:
-    path = folder / SOURCE_FILES["measured"][1][0]
+    path = folder / SOURCE_FILES["measured"][0][0]
     if not path.is_file():
         return [], []
     table = read_csv(path, _MEASURED, "the real-draft runs' measured speedups", error)
@@ -385,7 +386,7 @@ def _measured(folder: Path, error) -> tuple[list, list]:
 
 
 def _expert_op_fits(folder: Path, error) -> dict:
-    fits_path, eps_path, bw_path = (folder / f for f in SOURCE_FILES["expert_op_fits"][1])
+    fits_path, eps_path, bw_path = (folder / f for f in SOURCE_FILES["expert_op_fits"][0])
     fits = read_csv(fits_path, _FITS, "notebook 03's fits", error)
     eps = float(_first(eps_path, _EPS, "notebook 03's eps", error, "eps_engine"))
     bw = read_csv(bw_path, _BANDWIDTH, "notebook 03's bandwidths", error)
@@ -431,7 +432,7 @@ def build_run_file(run: str | Path, allow_incomplete: bool = False, error: type[
             sources["eps"] = _source("eps", eps_files)
     else:
         fits = _expert_op_fits(folder, error)
-        sources["expert_op_fits"] = _source("expert_op_fits", SOURCE_FILES["expert_op_fits"][1])
+        sources["expert_op_fits"] = _source("expert_op_fits", SOURCE_FILES["expert_op_fits"][0])
     subject, used = _subject(folder, error)
     measured, meas_files = _measured(folder, error)
     acceptance, acc_files = _acceptance(folder, measured, error)
