@@ -234,7 +234,7 @@ def test_own_benchmark_gives_the_runs_kernel_switch_and_k(tmp_path):
     eps and dense bytes: the same kernel switch at every acceptance rate, the same k wherever the fits
     call k certain, and elsewhere a k inside the fits' band (the two differ by the fits' error, within eps)."""
     shutil.copytree(COMMITTED, tmp_path / "figures", ignore=lambda d, names: [
-        n for n in names if n not in run_file.SOURCE_FILES["expert_op_fits"][1]])
+        n for n in names if n not in run_file.SOURCE_FILES["expert_op_fits"][0]])
     run_file.write_run_file(tmp_path)
     same_k = 0
     for a in np.arange(0.05, 0.96, 0.05):
