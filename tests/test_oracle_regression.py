@@ -102,3 +102,36 @@ def test_stratified_group_folds_keep_generations_whole(rounds):
     for tr, te in folds:
         assert not set(rounds.gen_id.iloc[tr]) & set(rounds.gen_id.iloc[te])
         assert set(rounds.K.iloc[tr]) == set(rounds.K)          # every K seen in training
+
+
+def test_cost_model_fits_hold_a_negative_coefficient_at_zero(rounds):
+    """The oracle's t_target and t_draft are least squares with every coefficient >= 0: equal to OLS
+    where OLS is non-negative, else scipy's bounded least squares (an independent solver), with the
+    term at 0 named; the resulting cost matrix is >= 0 everywhere."""
+    from scipy.optimize import lsq_linear
+
+    from moespec.oracle.analysis import cost_model_from_fits
+    from moespec.oracle.cost import cost_matrix
+
+    ok = R.fit_target_cost(rounds)
+    assert ok.held_at_zero == {}
+    plain = R.ols(R.UBAR_L, rounds).params
+    assert R.coefficient(ok, "L")[0] == pytest.approx(plain["L"], rel=1e-12)
+    # context that lowers the time: OLS gives c < 0, the constrained fit c = 0
+    bent = rounds.assign(T_T_ms=rounds.T_T_ms - 0.01 * rounds.L + 6.0)
+    assert R.ols(R.UBAR_L, bent).params["L"] < 0
+    fit = R.fit_target_cost(bent)
+    assert set(fit.held_at_zero) == {"L"} and fit.held_at_zero["L"] < 0
+    X = np.column_stack([np.ones(len(bent)), bent.ubar, bent.L])
+    expect = lsq_linear(X, bent.T_T_ms.to_numpy(), bounds=(0, np.inf), tol=1e-12).x
+    got = [R.coefficient(fit, t)[0] for t in ("Intercept", "ubar", "L")]
+    assert got == pytest.approx(expect, abs=1e-9)
+    assert np.isnan(R.coefficient(fit, "L")[1]) and fit.formula == "T_T_ms ~ ubar"
+    # a draft whose intercept OLS puts below 0
+    slow = rounds.assign(T_D_ms=0.5 * rounds.K - 0.3)
+    draft = R.fit_draft(slow)
+    assert set(draft.held_at_zero) == {"Intercept"}
+    assert R.coefficient(draft, "Intercept")[0] == 0.0 and R.coefficient(draft, "K")[0] > 0
+    model = cost_model_from_fits(fit, draft)
+    U = np.full((3, 4, 5), 2.0)
+    assert (cost_matrix(U, np.array([0.0, 10.0, 5000.0]), model) >= 0).all()

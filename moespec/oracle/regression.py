@@ -4,6 +4,12 @@
 - ``fit_per_k``: Table A4, T_T = beta0 + alpha Ubar + c L separately for each K.
 - ``fit_pooled``: eq. (A3), T_T = beta0 + alpha Ubar + c L + gamma K.
 - ``fit_draft``: eq. (A4), T_D = a K + b.
+- ``fit_target_cost``: the oracle's t_target = beta0 + alpha Ubar + c L on all rounds.
+The two fits that make the oracle's cost model (``fit_draft``, ``fit_target_cost``) are least squares
+under the constraint that every coefficient is >= 0 (each is a time: a baseline, a time per unique
+expert, per context token, per drafted token), so that no Cost(i, k, a) of eq. (8) can be negative
+anywhere. Where ordinary OLS already gives non-negative coefficients the two coincide; a term held at
+0 is named in ``Fit.held_at_zero`` with its unconstrained estimate.
 OLS (statsmodels) with standard errors clustered by generation; out-of-sample R², RMSE, MAPE and
 MedAPE from GroupKFold(5) by generation (scikit-learn), so no generation is split across folds.
 ``factor_importance`` follows Table A2's protocol.
@@ -11,12 +17,12 @@ MedAPE from GroupKFold(5) by generation (scikit-learn), so no generation is spli
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
-from scipy import stats
+from scipy import optimize, stats
 from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
 
 from .rounds import validate_rounds
@@ -24,7 +30,6 @@ from .rounds import validate_rounds
 CATEGORICAL = "T_T_ms ~ 0 + C(m) + C(m):ubar + L"     # eq. (4)
 PER_K = "T_T_ms ~ ubar + L"                            # Table A4 (within one K)
 POOLED = "T_T_ms ~ ubar + L + K"                       # eq. (A3)
-DRAFT = "T_D_ms ~ K"                                   # eq. (A4)
 UBAR_L = "T_T_ms ~ ubar + L"                           # eq. (3) with the context term (A.9): the oracle's t_target
 
 
@@ -105,6 +110,7 @@ class Fit:
     clusters: int
     r2: float
     cv: pd.DataFrame        # per-fold out-of-sample errors
+    held_at_zero: dict[str, float] = field(default_factory=dict)   # term -> its unconstrained OLS estimate
 
     def summary(self) -> dict:
         out = {"model": self.name, "n": self.n, "clusters": self.clusters, "r2_in": self.r2}
@@ -119,6 +125,34 @@ def _fit(name: str, formula: str, df: pd.DataFrame, n_splits: int) -> Fit:
                          "se": res.bse.values, "p": res.pvalues.values})
     return Fit(name, formula, coef, int(res.nobs), int(df["gen_id"].nunique()), float(res.rsquared),
                cross_validate(formula, df, n_splits))
+
+
+def _formula(target: str, terms: list[str]) -> str:
+    regressors = [t for t in terms if t != "Intercept"]
+    return f"{target} ~ {'' if 'Intercept' in terms else '0 + '}{' + '.join(regressors)}"
+
+
+def _fit_nonnegative(name: str, target: str, regressors: list[str], df: pd.DataFrame, n_splits: int) -> Fit:
+    """Least squares of ``target`` on an intercept and ``regressors`` with every coefficient >= 0
+    (scipy's NNLS). The constrained optimum is the OLS fit on the terms it leaves free (its KKT
+    conditions), so that fit supplies the clustered standard errors and the GroupKFold errors; the
+    terms at 0 are listed with estimate 0, se and p NaN."""
+    terms = ["Intercept", *regressors]
+    ols_all = ols(_formula(target, terms), df)
+    if (ols_all.params >= 0).all():
+        return _fit(name, _formula(target, terms), df, n_splits)
+    X = np.column_stack([np.ones(len(df)), *(df[r].to_numpy(float) for r in regressors)])
+    solution, _ = optimize.nnls(X, df[target].to_numpy(float))
+    free = [t for t, v in zip(terms, solution) if v > 0]
+    if not free:
+        raise ValueError(f"{name}: no coefficient of {target} ~ {' + '.join(regressors)} is positive under the "
+                         "constraint that each is >= 0 (the rounds do not determine a time)")
+    fit = _fit(name, _formula(target, free), df, n_splits)
+    held = {t: float(ols_all.params[t]) for t in terms if t not in free}
+    at_zero = pd.DataFrame({"term": list(held), "estimate": 0.0, "se": np.nan, "p": np.nan})
+    coef = pd.concat([fit.coef, at_zero], ignore_index=True).set_index("term").loc[terms].reset_index()
+    fit.coef, fit.held_at_zero = coef, held
+    return fit
 
 
 def fit_categorical(df: pd.DataFrame, n_splits: int = 5) -> Fit:
@@ -161,13 +195,14 @@ def fit_pooled(df: pd.DataFrame, n_splits: int = 5) -> Fit:
 
 
 def fit_draft(df: pd.DataFrame, n_splits: int = 5) -> Fit:
-    """Eq. (A4): T_D = a K + b."""
-    return _fit("draft (A4)", DRAFT, validate_rounds(df), n_splits)
+    """Eq. (A4): T_D = a K + b with a, b >= 0 (:func:`_fit_nonnegative`)."""
+    return _fit_nonnegative("draft (A4)", "T_D_ms", ["K"], validate_rounds(df), n_splits)
 
 
 def fit_target_cost(df: pd.DataFrame, n_splits: int = 5) -> Fit:
-    """The oracle's t_target(U, L) = beta0 + alpha U + c L on all rounds (one alpha, Section 4.2)."""
-    return _fit("Ubar + L (oracle t_target)", UBAR_L, validate_rounds(df), n_splits)
+    """The oracle's t_target(U, L) = beta0 + alpha U + c L on all rounds (one alpha, Section 4.2),
+    with beta0, alpha, c >= 0 (:func:`_fit_nonnegative`)."""
+    return _fit_nonnegative("Ubar + L (oracle t_target)", "T_T_ms", ["ubar", "L"], validate_rounds(df), n_splits)
 
 
 def coefficient(fit: Fit, term: str) -> tuple[float, float]:

@@ -266,6 +266,10 @@ class SspOracleStudy:
             lines.append(f"[{f.label}] eq. (4) in-sample R2 = {f.categorical.r2:.4f}, GroupKFold MAPE = "
                          f"{f.categorical.cv.mape_pct.mean():.2f}%; draft (A4): T_D = "
                          f"{R.coefficient(f.draft, 'K')[0]:.4f} K + {R.coefficient(f.draft, 'Intercept')[0]:.4f} ms")
+            for fit in (f.target_cost, f.draft):
+                if fit.held_at_zero:
+                    lines.append(f"[{f.label}] {fit.name}: held at 0 (a time cannot be negative): " + ", ".join(
+                        f"{term} (OLS alone gives {value:.4g})" for term, value in fit.held_at_zero.items()))
         ar = self.headline_rounds[self.headline_rounds.K == 0]
         if len(ar):
             tc = headline.target_cost
