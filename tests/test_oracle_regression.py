@@ -132,6 +132,11 @@ def test_cost_model_fits_hold_a_negative_coefficient_at_zero(rounds):
     draft = R.fit_draft(slow)
     assert set(draft.held_at_zero) == {"Intercept"}
     assert R.coefficient(draft, "Intercept")[0] == 0.0 and R.coefficient(draft, "K")[0] > 0
+    # a draft whose time falls with K (a free draft's noise): the slope held at 0, the mean left
+    flat = rounds.assign(T_D_ms=0.05 - 0.001 * rounds.K)
+    level = R.fit_draft(flat)
+    assert set(level.held_at_zero) == {"K"} and level.formula == "T_D_ms ~ 1"
+    assert R.coefficient(level, "Intercept")[0] == pytest.approx(flat.T_D_ms.mean(), rel=1e-12)
     model = cost_model_from_fits(fit, draft)
     U = np.full((3, 4, 5), 2.0)
     assert (cost_matrix(U, np.array([0.0, 10.0, 5000.0]), model) >= 0).all()

@@ -129,6 +129,8 @@ def _fit(name: str, formula: str, df: pd.DataFrame, n_splits: int) -> Fit:
 
 def _formula(target: str, terms: list[str]) -> str:
     regressors = [t for t in terms if t != "Intercept"]
+    if not regressors:
+        return f"{target} ~ 1"
     return f"{target} ~ {'' if 'Intercept' in terms else '0 + '}{' + '.join(regressors)}"
 
 
