@@ -45,6 +45,8 @@ def _G(*names, **kw):
     (["sglang_sglext.json"], "sglang-requests", [1.4, 1.6, 1.7]),          # 60 / 20 / 10 / 10 of 100
     (["llamacpp_metrics.txt"], "llamacpp-prometheus", RUN_G),
     (["llamacpp_log.txt"], "llamacpp-log", RUN_G),
+    # the two-line form: "mean len" and, at trace verbosity, "acc per pos" of the same slot and task
+    (["llamacpp_log_split.txt"], "llamacpp-log", RUN_G),
 ])
 def test_G_is_the_hand_count_in_every_format(files, fmt, G):
     assert A.detect(FIX / files[-1]) == fmt
@@ -72,6 +74,44 @@ def test_scalar_fallbacks_say_so():
     old = _G("llamacpp_log_old.txt")                             # 1966 accepted of 3000 drafted
     assert old.scalar == pytest.approx(1966 / 3000) and "lower bound" in " ".join(old.notes)
     assert any("not verified" in n for n in _G("llamacpp_log.txt").notes)
+
+
+def test_llamacpp_logs_pair_by_slot_and_fall_back_on_mean_len(tmp_path):
+    split = _G("llamacpp_log_split.txt")        # slots 0 and 1 interleaved; task 3's "()" adds no step
+    assert split.counts.steps == pytest.approx(1000) and len(split.prompts) == 2
+    assert any("1 request(s) with no verify step" in n for n in split.notes)
+    # "mean len" lines alone: steps A / (L - 1) = 1170 / 1.95 + 796 / 1.99 = 1000, L = 1 + 1966 / 1000
+    text = "".join(line + "\n" for line in (FIX / "llamacpp_log_split.txt").read_text().splitlines()
+                   if "acc per pos" not in line)
+    alone = A.load([_write(tmp_path, "l.log", text)])
+    assert alone.counts is None and alone.mean_acceptance_length == pytest.approx(2.966)
+    assert "scalar fallback" in alone.notes[0]
+    # one request lacking its rates beside others that have them: left out, said so
+    text = (FIX / "llamacpp_log_split.txt").read_text().replace("task 2 |      acc per pos", "task 9 |      acc per pos")
+    mixed = A.load([_write(tmp_path, "m.log", text)])
+    assert mixed.counts.steps == pytest.approx(600) and any("1 'mean len' line(s)" in n for n in mixed.notes)
+
+
+def _llamacpp_scrape(drafts: str, per_pos, accepted: str) -> str:
+    name = "llamacpp:spec_decode_num"
+    return "\n".join([f"{name}_drafts_total {drafts}", f"{name}_accepted_tokens_total {accepted}",
+                      *(f'{name}_accepted_tokens_per_pos_total{{position="{i}"}} {v}' for i, v in enumerate(per_pos))]) + "\n"
+
+
+def test_llamacpp_totals_printed_to_six_digits(tmp_path):
+    """llama.cpp streams its totals as doubles (six significant digits): 1234567 steps print as
+    1.23457e+06; the profile is read within that rounding, and a difference of two scrapes whose
+    step count the rounding leaves unknown to more than 1 % is refused."""
+    from moespec.acceptance.prometheus import resolution
+    assert resolution("1.23457e+06") == pytest.approx(5) and resolution("812") == 0.5
+    per_pos = [1000000, 800000, 600000]                          # true steps 1234567, accepted 2400000
+    prof = A.load([_write(tmp_path, "a.txt", _llamacpp_scrape("1.23457e+06", per_pos, "2.4e+06"))])
+    np.testing.assert_allclose(prof.G()[1:], 1 + np.cumsum(per_pos) / 1234567, rtol=1e-5)
+    assert any("printed rounded" in n for n in prof.notes)
+    after = _write(tmp_path, "b.txt", _llamacpp_scrape("1.23467e+06", [1000050, 800030, 600010], "2.40009e+06"))
+    with pytest.raises(A.AcceptanceError, match=r"spec_decode_num_drafts_total: expected a step count known to 1%; "
+                                                r"found 100 \+- 10"):
+        A.load([tmp_path / "a.txt", after])
 
 
 def test_the_moespec_table_keeps_every_draft_length():

@@ -9,9 +9,11 @@
 * SGLang: per-request ``meta_info`` (``spec_accept_histogram`` or ``spec_correct_drafts_histogram``,
   ``spec_verify_ct``) or ``sglext.spec_tokens_details``; the ``accept len`` log field and the
   ``sglang:spec_accept_length`` gauge as a scalar fallback;
-* llama.cpp: the log line "draft acceptance = ... (A accepted / D generated), mean acceptance
-  length = L, acceptance rate per position = (r_1, ...)" per request; the older line "draft
-  acceptance rate = ... (A accepted / D generated)" as a scalar fallback.
+* llama.cpp: per request, the line "draft acceptance = ... (A accepted / D generated), mean len =
+  L" followed by the trace-level line "acc per pos = (r_1, ...)" of the same slot and task, or the
+  one-line form "..., mean acceptance length = L, acceptance rate per position = (r_1, ...)"; the
+  "mean len" lines alone, and the older line "draft acceptance rate = ... (A accepted / D
+  generated)", as scalar fallbacks.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ VLLM_LOG = re.compile(r"SpecDecoding metrics:.*?Accepted: (\d+) tokens, Drafted:
 LLAMA_LOG = re.compile(rf"draft acceptance = {_NUM} \(\s*(\d+) accepted /\s*(\d+) generated\), mean acceptance "
                        rf"length =\s*{_NUM}, acceptance rate per position = \(([^)]*)\)")
 LLAMA_OLD = re.compile(rf"draft acceptance rate = {_NUM} \(\s*(\d+) accepted /\s*(\d+) generated\)")
+LLAMA_MEAN_LEN = re.compile(rf"draft acceptance = {_NUM} \(\s*(\d+) accepted /\s*(\d+) generated\), mean len "
+                            rf"=\s*{_NUM}")
+LLAMA_PER_POS = re.compile(r"acc per pos = \(([^)]*)\)")
+LLAMA_SLOT = re.compile(r"id\s+(\d+) \| task (\d+) \|")
 SGLANG_LOG = re.compile(rf"accept len: {_NUM}")
 SCALAR_NOTE = ("scalar fallback: the source gives a mean acceptance length, not a profile; geometric acceptance "
                "assumed at a = 1 - 1/L, a lower bound of the geometric rate at any finite K")
@@ -213,7 +219,7 @@ def sglang_scalar(files: list[Path]) -> AcceptanceProfile:
 
     lengths = [float(m.group(1)) for path in files for _, m in _lines(path, SGLANG_LOG)]
     if not lengths:
-        lengths = [v for path in files for _, name, _, v in samples(path.read_text(errors="replace"), str(path),
+        lengths = [v for path in files for _, name, _, v, _ in samples(path.read_text(errors="replace"), str(path),
                                                                      "sglang:spec_accept_length")]
     if not lengths:
         raise AcceptanceError(f"{files[0]}: expected 'accept len:' log fields or the sglang:spec_accept_length gauge; "
@@ -222,26 +228,79 @@ def sglang_scalar(files: list[Path]) -> AcceptanceProfile:
 
 
 # --- llama.cpp --------------------------------------------------------------------------------------
+def _llama_request(accepted: int, generated: int, L: float, rates: np.ndarray, where: str, lineno: int) -> Counts:
+    """One request's counts from its printed rates (accepted-at-least-i steps over verify steps):
+    its verify steps are its accepted drafts over the sum of its rates."""
+    if rates.sum() > 0:
+        steps = accepted / rates.sum()
+    elif L > 1:
+        steps = accepted / (L - 1)
+    else:
+        steps = generated / rates.size
+    return check_counts(steps, rates * steps, where, f"line {lineno}")
+
+
+def _llama_split_form(path: Path) -> tuple[list, list, int]:
+    """The two-line form: each "mean len" line paired with the next "acc per pos" line of the same
+    slot and task. (requests with both, (accepted, L) of "mean len" lines left without rates, the
+    requests with no verify step: "acc per pos = ()")."""
+    requests, alone, empty, open_lines = [], [], 0, {}
+    for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        slot = LLAMA_SLOT.search(line)
+        key = slot.groups() if slot else None
+        if m := LLAMA_MEAN_LEN.search(line):
+            if key in open_lines:
+                alone.append(open_lines.pop(key)[:2])
+            open_lines[key] = (int(m.group(2)), float(m.group(4)), int(m.group(3)), lineno)
+        elif (m := LLAMA_PER_POS.search(line)) and key in open_lines:
+            accepted, L, generated, first = open_lines.pop(key)
+            if not m.group(1).strip():
+                empty += 1
+                continue
+            rates = _rates(m.group(1), str(path), lineno)
+            requests.append((f"line {first}", _llama_request(accepted, generated, L, rates, str(path), lineno)))
+    alone += [v[:2] for v in open_lines.values()]
+    return requests, alone, empty
+
+
 def llamacpp_log(files: list[Path]) -> AcceptanceProfile:
-    """llama-server's per-request lines "draft acceptance = ... mean acceptance length = L,
-    acceptance rate per position = (r_1, ...)": a request's verify steps are its accepted drafts
-    over the sum of its rates (the rates are accepted-at-position counts over steps), one prompt
-    per line. Only the older "draft acceptance rate = ..." lines: a scalar fallback (accepted /
-    generated drafts, a lower bound of the geometric rate)."""
-    requests = []
+    """llama-server's per-request statistics, one prompt per request: the "mean len" line and its
+    "acc per pos" line, or the one-line form "... mean acceptance length = L, acceptance rate per
+    position = (r_1, ...)". A request's verify steps are its accepted drafts over the sum of its
+    rates (each rate is the request's steps accepting at least i drafts over its steps); a request
+    with no verify step prints "()" and adds nothing. "mean len" lines without their rates (llama.cpp
+    prints the rates at trace verbosity) are left out beside requests that have them, or, alone, a
+    scalar fallback pooled by their counts (steps = A / (L - 1)); only older "draft acceptance rate"
+    lines: a scalar fallback (accepted / generated drafts, a lower bound of the geometric rate)."""
+    requests, alone, empty = [], [], 0
     for path in files:
         for lineno, m in _lines(path, LLAMA_LOG):
-            accepted, generated, L = int(m.group(2)), int(m.group(3)), float(m.group(4))
+            if not m.group(5).strip():
+                empty += 1
+                continue
             rates = _rates(m.group(5), str(path), lineno)
-            if rates.sum() > 0:
-                steps = accepted / rates.sum()
-            elif L > 1:
-                steps = accepted / (L - 1)
-            else:
-                steps = generated / rates.size
-            requests.append((f"line {lineno}", check_counts(steps, rates * steps, str(path), f"line {lineno}")))
+            requests.append((f"line {lineno}", _llama_request(int(m.group(2)), int(m.group(3)), float(m.group(4)),
+                                                               rates, str(path), lineno)))
+        split, left, none = _llama_split_form(path)
+        requests += split
+        alone += left
+        empty += none
+    notes = [f"{empty} request(s) with no verify step ('()') add nothing"] if empty else []
     if requests:
-        return pooled_requests(requests, "llamacpp", "llama.cpp log lines 'acceptance rate per position'", files, [])
+        if alone:
+            notes.append(f"{len(alone)} 'mean len' line(s) without their 'acc per pos' line left out (llama.cpp "
+                         "prints the rates at trace verbosity)")
+        return pooled_requests(requests, "llamacpp", "llama.cpp log lines with per-position rates", files, notes)
+    if alone:
+        with_draft = [(a, L) for a, L in alone if L > 1]
+        if not with_draft:
+            raise AcceptanceError(f"{files[0]}: mean len: expected > 1 on some line (some draft accepted); found "
+                                  f"{max(L for _, L in alone):g}", where=str(files[0]), field="mean len")
+        accepted = sum(a for a, _ in with_draft)
+        L = 1 + accepted / sum(a / (L - 1) for a, L in with_draft)
+        return AcceptanceProfile(None, "llamacpp", f"llama.cpp 'mean len' log lines ({len(alone)} pooled by their "
+                                 "verify steps A / (L - 1); no 'acc per pos' lines)", [str(f) for f in files],
+                                 scalar=1 - 1 / L, notes=[SCALAR_NOTE + f"; L = {L:.3f}", *notes], scalar_length=L)
     old = [(int(m.group(2)), int(m.group(3))) for path in files for _, m in _lines(path, LLAMA_OLD)]
     if not old:
         raise AcceptanceError(f"{files[0]}: expected llama.cpp 'draft acceptance' lines; found none",

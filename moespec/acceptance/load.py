@@ -23,8 +23,18 @@ FORMATS = {
     "llamacpp-prometheus": ("llamacpp", False), "llamacpp-log": ("llamacpp", False),
     "moespec-table": ("moespec", True), "moespec-run": ("moespec", True),
 }
-UNVERIFIED = ("format not verified against the engine's own source: the stored copies of llama.cpp's server source "
-              "predate these lines; read from examples quoted in other public code")
+#: Where each format marked unverified in :data:`FORMATS` was read (docs/advise.md, "Acceptance from your engine").
+PROVENANCE = {
+    "llamacpp-prometheus": "llama.cpp /metrics: the counters and what they count read from tools/server/server-context.cpp "
+                           "as stored under ggml-org/llama.cpp @ 001d906a6d86 (a commit not confirmed on upstream "
+                           "master); the exposition's text from public copies of tools/server/server-task.cpp "
+                           "(to_metrics), which is not stored under ggml-org at that commit",
+    "llamacpp-log": "llama.cpp log: the 'mean len' / 'acc per pos' lines read from tools/server/server-context.cpp as "
+                    "stored under ggml-org/llama.cpp @ 001d906a6d86 (a commit not confirmed on upstream master), the "
+                    "older 'draft acceptance rate' line @ fb4026604c67; the one-line form ('mean acceptance length = "
+                    "..., acceptance rate per position = ...') not verified against llama.cpp's own source (read from "
+                    "a fork's source and a parser's tests)",
+}
 
 
 def _run_path(path: Path) -> Path:
@@ -67,7 +77,8 @@ def detect(path: Path) -> str:
                     return "sglang-requests"
     for marker, fmt in (("SpecDecoding metrics:", "vllm-log"), ("vllm:spec_decode_num", "vllm-prometheus"),
                         ("llamacpp:spec_decode_num", "llamacpp-prometheus"),
-                        ("acceptance rate per position", "llamacpp-log"), ("draft acceptance rate =", "llamacpp-log"),
+                        ("acceptance rate per position", "llamacpp-log"), ("acc per pos =", "llamacpp-log"),
+                        ("), mean len =", "llamacpp-log"), ("draft acceptance rate =", "llamacpp-log"),
                         ("sglang:spec_accept_length", "sglang-scalar"), ("accept len:", "sglang-scalar")):
         if marker in text:
             return fmt
@@ -134,7 +145,7 @@ def load(files, engine: str = "auto", state: str | None = None) -> AcceptancePro
         raise AcceptanceError(f"--state {state!r}: names a machine state of a moespec run; {paths[0]} is {fmt}",
                               where="--state", found=state)
     if not verified:
-        prof.notes.append(UNVERIFIED)
+        prof.notes.append(PROVENANCE[fmt])
     return prof
 
 

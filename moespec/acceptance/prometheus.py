@@ -6,6 +6,8 @@ two scrapes of one server (before and after a workload) give the workload, as th
 vLLM labels every series with ``model_name`` and ``engine`` (one per engine core of a
 data-parallel server); the engines are summed. Per-position counts carry a zero-based
 ``position`` label: position 0 counts the verify steps that accepted at least one draft.
+llama.cpp prints its totals as doubles to six significant digits (``1.23457e+06``): every value
+carries the half unit of its last printed digit, and the checks between counters allow it.
 """
 
 from __future__ import annotations
@@ -21,11 +23,21 @@ from .profile import AcceptanceError, AcceptanceProfile, check_counts
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 SUMMED = ("engine",)
+#: The largest share of a rounded verify-step count (six printed digits) a profile is read from.
+STEPS_ROUNDING_LIMIT = 0.01
 
 
-def samples(text: str, where: str, prefix: str) -> list[tuple[int, str, dict, float]]:
-    """(line, name, labels, value) of every sample whose name starts with ``prefix``; a malformed
-    one is refused naming its line."""
+def resolution(raw: str) -> float:
+    """Half a unit of the last digit ``raw`` prints, at least 0.5 (the counters count whole events):
+    ``1.23457e+06`` -> 5, ``1234567`` -> 0.5."""
+    mantissa, _, exponent = raw.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return max(0.5, 0.5 * 10.0 ** ((int(exponent) if exponent else 0) - decimals))
+
+
+def samples(text: str, where: str, prefix: str) -> list[tuple[int, str, dict, float, float]]:
+    """(line, name, labels, value, resolution) of every sample whose name starts with ``prefix``
+    (:func:`resolution`); a malformed one is refused naming its line."""
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -51,21 +63,24 @@ def samples(text: str, where: str, prefix: str) -> list[tuple[int, str, dict, fl
         if not math.isfinite(value):
             raise AcceptanceError(f"{where}: line {lineno}: {name}: expected a finite number; found {raw!r}",
                                   where=where, field=f"line {lineno}", found=raw)
-        out.append((lineno, name, labels, value))
+        out.append((lineno, name, labels, value, resolution(raw)))
     return out
 
 
-def _series(path: Path, prefix: str) -> dict:
-    """{(name, labels without the summed ones, position): value} summed over the ``engine`` label;
-    ``_created`` samples (the counters' start times) left out."""
-    out = {}
-    for _, name, labels, value in samples(path.read_text(errors="replace"), str(path), prefix):
+def _series(path: Path, prefix: str) -> tuple[dict, dict]:
+    """{(name, labels without the summed ones, position): value} summed over the ``engine`` label,
+    and the same keys' rounding (the resolutions of the values printed rounded, summed; 0 where
+    every value is a whole count printed exactly); ``_created`` samples (the counters' start times)
+    left out."""
+    out, res = {}, {}
+    for _, name, labels, value, half_unit in samples(path.read_text(errors="replace"), str(path), prefix):
         if name.endswith("_created"):
             continue
         key = (name, tuple(sorted((k, v) for k, v in labels.items() if k not in SUMMED + ("position",))),
                labels.get("position"))
         out[key] = out.get(key, 0.0) + value
-    return out
+        res[key] = res.get(key, 0.0) + (half_unit if half_unit > 0.5 else 0.0)   # whole counts printed exactly: 0
+    return out, res
 
 
 def _difference(before: dict, after: dict, where: str) -> dict:
@@ -89,9 +104,11 @@ def counters_profile(files: list[Path], prefix: str, engine: str, source: str) -
     difference of two (the second minus the first), checked against
     ``{prefix}spec_decode_num_accepted_tokens_total`` where present."""
     where = " minus ".join(str(f) for f in reversed(files))
-    series = _series(files[0], prefix)
+    series, res = _series(files[0], prefix)
     if len(files) == 2:
-        series = _difference(series, _series(files[1], prefix), where)
+        after, res_after = _series(files[1], prefix)
+        series = _difference(series, after, where)
+        res = {key: res.get(key, 0.0) + r for key, r in res_after.items()}
     elif len(files) > 2:
         raise AcceptanceError(f"{where}: expected one scrape or two (before and after); found {len(files)} files",
                               where=where, found=len(files))
@@ -102,6 +119,7 @@ def counters_profile(files: list[Path], prefix: str, engine: str, source: str) -
         raise AcceptanceError(f"{where}: {drafts_name}: expected the series of one model (the engine label is summed); "
                               f"found {len(models)} label sets {models}", where=where, field=drafts_name)
     drafts = sum(v for (name, _, _), v in series.items() if name == drafts_name)
+    drafts_res = sum(r for (name, _, _), r in res.items() if name == drafts_name)
     if not any(name == drafts_name for (name, _, _) in series):
         raise AcceptanceError(f"{where}: expected the counter {drafts_name} (speculative decoding on, metrics "
                               "exposed); found none", where=where, field=drafts_name)
@@ -120,12 +138,22 @@ def counters_profile(files: list[Path], prefix: str, engine: str, source: str) -
         raise AcceptanceError(f"{where}: {pos_name}: expected positions 0..{max(per_pos)}; positions {missing} "
                               "missing", where=where, field=pos_name, found=sorted(per_pos))
     at_least = np.array([per_pos[i] for i in range(len(per_pos))])
+    notes = []
+    if drafts_res > 0:      # a rounded total: its uncertainty beside the count
+        share = drafts_res / drafts if drafts > 0 else np.inf
+        if share > STEPS_ROUNDING_LIMIT:
+            raise AcceptanceError(f"{where}: {drafts_name}: expected a step count known to {STEPS_ROUNDING_LIMIT:.0%}; "
+                                  f"found {drafts:g} +- {drafts_res:g} (printed to six significant digits): difference "
+                                  "scrapes further apart", where=where, field=drafts_name, found=drafts)
+        notes.append(f"{drafts_name} printed rounded: {drafts:g} +- {drafts_res:g} verify steps ({share:.2%})")
+        drafts = max(drafts, float(at_least[0])) if at_least[0] - drafts <= drafts_res else drafts
     counts = check_counts(drafts, at_least, where, "")
     acc_name = f"{prefix}spec_decode_num_accepted_tokens_total"
     accepted = [v for (name, _, _), v in series.items() if name == acc_name]
-    if accepted and abs(sum(accepted) - at_least.sum()) > 0.5:
+    acc_res = sum(r for (name, _, _), r in res.items() if name == acc_name)
+    if accepted and abs(sum(accepted) - at_least.sum()) > max(0.5, acc_res):
         raise AcceptanceError(f"{where}: {acc_name}: expected the sum of the per-position counts, "
                               f"{at_least.sum():g}; found {sum(accepted):g}", where=where, field=acc_name,
                               expected=float(at_least.sum()), found=float(sum(accepted)))
     what = f"{source}, difference of two scrapes" if len(files) == 2 else f"{source}, one scrape (the server's life)"
-    return AcceptanceProfile(counts, engine, what, [str(f) for f in files])
+    return AcceptanceProfile(counts, engine, what, [str(f) for f in files], notes=notes)
