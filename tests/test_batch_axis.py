@@ -203,3 +203,31 @@ def test_report_part_renders_exactly(tmp_path):
     assert "| loaded | 2 | 1 of 1 (<= 10.0 %) | 8.0 % | 1 (1.500) | 0 (1.000) | 33.3 % [20.0 %, 40.0 %] |" in out
     assert ("quiet: best speedup per B [1, 2] measured [1.25, 1.5], predicted [1.3, 1.4] (first rises with B: "
             "measured True, predicted True).") in " ".join(out.split())
+
+
+def test_recorded_run_block_renders_the_hand_numbers(tmp_path, monkeypatch):
+    """The docs' block over a hand-made notebook-09 record: 90 s of wall time, a quiet state of 60 s
+    with 24 s of runs, and B = 1 verify terms of 0.12 / 0.30 s against in-run passes of 0.10 / 0.20 s
+    (ratios 1.2 and 1.5)."""
+    from moespec import paths, report
+    from moespec.report.run import RunFiles
+
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    (rec / "manifest.json").write_text(json.dumps({
+        "profile": "full", "git_commit": "abcdef0123456789", "started": "2026-12-07T18:37:43",
+        "hardware": {"cpu": {"cpu_model": "Test CPU", "logical_cpus": 2}, "gpus": []},
+        "notebooks": [{"name": "09_batch", "wall_s": 90.0}]}))
+    (rec / "batch_run.json").write_text(json.dumps({"machine_states": {"quiet": {"seconds": 60.0}}}))
+    (rec / "batch_runs.csv").write_text("state,B,k,time_s,t_verify_mean_s\nquiet,1,0,6.0,0.05\nquiet,1,1,6.0,0.10\n"
+                                        "quiet,1,1,6.0,0.10\nquiet,1,2,6.0,0.20\n")
+    (rec / "batch_terms.csv").write_text("state,B,k,term,t_median_s\nquiet,1,0,verify,0.05\nquiet,1,1,verify,0.12\n"
+                                         "quiet,1,2,verify,0.30\nquiet,2,1,verify,9.0\n")
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    (tmp_path / "figs").mkdir()
+    out = report.render_text("<!-- moespec-report:batch-notebook-run folder=rec -->\n"
+                             "<!-- /moespec-report:batch-notebook-run -->\n", RunFiles(tmp_path / "figs"))
+    text = " ".join(out.split())
+    assert "commit abcdef012345" in text and "Test CPU, 2 logical CPUs, no GPU): **1.5 min**" in text
+    assert "quiet 1.0 min, of which the cells' runs 0.4 min" in text
+    assert "quiet 1.20–1.50 over k = 1..2" in text

@@ -678,3 +678,28 @@ def kernel_batch(run: RunFiles, stamp: str, folder: str) -> str:
               "take longer than the byte fit predicts):\n\n"
             + md_table(["backend", "kernel", "regime", "n", "coefficients", "median \\|rel. error\\|",
                         "time above bytes at the split"], reg))
+
+
+@block("batch-notebook-run")
+def batch_notebook_run(run: RunFiles, folder: str) -> str:
+    """A recorded run of notebook 09 (its run's ``manifest.json``, ``batch_run.json``,
+    ``batch_runs.csv`` and ``batch_terms.csv`` copied into ``folder``): the wall time, each machine
+    state's share of it and the cells' runs in it, and per state the verify pass at B = 1 timed in
+    the terms' blocks over the same pass inside the runs, per k."""
+    man = run.repo_json(f"{folder}/manifest.json")
+    states = run.repo_json(f"{folder}/batch_run.json")["machine_states"]
+    runs = run.repo_csv(f"{folder}/batch_runs.csv")
+    terms = run.repo_csv(f"{folder}/batch_terms.csv")
+    nb = next(n for n in man["notebooks"] if n["name"].startswith("09"))
+    per_state = "; ".join(f"{s} {d['seconds'] / 60:.1f} min, of which the cells' runs "
+                          f"{runs.loc[runs.state == s, 'time_s'].sum() / 60:.1f} min" for s, d in states.items())
+    ratios = []
+    for s in states:
+        t = terms[(terms.state == s) & (terms.B == 1) & (terms.term == "verify") & (terms.k > 0)]
+        r = runs[(runs.state == s) & (runs.B == 1) & (runs.k > 0)].groupby("k")["t_verify_mean_s"].median()
+        v = t.groupby("k")["t_median_s"].median() / r
+        ratios.append(f"{s} {span(v, 2)} over k = {int(v.index.min())}..{int(v.index.max())}")
+    return (f"Run `{folder}/` (notebook 09, {man['profile']} profile, commit {man['git_commit'][:12]}, "
+            f"{when(man['started'][:19])}, {machine(man)}): **{nb['wall_s'] / 60:.1f} min**; per machine state: "
+            f"{per_state}. The verify pass at B = 1 timed in the terms' blocks over the same pass inside the runs "
+            f"(medians): {'; '.join(ratios)}.")

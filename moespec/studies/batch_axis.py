@@ -37,6 +37,7 @@ from moespec.measure.load import machine_state
 from moespec.measure.regimes import ReferenceRead
 from moespec.measure.timing import FLUSH_FLOOR_BYTES, MachineMonitor
 from moespec.notebook_profiles import resolve
+from moespec.progress import tqdm
 from moespec.plots.batch import batch_predictions_figure, schedule_figure
 from moespec.plots.routing import union_share_figure
 from moespec.routing import RoutingTrace, union_share, union_share_curves
@@ -402,13 +403,13 @@ class BatchAxisStudy:
             draft = self.sub.draft if P["draft_kind"] == "real" else None
             setups = [round_setup(self.sub.engine, draft, self.prompts[:B],
                                   continuations=[r[1:] for r in self.refs[:B]]) for B in P["batch_sizes"]]
-            for rep in range(P["reps"]):
-                for i in rng.permutation(len(cells) + 1):
-                    if i == len(cells):
-                        rows = time_round_terms(setups, P["ks"], reps=1, warmup=1, read_nbytes=self.ref.nbytes)
-                        terms.append(rows.assign(state=state, rep=rep))
-                    else:
-                        runs.append({"state": state, "rep": rep, **self._cell(target, *cells[i])})
+            order = [(rep, i) for rep in range(P["reps"]) for i in rng.permutation(len(cells) + 1)]
+            for rep, i in tqdm(order, desc=f"batch runs {state}", unit="cell"):
+                if i == len(cells):
+                    rows = time_round_terms(setups, P["ks"], reps=1, warmup=1, read_nbytes=self.ref.nbytes)
+                    terms.append(rows.assign(state=state, rep=rep))
+                else:
+                    runs.append({"state": state, "rep": rep, **self._cell(target, *cells[i])})
         self.states[state] = ms.describe()
         runs, terms = pd.DataFrame(runs), pd.concat(terms, ignore_index=True)
         self.frames["runs"].append(runs)
