@@ -320,3 +320,21 @@ def test_mixed_layer_types_refused():
     with pytest.raises(ValueError, match=r"^LlamaForCausalLM: layer_types mixes \['full_attention', "
                                          r"'sliding_attention'\]"):
         BatchLM(model)
+
+
+def test_a_run_from_restored_prefilled_caches_equals_a_fresh_one(subject, near_draft, prompts):
+    """batch_generate from a RoundSetup's prompts (prefilled once, cropped back, after other runs
+    and an untimed pass) emits the tokens of a run that prefills afresh; caches that do not hold
+    exactly the prompts are refused."""
+    s = round_setup(subject.engine, None, prompts[:2])
+    fresh, fresh_steps = batch_generate(BatchEngine(subject.engine), prompts[:2], k=3, n_tokens=N_TOKENS,
+                                        drafter=BatchModelDraft(near_draft))
+    for _ in range(2):
+        s.restore()
+        s.target.forward([[int(f)] for f in s.firsts])
+        s.restore()
+        out, steps = batch_generate(s.target, prompts[:2], k=3, n_tokens=N_TOKENS, drafter=BatchModelDraft(near_draft),
+                                    prefilled=s.firsts)
+        assert out == fresh and [st.accepted for st in steps] == [st.accepted for st in fresh_steps]
+    with pytest.raises(ValueError, match=r"prefilled: expected the first tokens of 2 prompts whose caches hold"):
+        batch_generate(s.target, prompts[:2], k=0, n_tokens=4, prefilled=s.firsts)   # not restored: longer caches

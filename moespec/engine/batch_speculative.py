@@ -192,18 +192,28 @@ def _check_run(k: int, n_tokens: int, drafter) -> None:
 
 
 def batch_generate(target: BatchLM, prompts, k: int, n_tokens: int, drafter=None, references=None,
-                   clock=time.perf_counter) -> tuple[list[list[int]], list[BatchStep]]:
+                   clock=time.perf_counter, prefilled=None) -> tuple[list[list[int]], list[BatchStep]]:
     """Decode the B = len(prompts) sequences together until each holds at least ``n_tokens``
     tokens after its prompt, with draft length ``k`` (k = 0, ``drafter`` None: plain decoding, one
     pass of B tokens per round); ``references``: the prompts' greedy continuations for a
     :class:`BatchOracleDraft`. Every sequence stays in the batch until the last one is done, so
     every verify pass holds B(k + 1) tokens. Returns each sequence's emitted tokens (its greedy
     first token, then per round the current token's successors it accepted, as
-    :func:`moespec.engine.speculative.speculative_generate`) and one :class:`BatchStep` per round."""
+    :func:`moespec.engine.speculative.speculative_generate`) and one :class:`BatchStep` per round.
+    ``prefilled``: the prompts' greedy first tokens where ``target`` already holds these prompts'
+    caches and nothing after them (a :class:`RoundSetup` restored): the run starts there instead of
+    prefilling again, with the same tokens (the caches hold the same values)."""
     _check_run(k, n_tokens, drafter)
     prompts = list(prompts)
     check_batch(len(prompts), "prompts")
-    currents = target.prefill(prompts)
+    if prefilled is None:
+        currents = target.prefill(prompts)
+    else:
+        held, lengths = target.lengths, [len(p) for p in prompts]
+        if len(prefilled) != len(prompts) or held != lengths:
+            raise ValueError(f"prefilled: expected the first tokens of {len(prompts)} prompts whose caches hold "
+                             f"{lengths} positions; found {len(prefilled)} tokens and caches of {held}")
+        currents = [int(t) for t in prefilled]
     if drafter is not None:
         drafter.begin(prompts) if references is None else drafter.begin(prompts, references)
     generated: list[list[int]] = [[] for _ in prompts]

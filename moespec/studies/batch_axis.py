@@ -10,8 +10,9 @@ Order of a run:
    experts a pass of B(k + 1) tokens reads over those of a plain pass of B tokens;
 1. per machine state (``quiet``, then ``loaded``: :func:`moespec.measure.load.machine_state`), one
    interleaved run: every repetition runs, in a seeded shuffled order, each (B, k) cell's batched
-   speculative decoding (:func:`moespec.engine.batch_speculative.batch_generate`, each cell after a
-   reference read) and one block of the round terms at every (B, k)
+   speculative decoding (:func:`moespec.engine.batch_speculative.batch_generate` from the B prompts
+   prefilled once per state, each cell after a reference read and one untimed plain pass) and one
+   block of the round terms at every (B, k)
    (:func:`moespec.engine.batch_speculative.time_round_terms`: the verify pass at n = B(k + 1) and,
    with the real draft, the draft's k tokens for B sequences), so that the runs and the terms that
    predict them meet the same stretch of the machine;
@@ -29,7 +30,6 @@ import numpy as np
 import pandas as pd
 
 from moespec import io
-from moespec.engine.batch import BatchEngine
 from moespec.engine.batch_speculative import (BatchModelDraft, BatchOracleDraft, batch_generate, round_setup,
                                               summarize_batch_steps, time_round_terms)
 from moespec.engine.runs import prompt_reference
@@ -377,13 +377,20 @@ class BatchAxisStudy:
             return BatchModelDraft(self.sub.draft)
         return BatchOracleDraft(self.sub.engine, float(self.P["oracle_a"]), self.sub.vocab_size, seed=self.seed)
 
-    def _cell(self, target, B: int, k: int) -> dict:
+    def _cell(self, setup, k: int) -> dict:
+        """One (B, k) cell's run from ``setup``'s prefilled prompts (a :class:`RoundSetup`), after a
+        reference read and one untimed plain pass of its B sequences (the read evicts the machine's
+        caches; a decode loop's round follows another round, as in the terms' blocks)."""
+        B = setup.batch
         bw = self.ref()
+        setup.restore()
+        setup.target.forward([[int(f)] for f in setup.firsts])
+        setup.restore()
         drafter = self._drafter(k)
         oracle = drafter is not None and self.P["draft_kind"] == "oracle"
         with MachineMonitor(self.device) as mon:
-            _, steps = batch_generate(target, self.prompts[:B], k, self.P["n_tokens"], drafter=drafter,
-                                      references=self.refs[:B] if oracle else None)
+            _, steps = batch_generate(setup.target, self.prompts[:B], k, self.P["n_tokens"], drafter=drafter,
+                                      references=self.refs[:B] if oracle else None, prefilled=setup.firsts)
         acc = sum(sum(s.accepted) for s in steps)
         rej = sum(sum(j < k for j in s.accepted) for s in steps)
         return {**summarize_batch_steps(steps), "accepted": acc, "rejections": rej, "read_GBps": bw,
@@ -399,17 +406,18 @@ class BatchAxisStudy:
         rng = np.random.default_rng([self.seed, len(self.states)])
         runs, terms = [], []
         with machine_state(state, pin=self.device == "cpu") as ms:
-            target = BatchEngine(self.sub.engine)
             draft = self.sub.draft if P["draft_kind"] == "real" else None
             setups = [round_setup(self.sub.engine, draft, self.prompts[:B],
                                   continuations=[r[1:] for r in self.refs[:B]]) for B in P["batch_sizes"]]
+            by_batch = {s.batch: s for s in setups}       # each B's prompts prefilled once, for runs and terms
             order = [(rep, i) for rep in range(P["reps"]) for i in rng.permutation(len(cells) + 1)]
             for rep, i in tqdm(order, desc=f"batch runs {state}", unit="cell"):
                 if i == len(cells):
                     rows = time_round_terms(setups, P["ks"], reps=1, warmup=1, read_nbytes=self.ref.nbytes)
                     terms.append(rows.assign(state=state, rep=rep))
                 else:
-                    runs.append({"state": state, "rep": rep, **self._cell(target, *cells[i])})
+                    B, k = cells[i]
+                    runs.append({"state": state, "rep": rep, **self._cell(by_batch[B], k)})
         self.states[state] = ms.describe()
         runs, terms = pd.DataFrame(runs), pd.concat(terms, ignore_index=True)
         self.frames["runs"].append(runs)
