@@ -129,7 +129,7 @@ def main(argv=None) -> Path:
         draft = sub.draft if args.draft == "real" else None
         setups = [round_setup(sub.engine, draft, prompts[:B], continuations=[r[1:] for r in refs[:B]]) for B in Bs]
         with timing.MachineMonitor() as mon:
-            terms = time_round_terms(setups, ks, reps=args.term_reps, read_nbytes=read[1])
+            terms = time_round_terms(setups, ks, reps=args.term_reps, read=read)
     terms = terms.assign(**mon.state.row())
     runs = pd.DataFrame(rows)
     summary = summarize(runs)

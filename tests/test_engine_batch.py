@@ -12,6 +12,7 @@ from moespec.engine.batch_speculative import (BatchModelDraft, BatchStep, batch_
                                               round_setup, summarize_batch_steps, time_round_terms)
 from moespec import zoo
 from moespec.engine.subject import QUICK_MOE, load_subject
+from moespec.measure.timing import read_bandwidth_callable
 
 N_TOKENS = 14
 LENGTHS = (5, 11, 8, 14)  # prompts of different lengths
@@ -179,7 +180,8 @@ def test_round_terms_rows_and_restored_caches(subject, prompts):
         fn()
         return 1000.0  # ns
 
-    df = time_round_terms(setups, ks=[0, 2], reps=3, warmup=1, timer=timer, read_nbytes=4096)
+    df = time_round_terms(setups, ks=[0, 2], reps=3, warmup=1, timer=timer,
+                          read=read_bandwidth_callable(4096))
     assert sorted(zip(df.B, df.k, df.term)) == [(1, 0, "verify"), (1, 2, "draft"), (1, 2, "verify"),
                                                 (2, 0, "verify"), (2, 2, "draft"), (2, 2, "verify")]
     assert (df.n == df.B * (df.k + 1)).all()
@@ -266,7 +268,7 @@ def test_round_setup_without_a_draft_verifies_the_continuations(subject, prompts
     assert s.drafts(2) == [[3, 4], [6, 7]] and s.drafts(0) == [[], []]
     with pytest.raises(ValueError, match=r"^continuations\[0\]: 4 drafts asked, found 3$"):
         s.drafts(4)
-    df = time_round_terms([s], ks=[3], reps=2, warmup=0, timer=lambda fn: (fn(), 10.0)[1], read_nbytes=0)
+    df = time_round_terms([s], ks=[3], reps=2, warmup=0, timer=lambda fn: (fn(), 10.0)[1])
     assert df[["B", "k", "n", "term"]].values.tolist() == [[2, 3, 8, "verify"]]
     assert np.isnan(df.read_GBps.iloc[0]) and s.target.lengths == list(LENGTHS[:2])
 

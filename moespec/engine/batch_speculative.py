@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from moespec.engine.batch import BatchEngine, BatchLM, check_batch
-from moespec.measure.timing import read_bandwidth_callable, time_interleaved
+from moespec.measure.timing import time_interleaved
 
 
 class BatchModelDraft:
@@ -303,10 +303,11 @@ def round_setup(engine, draft_model, prompts, continuations=None) -> RoundSetup:
 
 
 def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, timer=None,
-                     read_nbytes: int | None = None) -> pd.DataFrame:
+                     read=None) -> pd.DataFrame:
     """The round terms at every setup's B and every k in ``ks``, timed in one rotation of
-    :func:`moespec.measure.timing.time_interleaved` with a read of ``read_nbytes`` (default the
-    machine's reference read; 0: none): ``verify`` (one pass of every sequence's current token and
+    :func:`moespec.measure.timing.time_interleaved` with ``read`` (a callable and the bytes it reads,
+    :func:`moespec.measure.timing.read_bandwidth_callable`, made once by the caller: allocating the
+    machine's reference buffer takes seconds; None: no read): ``verify`` (one pass of every sequence's current token and
     k drafts: n = B(k + 1) tokens) and, with a draft, ``draft`` (its k tokens for B sequences, from
     the prompts' end). Before every call both are cropped back to the prompts (untimed), so each
     call starts from the same KV caches, and the call after the read follows an untimed verify pass
@@ -330,9 +331,9 @@ def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, t
                 calls[name] = (lambda d=s.drafter, f=s.firsts, kk=k: d.propose([[] for _ in f], f, kk))
                 meta[name] = (s.batch, k, "draft")
     nbytes, after_read = 0, []
-    if read_nbytes != 0:
-        read, nbytes = read_bandwidth_callable(read_nbytes)
-        calls["read"] = lambda: (read(), after_read.append(True))
+    if read is not None:
+        read_fn, nbytes = read
+        calls["read"] = lambda: (read_fn(), after_read.append(True))
     warm = next(iter(calls.values()))
 
     def restore():
