@@ -219,8 +219,8 @@ def test_recorded_run_block_renders_the_hand_numbers(tmp_path, monkeypatch):
         "hardware": {"cpu": {"cpu_model": "Test CPU", "logical_cpus": 2}, "gpus": []},
         "notebooks": [{"name": "09_batch", "wall_s": 90.0}]}))
     (rec / "batch_run.json").write_text(json.dumps({"machine_states": {"quiet": {"seconds": 60.0}}}))
-    (rec / "batch_runs.csv").write_text("state,B,k,time_s,t_verify_mean_s\nquiet,1,0,6.0,0.05\nquiet,1,1,6.0,0.10\n"
-                                        "quiet,1,1,6.0,0.10\nquiet,1,2,6.0,0.20\n")
+    (rec / "batch_runs.csv").write_text("state,B,k,time_s,t_verify_mean_s,read_GBps\nquiet,1,0,6.0,0.05,8.0\n"
+                                        "quiet,1,1,6.0,0.10,9.5\nquiet,1,1,6.0,0.10,12.0\nquiet,1,2,6.0,0.20,10.0\n")
     (rec / "batch_terms.csv").write_text("state,B,k,term,t_median_s\nquiet,1,0,verify,0.05\nquiet,1,1,verify,0.12\n"
                                          "quiet,1,2,verify,0.30\nquiet,2,1,verify,9.0\n")
     monkeypatch.setattr(paths, "ROOT", tmp_path)
@@ -229,5 +229,5 @@ def test_recorded_run_block_renders_the_hand_numbers(tmp_path, monkeypatch):
                              "<!-- /moespec-report:batch-notebook-run -->\n", RunFiles(tmp_path / "figs"))
     text = " ".join(out.split())
     assert "commit abcdef012345" in text and "Test CPU, 2 logical CPUs, no GPU): **1.5 min**" in text
-    assert "quiet 1.0 min, of which the cells' runs 0.4 min" in text
+    assert "quiet 1.0 min, of which the cells' runs 0.4 min, the reference reads before the cells 8.0–12.0 GB/s" in text
     assert "quiet 1.20–1.50 over k = 1..2" in text

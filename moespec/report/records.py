@@ -684,7 +684,7 @@ def kernel_batch(run: RunFiles, stamp: str, folder: str) -> str:
 def batch_notebook_run(run: RunFiles, folder: str) -> str:
     """A recorded run of notebook 09 (its run's ``manifest.json``, ``batch_run.json``,
     ``batch_runs.csv`` and ``batch_terms.csv`` copied into ``folder``): the wall time, each machine
-    state's share of it and the cells' runs in it, and per state the verify pass at B = 1 timed in
+    state's share of it, the cells' runs in it and the range of their reference reads, and per state the verify pass at B = 1 timed in
     the terms' blocks over the same pass inside the runs, per k."""
     man = run.repo_json(f"{folder}/manifest.json")
     states = run.repo_json(f"{folder}/batch_run.json")["machine_states"]
@@ -692,7 +692,9 @@ def batch_notebook_run(run: RunFiles, folder: str) -> str:
     terms = run.repo_csv(f"{folder}/batch_terms.csv")
     nb = next(n for n in man["notebooks"] if n["name"].startswith("09"))
     per_state = "; ".join(f"{s} {d['seconds'] / 60:.1f} min, of which the cells' runs "
-                          f"{runs.loc[runs.state == s, 'time_s'].sum() / 60:.1f} min" for s, d in states.items())
+                          f"{runs.loc[runs.state == s, 'time_s'].sum() / 60:.1f} min, the reference reads before "
+                          f"the cells {span(runs.loc[runs.state == s, 'read_GBps'], 1)} GB/s"
+                          for s, d in states.items())
     ratios = []
     for s in states:
         t = terms[(terms.state == s) & (terms.B == 1) & (terms.term == "verify") & (terms.k > 0)]
