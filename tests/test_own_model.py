@@ -138,7 +138,10 @@ def test_readme_commands_on_a_checkpoint_end_to_end(tmp_path):
     adv = advice.advise(run, [0.8])
     switch = adv["settings"][0]["kernel_switch"]["per_slot_up_to"]
     own = {"slot": None, "dedup": 1, "switch": None if adv["dedup"]["from_n"] is None else adv["dedup"]["from_n"] - 1}
-    assert switch == own[adv["acceptance"][0]["recommended"]["engine"]] or "that engine is faster" in answer.stdout
+    rec = adv["acceptance"][0]["recommended"]
+    # plain decoding (k = 0) runs the per-slot kernel in every engine: the switch printed is the crossover's
+    expected = own["switch"] if rec["k"] == 0 else own[rec["engine"]]
+    assert switch == expected or "that engine is faster" in answer.stdout
 
 
 @pytest.mark.notebook

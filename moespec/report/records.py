@@ -701,7 +701,7 @@ def batch_notebook_run(run: RunFiles, folder: str) -> str:
         r = runs[(runs.state == s) & (runs.B == 1) & (runs.k > 0)].groupby("k")["t_verify_mean_s"].median()
         v = t.groupby("k")["t_median_s"].median() / r
         ratios.append(f"{s} {span(v, 2)} over k = {int(v.index.min())}..{int(v.index.max())}")
-    return (f"Run `{folder}/` (notebook 09, {man['profile']} profile, commit {man['git_commit'][:12]}, "
-            f"{when(man['started'][:19])}, {machine(man)}): **{nb['wall_s'] / 60:.1f} min**; per machine state: "
+    return (f"Run `{folder}/` (notebook 09, {man['profile']} profile, {when(man['started'][:19])}, "
+            f"{machine(man)}; its commit in `manifest.json`): **{nb['wall_s'] / 60:.1f} min**; per machine state: "
             f"{per_state}. The verify pass at B = 1 timed in the terms' blocks over the same pass inside the runs "
             f"(medians): {'; '.join(ratios)}.")
