@@ -87,7 +87,8 @@ def test_llamacpp_logs_pair_by_slot_and_fall_back_on_mean_len(tmp_path):
     assert alone.counts is None and alone.mean_acceptance_length == pytest.approx(2.966)
     assert "scalar fallback" in alone.notes[0]
     # one request lacking its rates beside others that have them: left out, said so
-    text = (FIX / "llamacpp_log_split.txt").read_text().replace("task 2 |      acc per pos", "task 9 |      acc per pos")
+    text = (FIX / "llamacpp_log_split.txt").read_text().replace("task 2 |      acc per pos",
+                                                                "task 9 |      acc per pos")
     mixed = A.load([_write(tmp_path, "m.log", text)])
     assert mixed.counts.steps == pytest.approx(600) and any("1 'mean len' line(s)" in n for n in mixed.notes)
 
@@ -95,7 +96,8 @@ def test_llamacpp_logs_pair_by_slot_and_fall_back_on_mean_len(tmp_path):
 def _llamacpp_scrape(drafts: str, per_pos, accepted: str) -> str:
     name = "llamacpp:spec_decode_num"
     return "\n".join([f"{name}_drafts_total {drafts}", f"{name}_accepted_tokens_total {accepted}",
-                      *(f'{name}_accepted_tokens_per_pos_total{{position="{i}"}} {v}' for i, v in enumerate(per_pos))]) + "\n"
+                      *(f'{name}_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
+                        for i, v in enumerate(per_pos))]) + "\n"
 
 
 def test_llamacpp_totals_printed_to_six_digits(tmp_path):

@@ -229,5 +229,6 @@ def test_recorded_run_block_renders_the_hand_numbers(tmp_path, monkeypatch):
                              "<!-- /moespec-report:batch-notebook-run -->\n", RunFiles(tmp_path / "figs"))
     text = " ".join(out.split())
     assert "Test CPU, 2 logical CPUs, no GPU; its commit in `manifest.json`): **1.5 min**" in text
-    assert "quiet 1.0 min, of which the cells' runs 0.4 min, the reference reads before the cells 8.0–12.0 GB/s" in text
+    assert ("quiet 1.0 min, of which the cells' runs 0.4 min, the reference reads before the cells "
+            "8.0–12.0 GB/s") in text
     assert "quiet 1.20–1.50 over k = 1..2" in text

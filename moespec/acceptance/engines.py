@@ -29,11 +29,11 @@ from .records import count_list, histogram_counts, json_records, pooled_requests
 _NUM = r"([0-9]+(?:\.[0-9]*)?)"
 VLLM_LOG = re.compile(r"SpecDecoding metrics:.*?Accepted: (\d+) tokens, Drafted: (\d+) tokens, "
                       r"Per-position acceptance rate: ([0-9., ]*?)(?:, Avg Draft| *$)")
-LLAMA_LOG = re.compile(rf"draft acceptance = {_NUM} \(\s*(\d+) accepted /\s*(\d+) generated\), mean acceptance "
-                       rf"length =\s*{_NUM}, acceptance rate per position = \(([^)]*)\)")
-LLAMA_OLD = re.compile(rf"draft acceptance rate = {_NUM} \(\s*(\d+) accepted /\s*(\d+) generated\)")
-LLAMA_MEAN_LEN = re.compile(rf"draft acceptance = {_NUM} \(\s*(\d+) accepted /\s*(\d+) generated\), mean len "
-                            rf"=\s*{_NUM}")
+_LLAMA_COUNTS = rf"{_NUM} \(\s*(\d+) accepted /\s*(\d+) generated\)"    # ratio (A accepted / D generated)
+LLAMA_LOG = re.compile(rf"draft acceptance = {_LLAMA_COUNTS}, mean acceptance length =\s*{_NUM}, acceptance rate "
+                       rf"per position = \(([^)]*)\)")
+LLAMA_OLD = re.compile(rf"draft acceptance rate = {_LLAMA_COUNTS}")
+LLAMA_MEAN_LEN = re.compile(rf"draft acceptance = {_LLAMA_COUNTS}, mean len =\s*{_NUM}")
 LLAMA_PER_POS = re.compile(r"acc per pos = \(([^)]*)\)")
 LLAMA_SLOT = re.compile(r"id\s+(\d+) \| task (\d+) \|")
 SGLANG_LOG = re.compile(rf"accept len: {_NUM}")

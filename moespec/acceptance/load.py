@@ -25,8 +25,8 @@ FORMATS = {
 }
 #: Where each format marked unverified in :data:`FORMATS` was read (docs/advise.md, "Acceptance from your engine").
 PROVENANCE = {
-    "llamacpp-prometheus": "llama.cpp /metrics: the counters and what they count read from tools/server/server-context.cpp "
-                           "as stored under ggml-org/llama.cpp @ 001d906a6d86 (a commit not confirmed on upstream "
+    "llamacpp-prometheus": "llama.cpp /metrics: the counters and what they count read from "
+                           "tools/server/server-context.cpp as stored under ggml-org/llama.cpp @ 001d906a6d86 (a commit not confirmed on upstream "
                            "master); the exposition's text from public copies of tools/server/server-task.cpp "
                            "(to_metrics), which is not stored under ggml-org at that commit",
     "llamacpp-log": "llama.cpp log: the 'mean len' / 'acc per pos' lines read from tools/server/server-context.cpp as "

@@ -119,8 +119,9 @@ class Fit:
         return out
 
 
-def _fit(name: str, formula: str, df: pd.DataFrame, n_splits: int) -> Fit:
-    res = ols(formula, df)
+def _fit(name: str, formula: str, df: pd.DataFrame, n_splits: int, res=None) -> Fit:
+    """``formula`` fitted on ``df`` (``res``: its :func:`ols` results where the caller has them)."""
+    res = ols(formula, df) if res is None else res
     coef = pd.DataFrame({"term": res.params.index, "estimate": res.params.values,
                          "se": res.bse.values, "p": res.pvalues.values})
     return Fit(name, formula, coef, int(res.nobs), int(df["gen_id"].nunique()), float(res.rsquared),
@@ -142,7 +143,7 @@ def _fit_nonnegative(name: str, target: str, regressors: list[str], df: pd.DataF
     terms = ["Intercept", *regressors]
     ols_all = ols(_formula(target, terms), df)
     if (ols_all.params >= 0).all():
-        return _fit(name, _formula(target, terms), df, n_splits)
+        return _fit(name, _formula(target, terms), df, n_splits, ols_all)
     X = np.column_stack([np.ones(len(df)), *(df[r].to_numpy(float) for r in regressors)])
     solution, _ = optimize.nnls(X, df[target].to_numpy(float))
     free = [t for t, v in zip(terms, solution) if v > 0]

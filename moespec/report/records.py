@@ -684,8 +684,8 @@ def kernel_batch(run: RunFiles, stamp: str, folder: str) -> str:
 def batch_notebook_run(run: RunFiles, folder: str) -> str:
     """A recorded run of notebook 09 (its run's ``manifest.json``, ``batch_run.json``,
     ``batch_runs.csv`` and ``batch_terms.csv`` copied into ``folder``): the wall time, each machine
-    state's share of it, the cells' runs in it and the range of their reference reads, and per state the verify pass at B = 1 timed in
-    the terms' blocks over the same pass inside the runs, per k."""
+    state's share of it, the cells' runs in it and the range of their reference reads, and per state
+    the verify pass at B = 1 timed in the terms' blocks over the same pass inside the runs, per k."""
     man = run.repo_json(f"{folder}/manifest.json")
     states = run.repo_json(f"{folder}/batch_run.json")["machine_states"]
     runs = run.repo_csv(f"{folder}/batch_runs.csv")
