@@ -311,9 +311,9 @@ def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, t
     sequence's current token and k drafts: n = B(k + 1) tokens) and, with a draft, ``draft`` (its k
     tokens for B sequences, from the prompts' end). Before every call both are cropped back to the
     prompts (untimed), so each call starts from the same KV caches, and the call after the read
-    follows an untimed verify pass (the read evicts the machine's caches; a decode loop's round follows another round). One row
-    per (B, k, term): B, k, n, term, the timing columns (:meth:`moespec.measure.timing.Timing.row`)
-    and ``read_GBps``, the read bandwidth of the same run."""
+    follows an untimed verify pass (the read evicts the machine's caches; a decode loop's round
+    follows another round). One row per (B, k, term): B, k, n, term, the timing columns
+    (:meth:`moespec.measure.timing.Timing.row`) and ``read_GBps``, the read bandwidth of the same run."""
     if not setups:
         raise ValueError("setups: nothing to time")
     ks = [int(k) for k in ks]
