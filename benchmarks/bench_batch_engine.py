@@ -11,7 +11,8 @@ preceded by a ``torch.sum`` read of the machine's reference size (the read bandw
 run, cell by cell) and watched by :class:`moespec.measure.timing.MachineMonitor` (other processes'
 load). After the grid, the round terms per B (:func:`moespec.engine.batch_speculative.time_round_terms`:
 the verify pass at n = B(k + 1) and the draft, medians over ``--term-reps`` interleaved
-repetitions beside a read) on the same prompts.
+repetitions beside a read) on the same prompts, at ``--term-positions`` places spread over the
+runs' text, with the oracle's replaced drafts where the oracle drafts.
 
     .venv/bin/python benchmarks/bench_batch_engine.py                           # quick profile, oracle a = 0.8
     .venv/bin/python benchmarks/bench_batch_engine.py --draft real --profile full --n-tokens 32
@@ -38,7 +39,7 @@ import pandas as pd
 from moespec import io, provenance
 from moespec.engine.batch import BatchEngine
 from moespec.engine.batch_speculative import (BatchModelDraft, BatchOracleDraft, batch_generate, round_setup,
-                                              summarize_batch_steps, time_round_terms)
+                                              summarize_batch_steps, text_positions, time_round_terms)
 from moespec.engine.runs import prompt_reference
 from moespec.engine.subject import load_subject
 from moespec.measure import protocols, timing
@@ -98,6 +99,8 @@ def main(argv=None) -> Path:
     ap.add_argument("--prompt-tokens", type=int, default=24)
     ap.add_argument("--reps", type=int, default=5, help="repetitions of the whole grid")
     ap.add_argument("--term-reps", type=int, default=5, help="interleaved repetitions of the round terms")
+    ap.add_argument("--term-positions", type=int, default=8,
+                    help="places in the runs' text the round terms are timed at (text_positions)")
     ap.add_argument("--read-bytes", type=int, default=0, help="bytes of each reference read (0: the machine's)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the timed work")
     ap.add_argument("--seed", type=int, default=0)
@@ -127,9 +130,12 @@ def main(argv=None) -> Path:
                 print(f"rep {rep} B={B} k={k}: {rows[-1]['throughput_per_seq']:.1f} tokens/s per sequence, "
                       f"read {rows[-1]['read_GBps']:.1f} GB/s, other load {rows[-1]['other_load']:.2f}", flush=True)
         draft = sub.draft if args.draft == "real" else None
-        setups = [round_setup(sub.engine, draft, prompts[:B], continuations=[r[1:] for r in refs[:B]]) for B in Bs]
+        oracle = None if draft is not None else (args.a, sub.vocab_size, args.seed)
+        setups = [round_setup(sub.engine, draft, prompts[:B], continuations=[r[1:] for r in refs[:B]], oracle=oracle)
+                  for B in Bs]
         with timing.MachineMonitor() as mon:
-            terms = time_round_terms(setups, ks, reps=args.term_reps, read=read)
+            terms = time_round_terms(setups, ks, reps=args.term_reps, read=read,
+                                     offsets=text_positions(args.n_tokens, args.term_positions))
     terms = terms.assign(**mon.state.row())
     runs = pd.DataFrame(rows)
     summary = summarize(runs)

@@ -66,9 +66,9 @@ DEFAULTS = {
     },
     "09": {
         "quick": dict(batch_sizes=[1, 2], ks=[0, 1, 2, 3], draft_kind="oracle", oracle_a=0.8, n_tokens=8,
-                      prompt_tokens=12, reps=2, states=["quiet", "loaded"], union_resamples=50),
+                      prompt_tokens=12, reps=2, term_positions=2, states=["quiet", "loaded"], union_resamples=50),
         "full": dict(batch_sizes=[1, 2, 4, 8], ks=list(range(9)), draft_kind="oracle", oracle_a=0.8, n_tokens=32,
-                     prompt_tokens=24, reps=4, states=["quiet", "loaded"], union_resamples=200),
+                     prompt_tokens=24, reps=4, term_positions=8, states=["quiet", "loaded"], union_resamples=200),
     },
 }
 PROFILES = ("quick", "full")

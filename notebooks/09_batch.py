@@ -83,8 +83,11 @@ study.routing()
 # ## 1. Per machine state: the batched runs and the round terms, interleaved
 #
 # Each cell decodes the first B prompts together until every sequence holds `n_tokens` tokens, after a
-# reference read (its bandwidth is in the rows). The round terms are timed from the prompts' end with
-# every cache cropped back before each call, in the same shuffled order as the runs.
+# reference read (its bandwidth is in the rows). A pass's experts, and so its time, depend on the tokens
+# it holds, so each block of round terms times its rounds at its share of `term_positions` places spread
+# over the runs' text (each cache holding the prompt and the text up to there, cropped back before each
+# call), with the oracle's drafts there (the text's next tokens, each replaced as the oracle replaces
+# it), in the same shuffled order as the runs; a term is the mean over the places.
 
 # %%
 from IPython.display import display

@@ -52,11 +52,13 @@ def test_regret_interval_from_paired_repetitions():
 
 
 def test_round_terms_take_verify_from_the_blocks_and_draft_host_from_the_runs():
+    """verify_s: the mean over the blocks' places in the text ((0.010 + 0.012 + 0.020) / 3 at k = 0)."""
     cells = BA.cell_summary(_runs())
-    blocks = pd.DataFrame([{"state": "quiet", "rep": r, "B": 1, "k": k, "term": "verify", "t_median_s": t}
-                           for r, k, t in [(0, 0, 0.010), (1, 0, 0.012), (2, 0, 0.020), (0, 1, 0.013), (1, 1, 0.015)]])
+    blocks = pd.DataFrame([{"state": "quiet", "rep": r, "offset": j, "B": 1, "k": k, "term": "verify", "t_median_s": t}
+                           for r, j, k, t in [(0, 2, 0, 0.010), (1, 6, 0, 0.012), (1, 10, 0, 0.020), (0, 2, 1, 0.013),
+                                              (1, 6, 1, 0.015)]])
     t = BA.round_terms(blocks, cells).set_index("k")
-    assert t.loc[0, "verify_s"] == pytest.approx(0.012) and t.loc[1, "verify_s"] == pytest.approx(0.014)
+    assert t.loc[0, "verify_s"] == pytest.approx(0.014) and t.loc[1, "verify_s"] == pytest.approx(0.014)
     assert t.loc[0, "draft_s"] == 0.0 and t.loc[1, "draft_s"] == pytest.approx(0.001)
     assert t["draft_from"].tolist() == ["none (k = 0)", "runs"]
     drafts = pd.concat([blocks, pd.DataFrame([{"state": "quiet", "rep": 0, "B": 1, "k": 1, "term": "draft",
@@ -179,6 +181,10 @@ def test_run_sizes_refuse_gaps_and_unknown_drafts():
         BA.run_sizes("quick", {"ks": [0, 2]})
     with pytest.raises(ValueError, match=r"sizes: field draft_kind: expected 'oracle' or 'real'; found 'x'"):
         BA.run_sizes("quick", {"draft_kind": "x"})
+    with pytest.raises(ValueError, match=r"sizes: field term_positions: expected at least one position per "
+                                         r"repetition \(2\) and at most n_tokens \(8\); found 1$"):
+        BA.run_sizes("quick", {"term_positions": 1})
+    assert BA.run_sizes("quick", {"term_positions": 8})[0]["term_positions"] == 8
 
 
 def test_report_part_renders_exactly(tmp_path):

@@ -9,8 +9,10 @@ import torch
 from moespec.engine import ModelDraft, speculative_generate
 from moespec.engine.batch import BatchEngine, BatchLM
 from moespec.engine.batch_speculative import (BatchModelDraft, BatchStep, batch_generate, batch_speculative_step,
-                                              round_setup, summarize_batch_steps, time_round_terms)
+                                              oracle_drafts, round_setup, summarize_batch_steps, text_positions,
+                                              time_round_terms)
 from moespec import zoo
+from moespec.engine.runs import prompt_reference
 from moespec.engine.subject import QUICK_MOE, load_subject
 from moespec.measure.timing import read_bandwidth_callable
 
@@ -266,11 +268,83 @@ def test_oracle_draft_matches_batch_one(subject, prompts, k, a):
 def test_round_setup_without_a_draft_verifies_the_continuations(subject, prompts):
     s = round_setup(subject.engine, None, prompts[:2], continuations=[[3, 4, 5], [6, 7, 8]])
     assert s.drafts(2) == [[3, 4], [6, 7]] and s.drafts(0) == [[], []]
-    with pytest.raises(ValueError, match=r"^continuations\[0\]: 4 drafts asked, found 3$"):
+    with pytest.raises(ValueError, match=r"^continuations\[0\]: 4 drafts asked at offset 0, found 3 tokens$"):
         s.drafts(4)
     df = time_round_terms([s], ks=[3], reps=2, warmup=0, timer=lambda fn: (fn(), 10.0)[1])
-    assert df[["B", "k", "n", "term"]].values.tolist() == [[2, 3, 8, "verify"]]
+    assert df[["offset", "B", "k", "n", "term"]].values.tolist() == [[0, 2, 3, 8, "verify"]]
     assert np.isnan(df.read_GBps.iloc[0]) and s.target.lengths == list(LENGTHS[:2])
+
+
+def test_a_round_started_into_the_text_is_a_later_round_of_the_decode_loop(subject, prompts):
+    """seek(j): the caches hold prompt + the greedy text's first j tokens, the round's current token
+    is the text's token j and its drafts the next ones; a verify pass there accepts every draft
+    (the text is the target's greedy text) and emits what batch-one greedy decoding emits."""
+    B, k, j = 2, 3, 4
+    texts = [prompt_reference(subject.engine, p, N_TOKENS) for p in prompts[:B]]
+    texts = [[first] + text[1:] for first, text in texts]
+    s = round_setup(subject.engine, None, prompts[:B], continuations=[t[1:] for t in texts])
+    s.seek(j)
+    assert s.target.lengths == [n + j for n in LENGTHS[:B]] and s.offset == j
+    assert s.currents == [t[j] for t in texts] and s.generated == [t[:j] for t in texts]
+    assert s.drafts(k) == [t[j + 1:j + 1 + k] for t in texts]
+    argmax = s.target.forward([[c] + d for c, d in zip(s.currents, s.drafts(k))])
+    assert argmax == [t[j + 1:j + 2 + k] for t in texts]
+    s.restore()
+    assert s.target.lengths == [n + j for n in LENGTHS[:B]]
+    s.seek(0)
+    assert s.target.lengths == list(LENGTHS[:B]) and s.currents == [t[0] for t in texts]
+    with pytest.raises(ValueError, match=r"^continuations\[0\]: offset 20 needs more than 20 tokens of text, "
+                                         r"found 15$"):
+        s.seek(20)
+    with pytest.raises(ValueError, match=r"^offset: 2 needs the sequences' continuations, found none$"):
+        round_setup(subject.engine, None, prompts[:1]).seek(2)
+
+
+def test_round_terms_at_positions_into_the_text(subject, near_draft, prompts):
+    """offsets: every timed call at offset j starts from caches of prompt + j tokens of the text (the
+    target's and the draft's), one row per (offset, B, k, term), and the setups end at the prompts."""
+    texts = [prompt_reference(subject.engine, p, N_TOKENS) for p in prompts[:2]]
+    cont = [text[1:] for _, text in texts]
+    setups = [round_setup(subject.engine, near_draft, prompts[:B], continuations=cont[:B]) for B in (1, 2)]
+    seen = []
+
+    def timer(fn):
+        seen.append(([s.offset for s in setups], [s.target.lengths for s in setups],
+                     [s.drafter.lm.lengths for s in setups]))
+        fn()
+        return 1000.0
+
+    df = time_round_terms(setups, ks=[0, 2], reps=1, warmup=0, timer=timer, offsets=[0, 5])
+    assert sorted(set(zip(df.offset, df.B, df.k, df.term))) == sorted(
+        (j, B, k, t) for j in (0, 5) for B in (1, 2) for k, t in ((0, "verify"), (2, "verify"), (2, "draft")))
+    assert len(df) == 12 and len(seen) == 12
+    for offsets, targets, drafts in seen:
+        j = offsets[0]
+        assert targets == [[n + j for n in LENGTHS[:B]] for B in (1, 2)]
+        assert drafts == targets
+    assert [s.target.lengths for s in setups] == [list(LENGTHS[:B]) for B in (1, 2)]
+    assert all(s.offset == 0 for s in setups)
+
+
+def test_oracle_drafts_in_the_round_terms(subject, prompts):
+    """oracle = (a, vocab, seed): a = 1 keeps the text, a = 0 replaces every token by another; the same
+    (B, offset, k) draws the same drafts, as BatchOracleDraft's rule (oracle_drafts)."""
+    cont = [list(range(10, 40)), list(range(50, 80))]
+    keep = round_setup(subject.engine, None, prompts[:2], continuations=cont, oracle=(1.0, 256, 0))
+    assert keep.drafts(4) == [c[:4] for c in cont]
+    swap = round_setup(subject.engine, None, prompts[:2], continuations=cont, oracle=(0.0, 256, 0))
+    d = swap.drafts(4)
+    assert all(x != y and 0 <= x < 256 for row, c in zip(d, cont) for x, y in zip(row, c[:4]))
+    assert swap.drafts(4) == d
+    rng = np.random.default_rng([0, 2, 0, 4])
+    assert d == [oracle_drafts(c[:4], rng, 0.0, 256) for c in cont]
+
+
+def test_text_positions_spread_over_the_run():
+    assert text_positions(32, 8) == [2, 6, 10, 14, 18, 22, 26, 30]
+    assert text_positions(32, 1) == [16] and text_positions(3, 3) == [0, 1, 2]
+    with pytest.raises(ValueError, match="^n_tokens and count: must be >= 1"):
+        text_positions(0, 2)
 
 
 @pytest.mark.parametrize("B,k", [(1, 0), (1, 3), (4, 2)])

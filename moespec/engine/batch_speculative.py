@@ -19,7 +19,7 @@ comes from the runs (:func:`summarize_batch_steps`). :class:`BatchOracleDraft` i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -125,15 +125,19 @@ class BatchOracleDraft:
             self.references[b] = ref
 
     def propose(self, generated: list, currents: list, k: int) -> list[list[int]]:
-        out = []
-        for ref, rng, gen in zip(self.references, self.rngs, generated):
-            pos, row = len(gen), []
-            for tok in ref[pos + 1: pos + 1 + k]:
-                if rng.random() >= self.a:  # any other token: shift by 1..vocab-1
-                    tok = (tok + 1 + int(rng.integers(self.vocab - 1))) % self.vocab
-                row.append(int(tok))
-            out.append(row)
-        return out
+        return [oracle_drafts(ref[len(gen) + 1: len(gen) + 1 + k], rng, self.a, self.vocab)
+                for ref, rng, gen in zip(self.references, self.rngs, generated)]
+
+
+def oracle_drafts(text, rng, a: float, vocab: int) -> list[int]:
+    """The oracle's drafts of the greedy ``text``'s next tokens: each kept with probability ``a``,
+    else replaced by any other token (shifted by 1..vocab - 1, drawn from ``rng``)."""
+    row = []
+    for tok in text:
+        if rng.random() >= a:
+            tok = (int(tok) + 1 + int(rng.integers(vocab - 1))) % vocab
+        row.append(int(tok))
+    return row
 
 
 @dataclass
@@ -255,9 +259,14 @@ def summarize_batch_steps(steps: list[BatchStep]) -> dict:
 class RoundSetup:
     """B prefilled sequences of the target (a :class:`BatchEngine` of its own) and of the draft, at
     which :func:`time_round_terms` times a round's verify pass and draft; :meth:`restore` crops
-    both back to the prompts. Without a draft the verify pass's drafts are each sequence's
-    ``continuations`` (its greedy text after the first token, so that the pass routes as accepted
-    drafts do; none given: token 0)."""
+    both back to where the round starts. The round starts at the prompts' end (``offset`` 0) or,
+    after :meth:`seek`, ``offset`` tokens into each sequence's greedy text (``firsts[b]`` followed
+    by ``continuations[b]``), as a decode loop's later round does when every earlier draft was
+    accepted. Without a draft the verify pass's drafts are the text's next tokens (so that the pass
+    routes as accepted drafts do; no ``continuations`` given: token 0), or with ``oracle`` =
+    (a, vocab, seed) the oracle draft's tokens for them (:func:`oracle_drafts`, so that the pass
+    holds the replaced tokens a run's rejected drafts bring, drawn from a generator seeded by
+    (seed, B, offset, k))."""
 
     target: BatchLM
     drafter: BatchModelDraft | None
@@ -265,33 +274,90 @@ class RoundSetup:
     base: list
     draft_base: list
     continuations: list | None = None
+    offset: int = 0
+    prompt_base: list = field(default_factory=list)
+    draft_prompt_base: list = field(default_factory=list)
+    oracle: tuple | None = None
+
+    def __post_init__(self):
+        self.prompt_base = self.prompt_base or list(self.base)
+        self.draft_prompt_base = self.draft_prompt_base or list(self.draft_base)
 
     @property
     def batch(self) -> int:
         return len(self.firsts)
+
+    def text(self, b: int) -> list[int]:
+        """Sequence b's greedy text after its prompt: its first token, then its continuation."""
+        return [int(self.firsts[b])] + [int(t) for t in (self.continuations[b] if self.continuations else [])]
+
+    @property
+    def currents(self) -> list[int]:
+        """Each sequence's current token at the round's start (the text's token at ``offset``)."""
+        return [self.text(b)[self.offset] for b in range(self.batch)] if self.offset else [int(f) for f in self.firsts]
+
+    @property
+    def generated(self) -> list[list[int]]:
+        """What each sequence emitted before the round: its text's first ``offset`` tokens."""
+        return [self.text(b)[:self.offset] for b in range(self.batch)]
 
     def restore(self) -> None:
         self.target.crop(self.base)
         if self.drafter is not None:
             self.drafter.rewind(self.draft_base)
 
-    def drafts(self, k: int) -> list[list[int]]:
-        """The k drafts per sequence the verify pass at k checks (the draft's, from the prompts' end)."""
+    def seek(self, offset: int) -> None:
+        """Start the round ``offset`` tokens into the greedy text (untimed): both caches are
+        cropped to the prompts and fed the text's first ``offset`` tokens (the target in one pass
+        per sequence, the draft in one batched pass); ``offset`` 0 is the prompts' end."""
+        offset = int(offset)
+        if offset < 0:
+            raise ValueError(f"offset: must be >= 0, found {offset}")
+        if offset and self.continuations is None:
+            raise ValueError(f"offset: {offset} needs the sequences' continuations, found none")
+        short = [b for b in range(self.batch) if len(self.text(b)) <= offset]
+        if short:
+            raise ValueError(f"continuations[{short[0]}]: offset {offset} needs more than {offset} tokens of text, "
+                             f"found {len(self.text(short[0]))}")
+        self.target.crop(self.prompt_base)
         if self.drafter is not None:
-            out = self.drafter.propose([[] for _ in self.firsts], self.firsts, k)
+            self.drafter.rewind(self.draft_prompt_base)
+        self.offset = offset
+        if offset:
+            fed = [self.text(b)[:offset] for b in range(self.batch)]
+            self.target.run(list(range(self.batch)), [torch.tensor(t, device=self.target.device) for t in fed])
+            if self.drafter is not None:
+                self.drafter.lm.run(list(range(self.batch)), [torch.tensor(t, device=self.drafter.lm.device)
+                                                              for t in fed])
+                for row, t in zip(self.drafter.cached, fed):
+                    row += t
+        self.base = self.target.lengths
+        self.draft_base = self.drafter.lm.lengths if self.drafter is not None else []
+
+    def drafts(self, k: int) -> list[list[int]]:
+        """The k drafts per sequence the verify pass at k checks (the draft's, from the round's start)."""
+        if self.drafter is not None:
+            out = self.drafter.propose(self.generated, self.currents, k)
             self.restore()
             return out
         if self.continuations is None:
             return [[0] * k for _ in self.firsts]
-        short = [b for b, c in enumerate(self.continuations) if len(c) < k]
+        short = [b for b, c in enumerate(self.continuations) if len(c) < self.offset + k]
         if short:
-            raise ValueError(f"continuations[{short[0]}]: {k} drafts asked, found {len(self.continuations[short[0]])}")
-        return [list(c[:k]) for c in self.continuations]
+            raise ValueError(f"continuations[{short[0]}]: {k} drafts asked at offset {self.offset}, found "
+                             f"{len(self.continuations[short[0]])} tokens")
+        text = [list(c[self.offset:self.offset + k]) for c in self.continuations]
+        if self.oracle is None:
+            return text
+        a, vocab, seed = self.oracle
+        rng = np.random.default_rng([int(seed), self.batch, self.offset, int(k)])
+        return [oracle_drafts(t, rng, float(a), int(vocab)) for t in text]
 
 
-def round_setup(engine, draft_model, prompts, continuations=None) -> RoundSetup:
+def round_setup(engine, draft_model, prompts, continuations=None, oracle=None) -> RoundSetup:
     """A :class:`RoundSetup` of ``engine`` (a :class:`moespec.engine.Engine`) and ``draft_model``
-    (None: the verify pass alone, its drafts ``continuations[b]``) on ``prompts`` (B = their count)."""
+    (None: the verify pass alone, its drafts ``continuations[b]``, or the oracle's of them with
+    ``oracle`` = (a, vocab, seed)) on ``prompts`` (B = their count)."""
     target = BatchEngine(engine)
     firsts = target.prefill(prompts)
     drafter = None
@@ -299,36 +365,67 @@ def round_setup(engine, draft_model, prompts, continuations=None) -> RoundSetup:
         drafter = BatchModelDraft(draft_model)
         drafter.begin(prompts)
     return RoundSetup(target, drafter, firsts, target.lengths, drafter.lm.lengths if drafter is not None else [],
-                      [list(c) for c in continuations] if continuations is not None else None)
+                      [list(c) for c in continuations] if continuations is not None else None, oracle=oracle)
+
+
+def text_positions(n_tokens: int, count: int) -> list[int]:
+    """``count`` positions spread evenly over a run's ``n_tokens`` tokens per sequence (the centres of
+    ``count`` equal strata, rounded down): where :func:`time_round_terms` starts its rounds so that
+    the terms meet the text the runs decode, not only its first tokens."""
+    if n_tokens < 1 or count < 1:
+        raise ValueError(f"n_tokens and count: must be >= 1, found {n_tokens} and {count}")
+    return [int((i + 0.5) * n_tokens / count) for i in range(count)]
 
 
 def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, timer=None,
-                     read=None) -> pd.DataFrame:
-    """The round terms at every setup's B and every k in ``ks``, timed in one rotation of
-    :func:`moespec.measure.timing.time_interleaved` with ``read`` (a callable and the bytes it reads,
-    :func:`moespec.measure.timing.read_bandwidth_callable`, made once by the caller: allocating the
-    machine's reference buffer takes seconds; None: no read): ``verify`` (one pass of every
-    sequence's current token and k drafts: n = B(k + 1) tokens) and, with a draft, ``draft`` (its k
-    tokens for B sequences, from the prompts' end). Before every call both are cropped back to the
-    prompts (untimed), so each call starts from the same KV caches, and the call after the read
-    follows an untimed verify pass (the read evicts the machine's caches; a decode loop's round
-    follows another round). One row per (B, k, term): B, k, n, term, the timing columns
-    (:meth:`moespec.measure.timing.Timing.row`) and ``read_GBps``, the read bandwidth of the same run."""
+                     read=None, offsets=(0,)) -> pd.DataFrame:
+    """The round terms at every setup's B and every k in ``ks``, at every position of ``offsets``
+    (:meth:`RoundSetup.seek`: a round that starts that many tokens into the greedy text), timed per
+    position in one rotation of :func:`moespec.measure.timing.time_interleaved` with ``read`` (a
+    callable and the bytes it reads, :func:`moespec.measure.timing.read_bandwidth_callable`, made once
+    by the caller: allocating the machine's reference buffer takes seconds; None: no read): ``verify``
+    (one pass of every sequence's current token and k drafts: n = B(k + 1) tokens) and, with a draft,
+    ``draft`` (its k tokens for B sequences, from the round's start). Before every call both are
+    cropped back to the round's start (untimed), so each call starts from the same KV caches, and the
+    call after the read follows an untimed verify pass (the read evicts the machine's caches; a decode
+    loop's round follows another round). A pass's experts, and so its time, depend on the tokens it
+    holds; positions spread over a run's text (:func:`text_positions`) give terms of the text the runs
+    decode. The setups are left at the prompts' end. One row per (offset, B, k, term): offset, B, k,
+    n, term, the timing columns (:meth:`moespec.measure.timing.Timing.row`) and ``read_GBps``, the
+    read bandwidth of the same rotation."""
     if not setups:
         raise ValueError("setups: nothing to time")
     ks = [int(k) for k in ks]
     if not ks or min(ks) < 0:
         raise ValueError(f"ks: draft lengths >= 0 needed, found {ks}")
+    offsets = [int(j) for j in offsets]
+    if not offsets:
+        raise ValueError("offsets: no position to time the round at")
+    frames = []
+    try:
+        for offset in offsets:
+            for s in setups:
+                s.seek(offset)
+            frames.append(_time_at_offset(setups, ks, reps, warmup, timer, read).assign(offset=offset))
+    finally:
+        for s in setups:
+            s.seek(0)
+    df = pd.concat(frames, ignore_index=True)
+    return df[["offset"] + [c for c in df if c != "offset"]]
+
+
+def _time_at_offset(setups: list[RoundSetup], ks: list[int], reps: int, warmup: int, timer, read) -> pd.DataFrame:
+    """:func:`time_round_terms` at the setups' current round start."""
     calls, meta = {}, {}
     for s in setups:
         for k in ks:
-            segs = [[int(f)] + d for f, d in zip(s.firsts, s.drafts(k))]
+            segs = [[c] + d for c, d in zip(s.currents, s.drafts(k))]
             name = f"verify B={s.batch} k={k}"
             calls[name] = (lambda t=s.target, x=segs: t.forward(x))
             meta[name] = (s.batch, k, "verify")
             if s.drafter is not None and k > 0:
                 name = f"draft B={s.batch} k={k}"
-                calls[name] = (lambda d=s.drafter, f=s.firsts, kk=k: d.propose([[] for _ in f], f, kk))
+                calls[name] = (lambda d=s.drafter, g=s.generated, c=s.currents, kk=k: d.propose(g, c, kk))
                 meta[name] = (s.batch, k, "draft")
     nbytes, after_read = 0, []
     if read is not None:

@@ -685,7 +685,8 @@ def batch_notebook_run(run: RunFiles, folder: str) -> str:
     """A recorded run of notebook 09 (its run's ``manifest.json``, ``batch_run.json``,
     ``batch_runs.csv`` and ``batch_terms.csv`` copied into ``folder``): the wall time, each machine
     state's share of it, the cells' runs in it and the range of their reference reads, and per state
-    the verify pass at B = 1 timed in the terms' blocks over the same pass inside the runs, per k."""
+    the verify pass at B = 1 timed in the terms' blocks (their mean over the places in the text, as the
+    prediction takes it) over the same pass inside the runs (their median), per k."""
     man = run.repo_json(f"{folder}/manifest.json")
     states = run.repo_json(f"{folder}/batch_run.json")["machine_states"]
     runs = run.repo_csv(f"{folder}/batch_runs.csv")
@@ -699,9 +700,11 @@ def batch_notebook_run(run: RunFiles, folder: str) -> str:
     for s in states:
         t = terms[(terms.state == s) & (terms.B == 1) & (terms.term == "verify") & (terms.k > 0)]
         r = runs[(runs.state == s) & (runs.B == 1) & (runs.k > 0)].groupby("k")["t_verify_mean_s"].median()
-        v = t.groupby("k")["t_median_s"].median() / r
+        v = t.groupby("k")["t_median_s"].mean() / r
         ratios.append(f"{s} {span(v, 2)} over k = {int(v.index.min())}..{int(v.index.max())}")
+    where = (f"mean over {terms['offset'].nunique()} places in the text" if "offset" in terms
+             else "at the prompts' end")
     return (f"Run `{folder}/` (notebook 09, {man['profile']} profile, {when(man['started'][:19])}, "
             f"{machine(man)}; its commit in `manifest.json`): **{nb['wall_s'] / 60:.1f} min**; per machine state: "
-            f"{per_state}. The verify pass at B = 1 timed in the terms' blocks over the same pass inside the runs "
-            f"(medians): {'; '.join(ratios)}.")
+            f"{per_state}. The verify pass at B = 1 timed in the terms' blocks ({where}) over the same pass inside the "
+            f"runs (median): {'; '.join(ratios)}.")

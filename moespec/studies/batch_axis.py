@@ -15,7 +15,10 @@ Order of a run:
    block of the round terms at every (B, k)
    (:func:`moespec.engine.batch_speculative.time_round_terms`: the verify pass at n = B(k + 1) and,
    with the real draft, the draft's k tokens for B sequences), so that the runs and the terms that
-   predict them meet the same stretch of the machine;
+   predict them meet the same stretch of the machine; each block times its rounds at its share of
+   ``term_positions`` places spread over the runs' text
+   (:func:`moespec.engine.batch_speculative.text_positions`), since a pass's experts, and so its
+   time, depend on the tokens it holds;
 2. the predictions (:func:`prediction_table`): per (state, B, k) the measured throughput per sequence
    over plain decoding's at the same B beside G(k) V(0, B) / V(k, B), V(k, B) = verify + draft +
    host, G(k) at the runs' measured acceptance; the measured best k per B against k*(B) and its
@@ -31,7 +34,7 @@ import pandas as pd
 
 from moespec import io
 from moespec.engine.batch_speculative import (BatchModelDraft, BatchOracleDraft, batch_generate, round_setup,
-                                              summarize_batch_steps, time_round_terms)
+                                              summarize_batch_steps, text_positions, time_round_terms)
 from moespec.engine.runs import prompt_reference
 from moespec.measure.load import machine_state
 from moespec.measure.regimes import ReferenceRead
@@ -72,6 +75,9 @@ def run_sizes(profile: str, sizes: dict | None = None) -> tuple[dict, list]:
         raise ValueError(f"sizes: field batch_sizes: expected batch sizes >= 1; found {P['batch_sizes']}")
     if ks != list(range(len(ks))):
         raise ValueError(f"sizes: field ks: expected the draft lengths 0..kmax without a gap; found {P['ks']}")
+    if not int(P["reps"]) <= int(P["term_positions"]) <= int(P["n_tokens"]):
+        raise ValueError(f"sizes: field term_positions: expected at least one position per repetition ({P['reps']}) "
+                         f"and at most n_tokens ({P['n_tokens']}); found {P['term_positions']}")
     if P["draft_kind"] not in ("oracle", "real"):
         raise ValueError(f"sizes: field draft_kind: expected 'oracle' or 'real'; found {P['draft_kind']!r}")
     if not 0.0 <= float(P["oracle_a"]) <= 1.0:
@@ -126,13 +132,15 @@ def cell_summary(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def round_terms(term_rows: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """The round model's terms per (state, B, k), seconds: ``verify_s``, the median over the
-    repetitions' blocks of the verify pass at n = B(k + 1) (``term_rows``: the rows of
-    :func:`moespec.engine.batch_speculative.time_round_terms` with ``state`` and ``rep``); ``draft_s``,
-    the draft's k tokens for B sequences from the same blocks where they were timed (the real draft),
-    else the runs' per-round draft time (the oracle's proposal); ``host_s``, the runs' host work per
-    round (acceptance, cache crops). k = 0 has no draft."""
-    t = term_rows.groupby(KEYS + ["term"])["t_median_s"].median().unstack("term")
+    """The round model's terms per (state, B, k), seconds: ``verify_s``, the mean over the blocks'
+    positions along the text (``term_rows``: the rows of
+    :func:`moespec.engine.batch_speculative.time_round_terms` with ``state`` and ``rep``, one per
+    (rep, offset)) of the verify pass at n = B(k + 1): a run's time is the sum of its rounds, each at
+    its own place in the text, so the mean over places predicts it; ``draft_s``, the draft's k tokens
+    for B sequences from the same blocks where they were timed (the real draft), else the runs'
+    per-round draft time (the oracle's proposal); ``host_s``, the runs' host work per round
+    (acceptance, cache crops). k = 0 has no draft."""
+    t = term_rows.groupby(KEYS + ["term"])["t_median_s"].mean().unstack("term")
     out = cells[KEYS + ["t_draft_run_s", "t_host_run_s"]].set_index(KEYS)
     missing = [i for i in out.index if i not in t.index]
     if missing:
@@ -411,13 +419,16 @@ class BatchAxisStudy:
         runs, terms = [], []
         with machine_state(state, pin=self.device == "cpu") as ms:
             draft = self.sub.draft if P["draft_kind"] == "real" else None
-            setups = [round_setup(self.sub.engine, draft, self.prompts[:B],
-                                  continuations=[r[1:] for r in self.refs[:B]]) for B in P["batch_sizes"]]
+            oracle = None if draft is not None else (P["oracle_a"], self.sub.vocab_size, self.seed)
+            setups = [round_setup(self.sub.engine, draft, self.prompts[:B], continuations=[r[1:] for r in self.refs[:B]],
+                                  oracle=oracle) for B in P["batch_sizes"]]
             by_batch = {s.batch: s for s in setups}       # each B's prompts prefilled once, for runs and terms
             order = [(rep, i) for rep in range(P["reps"]) for i in rng.permutation(len(cells) + 1)]
+            places = text_positions(P["n_tokens"], P["term_positions"])   # block r: places[r::reps]
             for rep, i in tqdm(order, desc=f"batch runs {state}", unit="cell"):
                 if i == len(cells):
-                    rows = time_round_terms(setups, P["ks"], reps=1, warmup=1, read=(self.ref.fn, self.ref.nbytes))
+                    rows = time_round_terms(setups, P["ks"], reps=1, warmup=0, read=(self.ref.fn, self.ref.nbytes),
+                                            offsets=places[rep::P["reps"]])
                     terms.append(rows.assign(state=state, rep=rep))
                 else:
                     B, k = cells[i]

@@ -114,7 +114,7 @@ NOTEBOOK_RULES: dict[tuple[str, str], Rule] = {
     ("09", "threads"): _COUNT, ("09", "batch_sizes"): Rule(low=1, nonempty=True),
     ("09", "ks"): Rule(low=0, nonempty=True),
     ("09", "draft_kind"): Rule(choices=("oracle", "real")), ("09", "union_resamples"): _COUNT,
-    ("09", "prompt_tokens"): _COUNT, ("09", "reps"): _COUNT,
+    ("09", "prompt_tokens"): _COUNT, ("09", "reps"): _COUNT, ("09", "term_positions"): _COUNT,
 }
 
 _WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a text", list: "a list",
