@@ -135,7 +135,7 @@ def main(argv=None) -> Path:
                   for B in Bs]
         with timing.MachineMonitor() as mon:
             terms = time_round_terms(setups, ks, reps=args.term_reps, read=read,
-                                     offsets=text_positions(args.n_tokens, args.term_positions))
+                                     offsets=text_positions(args.n_tokens, min(args.term_positions, args.n_tokens)))
     terms = terms.assign(**mon.state.row())
     runs = pd.DataFrame(rows)
     summary = summarize(runs)
