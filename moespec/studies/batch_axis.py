@@ -420,8 +420,9 @@ class BatchAxisStudy:
         with machine_state(state, pin=self.device == "cpu") as ms:
             draft = self.sub.draft if P["draft_kind"] == "real" else None
             oracle = None if draft is not None else (P["oracle_a"], self.sub.vocab_size, self.seed)
-            setups = [round_setup(self.sub.engine, draft, self.prompts[:B], continuations=[r[1:] for r in self.refs[:B]],
-                                  oracle=oracle) for B in P["batch_sizes"]]
+            setups = [round_setup(self.sub.engine, draft, self.prompts[:B],
+                                  continuations=[r[1:] for r in self.refs[:B]], oracle=oracle)
+                      for B in P["batch_sizes"]]
             by_batch = {s.batch: s for s in setups}       # each B's prompts prefilled once, for runs and terms
             order = [(rep, i) for rep in range(P["reps"]) for i in rng.permutation(len(cells) + 1)]
             places = text_positions(P["n_tokens"], P["term_positions"])   # block r: places[r::reps]
