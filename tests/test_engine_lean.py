@@ -148,6 +148,19 @@ def test_models_the_lean_path_does_not_run_keep_transformers_path():
     assert eng.prefill([1, 2, 3]) == eng.variant(lean=False).prefill([1, 2, 3])
 
 
+def test_decoding_past_max_position_embeddings_as_transformers_does():
+    """A sequence that grows past the model's max_position_embeddings (128) decodes on the lean path
+    as on transformers' (whose DynamicCache has no limit), bit for bit."""
+    lean, old = _engines("gqa")
+    prompt = np.random.default_rng(1).integers(1, 200, size=120)
+    outs = []
+    for eng in (lean, old):
+        first = eng.prefill(prompt)
+        toks = [first] + eng.greedy(first, 16)
+        outs.append((toks, eng.last_logits.clone(), eng.length))
+    assert outs[0][0] == outs[1][0] and torch.equal(outs[0][1], outs[1][1]) and outs[0][2] == 136
+
+
 def test_kv_cache_crops_like_dynamic_cache_and_grows_keeping_its_positions():
     c = KVCache(layers=2, batch=1, kv_heads=2, head_dim=4, capacity=4, limit=10)
     c.keys[:, :, :, :3] = torch.arange(3.0).view(1, 1, 1, 3, 1)

@@ -39,8 +39,12 @@ from moespec.engine.widen import PaddedLinear
 from moespec.kernels.dense import DenseWeights, dense_call
 from moespec.kernels.dispatch import expert_call
 
-#: Smallest capacity a new cache is given (it doubles as positions are appended, up to the model's limit).
+#: Smallest capacity a new cache is given (it doubles as positions are appended).
 MIN_CAPACITY = 64
+#: Most positions a lean cache holds: as transformers' ``DynamicCache``, the engine decodes past the
+#: model's ``max_position_embeddings`` (the rotary angles of any position are the rotary module's);
+#: only a prompt longer than it is refused (:meth:`moespec.engine.Engine.prefill`).
+MAX_POSITIONS = 1 << 20
 
 
 def unsupported(model: nn.Module) -> str | None:
@@ -272,7 +276,7 @@ class LeanOlmoe:
         self.cos = self.sin = None
         attn = inner.layers[0].self_attn
         self.kv_heads, self.head_dim = cfg.num_key_value_heads, attn.head_dim
-        self.limit = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 20)
+        self.limit = MAX_POSITIONS
 
 
     # --- the cache and the rotary table ------------------------------------------------------
