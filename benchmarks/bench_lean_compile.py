@@ -12,8 +12,10 @@ would take a step closer to its byte limit, and at what cost:
   same cache, and the largest difference where they do not;
 * **time**: the eager and the compiled pass at n = 1 (plain decode, per-slot kernel) and n = 9
   (a verify pass, deduplicating kernel), each from the same cache cropped back, interleaved in one
-  run with the read ceiling (:class:`moespec.measure.ceiling.ReadCeiling`); each step's share of its
-  byte limit (bytes of the pass, :func:`moespec.engine.breakdown.pass_bytes`, over the ceiling).
+  run with the read ceiling (:class:`moespec.measure.ceiling.ReadCeiling`), every call after one
+  untimed eager decode step (the caches as a decode loop leaves them, the same for both paths); each
+  step's share of its byte limit (bytes of the pass, :func:`moespec.engine.breakdown.pass_bytes`, over
+  the ceiling).
 
 Every call starts at the same cache length, so the compiled pass meets one shape per pass size: the
 most favourable case for it (a decode loop's growing cache recompiles or runs a dynamic graph).
@@ -99,7 +101,10 @@ def measure(engine, prompt, reps: int, warmup: int, backend: str = "inductor",
     ceiling = ReadCeiling(read_bytes)
     calls = {(path, n): run(fn, n) for n in NS for path, fn in (("eager", plan.forward), ("compiled", compiled))}
     calls.update({("read", name): fn for name, fn in ceiling.calls().items()})
-    timings = time_interleaved(calls, reps=reps, warmup=warmup)
+    # every call after one untimed eager decode step, as a decode loop's step follows the last: on a machine
+    # whose last-level cache holds much of a step's bytes, the call after the ceiling's reads would
+    # otherwise start cold and the one after it warm
+    timings = time_interleaved(calls, reps=reps, warmup=warmup, flush=run(plan.forward, 1))
     gbps = max(ceiling.bytes[name[len(PREFIX):]] / timings[("read", name)].median_s / 1e9 for name in ceiling.calls())
     rows = []
     for (path, n), tm in timings.items():
