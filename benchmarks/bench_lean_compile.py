@@ -43,6 +43,7 @@ from moespec.engine.subject import load_subject
 from moespec.measure import protocols
 from moespec.measure.ceiling import PREFIX, ReadCeiling
 from moespec.measure.timing import time_interleaved
+from moespec.threads import torch_threads
 
 OUT = Path(__file__).resolve().parent / "results" / "lean_compile"
 NS = (1, 9)
@@ -135,14 +136,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
     stamp, t0 = protocols.stamp(), time.perf_counter()
     sub = load_subject(args.model, profile=args.profile)
     if not sub.engine.lean:
         raise SystemExit(f"{sub.label}: the lean path does not run this model; nothing to compile")
     prompt = sub.chat_prompts(1, args.prompt_tokens, seed=args.seed)[0]
-    table, extra = measure(sub.engine, prompt, args.reps, args.warmup, args.compile_backend,
-                           args.read_bytes or None)
+    with torch_threads(args.threads):
+        table, extra = measure(sub.engine, prompt, args.reps, args.warmup, args.compile_backend,
+                               args.read_bytes or None)
     args.out.mkdir(parents=True, exist_ok=True)
     csv = io.write_dataframe(args.out / f"{stamp}_compile.csv", table.assign(subject=sub.label))
     io.write_json(args.out / f"{stamp}_provenance.json", {
