@@ -12,7 +12,8 @@ run, cell by cell) and watched by :class:`moespec.measure.timing.MachineMonitor`
 load). After the grid, the round terms per B (:func:`moespec.engine.batch_speculative.time_round_terms`:
 the verify pass at n = B(k + 1) and the draft, medians over ``--term-reps`` interleaved
 repetitions beside a read) on the same prompts, at ``--term-positions`` places spread over the
-runs' text, with the oracle's replaced drafts where the oracle drafts.
+runs' text, with the oracle's replaced drafts where the oracle drafts, each call after the previous
+round's pass over the text just before it.
 
     .venv/bin/python benchmarks/bench_batch_engine.py                           # quick profile, oracle a = 0.8
     .venv/bin/python benchmarks/bench_batch_engine.py --draft real --profile full --n-tokens 32

@@ -59,6 +59,28 @@ def test_round_robin_order_and_flush_before_every_call():
     assert res["read"].median_s == pytest.approx(7e-9)
 
 
+def test_prepare_runs_untimed_between_the_flush_and_its_call():
+    clock = FakeClock()
+    events = []
+    calls = {name: scripted(clock, [d] * 10) for name, d in (("slot", 3), ("dedup", 5))}
+
+    def previous_round():
+        events.append("prepare")
+        clock.now += 1000  # untimed: the call's samples stay its own
+
+    res = timing.time_interleaved(calls, reps=2, warmup=1, timer=timing.CpuTimer(clock),
+                                  flush=lambda: events.append("flush"),
+                                  on_call=lambda name, rep: events.append((name, rep)),
+                                  prepare={"dedup": previous_round})
+    expected = []
+    for rep in (-1, 0, 1):
+        expected += ["flush", ("slot", rep), "flush", "prepare", ("dedup", rep)]
+    assert events == expected
+    assert res["dedup"].samples_ns == (5.0, 5.0) and res["slot"].samples_ns == (3.0, 3.0)
+    with pytest.raises(ValueError, match=r"^prepare: names not among the callables: \['other'\]$"):
+        timing.time_interleaved(calls, reps=1, prepare={"other": lambda: None})
+
+
 def test_bad_arguments_are_errors():
     with pytest.raises(ValueError, match="at least one repetition"):
         timing.time_interleaved({"a": lambda: None}, reps=0)

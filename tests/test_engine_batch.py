@@ -326,6 +326,38 @@ def test_round_terms_at_positions_into_the_text(subject, near_draft, prompts):
     assert all(s.offset == 0 for s in setups)
 
 
+def test_round_terms_into_the_text_follow_the_previous_round(subject, prompts):
+    """At offset j every timed call follows, untimed, the previous round at its k: the target's pass
+    over the text's min(k + 1, j) tokens before j, from caches holding the prompt and the text up to
+    there; at the prompts' end (no read) nothing runs before the call."""
+    texts = [prompt_reference(subject.engine, p, N_TOKENS) for p in prompts[:2]]
+    texts = [[first] + text[1:] for first, text in texts]
+    s = round_setup(subject.engine, None, prompts[:2], continuations=[t[1:] for t in texts])
+    passes, before = [], []
+    forward = s.target.forward
+
+    def spy(segments):
+        passes.append((s.target.lengths, [list(x) for x in segments]))
+        return forward(segments)
+
+    def timer(fn):
+        before.append((s.offset, list(passes)))
+        fn()
+        passes.clear()
+        return 1000.0
+
+    s.target.forward = spy
+    time_round_terms([s], ks=[0, 3], reps=2, warmup=0, timer=timer, offsets=[0, 2, 6])
+    expected = []
+    for j in (0, 2, 6):
+        for _ in range(2):
+            for k in (0, 3):
+                m = min(k + 1, j)
+                expected.append((j, [([n + j - m for n in LENGTHS[:2]], [t[j - m:j] for t in texts])] if m else []))
+    assert before == expected
+    assert s.target.lengths == list(LENGTHS[:2])
+
+
 def test_oracle_drafts_in_the_round_terms(subject, prompts):
     """oracle = (a, vocab, seed): a = 1 keeps the text, a = 0 replaces every token by another; the same
     (B, offset, k) draws the same drafts, as BatchOracleDraft's rule (oracle_drafts)."""

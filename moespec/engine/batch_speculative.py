@@ -282,6 +282,8 @@ class RoundSetup:
     def __post_init__(self):
         self.prompt_base = self.prompt_base or list(self.base)
         self.draft_prompt_base = self.draft_prompt_base or list(self.draft_base)
+        self._texts = [[int(f)] + [int(t) for t in (self.continuations[b] if self.continuations else [])]
+                       for b, f in enumerate(self.firsts)]
 
     @property
     def batch(self) -> int:
@@ -289,12 +291,12 @@ class RoundSetup:
 
     def text(self, b: int) -> list[int]:
         """Sequence b's greedy text after its prompt: its first token, then its continuation."""
-        return [int(self.firsts[b])] + [int(t) for t in (self.continuations[b] if self.continuations else [])]
+        return self._texts[b]
 
     @property
     def currents(self) -> list[int]:
         """Each sequence's current token at the round's start (the text's token at ``offset``)."""
-        return [self.text(b)[self.offset] for b in range(self.batch)] if self.offset else [int(f) for f in self.firsts]
+        return [t[self.offset] for t in self._texts]
 
     @property
     def generated(self) -> list[list[int]]:
@@ -333,6 +335,18 @@ class RoundSetup:
                     row += t
         self.base = self.target.lengths
         self.draft_base = self.drafter.lm.lengths if self.drafter is not None else []
+
+    def previous_round(self, k: int) -> None:
+        """The pass a decode loop's round at ``offset`` follows, untimed: the round before it at the
+        same k, verified with every draft accepted, which is the target's pass over the min(k + 1,
+        ``offset``) tokens of the text just before ``offset`` (cropped off first, so the caches end
+        where they started, holding the same values). It leaves in the machine's caches what a run's
+        previous round leaves there. At ``offset`` 0 there is no text before the round: nothing runs."""
+        m = min(int(k) + 1, self.offset)
+        if m == 0:
+            return
+        self.target.crop([n - m for n in self.base])
+        self.target.forward([t[self.offset - m:self.offset] for t in self._texts])
 
     def drafts(self, k: int) -> list[list[int]]:
         """The k drafts per sequence the verify pass at k checks (the draft's, from the round's start)."""
@@ -386,11 +400,14 @@ def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, t
     by the caller: allocating the machine's reference buffer takes seconds; None: no read): ``verify``
     (one pass of every sequence's current token and k drafts: n = B(k + 1) tokens) and, with a draft,
     ``draft`` (its k tokens for B sequences, from the round's start). Before every call both are
-    cropped back to the round's start (untimed), so each call starts from the same KV caches, and the
-    call after the read follows an untimed verify pass (the read evicts the machine's caches; a decode
-    loop's round follows another round). A pass's experts, and so its time, depend on the tokens it
-    holds; positions spread over a run's text (:func:`text_positions`) give terms of the text the runs
-    decode. The setups are left at the prompts' end. One row per (offset, B, k, term): offset, B, k,
+    cropped back to the round's start (untimed), so each call starts from the same KV caches. A pass's
+    experts, and so its time, depend on the tokens it holds; positions spread over a run's text
+    (:func:`text_positions`) give terms of the text the runs decode. Inside a run each round follows
+    the previous round's pass over the tokens just before it, and what that pass leaves in the
+    machine's caches (the experts consecutive tokens share, paper 1's reuse) is part of the round's
+    time, so at a position into the text every call follows, untimed, that previous round
+    (:meth:`RoundSetup.previous_round`); at the prompts' end, where no round came before, the call
+    after the read follows an untimed verify pass. The setups are left at the prompts' end. One row per (offset, B, k, term): offset, B, k,
     n, term, the timing columns (:meth:`moespec.measure.timing.Timing.row`) and ``read_GBps``, the
     read bandwidth of the same rotation."""
     if not setups:
@@ -422,28 +439,30 @@ def _time_at_offset(setups: list[RoundSetup], ks: list[int], reps: int, warmup: 
             segs = [[c] + d for c, d in zip(s.currents, s.drafts(k))]
             name = f"verify B={s.batch} k={k}"
             calls[name] = (lambda t=s.target, x=segs: t.forward(x))
-            meta[name] = (s.batch, k, "verify")
+            meta[name] = (s, k, "verify")
             if s.drafter is not None and k > 0:
                 name = f"draft B={s.batch} k={k}"
                 calls[name] = (lambda d=s.drafter, g=s.generated, c=s.currents, kk=k: d.propose(g, c, kk))
-                meta[name] = (s.batch, k, "draft")
+                meta[name] = (s, k, "draft")
+    into_text = setups[0].offset > 0
+    prepare = {name: (lambda s=s, k=k: s.previous_round(k)) for name, (s, k, _) in meta.items()} if into_text else {}
     nbytes, after_read = 0, []
     if read is not None:
         read_fn, nbytes = read
-        calls["read"] = lambda: (read_fn(), after_read.append(True))
+        calls["read"] = read_fn if into_text else (lambda: (read_fn(), after_read.append(True)))
     warm = next(iter(calls.values()))
 
     def restore():
         for s in setups:
             s.restore()
-        if after_read:  # the read evicted the caches: one untimed pass, as a decode loop's previous round
+        if after_read:  # at the prompts' end (no previous round to run), one untimed pass follows the read
             after_read.clear()
             warm()
             for s in setups:
                 s.restore()
 
-    timings = time_interleaved(calls, reps=reps, warmup=warmup, timer=timer, flush=restore)
+    timings = time_interleaved(calls, reps=reps, warmup=warmup, timer=timer, flush=restore, prepare=prepare)
     restore()
     gbps = nbytes / timings["read"].median_s / 1e9 if nbytes else float("nan")
-    return pd.DataFrame([{"B": B, "k": k, "n": B * (k + 1), "term": term, **timings[name].row(), "read_GBps": gbps}
-                         for name, (B, k, term) in meta.items()])
+    return pd.DataFrame([{"B": s.batch, "k": k, "n": s.batch * (k + 1), "term": term, **timings[name].row(),
+                          "read_GBps": gbps} for name, (s, k, term) in meta.items()])

@@ -230,9 +230,12 @@ def timer_for(device: str, clock: Callable[[], int] | None = None):
 def time_interleaved(callables: Mapping[str, Callable[[], object]], reps: int, warmup: int = 1,
                      timer: Callable[[Callable[[], object]], float] | None = None,
                      flush: Callable[[], None] | None = None,
-                     on_call: Callable[[str, int], None] | None = None) -> dict[str, Timing]:
+                     on_call: Callable[[str, int], None] | None = None,
+                     prepare: Mapping[str, Callable[[], object]] | None = None) -> dict[str, Timing]:
     """Time every callable ``reps`` times, round-robin: repetition r runs each callable once,
     in the mapping's order, each after a cache flush; ``warmup`` untimed rounds come first.
+    ``prepare[name]``, where given, runs untimed between the flush and every call of ``name`` (what
+    the call follows in the loop it stands for: a decode round's previous round).
 
     ``on_call(name, rep)`` is told of every timed call (rep 0-based; warm-up calls are rep -1);
     tests use it to check the order. Returns name -> :class:`Timing`.
@@ -246,16 +249,26 @@ def time_interleaved(callables: Mapping[str, Callable[[], object]], reps: int, w
     timer = timer or CpuTimer()
     flush = flush or (lambda: None)
     names = list(callables)
+    prepare = dict(prepare or {})
+    unknown = sorted(set(prepare) - set(names))
+    if unknown:
+        raise ValueError(f"prepare: names not among the callables: {unknown}")
+
+    def before(name):
+        flush()
+        if name in prepare:
+            prepare[name]()
+
     for _ in range(warmup):
         for name in names:
-            flush()
+            before(name)
             callables[name]()
             if on_call:
                 on_call(name, -1)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for rep in range(reps):
         for name in names:
-            flush()
+            before(name)
             samples[name].append(timer(callables[name]))
             if on_call:
                 on_call(name, rep)

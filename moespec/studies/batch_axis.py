@@ -18,7 +18,8 @@ Order of a run:
    predict them meet the same stretch of the machine; each block times its rounds at its share of
    ``term_positions`` places spread over the runs' text
    (:func:`moespec.engine.batch_speculative.text_positions`), since a pass's experts, and so its
-   time, depend on the tokens it holds;
+   time, depend on the tokens it holds, each call after the previous round's pass over the text
+   just before it, as a round of a decode loop follows the one before it;
 2. the predictions (:func:`prediction_table`): per (state, B, k) the measured throughput per sequence
    over plain decoding's at the same B beside G(k) V(0, B) / V(k, B), V(k, B) = verify + draft +
    host, G(k) at the runs' measured acceptance; the measured best k per B against k*(B) and its
