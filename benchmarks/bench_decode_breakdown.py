@@ -50,7 +50,7 @@ import pandas as pd
 import torch
 
 from moespec import io, paths, provenance, zoo
-from moespec.engine.breakdown import byte_limits, component_limits, decode_breakdown, pass_bytes, shares
+from moespec.engine.breakdown import byte_limits, component_limits, decode_breakdown, pass_bytes, pass_total, shares
 from moespec.engine.byte_shares import byte_shares
 from moespec.engine.profile import op_profile, pass_steps
 from moespec.engine.subject import subject_from_models
@@ -154,12 +154,8 @@ def profile_subjects(subjects: dict, prompts: dict, n: int, reps: int):
 def _with_dedup(engine, step):
     """``step`` run with the engine's dedup switch on (the verify passes of the runs)."""
     def run():
-        was = engine.dedup
-        engine.dedup = True
-        try:
+        with engine.dedup_as(True):
             step()
-        finally:
-            engine.dedup = was
     return run
 
 
@@ -289,18 +285,18 @@ def goals(lim: pd.DataFrame, subject: str = "byte-faithful-all", peer: str = "pe
     return pd.DataFrame(rows)
 
 
-def thread_counts(subject, prompt, counts, reps: int, warmup: int) -> pd.DataFrame:
+def thread_counts(subject, prompt, counts, reps: int, warmup: int, read_bytes: int | None = None) -> pd.DataFrame:
     """The lean decode step and the deduplicating verify pass of 9 tokens at each of torch's thread
     ``counts`` (the kernels take torch's intra-op threads), each beside the read ceiling at the same
     count, all in one interleaved run: per count the ceiling (GB/s), each step's median and quartiles
-    (ms) and its share of its byte limit at that count's ceiling."""
+    (ms) and its share of its byte limit at that count's ceiling (``read_bytes`` per ceiling call;
+    None: the machine's)."""
     eng = subject.engine
     tokens = continuation(eng, prompt, 9)
     eng.crop(len(prompt))
     per = {1: pass_bytes(eng, tokens, 1), 9: pass_bytes(eng, tokens, 9)}
-    bytes_of = {1: per[1]["dense"] + per[1]["kv_cache"] + per[1]["experts_slot"],
-                9: per[9]["dense"] + per[9]["kv_cache"] + per[9]["experts_dedup"]}
-    ceilings = {t: ReadCeiling(threads=t) for t in counts}
+    bytes_of = {1: pass_total(per[1], "slot"), 9: pass_total(per[9], "dedup")}
+    ceilings = {t: ReadCeiling(nbytes=read_bytes, threads=t) for t in counts}
 
     def at(t, fn):
         def run():
@@ -313,12 +309,9 @@ def thread_counts(subject, prompt, counts, reps: int, warmup: int) -> pd.DataFra
 
     def step(n):
         def run():
-            eng.dedup = n > 1
-            try:
+            with eng.dedup_as(n > 1):
                 eng.forward(tokens[:n])
                 eng.crop(len(prompt))
-            finally:
-                eng.dedup = False
         return run
 
     calls = {}

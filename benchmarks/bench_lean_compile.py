@@ -38,7 +38,7 @@ import pandas as pd
 import torch
 
 from moespec import io, provenance
-from moespec.engine.breakdown import pass_bytes
+from moespec.engine.breakdown import pass_bytes, pass_total
 from moespec.engine.subject import load_subject
 from moespec.measure import protocols
 from moespec.measure.ceiling import PREFIX, ReadCeiling
@@ -47,12 +47,6 @@ from moespec.threads import torch_threads
 
 OUT = Path(__file__).resolve().parent / "results" / "lean_compile"
 NS = (1, 9)
-
-
-def _bytes_of(engine, tokens, n: int) -> float:
-    """Bytes the pass of ``tokens[:n]`` reads: dense weights, KV cache and its kernel's experts."""
-    b = pass_bytes(engine, tokens, n)
-    return b["dense"] + b["kv_cache"] + (b["experts_slot"] if n == 1 else b["experts_dedup"])
 
 
 def measure(engine, prompt, reps: int, warmup: int, backend: str = "inductor",
@@ -68,19 +62,16 @@ def measure(engine, prompt, reps: int, warmup: int, backend: str = "inductor",
     plan = engine.plan()
     compiled = torch.compile(plan.forward, backend=backend)
     ids = {n: torch.tensor(tokens[:n]).view(1, -1) for n in NS}
-    nbytes = {n: _bytes_of(engine, tokens, n) for n in NS}
+    nbytes = {n: pass_total(pass_bytes(engine, tokens, n), "slot" if n == 1 else "dedup") for n in NS}
     engine.crop(start)
 
     def run(fn, n):
         def call():
-            engine.switch.dedup = n > 1
             try:
-                with torch.inference_mode():
-                    out = fn(ids[n], engine.cache)
+                with engine.dedup_as(n > 1), torch.inference_mode():
+                    return fn(ids[n], engine.cache)
             finally:
                 engine.cache.crop(start)
-                engine.switch.dedup = False
-            return out
         return call
 
     info = {}
@@ -90,13 +81,11 @@ def measure(engine, prompt, reps: int, warmup: int, backend: str = "inductor",
         got = run(compiled, n)()
         info[n] = {"compile_s": time.perf_counter() - t0, "logits_equal": bool(torch.equal(eager, got)),
                    "max_abs_diff": float((eager - got).abs().max())}
-        engine.switch.dedup = n > 1
         try:
-            with torch.inference_mode():
+            with engine.dedup_as(n > 1), torch.inference_mode():
                 ex = dynamo.explain(plan.forward)(ids[n], engine.cache)
         finally:
             engine.cache.crop(start)
-            engine.switch.dedup = False
         info[n].update(graphs=ex.graph_count, breaks=ex.graph_break_count,
                        break_reasons=sorted({" ".join(str(b.reason).split())[:240] for b in ex.break_reasons})[:5])
     ceiling = ReadCeiling(read_bytes)

@@ -307,6 +307,12 @@ def pass_bytes(engine, tokens, n: int) -> dict[str, float]:
             "experts_dedup": float(counts[0] * mean_b)}
 
 
+def pass_total(b: dict[str, float], kernel: str) -> float:
+    """The bytes of a pass (:func:`pass_bytes`'s ``b``) read with ``kernel`` (``slot`` or ``dedup``):
+    dense weights, KV cache and the experts as that kernel reads them."""
+    return b["dense"] + b["kv_cache"] + b[f"experts_{kernel}"]
+
+
 def byte_limits(breakdown: pd.DataFrame, bytes_by_pass: dict, gbps: float | None = None) -> pd.DataFrame:
     """Each timed step beside its byte limit: the bytes its pass reads over the run's read bandwidth
     (the reference read's median), and the share of the limit the step reaches (limit / step time;
@@ -328,7 +334,7 @@ def byte_limits(breakdown: pd.DataFrame, bytes_by_pass: dict, gbps: float | None
         if b is None or pd.isna(r.t_median_s):
             continue
         kernel = b.get("kernel") or ("dedup" if "dedup" in str(r.tag) else "slot")
-        total = b["total"] if "total" in b else b["dense"] + b["kv_cache"] + b[f"experts_{kernel}"]
+        total = b["total"] if "total" in b else pass_total(b, kernel)
         limit = total / (gbps * 1e9)
         rows.append({"subject": r.subject, "path": path, "pass": r.tag, "n": n, "kernel": kernel,
                      "step_ms": 1e3 * r.t_median_s, "step_q25_ms": 1e3 * r.t_q25_s, "step_q75_ms": 1e3 * r.t_q75_s,

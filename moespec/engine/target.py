@@ -70,6 +70,16 @@ class Engine:
             raise ValueError("this engine runs the model's own experts module; there is no dedup switch")
         self.switch.dedup = bool(on)
 
+    @contextmanager
+    def dedup_as(self, on: bool):
+        """The dedup switch at ``on`` for the block, then back where it was."""
+        was = self.dedup
+        self.dedup = on
+        try:
+            yield
+        finally:
+            self.dedup = was
+
     # --- the KV cache ---------------------------------------------------------------------
     @property
     def length(self) -> int:
