@@ -50,7 +50,8 @@ import pandas as pd
 import torch
 
 from moespec import io, paths, provenance, zoo
-from moespec.engine.breakdown import byte_limits, component_limits, decode_breakdown, pass_bytes, pass_total, shares
+from moespec.engine.breakdown import (batch_pass_bytes, byte_limits, component_limits, decode_breakdown, pass_bytes,
+                                     pass_total, shares)
 from moespec.engine.byte_shares import byte_shares
 from moespec.engine.profile import op_profile, pass_steps
 from moespec.engine.subject import subject_from_models
@@ -332,6 +333,57 @@ def thread_counts(subject, prompt, counts, reps: int, warmup: int, read_bytes: i
     return pd.DataFrame(rows)
 
 
+def batch_passes(subject, Bs, ks, depth: int, reps: int, warmup: int, seed: int = 0,
+                 read_bytes: int | None = None) -> pd.DataFrame:
+    """The verify pass of B sequences x (k + 1) tokens (the tokens of a round that accepts every
+    draft: each sequence's greedy text) through the engine at batch B on the lean path and on
+    transformers' batched modules (``Engine.variant(lean=False)``), at every (B, k), beside the read
+    ceiling, in one interleaved run with the dedup switch on (the runs' setting): per (B, k, path) the
+    median and quartiles (ms), the pass's bytes (:func:`moespec.engine.breakdown.batch_pass_bytes`
+    under the kernel the switch picks), its byte limit at the ceiling and the share of it reached,
+    and per (B, k) ``lean_speedup``, transformers' median over the lean path's."""
+    from moespec.engine.batch import BatchEngine
+
+    eng = subject.engine
+    prompts = [np.asarray(p) for p in subject.chat_prompts(max(Bs), depth, seed=seed)]
+    texts = [continuation(eng, p, max(ks) + 1) for p in prompts]
+    ceiling = ReadCeiling(nbytes=read_bytes)
+    calls, meta = {}, {}
+    with eng.dedup_as(True):
+        for path, engine in (("lean", eng), ("transformers", eng.variant(lean=False))):
+            for B in Bs:
+                target = BatchEngine(engine)
+                target.prefill(prompts[:B])
+                lengths = target.lengths
+                for k in ks:
+                    segs = [t[:k + 1] for t in texts[:B]]
+
+                    def run(t=target, x=segs, keep=lengths):
+                        t.forward(x)
+                        t.crop(keep)
+                    calls[(path, B, k)] = run
+                    if path == "lean":
+                        kernel = eng.switch.kernel_for(B * (k + 1))
+                        meta[(B, k)] = (kernel, pass_total(batch_pass_bytes(target, segs), kernel))
+        calls.update({("ceiling", name): fn for name, fn in ceiling.calls().items()})
+        timings = time_interleaved(calls, reps=reps, warmup=warmup)
+    gbps = max(ceiling.bytes[name[len(PREFIX):]] / timings[("ceiling", name)].median_s / 1e9
+               for name in ceiling.calls())
+    rows = []
+    for (path, B, k), tm in ((key, timings[key]) for key in calls if key[0] != "ceiling"):
+        kernel, nbytes = meta[(B, k)]
+        limit = nbytes / (gbps * 1e9)
+        rows.append({"B": B, "k": k, "n": B * (k + 1), "path": path, "kernel": kernel,
+                     "step_ms": 1e3 * tm.median_s, "step_q25_ms": 1e3 * tm.q25_s, "step_q75_ms": 1e3 * tm.q75_s,
+                     "bytes_MB": nbytes / 1e6, "limit_ms": 1e3 * limit, "share_of_limit": limit / tm.median_s,
+                     "ceiling_GBps": gbps, "reps": len(tm.samples_ns)})
+    table = pd.DataFrame(rows)
+    lean = table[table.path == "lean"].set_index(["B", "k"]).step_ms
+    other = table[table.path == "transformers"].set_index(["B", "k"]).step_ms
+    speedup = (other / lean).rename("lean_speedup").reset_index()
+    return table.merge(speedup, on=["B", "k"])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--subjects", default="default,byte-faithful", help=f"comma-separated, of {sorted(SUBJECTS)}")
@@ -358,6 +410,10 @@ def main(argv=None) -> int:
                     help="experts per layer of the peer model (OLMoE's shapes otherwise; 8 routed per token)")
     ap.add_argument("--thread-counts", default="", metavar="1,2",
                     help="only compare torch thread counts on the first subject's lean step (<stamp>_threads.csv)")
+    ap.add_argument("--batch-sizes", default="", metavar="1,2,4,8",
+                    help="only time verify passes of B sequences on the lean path and on transformers' batched "
+                         "modules, on the first subject (<stamp>_batch.csv)")
+    ap.add_argument("--batch-ks", default="0,1,3,8", help="draft lengths k of --batch-sizes (passes of B(k + 1))")
     ap.add_argument("--summarize", default="", metavar="STAMP",
                     help="only write the summary tables of the run STAMP in --out (no measurement)")
     args = ap.parse_args(argv)
@@ -382,6 +438,16 @@ def main(argv=None) -> int:
         io.write_dataframe(out / f"{stamp}_threads.csv", table.assign(subject=names[0]))
         io.write_json(out / f"{stamp}_threads_provenance.json", {
             **provenance.full_record(), "started": started.isoformat(), "args": vars(args),
+            "load_average_1_5_15": list(os.getloadavg())})
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        return 0
+    if args.batch_sizes:
+        Bs, ks = (tuple(int(x) for x in v.split(",")) for v in (args.batch_sizes, args.batch_ks))
+        table = batch_passes(subjects[names[0]], Bs, ks, args.depth, args.reps, args.warmup, seed=args.seed)
+        io.write_dataframe(out / f"{stamp}_batch.csv", table.assign(subject=names[0]))
+        io.write_json(out / f"{stamp}_batch_provenance.json", {
+            **provenance.full_record(), "started": started.isoformat(),
+            "finished": dt.datetime.now(dt.timezone.utc).isoformat(), "args": vars(args),
             "load_average_1_5_15": list(os.getloadavg())})
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
         return 0

@@ -151,6 +151,31 @@ def test_replayed_routing_refused():
         BatchEngine(sub.engine)
 
 
+@pytest.mark.parametrize("dedup", [False, True])
+def test_lean_batched_passes_are_transformers_bit_for_bit(subject, prompts, dedup):
+    """BatchEngine on a lean engine runs LeanOlmoe.forward_segments; its logits equal the batched
+    transformers path's (BatchEngine on Engine.variant(lean=False)) bit for bit: prefill, a ragged
+    pass of three sequences, a pass of a subset of the rows after crops, and a pass of one sequence."""
+    engine = subject.engine
+    lean, plain = BatchEngine(engine), BatchEngine(engine.variant(lean=False))
+    assert lean.lean and not plain.lean
+    with engine.dedup_as(dedup):
+        firsts = lean.prefill(prompts[:3])
+        assert plain.prefill(prompts[:3]) == firsts
+        passes = [([0, 1, 2], [[firsts[0]], [firsts[1], 5, 7, 9], [firsts[2], 11]]),
+                  ([0, 2], [[3, 4, 6], [8]]),
+                  ([1], [[12, 13]])]
+        for i, (rows, segments) in enumerate(passes):
+            ids = [torch.tensor(t) for t in segments]
+            got, want = lean.run(rows, ids), plain.run(rows, ids)
+            assert all(torch.equal(a, b) for a, b in zip(got, want)), f"pass {i}"
+            assert lean.lengths == plain.lengths
+            if i == 0:
+                for m in (lean, plain):
+                    m.crop([n - d for n, d in zip(m.lengths, (0, 2, 1))])
+    assert lean.lengths == [LENGTHS[0] + 4, LENGTHS[1] + 4, LENGTHS[2] + 2]
+
+
 def test_batch_lm_refuses_a_model_without_decoder_layers():
     with pytest.raises(ValueError, match=r"^Linear: batched passes need decoder layers"):
         BatchLM(torch.nn.Linear(2, 2))
@@ -379,11 +404,14 @@ def test_text_positions_spread_over_the_run():
         text_positions(0, 2)
 
 
+@pytest.mark.parametrize("lean", [True, False])
 @pytest.mark.parametrize("B,k", [(1, 0), (1, 3), (4, 2)])
-def test_attention_projections_once_per_pass(subject, prompts, B, k):
+def test_attention_projections_once_per_pass(subject, prompts, B, k, lean):
     """Each attention's q/k/v and output projections run once per pass over its B(k + 1) tokens
-    (their weights read once per pass); the cores per sequence."""
-    target = BatchEngine(subject.engine)
+    (their weights read once per pass), on the lean path and on transformers' modules; the cores
+    per sequence."""
+    target = BatchEngine(subject.engine.variant(lean=lean))
+    assert target.lean == lean
     currents = target.prefill(prompts[:B])
     names = ("q_proj", "k_proj", "v_proj", "o_proj")
     modules = [getattr(layer.self_attn, p) for layer in target.layers for p in names]
@@ -402,8 +430,9 @@ def test_attention_projections_once_per_pass(subject, prompts, B, k):
 
 
 def test_a_forward_set_on_the_attention_is_kept(subject, prompts):
-    """A pass swaps each attention's forward for its own and puts back what was there."""
-    target = BatchEngine(subject.engine)
+    """A pass of transformers' batched modules swaps each attention's forward for its own and puts
+    back what was there."""
+    target = BatchEngine(subject.engine.variant(lean=False))
     attn = target.layers[0].self_attn
     seen = []
     own = attn.forward

@@ -18,7 +18,9 @@ attention taking its own rows (where the module has ``q_proj``, ``k_proj``, ``v_
 
 :class:`BatchLM` does this for any transformers causal LM whose decoder layers keep their
 attention at ``layer.self_attn`` (OLMoE, Qwen-MoE, Mixtral, Llama); :class:`BatchEngine` is the
-target, an :class:`moespec.engine.Engine`'s model and switch run that way. Prefill runs per
+target, an :class:`moespec.engine.Engine`'s model and switch run that way, or through the lean
+path's pass of several sequences where the engine runs the lean path (the same operations, without
+transformers' per-pass framework work: docs/engine.md). Prefill runs per
 sequence (each prompt its own passes, in :attr:`Engine.prefill_chunk` chunks, as at batch one);
 the decode and verify passes are batched.
 
@@ -141,10 +143,12 @@ class BatchLM:
 
     def reset(self, batch: int) -> None:
         """Start ``batch`` empty sequences."""
+        self.caches = [self._new_cache() for _ in range(check_batch(batch))]
+
+    def _new_cache(self):
         from transformers import DynamicCache
 
-        batch = check_batch(batch)
-        self.caches = [DynamicCache(config=self.model.config) for _ in range(batch)]
+        return DynamicCache(config=self.model.config)
 
     def crop(self, lengths) -> None:
         """Keep the first ``lengths[b]`` cached positions of sequence b (rejected drafts are dropped this way)."""
@@ -213,6 +217,13 @@ class BatchLM:
             listener(starts, segments)
         sizes = [int(s.numel()) for s in segments]
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+        logits = self._logits(caches, starts, sizes, segments)
+        return [logits[o:o + n] for o, n in zip(offsets, sizes)]
+
+    def _logits(self, caches, starts, sizes, segments) -> torch.Tensor:
+        """Logits ``[N, vocab]`` of the pass over the segments' tokens: the model's own forward, each
+        attention module run once per sequence."""
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
         positions = [torch.arange(s, s + n, device=self.device).view(1, -1) for s, n in zip(starts, sizes)]
         self._pass = _Pass(list(zip(offsets, sizes)), caches, positions)
         patched = []  # (module, the forward set on the instance before, if any)
@@ -230,8 +241,7 @@ class BatchLM:
                 else:
                     attn.forward = before
             self._pass = None
-        logits = out.logits[0]
-        return [logits[o:o + n] for o, n in zip(offsets, sizes)]
+        return out.logits[0]
 
     def prefill(self, prompts) -> list[int]:
         """Start one sequence per prompt (each prompt its own passes, in chunks of
@@ -277,8 +287,10 @@ class BatchLM:
 
 class BatchEngine(BatchLM):
     """The target at batch B: an :class:`moespec.engine.Engine`'s model, with its kernel switch,
-    run by :class:`BatchLM`. The engine's own (batch-one) sequence is left as it is; both share the
-    model and the switch, so ``dedup`` here is the engine's."""
+    run by :class:`BatchLM`, or, where the engine runs the lean path (``engine.lean``), by the lean
+    path's pass of several sequences (:meth:`moespec.engine.lean.LeanOlmoe.forward_segments`: one
+    lean cache per sequence, the same logits bit for bit). The engine's own (batch-one) sequence is
+    left as it is; both share the model and the switch, so ``dedup`` here is the engine's."""
 
     def __init__(self, engine):
         if getattr(engine, "pass_listeners", None):
@@ -288,6 +300,15 @@ class BatchEngine(BatchLM):
         self.engine = engine
         self.switch = engine.switch
         self.num_layers = engine.num_layers
+        self.lean = bool(engine.lean)
+
+    def _new_cache(self):
+        return self.engine.plan().new_cache(0) if self.lean else super()._new_cache()
+
+    def _logits(self, caches, starts, sizes, segments) -> torch.Tensor:
+        if not self.lean:
+            return super()._logits(caches, starts, sizes, segments)
+        return self.engine.plan().forward_segments(list(segments), caches)
 
     @property
     def dedup(self) -> bool:

@@ -307,6 +307,38 @@ def pass_bytes(engine, tokens, n: int) -> dict[str, float]:
             "experts_dedup": float(counts[0] * mean_b)}
 
 
+def batch_pass_bytes(target, segments) -> dict[str, float]:
+    """Bytes one pass of a :class:`moespec.engine.batch.BatchEngine` over ``segments`` (one token
+    list per sequence, appended to its cache) reads, as :func:`pass_bytes` counts a batch-one pass:
+    ``dense`` once per pass, ``kv_cache`` every sequence's cached positions, ``experts_slot`` n m
+    experts per layer (n the segments' tokens together) and ``experts_dedup`` each distinct expert
+    of the pass once per layer, from the pass's own routing (paper 1's U over the B sequences'
+    tokens). The caches are cropped back after the pass."""
+    from moespec.engine.byte_shares import subject_step_bytes
+    from moespec.engine.operation import layer_weights
+
+    engine, switch = target.engine, target.switch
+    if switch is None or switch.record is not None:
+        raise ValueError("target: the pass's routing is read from the kernel switch's record, which must exist "
+                         "and not be open")
+    lengths = target.lengths
+    dense = subject_step_bytes(engine, 0)
+    per_expert = [w.bytes_per_expert for w in layer_weights(engine).values()]
+    m = int(engine.model.config.num_experts_per_tok)
+    n = sum(len(seg) for seg in segments)
+    switch.record = []
+    try:
+        target.forward(segments)
+        record = switch.record
+    finally:
+        switch.record = None
+        target.crop(lengths)
+    distinct = sum(len(np.unique(ids)) for _, ids in record)
+    return {"dense": float(dense["attention"] + dense["lm_head"] + dense["other"]),
+            "kv_cache": float(sum(subject_step_bytes(engine, d)["kv_cache"] for d in lengths)),
+            "experts_slot": float(n * m * sum(per_expert)), "experts_dedup": float(distinct * np.mean(per_expert))}
+
+
 def pass_total(b: dict[str, float], kernel: str) -> float:
     """The bytes of a pass (:func:`pass_bytes`'s ``b``) read with ``kernel`` (``slot`` or ``dedup``):
     dense weights, KV cache and the experts as that kernel reads them."""

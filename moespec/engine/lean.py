@@ -23,8 +23,9 @@ model's modules and hooks are read (a few microseconds) and the plan of that arr
 Hooks on the containers it does not call (decoder layers, attention, MoE block, the model) are
 refused by name.
 
-The cache holds ``[layers, batch, kv_heads, capacity, head_dim]``: the passes here have batch one;
-a batch of B sequences takes the same layout with B rows (the pass's ids ``[B, n]``).
+The cache holds ``[layers, batch, kv_heads, capacity, head_dim]``; the engine's passes have batch
+one. A pass of several sequences (:meth:`LeanOlmoe.forward_segments`, the engine at batch B) takes
+one batch-one cache per sequence, so that their lengths may differ after speculation.
 """
 
 from __future__ import annotations
@@ -302,46 +303,88 @@ class LeanOlmoe:
         batch, n = ids.shape
         start = cache.length
         cache.reserve(start + n)
-        h = (F.embedding(ids, *self.embed) if type(self.embed) is tuple else self.embed(ids))
+        h = self._embed(ids)
         cos, sin = self._angles(start, n, h)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        end = start + n
-        if n == 1 or start == 0:     # transformers' sdpa: no mask; causal when the pass is the whole sequence
-            mask, causal = None, n > 1
-        else:
-            mask = (torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]).view(1, 1, n, end)
-            causal = False
+        angles = (cos.unsqueeze(1), sin.unsqueeze(1))
+        mask = _mask(start, n)
         for lay, keys, values in zip(self.layers, cache.keys, cache.values):
-            h = self._attention(lay, h, cos, sin, keys, values, start, end, mask, causal)
-            h = self._moe(lay, h)
-        cache.length = end
+            q, k, v = self._project(lay, h)
+            out = self._attend(lay, q, k, v, angles, keys, values, start, mask)
+            h = self._moe(lay, h + lay.o(out))
+        cache.length = start + n
         return self.head(_norm(self.final_norm, h))
 
-    def _attention(self, lay: _Layer, h, cos, sin, keys, values, start, end, mask, causal):
+    def forward_segments(self, segments: list[torch.Tensor], caches: list[KVCache]) -> torch.Tensor:
+        """Logits ``[N, V]`` of one pass of several sequences: ``segments[j]`` (1-D ids) appended to
+        ``caches[j]`` (a batch-one cache each; the sequences' lengths may differ), N the segments'
+        tokens together. Every module but attention runs once over all N tokens (the norms, the q/k/v
+        and output projections, the router, the expert operation with the pass size N, the LM head);
+        attention runs per sequence, against its own cache at its own positions, as
+        :class:`moespec.engine.batch.BatchLM` runs transformers' modules (the same operations on the
+        same shapes: its logits bit for bit, ``tests/test_engine_batch.py``). One segment is
+        :meth:`forward`."""
+        if len(segments) != len(caches) or not segments:
+            raise ValueError(f"segments: one per cache ({len(caches)}), found {len(segments)}")
+        if len(segments) == 1:
+            return self.forward(segments[0].view(1, -1), caches[0])[0]
+        sizes = [int(s.numel()) for s in segments]
+        starts = [c.length for c in caches]
+        for c, start, n in zip(caches, starts, sizes):
+            c.reserve(start + n)
+        h = self._embed(torch.cat(segments).view(1, -1))
+        spans, off = [], 0
+        for start, n in zip(starts, sizes):
+            cos, sin = self._angles(start, n, h)
+            spans.append((off, n, start, (cos.unsqueeze(1), sin.unsqueeze(1)), _mask(start, n)))
+            off += n
+        for i, lay in enumerate(self.layers):
+            q, k, v = self._project(lay, h)
+            outs = [self._attend(lay, q[:, a:a + n], k[:, a:a + n], v[:, a:a + n], angles, c.keys[i], c.values[i],
+                                 start, mask)
+                    for (a, n, start, angles, mask), c in zip(spans, caches)]
+            h = self._moe(lay, h + lay.o(torch.cat(outs, dim=1)))
+        for c, start, n in zip(caches, starts, sizes):
+            c.length = start + n
+        return self.head(_norm(self.final_norm, h))[0]
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, *self.embed) if type(self.embed) is tuple else self.embed(ids)
+
+    @staticmethod
+    def _project(lay: _Layer, h):
+        """The layer's input norm, then q, k, v ``[B, n, width]`` with q and k normed."""
         norm_in, q_norm, k_norm, _ = lay.norms
-        x = _norm(norm_in, h)
-        batch, n = x.shape[:2]
+        q, k, v = lay.qkv(_norm(norm_in, h))
+        return _norm(q_norm, q), _norm(k_norm, k), v
+
+    @staticmethod
+    def _attend(lay: _Layer, q, k, v, angles, keys, values, start: int, mask) -> torch.Tensor:
+        """One sequence's attention ``[B, n, heads * head_dim]`` (before the output projection): the
+        rotary angles on q and k, k and v written into the layer's cache buffers at ``start``, sdpa
+        over the cache's first start + n positions (``mask`` from :func:`_mask`)."""
+        batch, n = q.shape[:2]
         shape = (batch, n, -1, lay.head_dim)
-        q, k, v = lay.qkv(x)
-        q = _norm(q_norm, q).view(shape).transpose(1, 2)
-        k = _norm(k_norm, k).view(shape).transpose(1, 2)
-        v = v.view(shape).transpose(1, 2)
+        cos, sin = angles
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
         q = (q * cos) + (_rotate_half(q) * sin)
+        end = start + n
         keys[:, :, start:end] = (k * cos) + (_rotate_half(k) * sin)
         values[:, :, start:end] = v
         k, v = keys[:, :, :end], values[:, :, :end]
+        attn_mask, causal = mask
         extra = {}
         if lay.groups > 1:           # as transformers' sdpa_attention_forward
-            if mask is None:
+            if attn_mask is None:
                 extra["enable_gqa"] = True
             else:
                 k, v = k.repeat_interleave(lay.groups, dim=1), v.repeat_interleave(lay.groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=lay.scaling,
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=0.0, scale=lay.scaling,
                                              is_causal=causal, **extra)
         out = out.reshape(batch, -1, n, lay.head_dim).transpose(1, 2).contiguous()
-        return h + lay.o(out.reshape(batch, n, -1).contiguous())
+        return out.reshape(batch, n, -1).contiguous()
 
     def _moe(self, lay: _Layer, h):
+        """The MoE block with its residual: ``h`` + the experts' output over every token of ``h``."""
         x = _norm(lay.norms[3], h)
         batch, n, hidden = x.shape
         flat = x.view(-1, hidden)
@@ -366,6 +409,16 @@ class LeanOlmoe:
             if wide:
                 out = out[:, :hidden]
         return h + out.reshape(batch, n, hidden)
+
+
+def _mask(start: int, n: int):
+    """The attention mask of a pass of n tokens after ``start`` cached ones, as transformers' sdpa
+    takes it: none for one token, causal for the whole sequence, else a boolean ``[1, 1, n, start + n]``.
+    Returns (mask, is_causal)."""
+    if n == 1 or start == 0:
+        return None, n > 1
+    end = start + n
+    return (torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]).view(1, 1, n, end), False
 
 
 def _signature(model: nn.Module) -> tuple:
