@@ -29,6 +29,11 @@ rounds.
     .venv/bin/python benchmarks/bench_decode_breakdown.py --subjects byte-faithful-all --transformers \
         --profile --peer --ns 1,2,5,9 --reps 30
 
+``--batch-sizes 1,2,4,8`` (with ``--batch-ks``) only times verify passes of B sequences x (k + 1)
+tokens on the first subject, on the lean path and on transformers' batched modules, beside the read
+ceiling, with each pass's bytes and share of its byte limit (:func:`batch_passes`;
+``<stamp>_batch.csv``).
+
 ``--source random`` (or no trained models on disk) uses the default models' configurations with
 random weights, labelled so: timing depends on shapes, formats and ids, and the routing of a
 random router is close to uniform. Writes ``data/bench/breakdown/<stamp>_breakdown.csv``,
@@ -338,7 +343,10 @@ def batch_passes(subject, Bs, ks, depth: int, reps: int, warmup: int, seed: int 
     """The verify pass of B sequences x (k + 1) tokens (the tokens of a round that accepts every
     draft: each sequence's greedy text) through the engine at batch B on the lean path and on
     transformers' batched modules (``Engine.variant(lean=False)``), at every (B, k), beside the read
-    ceiling, in one interleaved run with the dedup switch on (the runs' setting): per (B, k, path) the
+    ceiling, in one interleaved run with the dedup switch on (the runs' setting), each pass after an
+    untimed previous round on its path (the prompts' last k + 1 tokens again, as a decode loop's pass
+    follows the one before it, and not the ceiling's reads, which leave the machine's caches cold):
+    per (B, k, path) the
     median and quartiles (ms), the pass's bytes (:func:`moespec.engine.breakdown.batch_pass_bytes`
     under the kernel the switch picks), its byte limit at the ceiling and the share of it reached,
     and per (B, k) ``lean_speedup``, transformers' median over the lean path's."""
@@ -348,7 +356,7 @@ def batch_passes(subject, Bs, ks, depth: int, reps: int, warmup: int, seed: int 
     prompts = [np.asarray(p) for p in subject.chat_prompts(max(Bs), depth, seed=seed)]
     texts = [continuation(eng, p, max(ks) + 1) for p in prompts]
     ceiling = ReadCeiling(nbytes=read_bytes)
-    calls, meta = {}, {}
+    calls, before, meta = {}, {}, {}
     with eng.dedup_as(True):
         for path, engine in (("lean", eng), ("transformers", eng.variant(lean=False))):
             for B in Bs:
@@ -361,12 +369,17 @@ def batch_passes(subject, Bs, ks, depth: int, reps: int, warmup: int, seed: int 
                     def run(t=target, x=segs, keep=lengths):
                         t.forward(x)
                         t.crop(keep)
+
+                    def previous_round(t=target, keep=lengths, m=k + 1, tails=[p[-(k + 1):] for p in prompts[:B]]):
+                        t.crop([n - m for n in keep])
+                        t.forward(tails)
                     calls[(path, B, k)] = run
+                    before[(path, B, k)] = previous_round
                     if path == "lean":
                         kernel = eng.switch.kernel_for(B * (k + 1))
                         meta[(B, k)] = (kernel, pass_total(batch_pass_bytes(target, segs), kernel))
         calls.update({("ceiling", name): fn for name, fn in ceiling.calls().items()})
-        timings = time_interleaved(calls, reps=reps, warmup=warmup)
+        timings = time_interleaved(calls, reps=reps, warmup=warmup, prepare=before)
     gbps = max(ceiling.bytes[name[len(PREFIX):]] / timings[("ceiling", name)].median_s / 1e9
                for name in ceiling.calls())
     rows = []
