@@ -107,7 +107,8 @@ bool use_openmp_team() {
 }
 
 void run_job(const std::shared_ptr<Job>& job, int nt) {
-  if (nt > 1 && use_openmp_team()) {
+  const bool openmp = use_openmp_team();  // read on every call, so a bad setting is refused at one thread too
+  if (nt > 1 && openmp) {
 #pragma omp parallel num_threads(nt)
     job->work((size_t)omp_get_thread_num());
   } else {
