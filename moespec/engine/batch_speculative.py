@@ -290,8 +290,8 @@ class RoundSetup:
         return len(self.firsts)
 
     def text(self, b: int) -> list[int]:
-        """Sequence b's greedy text after its prompt: its first token, then its continuation."""
-        return self._texts[b]
+        """Sequence b's greedy text after its prompt: its first token, then its continuation (a copy)."""
+        return list(self._texts[b])
 
     @property
     def currents(self) -> list[int]:
@@ -407,8 +407,8 @@ def time_round_terms(setups: list[RoundSetup], ks, reps: int, warmup: int = 1, t
     machine's caches (the experts consecutive tokens share, paper 1's reuse) is part of the round's
     time, so at a position into the text every call follows, untimed, that previous round
     (:meth:`RoundSetup.previous_round`); at the prompts' end, where no round came before, the call
-    after the read follows an untimed verify pass. The setups are left at the prompts' end. One row per (offset, B, k, term): offset, B, k,
-    n, term, the timing columns (:meth:`moespec.measure.timing.Timing.row`) and ``read_GBps``, the
+    after the read follows an untimed verify pass. The setups are left at the prompts' end. One row
+    per (offset, B, k, term): offset, B, k, n, term, the timing columns (:meth:`moespec.measure.timing.Timing.row`) and ``read_GBps``, the
     read bandwidth of the same rotation."""
     if not setups:
         raise ValueError("setups: nothing to time")
