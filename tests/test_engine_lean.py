@@ -148,6 +148,29 @@ def test_models_the_lean_path_does_not_run_keep_transformers_path():
     assert eng.prefill([1, 2, 3]) == eng.variant(lean=False).prefill([1, 2, 3])
 
 
+def test_a_forward_set_on_a_module_is_run_or_refused():
+    """A forward set on an attention module's instance (which the lean path never calls) is refused by
+    name; one set on a norm the lean path would run inline makes it call the norm as a module, so the
+    forward runs; removed, the plan of the plain arrangement serves again."""
+    eng = Engine(tiny_moe(seed=1), backend="torch")
+    attn = eng.model.model.layers[0].self_attn
+    attn.forward = attn.forward
+    try:
+        with pytest.raises(ValueError, match=r"^layer 0: self_attn has forward hooks or a forward set on it"):
+            eng.prefill([1, 2, 3])
+    finally:
+        del attn.forward
+    norm = eng.model.model.norm
+    own, calls = norm.forward, []
+    norm.forward = lambda x: (calls.append(x.shape), own(x))[1]
+    try:
+        first = eng.prefill([1, 2, 3])
+    finally:
+        del norm.forward
+    assert calls == [(1, 3, norm.weight.shape[0])]
+    assert eng.prefill([1, 2, 3]) == first == eng.variant(lean=False).prefill([1, 2, 3])
+
+
 def test_decoding_past_max_position_embeddings_as_transformers_does():
     """A sequence that grows past the model's max_position_embeddings (128) decodes on the lean path
     as on transformers' (whose DynamicCache has no limit), bit for bit."""

@@ -16,12 +16,12 @@ those of the transformers path (``tests/test_engine_lean.py`` against outputs sa
 
 Which modules it runs inline: ``OlmoeRMSNorm``, ``OlmoeTopKRouter``, ``nn.Linear``, ``nn.Embedding``,
 :class:`moespec.engine.widen.PaddedLinear` and :class:`moespec.engine.switch.KernelExperts`, each
-when it has no forward hooks; any other module in their place (a replayed router, the breakdown's
-zero experts) or one with hooks is called as a module, so its hooks run. Before every pass the
-model's modules and hooks are read (a few microseconds) and the plan of that arrangement is taken
-(:class:`Plans`: built the first time it is met).
-Hooks on the containers it does not call (decoder layers, attention, MoE block, the model) are
-refused by name.
+when it has no forward hooks and no ``forward`` set on the instance; any other module in their place
+(a replayed router, the breakdown's zero experts), or one with hooks or its own ``forward``, is
+called as a module, so that they run. Before every pass the model's modules and hooks are read (a
+few microseconds) and the plan of that arrangement is taken (:class:`Plans`: built the first time
+it is met). Hooks, or a ``forward`` set on the instance, on the containers it does not call (decoder
+layers, attention, MoE block, the model) are refused by name.
 
 The cache holds ``[layers, batch, kv_heads, capacity, head_dim]``; the engine's passes have batch
 one. A pass of several sequences (:meth:`LeanOlmoe.forward_segments`, the engine at batch B) takes
@@ -125,8 +125,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def _plain(module: nn.Module) -> bool:
-    """No forward hooks on ``module`` (it may be run inline)."""
-    return not (module._forward_hooks or module._forward_pre_hooks)
+    """No forward hooks on ``module`` and no ``forward`` set on the instance (it may be run inline)."""
+    return not (module._forward_hooks or module._forward_pre_hooks or "forward" in module.__dict__)
 
 
 class _Padded:
@@ -212,8 +212,8 @@ class _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         for name, mod in (("layer", layer), ("self_attn", attn), ("mlp", mlp)):
             if not _plain(mod):
-                raise ValueError(f"layer {index}: {name} has forward hooks, which the lean path does not run; "
-                                 "build the Engine with lean=False")
+                raise ValueError(f"layer {index}: {name} has forward hooks or a forward set on it, which the lean "
+                                 "path does not run; build the Engine with lean=False")
         self.index = index
         self.norms = tuple(self._norm(m) for m in (layer.input_layernorm, attn.q_norm, attn.k_norm,
                                                    layer.post_attention_layernorm))
@@ -261,8 +261,8 @@ class LeanOlmoe:
             raise ValueError("global forward hooks are registered, which the lean path does not run; build the "
                              "Engine with lean=False")
         if not (_plain(model) and _plain(inner)):
-            raise ValueError("the model has forward hooks, which the lean path does not run; build the Engine "
-                             "with lean=False")
+            raise ValueError("the model has forward hooks or a forward set on it, which the lean path does not run; "
+                             "build the Engine with lean=False")
         cfg = model.config
         pads: dict = {}
         self.layers = [_Layer(layer, i, pads) for i, layer in
@@ -422,7 +422,8 @@ def _mask(start: int, n: int):
 
 
 def _signature(model: nn.Module) -> tuple:
-    """The modules the lean path reads or calls, whether each has forward hooks, whether any global
+    """The modules the lean path reads or calls, whether each has forward hooks or a forward set on the
+    instance, whether any global
     forward hooks exist, and the kernels' backend (read through ``_modules``: a pass checks it)."""
     mods = model._modules
     inner = mods["model"]
@@ -436,7 +437,7 @@ def _signature(model: nn.Module) -> tuple:
         found += [layer, attn, mlp, lm["input_layernorm"], lm["post_attention_layernorm"], am["q_norm"], am["k_norm"],
                   am["q_proj"], am["k_proj"], am["v_proj"], am["o_proj"], mm["gate"], mm["experts"]]
         backend = getattr(getattr(mm["experts"], "switch", None), "backend", None)
-    hooks = tuple(bool(m._forward_hooks or m._forward_pre_hooks) for m in found)
+    hooks = tuple(not _plain(m) for m in found)
     global_hooks = bool(_module._global_forward_hooks or _module._global_forward_pre_hooks)
     return (*found, *hooks, global_hooks, backend)
 
