@@ -217,15 +217,16 @@ class BatchLM:
             listener(starts, segments)
         sizes = [int(s.numel()) for s in segments]
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
-        logits = self._logits(caches, starts, sizes, segments)
-        return [logits[o:o + n] for o, n in zip(offsets, sizes)]
+        spans = list(zip(offsets, sizes))
+        logits = self._logits(caches, starts, spans, segments)
+        return [logits[o:o + n] for o, n in spans]
 
-    def _logits(self, caches, starts, sizes, segments) -> torch.Tensor:
-        """Logits ``[N, vocab]`` of the pass over the segments' tokens: the model's own forward, each
-        attention module run once per sequence."""
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
-        positions = [torch.arange(s, s + n, device=self.device).view(1, -1) for s, n in zip(starts, sizes)]
-        self._pass = _Pass(list(zip(offsets, sizes)), caches, positions)
+    def _logits(self, caches, starts, spans, segments) -> torch.Tensor:
+        """Logits ``[N, vocab]`` of the pass over the segments' tokens (``spans``: each segment's
+        offset and length among them): the model's own forward, each attention module run once per
+        sequence."""
+        positions = [torch.arange(s, s + n, device=self.device).view(1, -1) for s, (_, n) in zip(starts, spans)]
+        self._pass = _Pass(spans, caches, positions)
         patched = []  # (module, the forward set on the instance before, if any)
         try:
             for layer in self.layers:
@@ -305,9 +306,9 @@ class BatchEngine(BatchLM):
     def _new_cache(self):
         return self.engine.plan().new_cache(0) if self.lean else super()._new_cache()
 
-    def _logits(self, caches, starts, sizes, segments) -> torch.Tensor:
+    def _logits(self, caches, starts, spans, segments) -> torch.Tensor:
         if not self.lean:
-            return super()._logits(caches, starts, sizes, segments)
+            return super()._logits(caches, starts, spans, segments)
         return self.engine.plan().forward_segments(list(segments), caches)
 
     @property

@@ -291,20 +291,25 @@ def pass_bytes(engine, tokens, n: int) -> dict[str, float]:
     (every cached position's keys and values, every layer), and the experts as each kernel reads
     them: ``experts_slot`` (n m experts per layer, one read per (token, slot)) and ``experts_dedup``
     (each distinct expert of the pass once per layer, from the pass's own routing)."""
-    from moespec.engine.byte_shares import subject_step_bytes
-    from moespec.engine.operation import layer_weights
-
     depth = engine.length
-    one = subject_step_bytes(engine, depth)
-    per_expert = [w.bytes_per_expert for w in layer_weights(engine).values()]
-    m = int(engine.model.config.num_experts_per_tok)
     with engine.routing_tap() as counts:
         engine.forward(tokens[:n])
     engine.crop(depth)
-    mean_b = float(np.mean(per_expert))
+    return _pass_byte_counts(engine, [depth], n, counts[0])
+
+
+def _pass_byte_counts(engine, depths, n: int, distinct: int) -> dict[str, float]:
+    """The byte components of one pass of n tokens over caches of ``depths`` positions whose routing
+    chose ``distinct`` (expert, layer) pairs (:func:`pass_bytes`, :func:`batch_pass_bytes`)."""
+    from moespec.engine.byte_shares import subject_step_bytes
+    from moespec.engine.operation import layer_weights
+
+    one = subject_step_bytes(engine, 0)
+    per_expert = [w.bytes_per_expert for w in layer_weights(engine).values()]
+    m = int(engine.model.config.num_experts_per_tok)
     return {"dense": float(one["attention"] + one["lm_head"] + one["other"]),
-            "kv_cache": float(one["kv_cache"]), "experts_slot": float(n * m * sum(per_expert)),
-            "experts_dedup": float(counts[0] * mean_b)}
+            "kv_cache": float(sum(subject_step_bytes(engine, d)["kv_cache"] for d in depths)),
+            "experts_slot": float(n * m * sum(per_expert)), "experts_dedup": float(distinct * np.mean(per_expert))}
 
 
 def batch_pass_bytes(target, segments) -> dict[str, float]:
@@ -322,10 +327,6 @@ def batch_pass_bytes(target, segments) -> dict[str, float]:
         raise ValueError("target: the pass's routing is read from the kernel switch's record, which must exist "
                          "and not be open")
     lengths = target.lengths
-    dense = subject_step_bytes(engine, 0)
-    per_expert = [w.bytes_per_expert for w in layer_weights(engine).values()]
-    m = int(engine.model.config.num_experts_per_tok)
-    n = sum(len(seg) for seg in segments)
     switch.record = []
     try:
         target.forward(segments)
@@ -334,9 +335,7 @@ def batch_pass_bytes(target, segments) -> dict[str, float]:
         switch.record = None
         target.crop(lengths)
     distinct = sum(len(np.unique(ids)) for _, ids in record)
-    return {"dense": float(dense["attention"] + dense["lm_head"] + dense["other"]),
-            "kv_cache": float(sum(subject_step_bytes(engine, d)["kv_cache"] for d in lengths)),
-            "experts_slot": float(n * m * sum(per_expert)), "experts_dedup": float(distinct * np.mean(per_expert))}
+    return _pass_byte_counts(engine, lengths, sum(len(seg) for seg in segments), distinct)
 
 
 def pass_total(b: dict[str, float], kernel: str) -> float:
